@@ -1,0 +1,38 @@
+/* diag.h: diagnostics for every stage.
+ *
+ * Text form (default):
+ *   file:line:col: error: message
+ *    12 |   let h = x @ w
+ *       |           ^~~~~
+ * Machine form (--diag-format=machine), one line each:  error|file|line|col|message
+ * Notes attach to the diagnostic before them ("to close '{' at line 12"). Stages collect errors and
+ * go on; the driver skips later stages once diag_error_count() > 0. */
+#ifndef SHARDC_DIAG_H
+#define SHARDC_DIAG_H
+
+#include <stdio.h>
+#include "common.h"
+
+typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;
+typedef enum { DIAG_TEXT, DIAG_MACHINE } DiagFormat;
+
+void diag_configure(FILE *out, DiagFormat fmt, bool color);
+void diag_reset(void); /* forget counts (tests, fuzzer) */
+void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_report(DiagLevel level, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int diag_error_count(void);
+int diag_warning_count(void);
+/* Stop printing after this many errors (a flood helps nobody); counts keep going. Default 50;
+ * 0 means no limit. */
+void diag_set_error_limit(int n);
+/* Say how many diagnostics the limit kept back, if any ("shardc: 12 more errors ... not shown").
+ * The driver calls it once before exiting. */
+void diag_finish(void);
+/* Between push and pop (they nest), diagnostics are dropped: neither printed nor counted. For
+ * trial runs of a stage whose complaints belong to the real run (memory.c's suggestions). */
+void diag_push_quiet(void);
+void diag_pop_quiet(void);
+
+#endif

@@ -1,0 +1,55 @@
+/* driver.h: the command line: parsed options and the subcommands that use them.
+ *
+ * main.c parses argv into an Options and dispatches through its command table, one line per
+ * subcommand ({name, function, help}). Adding a subcommand is one `int cmd_x(const Options *)`
+ * and one table line. A command returns the process's exit code: 0 success, 1 the program is wrong
+ * or does not fit (diagnostics printed), 2 a usage error. */
+#ifndef SHARDC_DRIVER_H
+#define SHARDC_DRIVER_H
+
+#include "diag.h"
+#include "parse.h"
+
+enum { EXIT_OK = 0, EXIT_PROGRAM_ERROR = 1, EXIT_USAGE = 2 };
+
+typedef enum { FORMAT_TEXT, FORMAT_JSON } OutputFormat;
+
+/* -D name=N: a command-line size for a dim. */
+typedef struct DimOption {
+  const char *name; /* as written (not interned) */
+  int64_t value;    /* > 0 */
+} DimOption;
+
+typedef struct Options {
+  const char *argv0;
+  const char *command;     /* "parse", "check", ... */
+  const char *input;       /* the .shard file */
+  DimOption *dims;       /* -D, in command-line order (a later one for the same dim wins) */
+  int ndims;
+  const char *layout;      /* --layout NAME, or NULL: the first declared */
+  const char *mesh;        /* --mesh NAME, or NULL: the first declared */
+  const char *entry;       /* --entry model.fn, or NULL */
+  OutputFormat format;     /* --format text|json */
+  bool emit_llvm;          /* --emit-llvm */
+  const char *output;      /* -o FILE, or NULL */
+  const char *trace;       /* --trace FILE (sim), or NULL */
+  bool ideal;              /* --ideal (sim: peak figures, no efficiency factors) */
+  bool shardings;          /* --shardings (explain: print every value's sharding) */
+  DiagFormat diag_format;  /* --diag-format text|machine */
+} Options;
+
+/* Subcommands. Those without a function yet are listed in the table with NULL and answer
+ * "'x' is not implemented yet" (exit 2). */
+int cmd_parse(const Options *o);
+int cmd_check(const Options *o);
+int cmd_explain(const Options *o);   /* explain.c */
+
+/* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
+ * when the main file cannot be opened; otherwise the program, possibly with errors reported (check
+ * diag_error_count()). */
+ParsedProgram *driver_load_program(const Options *o, Arena *arena);
+
+/* The LLVM version linked in, "19.1.7" (lower_version.c: the LLVM-C API lives in lower*.c). */
+const char *lower_llvm_version(void);
+
+#endif

@@ -1,0 +1,206 @@
+/* main.c: the shardc command line.
+ *
+ * `shardc COMMAND FILE [options]`: parse the options (anywhere after the program name) into an
+ * Options, set up diagnostics, and run the command from the table below. Exit codes: 0 success,
+ * 1 the program is wrong (diagnostics say why), 2 a usage error (one line on stderr). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+typedef int (*CommandFn)(const Options *);
+
+typedef struct Command {
+  const char *name;
+  CommandFn fn; /* NULL: not implemented yet */
+  const char *help;
+} Command;
+
+/* One line per subcommand, in the order `shardc --help` lists them. */
+static const Command commands[] = {
+  {"parse", cmd_parse, "parse only; print the syntax tree in a stable text form"},
+  {"check", cmd_check, "parse, type-check, memory fit per device; exit 1 if it does not fit"},
+  {"explain", cmd_explain, "every op with its sharding; every inserted collective with reason and cost"},
+  {"sim", NULL, "simulated step on the mesh's target: time, breakdown, MFU"},
+  {"run", NULL, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
+  {"build", NULL, "compile to an executable (-o FILE)"},
+};
+
+static void print_help(FILE *f) {
+  fprintf(f, "usage: shardc COMMAND FILE [options]\n"
+             "       shardc --help | --version\n\ncommands:\n");
+  for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+    fprintf(f, "  %-8s %s%s\n", commands[i].name, commands[i].help, commands[i].fn ? "" : " (not implemented yet)");
+  fprintf(f,
+          "\noptions:\n"
+          "  -D dim=N               set the size of a dim (overrides its declaration)\n"
+          "  --layout NAME          use this layout (default: the first declared)\n"
+          "  --mesh NAME            use this mesh (default: the first declared)\n"
+          "  --entry model.fn       compile this function alone, with no train step\n"
+          "  --format text|json     output format of check, explain and sim (default text)\n"
+          "  --emit-llvm            print the LLVM IR\n"
+          "  -o FILE                output file (build)\n"
+          "  --trace FILE           write a trace of the simulated step (sim)\n"
+          "  --ideal                use the targets' peak figures, no efficiency factors (sim)\n"
+          "  --shardings            show the sharding of every value (explain)\n"
+          "  --diag-format text|machine\n"
+          "                         diagnostics as text with source lines (default), or one\n"
+          "                         line each: error|file|line|col|message\n"
+          "  --help, --version\n"
+          "\nexit status: 0 success, 1 the program is wrong or does not fit, 2 usage error\n"
+          "environment: SHARDC_STDLIB overrides where `import \"x\"` looks for stdlib files\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fputs("shardc: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs(" (see 'shardc --help')\n", stderr);
+  return EXIT_USAGE;
+}
+
+/* -D NAME=N: NAME an identifier, N a positive integer (digits, '_' between digits allowed). */
+static bool parse_dim_override(const char *s, DimOption *d) {
+  const char *eq = strchr(s, '=');
+  if (!eq || eq == s) return false;
+  for (const char *p = s; p < eq; p++) {
+    bool alpha = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_';
+    if (!alpha && !(p > s && *p >= '0' && *p <= '9')) return false;
+  }
+  const char *p = eq + 1;
+  if (!*p) return false;
+  int64_t v = 0;
+  for (; *p; p++) {
+    if (*p == '_' && p > eq + 1 && p[1] >= '0' && p[1] <= '9') continue;
+    if (*p < '0' || *p > '9') return false;
+    if (v > (INT64_MAX - (*p - '0')) / 10) return false;
+    v = v * 10 + (*p - '0');
+  }
+  if (v <= 0) return false;
+  d->name = strndup(s, (size_t)(eq - s));
+  d->value = v;
+  return d->name != NULL;
+}
+
+/* Options that take a value accept `--opt VALUE` and `--opt=VALUE` (`-DNAME=N`, `-oFILE` too). */
+static const char *option_value(int argc, char **argv, int *i, const char *opt) {
+  const char *a = argv[*i];
+  size_t n = strlen(opt);
+  if (strncmp(a, opt, n) != 0) return NULL;
+  if (a[n] == '=' && opt[1] == '-') return a + n + 1;
+  if (a[n] != '\0' && opt[1] != '-') return a + n; /* -DNAME=N, -oFILE */
+  if (a[n] != '\0') return NULL;
+  if (*i + 1 >= argc) return "";
+  return argv[++*i];
+}
+
+/* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
+static int parse_args(int argc, char **argv, Options *o) {
+  static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
+                                       "-o", "--trace", "--diag-format"};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      print_help(stdout);
+      return EXIT_OK;
+    }
+    if (strcmp(a, "--version") == 0) {
+      printf("shardc %s\nLLVM %s\n", SHARDC_VERSION, lower_llvm_version());
+      return EXIT_OK;
+    }
+    if (a[0] != '-' || a[1] == '\0') { /* a positional ("-" alone would be a file name) */
+      if (!o->command) o->command = a;
+      else if (!o->input) o->input = a;
+      else return usage_error("unexpected argument '%s'", a);
+      continue;
+    }
+    if (strcmp(a, "--emit-llvm") == 0) { o->emit_llvm = true; continue; }
+    if (strcmp(a, "--ideal") == 0) { o->ideal = true; continue; }
+    if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
+
+    const char *opt = NULL, *v = NULL;
+    for (size_t k = 0; k < ARRAY_LEN(valued) && !v; k++) {
+      int j = i;
+      v = option_value(argc, argv, &j, valued[k]);
+      if (v) opt = valued[k], i = j;
+    }
+    if (!v) return usage_error("unknown option '%s'", a);
+    if (!*v) return usage_error("option '%s' needs a value", opt);
+
+    if (strcmp(opt, "-D") == 0) {
+      DimOption d;
+      if (!parse_dim_override(v, &d)) return usage_error("bad -D '%s': expected NAME=N with N a positive integer", v);
+      DimOption *nd = realloc(o->dims, sizeof(DimOption) * (size_t)(o->ndims + 1));
+      if (!nd) abort();
+      o->dims = nd;
+      o->dims[o->ndims++] = d;
+    } else if (strcmp(opt, "--layout") == 0) o->layout = v;
+    else if (strcmp(opt, "--mesh") == 0) o->mesh = v;
+    else if (strcmp(opt, "--entry") == 0) o->entry = v;
+    else if (strcmp(opt, "-o") == 0) o->output = v;
+    else if (strcmp(opt, "--trace") == 0) o->trace = v;
+    else if (strcmp(opt, "--format") == 0) {
+      if (strcmp(v, "text") == 0) o->format = FORMAT_TEXT;
+      else if (strcmp(v, "json") == 0) o->format = FORMAT_JSON;
+      else return usage_error("bad --format '%s': expected text or json", v);
+    } else if (strcmp(opt, "--diag-format") == 0) {
+      if (strcmp(v, "text") == 0) o->diag_format = DIAG_TEXT;
+      else if (strcmp(v, "machine") == 0) o->diag_format = DIAG_MACHINE;
+      else return usage_error("bad --diag-format '%s': expected text or machine", v);
+    }
+  }
+  return -1;
+}
+
+ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
+  ParsedProgram *prog = parse_program(arena, o->input, stdlib_locate(o->argv0));
+  return prog->nfiles > 0 ? prog : NULL;
+}
+
+/* shardc parse FILE: the main file's tree (not its imports'), or the diagnostics and exit 1. */
+int cmd_parse(const Options *o) {
+  Arena arena;
+  arena_init(&arena);
+  ParsedProgram *prog = driver_load_program(o, &arena);
+  int rc = EXIT_PROGRAM_ERROR;
+  if (prog && diag_error_count() == 0) {
+    ast_print(stdout, prog->files[prog->nfiles - 1]);
+    rc = EXIT_OK;
+  }
+  arena_free(&arena);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  Options o = {0};
+  o.argv0 = argv[0];
+  int rc = parse_args(argc, argv, &o);
+  if (rc >= 0) return rc;
+  if (!o.command) {
+    fputs("usage: shardc COMMAND FILE [options]  (see 'shardc --help')\n", stderr);
+    return EXIT_USAGE;
+  }
+  const Command *cmd = NULL;
+  for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+    if (strcmp(commands[i].name, o.command) == 0) cmd = &commands[i];
+  if (!cmd) return usage_error("unknown command '%s'", o.command);
+  if (!cmd->fn) {
+    fprintf(stderr, "shardc: '%s' is not implemented yet\n", cmd->name);
+    return EXIT_USAGE;
+  }
+  if (!o.input) return usage_error("missing input file for '%s'", cmd->name);
+
+  bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
+  diag_configure(stderr, o.diag_format, color);
+  rc = cmd->fn(&o);
+  diag_finish();
+  if (fflush(stdout) != 0) {
+    fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));
+    if (rc == EXIT_OK) rc = EXIT_PROGRAM_ERROR;
+  }
+  for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
+  free(o.dims);
+  return rc;
+}
