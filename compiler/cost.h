@@ -1,0 +1,134 @@
+/* cost.h: the cost model: how long a collective or an op takes on a mesh's target.
+ *
+ * In: a Mesh (its axes placed on the hardware by mesh.c) or a Target, plus sizes in bytes and
+ * FLOPs. Out: seconds, and the figures `explain` prints beside each collective. Two modes: ideal
+ * (peak figures, no efficiency factors: the arithmetic of "How to Scale Your Model", reproduced
+ * literally) and calibrated (the target's declared efficiencies). docs/cost-model.md derives every
+ * formula, gives its source, and compares the model with the book's worked numbers.
+ *
+ * Units everywhere: bytes, bytes/s, FLOP/s, seconds.
+ *
+ * What the model reads from each MeshAxis (filled by mesh.c; see program.h):
+ *   link        ICI / DCN (TPU), NVLink / network (GPU): the slowest link class the axis rides
+ *   size        devices along the axis
+ *   wraparound  TPU ICI: the ring closes, so both directions carry data (W_bi = 2 W)
+ *   torus_dims  TPU ICI: torus dims the axis spans; its bandwidth-bound time is divided by this
+ *   torus_extent  TPU ICI: extent per torus dim, for the hop count of the longest path
+ *   bw          peak one-way bytes/s of ONE link of the axis's link class: one ICI link (not
+ *               multiplied by torus_dims nor by 2 for wraparound), DCN per chip, NVLink per GPU,
+ *               network per GPU. 0 means "take the target's figure".
+ *   latency     seconds per hop (ICI, DCN) or per message step (NVLink, network); 0: the target's
+ *   per_node    GPU: how many of the axis's devices share one NVLink domain (1..size)
+ */
+#ifndef SHARDC_COST_H
+#define SHARDC_COST_H
+
+#include "program.h"
+
+/* ---- collective kinds: X(enum, name as in explain's JSON), in this order ---- */
+#define COLL_KINDS(X)                        \
+  X(COLL_ALL_GATHER, "all_gather")           \
+  X(COLL_REDUCE_SCATTER, "reduce_scatter")   \
+  X(COLL_ALL_REDUCE, "all_reduce")           \
+  X(COLL_ALL_TO_ALL, "all_to_all")           \
+  X(COLL_PERMUTE, "collective_permute")
+typedef enum {
+#define X(e, s) e,
+  COLL_KINDS(X)
+#undef X
+  COLL__COUNT
+} CollKind;
+
+const char *coll_kind_name(CollKind k);                /* "all_gather", ...; "?" if out of range */
+bool coll_kind_from_name(const char *s, CollKind *out); /* false if s names no kind */
+/* The display name of a link class in explain's and check's text: "ICI", "DCN", "NVLink",
+ * "network" (program.h's link_kind_name gives the lower-case identifiers). */
+const char *cost_link_name(LinkKind k);
+
+/* What cost_collective computed, for explain and sim. */
+typedef struct CollCost {
+  double time_s;           /* the collective's time */
+  double bytes_per_device; /* what each device sends (language.md's JSON definition, over n):
+                              AllGather (n-1)/n x the gathered array; ReduceScatter (n-1)/n x its
+                              input; AllReduce 2(n-1)/n x the array; AllToAll (n-1)/n x the local
+                              shard; Permute the bytes sent */
+  double array_bytes;      /* V of the book's formulas: the array the collective gathers /
+                              reduces (AllToAll: the local shard x n; Permute: the bytes sent) */
+  int64_t n;               /* devices in the group (product of the axes' sizes) */
+  LinkKind link;           /* the slowest link class the group rides */
+  const char *link_name;   /* cost_link_name(link): "ICI", "DCN", "NVLink", "network" */
+  double link_bw;          /* one-way bytes/s per device of that link class, as used (peak in
+                              ideal mode, peak x efficiency when calibrated) */
+  double coll_bw;          /* array_bytes / bandwidth_s: the book's "collective bandwidth"
+                              (e.g. W_bi = 9e10 for a v5e AllGather on a full ring); 0 if no data */
+  double efficiency;       /* achieved / peak link bandwidth applied to the largest phase (1 ideal) */
+  double latency_s;        /* the latency terms (hops x per-hop latency), summed over phases */
+  double bandwidth_s;      /* the bandwidth terms, summed over phases */
+  bool latency_bound;      /* latency_s exceeds bandwidth_s */
+} CollCost;
+
+/* The time of one collective of `kind` over the mesh axes in `axes_mask` (bit a = m->axes[a]; bits
+ * beyond m->naxes and axes of size 1 are ignored), which language.md makes ONE collective whatever
+ * the number of axes. `bytes` is per device, after any sharding over axes outside the group:
+ *   COLL_ALL_GATHER      the gathered result each device holds afterwards       (= V)
+ *   COLL_REDUCE_SCATTER  each device's input, the unreduced array               (= V)
+ *   COLL_ALL_REDUCE      the array, the same size before and after              (= V)
+ *   COLL_ALL_TO_ALL      each device's local shard, the same size before and after (V = n x bytes)
+ *   COLL_PERMUTE         the bytes each device sends to its neighbour           (= V)
+ * With these, the book's formulas (V = the whole array) apply literally: an array already sharded
+ * over another axis Y is simply a smaller `bytes` (the book's V / Y).
+ * ideal: peak figures; else the achieved bandwidth is peak x coll_eff_max x V / (V + half_bytes).
+ * Returns time_s (0 for an empty group, bytes <= 0, or a NULL mesh/target) and fills *out if
+ * out != NULL. */
+double cost_collective(const Mesh *m, CollKind kind, uint16_t axes_mask, double bytes, bool ideal,
+                       CollCost *out);
+
+/* ---- rooflines ---- */
+
+/* Dense matmul FLOP/s of the target for dtype dt: t->flops[dt], or the bf16 figure where the
+ * target gives 0 for dt (or dt is DT_NONE); times matmul_efficiency unless ideal (a target that
+ * declares no efficiency runs at peak). */
+double cost_peak_flops(const Target *t, DType dt, bool ideal);
+
+/* An op's time: max(flops / cost_peak_flops(t, dt, ideal), bytes_moved / hbm_bw). HBM runs at its
+ * peak in both modes. 0 for a NULL target. */
+double cost_op_time(const Target *t, DType dt, double flops, double bytes_moved, bool ideal);
+
+/* The critical arithmetic intensity peak_bf16 / hbm_bw (FLOPs per byte of HBM traffic above which
+ * an op is compute-bound): v5e about 243, H100 about 296. */
+double cost_arithmetic_intensity_threshold(const Target *t);
+
+/* ---- compute vs communication thresholds (the book's rooflines for sharded training) ----
+ * All are built on the collective intensity alpha = C / W: C = bf16 FLOP/s (x matmul_efficiency
+ * when calibrated), W = V / T_bandwidth(V) for an AllGather over the axes (the bandwidth-bound
+ * limit of cost_collective: W_bi = 2W on a full ICI ring, x torus dims spanned, x(n/(n-1)) on an
+ * open ring or a GPU switch; calibrated: x coll_eff_max). 0 when the group is empty. */
+
+/* FLOPs a device must do per byte it AllGathers over `axes` for compute to hide the collective.
+ * (sharding.md, training.md "C / W_ici = 2550" on v5p; gpus.md "C / W_collective".) */
+double cost_comm_intensity(const Mesh *m, uint16_t axes, bool ideal);
+
+/* Data parallelism or FSDP (ZeRO-1/2/3) over dp_axes is compute-bound when the tokens each device
+ * processes per step, B / |dp axes| (global tokens over the product of the dp axes' sizes; with
+ * tensor parallelism every device of a TP group processes its replica's tokens), exceed the value
+ * returned (= alpha of dp_axes). Book: training.md "B / X > C / W" (2550 on v5p over one ICI axis,
+ * 850 over three, ~75,000 per pod over DCN); gpus.md "Data Parallelism" (2200 in an H100 node,
+ * 2475 across nodes; the model keeps the exact (n-1)/n factor the book drops). */
+double cost_dp_threshold(const Mesh *m, uint16_t dp_axes, bool ideal);
+
+/* Tensor (Megatron) parallelism over tp_axes, AllGather of the activations before W_in and
+ * ReduceScatter after W_out, is compute-bound when F / Y, the feed-forward columns per device
+ * (F the MLP hidden size, Y the product of the tp axes' sizes), exceeds the value returned
+ * (= alpha of tp_axes); i.e. the largest TP degree is F / value. Book: training.md "Tensor
+ * Parallelism", F > Y C / W_ici; gpus.md "Tensor Parallelism", Y < F W / C. */
+double cost_tp_threshold(const Mesh *m, uint16_t tp_axes, bool ideal);
+
+/* Mixed FSDP (over fsdp_axes) + tensor parallelism (over tp_axes) with MLP hidden size `ffw`:
+ * the smallest tokens per device, B / N over all N devices of both groups, at which the best
+ * split is still compute-bound: 4 alpha_X alpha_Y / F. Book: training.md "Mixed FSDP and Tensor
+ * Parallelism", B / N > 4 alpha^2 / (F M_X M_Y) (alpha_X = alpha / M_X: M_X torus dims for FSDP);
+ * 2 x 2550^2 / F on v5p with two axes of FSDP and one of TP. */
+double cost_fsdp_tp_threshold(const Mesh *m, uint16_t fsdp_axes, uint16_t tp_axes, double ffw,
+                              bool ideal);
+
+#endif
