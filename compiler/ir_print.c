@@ -1,0 +1,200 @@
+/* ir_print.c: the IR as stable text, for tests, golden files and `--emit-ir`.
+ *
+ *   ir llama.forward
+ *   param #0 embedding : bf16[vocab, embed]  @34:9
+ *   param #1 blocks.attn_norm.scale : f32[layers, embed]  stacked 1  @...
+ *   fn forward
+ *     %0 = param #0 embedding : bf16[vocab, embed]  @34:9
+ *     %14 = input #0 tokens : i32[batch, seq]  @39:14
+ *     %15 = take %0, %14 : bf16[batch, seq, embed]  @40:11  (x)
+ *     %40 = loop layers x32 slices(%1, %2) carried(%15) invariant() : bf16[batch, seq, embed]  @41:3
+ *       in %41 : f32[embed]  (blocks.attn_norm.scale)
+ *       ...
+ *       %60 = add %43, %59 : bf16[batch, seq, embed]  @...
+ *       yield %60
+ *     return %70
+ *
+ * One op per line: `%id = name operands attributes : result type  @line:col  (source name)`;
+ * types show shardings once propagation has set them (sharding_format); loop bodies are indented
+ * under their loop, inputs first. Constants print the shortest text that reads back exactly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static void print_number(FILE *out, double x) {
+  char buf[64];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, x);
+    if (strtod(buf, NULL) == x) break;
+  }
+  fputs(buf, out);
+}
+
+static void print_type(FILE *out, const IrModule *m, const Value *v) {
+  char buf[512];
+  const Mesh *mesh = m->prog ? m->prog->mesh : NULL;
+  sharding_format(buf, sizeof buf, &v->type, &v->sharding, mesh);
+  fputs(buf, out);
+}
+
+static void print_dims(FILE *out, Dim *const *dims, int n) {
+  fputc('[', out);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%s", i ? ", " : "", dims[i] ? dims[i]->name : "?");
+  fputc(']', out);
+}
+
+static void print_refs(FILE *out, Value *const *vs, int from, int to) {
+  for (int i = from; i < to; i++) fprintf(out, "%s%%%d", i > from ? ", " : "", vs[i] ? vs[i]->id : -1);
+}
+
+static void print_loc(FILE *out, SrcLoc loc) {
+  if (loc.file) fprintf(out, "  @%d:%d", loc.line, loc.col);
+}
+
+static void indent(FILE *out, int depth) {
+  for (int i = 0; i < depth; i++) fputs("  ", out);
+}
+
+static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
+  const Mesh *mesh = m->prog ? m->prog->mesh : NULL;
+  fputc('(', out);
+  int k = 0;
+  for (int a = 0; a < 16; a++) {
+    if (!((axes >> a) & 1)) continue;
+    if (k++) fputs(", ", out);
+    if (mesh && a < mesh->naxes) fputs(mesh->axes[a].name, out);
+    else fprintf(out, "#%d", a);
+  }
+  fputc(')', out);
+}
+
+static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+
+static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
+  indent(out, depth);
+  for (int i = 0; i < op->nresults; i++) fprintf(out, "%s%%%d", i ? ", " : "", op->results[i]->id);
+  if (op->nresults) fputs(" = ", out);
+  fputs(ir_op_name(op->kind), out);
+  switch (op->kind) {
+  case OP_INPUT:
+  case OP_PARAM:
+    fprintf(out, " #%d", op->index);
+    if (op->nresults && op->results[0]->name) fprintf(out, " %s", op->results[0]->name);
+    break;
+  case OP_CONST:
+    fputc(' ', out);
+    print_number(out, op->scalar);
+    break;
+  case OP_LOOP:
+    fprintf(out, " %s x%lld slices(", op->stack_dim ? op->stack_dim->name : "?", (long long)op->count);
+    print_refs(out, op->operands, 0, op->nslices);
+    fputs(") carried(", out);
+    print_refs(out, op->operands, op->nslices, op->nslices + op->ncarried);
+    fputs(") invariant(", out);
+    print_refs(out, op->operands, op->nslices + op->ncarried, op->noperands);
+    fputc(')', out);
+    break;
+  default:
+    if (op->noperands) fputc(' ', out);
+    print_refs(out, op->operands, 0, op->noperands);
+    break;
+  }
+  switch (op->kind) {
+  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
+    fputs(" over ", out);
+    print_dims(out, op->dims, op->ndims);
+    break;
+  case OP_RENAME:
+    fputs(" [", out);
+    for (int i = 0; i + 1 < op->ndims; i += 2)
+      fprintf(out, "%s%s -> %s", i ? ", " : "", op->dims[i]->name, op->dims[i + 1]->name);
+    fputc(']', out);
+    break;
+  case OP_SPLIT:
+    if (op->ndims >= 2) {
+      fprintf(out, " [%s -> (", op->dims[0]->name);
+      for (int i = 1; i < op->ndims; i++) fprintf(out, "%s%s", i > 1 ? ", " : "", op->dims[i]->name);
+      fputs(")]", out);
+    }
+    break;
+  case OP_MERGE:
+    if (op->ndims >= 2) {
+      fputs(" [(", out);
+      for (int i = 0; i + 1 < op->ndims; i++) fprintf(out, "%s%s", i ? ", " : "", op->dims[i]->name);
+      fprintf(out, ") -> %s]", op->dims[op->ndims - 1]->name);
+    }
+    break;
+  case OP_CAUSAL:
+    fputc(' ', out);
+    print_dims(out, op->dims, op->ndims);
+    break;
+  case OP_ATTENTION:
+    if (op->ndims == 3)
+      fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
+    fputs(" scale ", out);
+    print_number(out, op->scalar);
+    if (op->flag) fputs(" causal", out);
+    break;
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
+    fputs(" over ", out);
+    print_axes(out, m, op->axes);
+    if (op->dim_index >= 0) fprintf(out, " dim %d", op->dim_index);
+    if (op->kind == OP_ALL_TO_ALL && op->dim_index2 >= 0) fprintf(out, " to %d", op->dim_index2);
+    break;
+  default:
+    break;
+  }
+  if (op->nresults) {
+    fputs(" : ", out);
+    for (int i = 0; i < op->nresults; i++) {
+      if (i) fputs(", ", out);
+      print_type(out, m, op->results[i]);
+    }
+  }
+  print_loc(out, op->loc);
+  if (op->kind != OP_INPUT && op->kind != OP_PARAM && op->nresults == 1 && op->results[0]->name)
+    fprintf(out, "  (%s)", op->results[0]->name);
+  if (op->reason) fprintf(out, "  # %s", op->reason);
+  fputc('\n', out);
+  if (op->kind == OP_LOOP && op->body) print_func(out, m, op->body, depth + 1);
+}
+
+static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth) {
+  if (f->parent) {
+    for (int i = 0; i < f->ninputs; i++) {
+      const Value *v = f->inputs[i];
+      indent(out, depth);
+      fprintf(out, "in %%%d : ", v->id);
+      print_type(out, m, v);
+      if (v->name) fprintf(out, "  (%s)", v->name);
+      fputc('\n', out);
+    }
+  }
+  for (const Op *op = f->first; op; op = op->next) print_op(out, m, op, depth);
+  indent(out, depth);
+  fputs(f->parent ? "yield" : "return", out);
+  if (f->noutputs) fputc(' ', out);
+  print_refs(out, f->outputs, 0, f->noutputs);
+  fputc('\n', out);
+}
+
+void ir_print(FILE *out, const IrModule *m) {
+  if (!m) return;
+  const FnDecl *e = m->entry;
+  fprintf(out, "ir %s%s%s\n", e && e->model ? e->model->name : "", e && e->model ? "." : "",
+          e ? e->name : (m->main ? m->main->name : "?"));
+  for (int i = 0; i < m->nparams; i++) {
+    const IrParam *p = &m->params[i];
+    char buf[512];
+    tensor_type_format(buf, sizeof buf, &p->type);
+    fprintf(out, "param #%d %s : %s", i, p->path, buf);
+    if (p->stack_depth) fprintf(out, "  stacked %d", p->stack_depth);
+    print_loc(out, p->loc);
+    fputc('\n', out);
+  }
+  if (!m->main) return;
+  fprintf(out, "fn %s\n", m->main->name ? m->main->name : "?");
+  print_func(out, m, m->main, 1);
+}
