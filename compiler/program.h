@@ -1,0 +1,272 @@
+/* program.h: the checked program: what the declarations of all files mean, resolved.
+ *
+ * In: the parsed files (parse.h). Out: dims with sizes (after -D), targets with their figures, meshes
+ * formed on their targets (each axis knows the links it rides), layouts, and models with their params
+ * and functions. compiler/sema.c builds it (declarations), compiler/mesh.c forms meshes,
+ * compiler/layout.c turns layout rules into shardings; the function bodies become IR (ir.h). */
+#ifndef SHARDC_PROGRAM_H
+#define SHARDC_PROGRAM_H
+
+#include "ast.h"
+#include "parse.h"
+
+typedef struct Program Program; /* below; layout_apply needs the name first */
+
+/* ---- dtypes: X(enum, name, bytes) in this order ---- */
+#define DTYPES(X)       \
+  X(DT_F32, "f32", 4)   \
+  X(DT_BF16, "bf16", 2) \
+  X(DT_F16, "f16", 2)   \
+  X(DT_F8, "f8", 1)     \
+  X(DT_I32, "i32", 4)   \
+  X(DT_I8, "i8", 1)
+typedef enum {
+#define X(e, s, b) e,
+  DTYPES(X)
+#undef X
+  DT__COUNT,
+  DT_NONE = -1
+} DType;
+const char *dtype_name(DType t);
+int dtype_bytes(DType t);
+bool dtype_is_int(DType t);
+DType dtype_from_name(Name n); /* DT_NONE if n is not a dtype */
+
+/* ---- dims ---- */
+typedef struct Dim {
+  Name name;
+  int64_t size;     /* after -D overrides */
+  int id;           /* index in Program.dims */
+  SrcLoc loc;       /* the declaration */
+} Dim;
+
+/* ---- targets ---- */
+typedef enum { TARGET_TPU, TARGET_GPU } TargetKind;
+#define MAX_TORUS_DIMS 3
+typedef struct Target {
+  Name name;
+  SrcLoc loc;
+  TargetKind kind;
+  double flops[DT__COUNT];   /* dense FLOP/s per dtype (matmul); 0 where unknown */
+  double hbm;                /* bytes per device */
+  double hbm_bw;             /* bytes/s */
+  double matmul_efficiency;  /* fraction of peak large matmuls reach (calibrated sim) */
+  /* TPU */
+  double ici_bw;             /* one-way bytes/s per link */
+  int torus[MAX_TORUS_DIMS]; /* largest slice, per torus dim */
+  int ntorus;
+  int wrap_multiple;         /* an extent that is a multiple of this closes its ring */
+  double hop_latency;        /* s */
+  double dcn_bw;             /* bytes/s per chip between slices */
+  /* GPU */
+  double nvlink_bw;          /* one-way bytes/s per GPU */
+  int node_size;             /* GPUs per NVLink domain */
+  double network_bw;         /* bytes/s per GPU across nodes */
+  double nvlink_latency, network_latency; /* s */
+  /* calibrated collective bandwidth: achieved/peak = max * V / (V + half_bytes) */
+  double coll_eff_max, coll_eff_half_bytes;
+} Target;
+
+/* ---- meshes ---- */
+typedef enum { LINK_ICI, LINK_DCN, LINK_NVLINK, LINK_NETWORK } LinkKind;
+#define MAX_MESH_AXES 8
+typedef struct MeshAxis {
+  Name name;
+  int size;
+  SrcLoc loc;
+  /* where the axis lands physically (mesh.c), which the collective cost formulas read: */
+  LinkKind link;        /* the slowest link class a ring over this axis rides */
+  bool wraparound;      /* TPU: ring closes (bidirectional); GPU: always true within NVLink */
+  int torus_dims;       /* TPU ICI: number of torus dims the axis spans (bandwidth multiplies) */
+  double bw;            /* one-way bytes/s per device for a ring step along this axis */
+  double latency;       /* s per hop / per message */
+  int64_t stride;       /* devices between neighbours along the axis (product of more-minor sizes) */
+  int per_node;         /* GPU: how many of the axis's devices share one NVLink domain (1..size) */
+  int torus_extent[MAX_TORUS_DIMS]; /* TPU ICI: extent along each torus dim (1 where not spanned) */
+} MeshAxis;
+
+typedef struct Mesh {
+  Name name;
+  SrcLoc loc;
+  const Target *target;
+  int naxes;
+  MeshAxis axes[MAX_MESH_AXES]; /* major to minor */
+  int64_t devices;
+  int64_t slices;       /* TPU: number of slices (1 within one slice; >1 means DCN axes) */
+} Mesh;
+int mesh_axis_index(const Mesh *m, Name axis); /* -1 if absent */
+/* Places m's axes (name, size, loc set; major to minor) on m->target (mesh.c), filling each axis's
+ * link figures, m->devices and m->slices. A mesh the target cannot form is an error saying why
+ * (language.md's forming rules); returns false then, quietly when the target itself is broken
+ * (that was reported at the target). sema_program forms every declared mesh; callers may form
+ * a changed copy (memory.c tries a bigger mesh). */
+bool mesh_form(Mesh *m);
+
+/* ---- layouts ---- */
+typedef struct LayoutRule {
+  Name dim;                       /* logical dim name (may be a dim the program never declares) */
+  Name axes[MAX_MESH_AXES];       /* major to minor */
+  int naxes;
+  SrcLoc loc;
+} LayoutRule;
+typedef struct Layout {
+  Name name;
+  SrcLoc loc;
+  LayoutRule *rules;
+  int nrules;
+} Layout;
+
+/* ---- types as written at boundaries (params, fn args and results, typed lets) ---- */
+#define MAX_RANK 8
+typedef struct TypeSpec {
+  DType dtype;
+  int rank;
+  Dim *dims[MAX_RANK];            /* storage order */
+  Name at[MAX_RANK][MAX_MESH_AXES]; /* explicit `@` axes per dim (names; checked against the mesh) */
+  int nat[MAX_RANK];              /* 0: no explicit @ on that dim */
+  SrcLoc dim_loc[MAX_RANK];
+  SrcLoc loc;
+} TypeSpec;
+
+/* ---- shardings ----
+ * Per dim (by position in the tensor's type): mesh axis indices, major to minor; plus the axes over
+ * which the value is an unreduced partial sum. */
+#define MAX_AXES_PER_DIM 4
+typedef struct Sharding {
+  int8_t axes[MAX_RANK][MAX_AXES_PER_DIM];
+  uint8_t naxes[MAX_RANK];
+  uint16_t partial;     /* bit a: unreduced partial sum over mesh axis a */
+} Sharding;
+
+/* Why each dim of a boundary tensor got its axes, for --shardings and explain. */
+typedef enum { ORIGIN_NONE, ORIGIN_ANNOTATION, ORIGIN_LAYOUT } OriginKind;
+typedef struct ShardOrigin {
+  OriginKind kind[MAX_RANK];
+  SrcLoc loc[MAX_RANK];  /* the `@` or the layout rule */
+} ShardOrigin;
+
+/* The sharding of a tensor written as `spec` on p->mesh under p->layout (layout.c): explicit `@`s
+ * first (errors: unknown axis, not divisible, an axis on two dims), then the layout's rules in
+ * order (skipped, with a warning, where the tensor already uses an axis of the rule [silently: that
+ * is how FSDP and DP share one layout], the mesh lacks an axis [one warning at the rule], or the
+ * dim does not divide [warning naming both sizes]). Diagnostics are reported once per spec.
+ * Returns false if an explicit `@` was wrong. */
+bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOrigin *origin);
+
+/* ---- models ---- */
+typedef struct Model Model;
+typedef enum { PARAM_TENSOR, PARAM_MODEL, PARAM_STACK } ParamKind;
+typedef struct ParamDecl {
+  Name name;
+  SrcLoc loc;
+  ParamKind kind;
+  TypeSpec type;        /* PARAM_TENSOR */
+  Model *model;         /* PARAM_MODEL, PARAM_STACK */
+  Dim *stack_dim;       /* PARAM_STACK: the stacking dim (`layers`) */
+} ParamDecl;
+
+typedef struct FnArg { Name name; SrcLoc loc; TypeSpec type; } FnArg;
+typedef struct FnDecl {
+  Name name;
+  SrcLoc loc;
+  Model *model;
+  FnArg *args;
+  int nargs;
+  TypeSpec ret;
+  const Node *ast;       /* N_FN; its body is lowered to IR on demand */
+} FnDecl;
+
+struct Model {
+  Name name;
+  SrcLoc loc;
+  ParamDecl *params;
+  int nparams;
+  FnDecl *fns;
+  int nfns;
+};
+
+/* ---- steps ---- */
+/* The keys a `train` body may hold (language.md, fixed). X(enum, key) in this order. */
+#define STEP_KEYS(X)                \
+  X(SK_LOSS, "loss")                \
+  X(SK_OPTIMIZER, "optimizer")      \
+  X(SK_MASTER, "master")            \
+  X(SK_REMAT, "remat")              \
+  X(SK_MICROBATCHES, "microbatches") \
+  X(SK_SCHEDULE, "schedule")        \
+  X(SK_LR, "lr")                    \
+  X(SK_ZERO, "zero")
+typedef enum {
+#define X(e, s) e,
+  STEP_KEYS(X)
+#undef X
+  SK__COUNT
+} StepKey;
+typedef enum { LOSS_NONE, LOSS_CROSS_ENTROPY, LOSS_MSE } LossKind;
+typedef enum { OPT_NONE, OPT_SGD, OPT_ADAM } OptimKind;
+typedef enum { REMAT_NONE, REMAT_FULL, REMAT_DOTS } RematKind;
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } ScheduleKind;
+typedef struct Step {
+  StepKind kind;        /* STEP_TRAIN / STEP_SERVE */
+  SrcLoc loc;
+  FnDecl *fn;
+  LossKind loss;
+  OptimKind optimizer;
+  DType master;         /* DT_NONE: no master copy */
+  RematKind remat;
+  int microbatches;     /* >= 1 */
+  ScheduleKind schedule;
+  int interleave;       /* V for interleaved(V) */
+  double lr;
+  int zero;             /* 0, 1 or 2 */
+  SrcLoc key_loc[16];   /* where each key was written, for diagnostics (indexed by StepKey);
+                           file == NULL where the key was not written */
+  const Node *ast;      /* N_STEP (a serve step's keys are recorded here unchecked) */
+} Step;
+
+/* ---- the whole program ---- */
+typedef struct DimOverride { Name name; int64_t size; } DimOverride;
+
+struct Program {
+  Arena *arena;
+  Dim **dims; int ndims;
+  Target **targets; int ntargets;
+  Mesh **meshes; int nmeshes;
+  Layout **layouts; int nlayouts;
+  Model **models; int nmodels;
+  Step **steps; int nsteps;
+  /* what the command line chose (defaults applied by sema_program) */
+  const Mesh *mesh;
+  const Layout *layout;  /* NULL when the program declares none */
+  Step *step;            /* the entry's step, or NULL with --entry */
+  FnDecl *entry;
+  /* A command-line problem (-D naming no dim, unknown --mesh/--layout/--entry, several functions
+   * and no --entry): the driver prints it and exits 2. Arena string; NULL when none. */
+  const char *usage_error;
+  const Source *main_file;       /* the file named on the command line (last of the program) */
+  struct DiagOnce *diag_once;    /* layout.c: diagnostics already reported (applying a spec twice
+                                    reports nothing new) */
+};
+
+typedef struct SemaOptions {
+  DimOverride *overrides; int noverrides; /* -D */
+  const char *mesh;      /* --mesh, or NULL */
+  const char *layout;    /* --layout, or NULL */
+  const char *entry;     /* --entry model.fn, or NULL */
+} SemaOptions;
+
+/* Resolves and checks every declaration of every file (errors via diag.h), then applies the
+ * command-line choices. Returns the program even with errors (check diag_error_count()). */
+Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt);
+
+/* Lookups by name; NULL if absent. */
+Dim *program_find_dim(const Program *p, Name n);
+Model *program_find_model(const Program *p, Name n);
+Target *program_find_target(const Program *p, Name n);
+Mesh *program_find_mesh(const Program *p, Name n);
+Layout *program_find_layout(const Program *p, Name n);
+FnDecl *model_find_fn(const Model *m, Name n);
+ParamDecl *model_find_param(const Model *m, Name n);
+const char *step_key_name(StepKey k);
+const char *link_kind_name(LinkKind k); /* "ici", "dcn", "nvlink", "network" */
+#endif

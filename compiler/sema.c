@@ -1,0 +1,1183 @@
+/* sema.c: the declaration checker: parsed files in, a resolved Program out.
+ *
+ * In: every parsed file of a program (imports first, the main file last) and the command-line
+ * choices (-D, --mesh, --layout, --entry). Out: a Program (program.h): dims with their sizes after
+ * -D, targets (target.c), meshes formed on their targets (mesh.c), layouts, models with typed
+ * params and function signatures, train/serve steps; then the chosen mesh, layout, entry function
+ * and step. Function bodies are not looked at here: ir_build.c lowers them from the signatures.
+ *
+ * Names are global to a program whatever file declares them, so the checker first collects every
+ * declaration by kind (a second declaration of a name is an error with a note at the first), then
+ * resolves the kinds in dependency order: dims (which may be defined by each other), targets,
+ * meshes, layouts, models, steps, choices. Last it checks the boundary types of the models in play
+ * against the chosen mesh and layout (layout.c), so a wrong `@` is reported even in a function
+ * that is not compiled. Every problem in the source is a located diagnostic; a problem with the
+ * command line is returned as Program.usage_error for the driver (exit 2). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sema_int.h"
+
+/* Deepest recursion the checker allows itself (dim definitions referring to each other, nested
+ * expressions): deeper input is a diagnostic, not a stack overflow. */
+enum { SEMA_MAX_DEPTH = 2000, SEMA_MAX_MODEL_DEPTH = 256 };
+
+/* ---- small shared helpers (sema_int.h) ---- */
+
+void sema_duplicate(const char *what, Name name, SrcLoc loc, SrcLoc first) {
+  diag_error(loc, "%s '%s' is declared twice", what, name);
+  diag_note(first, "first declared here");
+}
+
+SrcLoc sema_name_loc(const Node *n) {
+  if (!n) return (SrcLoc){0};
+  return n->name_loc.file ? n->name_loc : n->loc;
+}
+
+bool sema_kv_number(const Node *v, double *out, bool *is_int, int64_t *ival) {
+  if (!v) return false;
+  if (v->kind == N_NUM) {
+    *out = v->num.f;
+    *is_int = !v->num.is_float;
+    *ival = v->num.i;
+    return true;
+  }
+  if (v->kind == N_UNARY && v->op == '-' && v->lhs && v->lhs->kind == N_NUM) {
+    *out = -v->lhs->num.f;
+    *is_int = !v->lhs->num.is_float && v->lhs->num.i != INT64_MIN;
+    *ival = *is_int ? -v->lhs->num.i : 0;
+    return true;
+  }
+  return false;
+}
+
+Name sema_kv_word(const Node *v) {
+  if (!v) return NULL;
+  if (v->kind == N_NAME) return v->name;
+  if (v->kind == N_STRING) return v->str;
+  if (v->kind == N_NUM && v->num.text && v->num.text_len > 0) return intern(v->num.text, (size_t)v->num.text_len);
+  return NULL;
+}
+
+const char *sema_join_names(Arena *a, const Name *names, int n, int max) {
+  if (n <= 0) return "none";
+  size_t len = 1;
+  int shown = n < max ? n : max;
+  for (int i = 0; i < shown; i++) len += strlen(names[i]) + 2;
+  len += 8;
+  char *buf = arena_alloc(a, len), *q = buf;
+  for (int i = 0; i < shown; i++) q += sprintf(q, "%s%s", i ? ", " : "", names[i]);
+  if (shown < n) sprintf(q, ", ...");
+  return buf;
+}
+
+/* ---- name maps: Name -> index, open addressing on the interned pointer ---- */
+
+typedef struct NameMap {
+  Name *keys;
+  int *vals;
+  int cap, len;
+} NameMap;
+
+static unsigned namemap_hash(Name k) { return (unsigned)(((uintptr_t)k >> 3) * 2654435761u); }
+
+static int namemap_get(const NameMap *m, Name k) {
+  if (!m->cap || !k) return -1;
+  for (unsigned h = namemap_hash(k) & (unsigned)(m->cap - 1);; h = (h + 1) & (unsigned)(m->cap - 1)) {
+    if (!m->keys[h]) return -1;
+    if (m->keys[h] == k) return m->vals[h];
+  }
+}
+
+static void namemap_put(Arena *a, NameMap *m, Name k, int v) {
+  if (2 * (m->len + 1) > m->cap) {
+    NameMap big = {ARENA_ARRAY(a, Name, m->cap ? m->cap * 2 : 16), ARENA_ARRAY(a, int, m->cap ? m->cap * 2 : 16),
+                   m->cap ? m->cap * 2 : 16, 0};
+    for (int i = 0; i < m->cap; i++)
+      if (m->keys[i]) namemap_put(a, &big, m->keys[i], m->vals[i]);
+    *m = big;
+  }
+  unsigned h = namemap_hash(k) & (unsigned)(m->cap - 1);
+  while (m->keys[h] && m->keys[h] != k) h = (h + 1) & (unsigned)(m->cap - 1);
+  if (!m->keys[h]) m->len++;
+  m->keys[h] = k;
+  m->vals[h] = v;
+}
+
+/* ---- the checker's state ---- */
+
+enum { DIM_NEW, DIM_BUSY, DIM_DONE, DIM_BAD };
+enum { MODEL_UNBUILT, MODEL_USED, MODEL_QUIET };
+typedef VEC(int) IntVec;
+
+typedef struct Sema {
+  Program *p;
+  Arena *a;
+  const SemaOptions *opt;
+  VEC(const Node *) dim_nodes;
+  VEC(const Node *) target_nodes;
+  VEC(const Node *) mesh_nodes;
+  VEC(const Node *) layout_nodes;
+  VEC(const Node *) model_nodes;
+  VEC(const Node *) step_nodes;
+  VEC(Dim *) dims;
+  VEC(Model *) models;
+  VEC(bool) model_in_main;
+  VEC(uint8_t) model_built;  /* MODEL_*: see model_use */
+  int model_depth;           /* models being built, one inside another */
+  bool quiet;                /* building models nothing uses (diagnostics dropped) */
+  bool reported_depth;       /* "hold one another too deep" said once */
+  uint8_t *dim_state;     /* DIM_*, per dim */
+  IntVec dim_path;        /* dims being evaluated, for "a -> b -> a" */
+  NameMap dim_map, mesh_map, layout_map, model_map;
+  const char *usage;      /* first command-line problem */
+} Sema;
+
+static void sema_usage(Sema *s, const char *msg) {
+  if (!s->usage) s->usage = msg;
+}
+
+/* ---- integer expressions (dim sizes, mesh axis sizes, microbatches) ---- */
+
+static bool dim_resolve(Sema *s, int i, int depth);
+
+/* e := number | dim | e (+ - * /) e | -e | (e). Sizes are int64: overflow, division by zero and
+ * division with a remainder are errors. A dim that is itself wrong makes e wrong quietly (it was
+ * reported at its declaration). */
+static bool eval_int(Sema *s, const Node *e, int64_t *out, int depth) {
+  if (!e) return false;
+  if (depth > SEMA_MAX_DEPTH) {
+    diag_error(e->loc, "expression nests too deeply (more than %d levels)", SEMA_MAX_DEPTH);
+    return false;
+  }
+  switch (e->kind) {
+  case N_NUM:
+    if (e->num.is_float) {
+      diag_error(e->loc, "expected a whole number, found '%.*s'", e->num.text ? e->num.text_len : 1,
+                 e->num.text ? e->num.text : "?");
+      return false;
+    }
+    *out = e->num.i;
+    return true;
+  case N_NAME: {
+    int i = namemap_get(&s->dim_map, e->name);
+    if (i < 0) {
+      diag_error(e->loc, "unknown dim '%s'", e->name ? e->name : "?");
+      return false;
+    }
+    if (!dim_resolve(s, i, depth + 1)) return false;
+    *out = s->dims.data[i]->size;
+    return true;
+  }
+  case N_UNARY: {
+    int64_t v;
+    if (!eval_int(s, e->lhs, &v, depth + 1)) return false;
+    if (v == INT64_MIN) {
+      diag_error(e->loc, "integer overflow");
+      return false;
+    }
+    *out = -v;
+    return true;
+  }
+  case N_TUPLE:
+    if (e->items && !e->items->next) return eval_int(s, e->items, out, depth + 1);
+    diag_error(e->loc, "expected an integer expression, found a tuple");
+    return false;
+  case N_BINARY: {
+    if (e->op == BIN_MATMUL) {
+      diag_error(e->loc, "'@' has no meaning in an integer expression");
+      return false;
+    }
+    int64_t a, b;
+    bool ok_a = eval_int(s, e->lhs, &a, depth + 1);
+    bool ok_b = eval_int(s, e->rhs, &b, depth + 1);
+    if (!ok_a || !ok_b) return false;
+    bool overflow = false;
+    switch (e->op) {
+    case BIN_ADD: overflow = __builtin_add_overflow(a, b, out); break;
+    case BIN_SUB: overflow = __builtin_sub_overflow(a, b, out); break;
+    case BIN_MUL: overflow = __builtin_mul_overflow(a, b, out); break;
+    case BIN_DIV:
+      if (b == 0) {
+        diag_error(e->loc, "division by zero");
+        return false;
+      }
+      if (a == INT64_MIN && b == -1) {
+        overflow = true;
+        break;
+      }
+      if (a % b != 0) {
+        diag_error(e->loc, "%lld / %lld leaves a remainder of %lld; sizes must divide evenly", (long long)a,
+                   (long long)b, (long long)(a % b));
+        return false;
+      }
+      *out = a / b;
+      break;
+    default:
+      diag_error(e->loc, "expected an integer expression");
+      return false;
+    }
+    if (overflow) {
+      diag_error(e->loc, "integer overflow (the result does not fit in 64 bits)");
+      return false;
+    }
+    return true;
+  }
+  default:
+    diag_error(e->loc, "expected an integer expression (numbers, dims, + - * / and parentheses)");
+    return false;
+  }
+}
+
+/* ---- dims ---- */
+
+/* A dim's size: its -D override, else its expression, evaluated once. A dim met again while it is
+ * being evaluated closes a cycle: one error at the dim that starts it, naming the path. */
+static bool dim_resolve(Sema *s, int i, int depth) {
+  Dim *d = s->dims.data[i];
+  switch (s->dim_state[i]) {
+  case DIM_DONE: return true;
+  case DIM_BAD: return false;
+  case DIM_BUSY: {
+    int start = s->dim_path.len - 1;
+    while (start > 0 && s->dim_path.data[start] != i) start--;
+    size_t len = 16;
+    for (int k = start; k < s->dim_path.len; k++) len += strlen(s->dims.data[s->dim_path.data[k]]->name) + 4;
+    len += strlen(d->name);
+    char *path = arena_alloc(s->a, len), *q = path;
+    for (int k = start; k < s->dim_path.len; k++) q += sprintf(q, "%s -> ", s->dims.data[s->dim_path.data[k]]->name);
+    sprintf(q, "%s", d->name);
+    diag_error(d->loc, "dim '%s' is defined in terms of itself (%s)", d->name, path);
+    return false;
+  }
+  }
+  if (depth > SEMA_MAX_DEPTH) {
+    diag_error(d->loc, "dim '%s' is defined through more than %d other dims", d->name, SEMA_MAX_DEPTH);
+    s->dim_state[i] = DIM_BAD;
+    return false;
+  }
+  s->dim_state[i] = DIM_BUSY;
+  VEC_PUSH(s->a, s->dim_path, i);
+  int64_t v = 0;
+  const Node *decl = s->dim_nodes.data[i];
+  bool ok = eval_int(s, decl->value, &v, depth + 1);
+  s->dim_path.len--;
+  if (ok && v < 1) {
+    diag_error(decl->value ? decl->value->loc : d->loc, "dim '%s' has size %lld; a dim's size must be at least 1",
+               d->name, (long long)v);
+    ok = false;
+  }
+  d->size = ok ? v : 1;
+  s->dim_state[i] = ok ? DIM_DONE : DIM_BAD;
+  return ok;
+}
+
+/* -D name=N, applied by name before any dim is evaluated, so `dim kseq = seq` follows `-D seq=N`. */
+static void dims_apply_overrides(Sema *s) {
+  if (!s->opt) return;
+  for (int k = 0; k < s->opt->noverrides; k++) {
+    const DimOverride *o = &s->opt->overrides[k];
+    Name n = o->name ? intern_cstr(o->name) : NULL;
+    int i = namemap_get(&s->dim_map, n);
+    if (i < 0) {
+      Name names[64];
+      int cnt = 0;
+      for (int j = 0; j < s->dims.len && cnt < 64; j++) names[cnt++] = s->dims.data[j]->name;
+      sema_usage(s, arena_printf(s->a, "-D %s: the program declares no dim '%s' (dims: %s)", n ? n : "",
+                                 n ? n : "", sema_join_names(s->a, names, cnt, 20)));
+      continue;
+    }
+    if (o->size < 1) {
+      sema_usage(s, arena_printf(s->a, "-D %s=%lld: a dim's size must be at least 1", n, (long long)o->size));
+      continue;
+    }
+    s->dims.data[i]->size = o->size;
+    s->dim_state[i] = DIM_DONE;
+  }
+}
+
+static void dims_resolve_all(Sema *s) {
+  s->dim_state = ARENA_ARRAY(s->a, uint8_t, s->dims.len > 0 ? s->dims.len : 1);
+  dims_apply_overrides(s);
+  for (int i = 0; i < s->dims.len; i++) dim_resolve(s, i, 0);
+}
+
+/* ---- meshes ---- */
+
+/* mesh NAME = TARGET[axis: size, ...]: axes distinct, sizes >= 1, at most MAX_MESH_AXES. */
+static Mesh *mesh_build(Sema *s, const Node *n) {
+  Program *p = s->p;
+  Mesh *m = ARENA_NEW(s->a, Mesh);
+  m->name = n->name;
+  m->loc = sema_name_loc(n);
+  m->slices = 1;
+  bool ok = true;
+  if (!n->target || !n->target->name) {
+    ok = false;
+  } else if (!(m->target = program_find_target(p, n->target->name))) {
+    diag_error(n->target->loc, "unknown target '%s'", n->target->name);
+    if (p->ntargets == 0) diag_note(n->target->loc, "the stdlib declares the targets: add `import \"targets\"`");
+    ok = false;
+  }
+  for (const Node *ax = n->items; ax; ax = ax->next) {
+    if (ax->kind != N_MESH_AXIS || !ax->name) {
+      ok = false;
+      continue;
+    }
+    SrcLoc loc = sema_name_loc(ax);
+    int prev = mesh_axis_index(m, ax->name);
+    if (prev >= 0) {
+      diag_error(loc, "mesh '%s' has two axes named '%s'", m->name, ax->name);
+      diag_note(m->axes[prev].loc, "the first is here");
+      ok = false;
+      continue;
+    }
+    if (m->naxes == MAX_MESH_AXES) {
+      diag_error(loc, "mesh '%s' has more than %d axes", m->name, MAX_MESH_AXES);
+      ok = false;
+      break;
+    }
+    int64_t size = 0;
+    if (!eval_int(s, ax->value, &size, 0)) {
+      ok = false;
+      size = 1;
+    } else if (size < 1) {
+      diag_error(ax->value->loc, "axis '%s' has size %lld; an axis's size must be at least 1", ax->name,
+                 (long long)size);
+      ok = false;
+      size = 1;
+    } else if (size > INT_MAX) {
+      diag_error(ax->value->loc, "axis '%s' has size %lld; at most %d", ax->name, (long long)size, INT_MAX);
+      ok = false;
+      size = 1;
+    }
+    MeshAxis *a = &m->axes[m->naxes++];
+    a->name = ax->name;
+    a->size = (int)size;
+    a->loc = loc;
+    a->stride = 1;
+    a->per_node = 1;
+  }
+  if (ok) {
+    mesh_form(m);
+  } else {
+    m->devices = 1; /* not formed: the error is reported, later stages do not run */
+    for (int i = 0; i < m->naxes; i++)
+      if (m->devices <= INT_MAX / m->axes[i].size) m->devices *= m->axes[i].size;
+  }
+  return m;
+}
+
+/* ---- layouts ---- */
+
+/* layout NAME { dim: axis  dim: (a, b) }: a rule naming an undeclared dim is a warning (it can
+ * never apply); its axes are checked against the chosen mesh (layout_check_rules). */
+static Layout *layout_build(Sema *s, const Node *n) {
+  Layout *l = ARENA_NEW(s->a, Layout);
+  l->name = n->name;
+  l->loc = sema_name_loc(n);
+  int count = 0;
+  for (const Node *r = n->items; r; r = r->next) count++;
+  l->rules = ARENA_ARRAY(s->a, LayoutRule, count > 0 ? count : 1);
+  for (const Node *r = n->items; r; r = r->next) {
+    if (r->kind != N_RULE || !r->name) continue;
+    LayoutRule *rule = &l->rules[l->nrules];
+    rule->dim = r->name;
+    rule->loc = r->loc.file ? r->loc : sema_name_loc(r);
+    bool ok = true;
+    for (const Node *a = r->items; a; a = a->next) {
+      if (a->kind != N_NAME || !a->name) {
+        ok = false;
+        continue;
+      }
+      for (int j = 0; j < rule->naxes; j++)
+        if (rule->axes[j] == a->name) {
+          diag_error(a->loc, "axis '%s' is named twice in the rule for '%s'", a->name, r->name);
+          ok = false;
+        }
+      if (rule->naxes == MAX_AXES_PER_DIM) {
+        diag_error(a->loc, "a rule maps a dim to at most %d axes", MAX_AXES_PER_DIM);
+        ok = false;
+        break;
+      }
+      rule->axes[rule->naxes++] = a->name;
+    }
+    if (!ok || rule->naxes == 0) continue;
+    if (namemap_get(&s->dim_map, r->name) < 0)
+      diag_warning(sema_name_loc(r), "layout '%s' has a rule for '%s', which is not a declared dim", l->name, r->name);
+    l->nrules++;
+  }
+  return l;
+}
+
+/* ---- models ---- */
+
+/* DTYPE[dim, dim@axis, dim@(a, b)]: every dim declared, none twice, at most MAX_RANK. The `@` axes
+ * are kept as names: layout_apply checks them against the chosen mesh. */
+static bool typespec_build(Sema *s, const Node *t, DType dt, TypeSpec *out) {
+  memset(out, 0, sizeof *out);
+  out->dtype = dt;
+  out->loc = t->loc;
+  bool ok = true;
+  for (const Node *td = t->items; td; td = td->next) {
+    if (td->kind != N_TYPE_DIM || !td->name) {
+      ok = false;
+      continue;
+    }
+    SrcLoc loc = sema_name_loc(td);
+    if (out->rank == MAX_RANK) {
+      diag_error(loc, "a tensor has at most %d dims", MAX_RANK);
+      return false;
+    }
+    int di = namemap_get(&s->dim_map, td->name);
+    if (di < 0) {
+      diag_error(loc, "unknown dim '%s'", td->name);
+      ok = false;
+      continue;
+    }
+    Dim *d = s->dims.data[di];
+    bool twice = false;
+    for (int k = 0; k < out->rank; k++)
+      if (out->dims[k] == d) twice = true;
+    if (twice) {
+      diag_error(loc, "dim '%s' appears twice in this type (rename one: declare `dim k%s = %s`)", d->name, d->name,
+                 d->name);
+      ok = false;
+      continue;
+    }
+    int r = out->rank++;
+    out->dims[r] = d;
+    out->dim_loc[r] = td->loc.file ? td->loc : loc;
+    for (const Node *a = td->items; a; a = a->next) {
+      if (a->kind != N_NAME || !a->name) continue;
+      if (out->nat[r] == MAX_MESH_AXES) {
+        diag_error(a->loc, "dim '%s' is sharded over more than %d axes", d->name, MAX_MESH_AXES);
+        ok = false;
+        break;
+      }
+      out->at[r][out->nat[r]++] = a->name;
+    }
+  }
+  return ok;
+}
+
+static Model *sema_find_model(Sema *s, Name n) {
+  int i = namemap_get(&s->model_map, n);
+  return i < 0 ? NULL : s->models.data[i];
+}
+
+static Model *model_use(Sema *s, Model *m);
+
+/* param NAME: TYPE, where TYPE is a tensor (a dtype), one instance of a model (`attention`), or a
+ * stack of instances (`block[layers]`, one dim, no `@`: a layout shards it). */
+static bool param_build(Sema *s, const Node *n, ParamDecl *pd) {
+  pd->name = n->name;
+  pd->loc = sema_name_loc(n);
+  const Node *t = n->type;
+  if (!t || t->kind != N_TYPE || !t->name) return false;
+  DType dt = dtype_from_name(t->name);
+  if (dt != DT_NONE) {
+    pd->kind = PARAM_TENSOR;
+    return typespec_build(s, t, dt, &pd->type);
+  }
+  Model *m = sema_find_model(s, t->name);
+  if (!m) {
+    diag_error(sema_name_loc(t), "unknown type '%s' (a dtype: f32 bf16 f16 f8 i32 i8, or a model)", t->name);
+    return false;
+  }
+  if (s->model_depth >= SEMA_MAX_MODEL_DEPTH) {
+    if (!s->reported_depth)
+      diag_error(sema_name_loc(t), "models hold one another more than %d deep", SEMA_MAX_MODEL_DEPTH);
+    s->reported_depth = true;
+    return false;
+  }
+  pd->model = model_use(s, m);
+  if (!t->flag && !t->items) {
+    pd->kind = PARAM_MODEL;
+    return true;
+  }
+  pd->kind = PARAM_STACK;
+  const Node *td = t->items;
+  if (!td || td->next || td->kind != N_TYPE_DIM || !td->name) {
+    diag_error(t->loc, "a stack of '%s' takes exactly one dim, the number of copies: %s[layers]", m->name, m->name);
+    return false;
+  }
+  if (td->items || td->flag) {
+    diag_error(sema_name_loc(td), "a stacking dim takes no '@'; shard it with a layout rule (%s: stage)", td->name);
+    return false;
+  }
+  int di = namemap_get(&s->dim_map, td->name);
+  if (di < 0) {
+    diag_error(sema_name_loc(td), "unknown dim '%s'", td->name);
+    return false;
+  }
+  pd->stack_dim = s->dims.data[di];
+  return true;
+}
+
+/* A function boundary type: a tensor, never a model. */
+static bool boundary_type(Sema *s, const Node *t, const char *what, Name name, TypeSpec *out) {
+  if (!t || t->kind != N_TYPE || !t->name) return false;
+  DType dt = dtype_from_name(t->name);
+  if (dt == DT_NONE) {
+    if (sema_find_model(s, t->name))
+      diag_error(sema_name_loc(t), "%s '%s' must be a tensor; '%s' is a model", what, name, t->name);
+    else
+      diag_error(sema_name_loc(t), "unknown type '%s' (a dtype: f32 bf16 f16 f8 i32 i8)", t->name);
+    memset(out, 0, sizeof *out);
+    out->dtype = DT_NONE;
+    return false;
+  }
+  return typespec_build(s, t, dt, out);
+}
+
+/* fn NAME(arg: TYPE, ...) -> TYPE { ... }: distinct argument names, tensor types. */
+static void fn_build(Sema *s, Model *owner, const Node *n, FnDecl *f) {
+  f->name = n->name;
+  f->loc = sema_name_loc(n);
+  f->model = owner;
+  f->ast = n;
+  int count = 0;
+  for (const Node *a = n->items; a; a = a->next) count++;
+  f->args = ARENA_ARRAY(s->a, FnArg, count > 0 ? count : 1);
+  for (const Node *a = n->items; a; a = a->next) {
+    if (a->kind != N_FN_ARG || !a->name) continue;
+    SrcLoc loc = sema_name_loc(a);
+    int prev = -1;
+    for (int k = 0; k < f->nargs; k++)
+      if (f->args[k].name == a->name) prev = k;
+    if (prev >= 0) {
+      sema_duplicate("argument", a->name, loc, f->args[prev].loc);
+      continue;
+    }
+    FnArg *arg = &f->args[f->nargs++];
+    arg->name = a->name;
+    arg->loc = loc;
+    if (!a->type) {
+      diag_error(loc, "argument '%s' needs a type, as in %s: bf16[batch, embed]", a->name, a->name);
+      arg->type.dtype = DT_NONE;
+      continue;
+    }
+    boundary_type(s, a->type, "argument", a->name, &arg->type);
+  }
+  if (!n->type) {
+    diag_error(f->loc, "function '%s' needs a result type: fn %s(...) -> bf16[...]", f->name, f->name);
+    f->ret.dtype = DT_NONE;
+  } else {
+    boundary_type(s, n->type, "the result of", f->name, &f->ret);
+  }
+}
+
+/* A model's params and functions share one namespace (`attn.wq`, `b.forward`). */
+static void model_build(Sema *s, Model *m, const Node *n) {
+  int np = 0, nf = 0;
+  for (const Node *it = n->items; it; it = it->next) {
+    if (it->kind == N_PARAM) np++;
+    else if (it->kind == N_FN) nf++;
+  }
+  m->params = ARENA_ARRAY(s->a, ParamDecl, np > 0 ? np : 1);
+  m->fns = ARENA_ARRAY(s->a, FnDecl, nf > 0 ? nf : 1);
+  NameMap seen = {0};     /* name -> index into `locs` */
+  VEC(SrcLoc) locs = {0};
+  for (const Node *it = n->items; it; it = it->next) {
+    if ((it->kind != N_PARAM && it->kind != N_FN) || !it->name) continue;
+    SrcLoc loc = sema_name_loc(it);
+    int prev = namemap_get(&seen, it->name);
+    if (prev >= 0) {
+      sema_duplicate(it->kind == N_PARAM ? "param" : "function", it->name, loc, locs.data[prev]);
+      continue;
+    }
+    namemap_put(s->a, &seen, it->name, locs.len);
+    VEC_PUSH(s->a, locs, loc);
+    if (it->kind == N_PARAM) {
+      param_build(s, it, &m->params[m->nparams++]);
+    } else {
+      fn_build(s, m, it, &m->fns[m->nfns++]);
+    }
+  }
+}
+
+/* Models are checked when the program uses them: every model of the main file, the models they
+ * hold, the models of steps and the entry. A model of an imported file that nothing uses is built
+ * quietly at the end (stdlib/layers.shard's models use dims only the programs that use them
+ * declare). MODEL_USED: built with diagnostics; a model being built counts as built, so a model
+ * holding itself ends here and is reported by the cycle check. */
+static Model *model_use(Sema *s, Model *m) {
+  int i = namemap_get(&s->model_map, m->name);
+  if (i < 0 || s->model_built.data[i] != MODEL_UNBUILT) return m;
+  s->model_built.data[i] = s->quiet ? MODEL_QUIET : MODEL_USED;
+  s->model_depth++;
+  model_build(s, m, s->model_nodes.data[i]);
+  s->model_depth--;
+  return m;
+}
+
+static void models_build_unused(Sema *s) {
+  s->quiet = true;
+  diag_push_quiet();
+  for (int i = 0; i < s->models.len; i++) model_use(s, s->models.data[i]);
+  diag_pop_quiet();
+  s->quiet = false;
+}
+
+/* A model may not contain itself, directly or through the models it holds: its instances would
+ * never end. Depth-first over the PARAM_MODEL / PARAM_STACK edges; one error per cycle, at the
+ * param that closes it. */
+static void model_check_cycles_from(Sema *s, int i, uint8_t *color, IntVec *path) {
+  color[i] = 1;
+  VEC_PUSH(s->a, *path, i);
+  Model *m = s->models.data[i];
+  for (int k = 0; k < m->nparams; k++) {
+    ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_TENSOR || !pd->model) continue;
+    int j = namemap_get(&s->model_map, pd->model->name);
+    if (j < 0) continue;
+    if (color[j] == 1) {
+      int start = path->len - 1;
+      while (start > 0 && path->data[start] != j) start--;
+      size_t len = 16;
+      for (int q = start; q < path->len; q++) len += strlen(s->models.data[path->data[q]]->name) + 4;
+      len += strlen(pd->model->name);
+      char *text = arena_alloc(s->a, len), *q = text;
+      for (int r = start; r < path->len; r++) q += sprintf(q, "%s -> ", s->models.data[path->data[r]]->name);
+      sprintf(q, "%s", pd->model->name);
+      diag_error(pd->loc, "model '%s' contains itself (%s)", pd->model->name, text);
+      pd->model = NULL; /* later stages never follow the cycle */
+    } else if (color[j] == 0) {
+      model_check_cycles_from(s, j, color, path);
+    }
+  }
+  path->len--;
+  color[i] = 2;
+}
+
+static void models_check_cycles(Sema *s) {
+  uint8_t *color = ARENA_ARRAY(s->a, uint8_t, s->models.len > 0 ? s->models.len : 1);
+  IntVec path = {0};
+  for (int i = 0; i < s->models.len; i++)
+    if (!color[i] && s->model_built.data[i] == MODEL_USED) model_check_cycles_from(s, i, color, &path);
+}
+
+/* ---- steps ---- */
+
+_Static_assert(SK__COUNT <= 16, "Step.key_loc has room for 16 keys");
+
+static const char *const step_key_names[] = {
+#define X(e, k) [e] = k,
+  STEP_KEYS(X)
+#undef X
+};
+
+const char *step_key_name(StepKey k) {
+  if ((int)k < 0 || k >= SK__COUNT) return "?";
+  return step_key_names[k];
+}
+
+/* The index of word w among the NULL-terminated words, or -1. */
+static int word_index(Name w, const char *const *words) {
+  if (!w) return -1;
+  for (int i = 0; words[i]; i++)
+    if (strcmp(w, words[i]) == 0) return i;
+  return -1;
+}
+
+/* `model.fn` (or a model with one function) as written after `train` / `serve`. */
+static FnDecl *step_fn(Sema *s, const Node *v) {
+  if (!v) return NULL;
+  if (v->kind == N_MEMBER && v->lhs && v->lhs->kind == N_NAME && v->name) {
+    Model *m = sema_find_model(s, v->lhs->name);
+    if (!m) {
+      diag_error(v->lhs->loc, "unknown model '%s'", v->lhs->name);
+      return NULL;
+    }
+    model_use(s, m);
+    FnDecl *f = model_find_fn(m, v->name);
+    if (!f) {
+      Name names[32];
+      int n = 0;
+      for (int i = 0; i < m->nfns && n < 32; i++) names[n++] = m->fns[i].name;
+      diag_error(v->loc, "model '%s' has no function '%s' (its functions: %s)", m->name, v->name,
+                 sema_join_names(s->a, names, n, 32));
+    }
+    return f;
+  }
+  if (v->kind == N_NAME && v->name) {
+    Model *m = sema_find_model(s, v->name);
+    if (!m) {
+      diag_error(v->loc, "unknown model '%s'", v->name);
+      return NULL;
+    }
+    model_use(s, m);
+    if (m->nfns == 1) return &m->fns[0];
+    diag_error(v->loc, "model '%s' has %d functions; name one: %s.fn", m->name, m->nfns, m->name);
+    return NULL;
+  }
+  diag_error(v->loc, "expected the function to train, as in `train model.forward { ... }`");
+  return NULL;
+}
+
+static const char *const loss_words[] = {"cross_entropy", "mse", NULL};
+static const char *const optim_words[] = {"sgd", "adam", NULL};
+static const char *const remat_words[] = {"none", "full", "dots", NULL};
+
+/* One `key = value` of a train step (keys: STEP_KEYS; language.md fixes them and their values). */
+static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
+  Name w = sema_kv_word(v);
+  bool is_word = w && v->kind != N_NUM;
+  switch (k) {
+  case SK_LOSS: {
+    int i = is_word ? word_index(w, loss_words) : -1;
+    if (i < 0) diag_error(v->loc, "'loss' must be cross_entropy or mse");
+    else st->loss = i == 0 ? LOSS_CROSS_ENTROPY : LOSS_MSE;
+    break;
+  }
+  case SK_OPTIMIZER: {
+    int i = is_word ? word_index(w, optim_words) : -1;
+    if (i < 0) diag_error(v->loc, "'optimizer' must be adam or sgd");
+    else st->optimizer = i == 0 ? OPT_SGD : OPT_ADAM;
+    break;
+  }
+  case SK_MASTER:
+    if (is_word && strcmp(w, "f32") == 0) st->master = DT_F32;
+    else diag_error(v->loc, "'master' must be f32 (the dtype of the master copy)");
+    break;
+  case SK_REMAT: {
+    int i = is_word ? word_index(w, remat_words) : -1;
+    if (i < 0) diag_error(v->loc, "'remat' must be none, full or dots");
+    else st->remat = i == 0 ? REMAT_NONE : i == 1 ? REMAT_FULL : REMAT_DOTS;
+    break;
+  }
+  case SK_MICROBATCHES: {
+    int64_t n = 0;
+    if (!eval_int(s, v, &n, 0)) break;
+    if (n < 1 || n > INT_MAX) diag_error(v->loc, "'microbatches' must be at least 1 (found %lld)", (long long)n);
+    else st->microbatches = (int)n;
+    break;
+  }
+  case SK_SCHEDULE:
+    if (w && strcmp(w, "gpipe") == 0) {
+      st->schedule = SCHED_GPIPE;
+    } else if (w && strcmp(w, "1f1b") == 0) {
+      st->schedule = SCHED_1F1B;
+    } else if (v->kind == N_CALL && v->lhs && v->lhs->kind == N_NAME && v->lhs->name &&
+               strcmp(v->lhs->name, "interleaved") == 0) {
+      const Node *arg = v->items;
+      double d;
+      bool is_int;
+      int64_t iv;
+      if (!arg || arg->next || !sema_kv_number(arg, &d, &is_int, &iv) || !is_int || iv < 1 || iv > 1024) {
+        diag_error(v->loc, "interleaved(V) takes the number of virtual stages per device, a whole number from 1 "
+                           "to 1024");
+      } else {
+        st->schedule = SCHED_INTERLEAVED;
+        st->interleave = (int)iv;
+      }
+    } else {
+      diag_error(v->loc, "'schedule' must be gpipe, 1f1b or interleaved(V)");
+    }
+    break;
+  case SK_LR: {
+    double d;
+    bool is_int;
+    int64_t iv;
+    if (!sema_kv_number(v, &d, &is_int, &iv) || !(d > 0) || d > 1e30)
+      diag_error(v->loc, "'lr' must be a number greater than 0");
+    else st->lr = d;
+    break;
+  }
+  case SK_ZERO: {
+    double d;
+    bool is_int;
+    int64_t iv;
+    if (!sema_kv_number(v, &d, &is_int, &iv) || !is_int || iv < 0 || iv > 2)
+      diag_error(v->loc, "'zero' must be 1 or 2 (or 0: no ZeRO sharding)");
+    else st->zero = (int)iv;
+    break;
+  }
+  case SK__COUNT:
+    break;
+  }
+}
+
+/* train model.fn { key = value ... }: known keys once each, loss and optimizer required. A serve
+ * step is recorded with its function; its keys are not read (compiling it is not implemented). */
+static Step *step_build(Sema *s, const Node *n) {
+  Step *st = ARENA_NEW(s->a, Step);
+  st->kind = n->flag == STEP_SERVE ? STEP_SERVE : STEP_TRAIN;
+  st->loc = n->value && n->value->loc.file ? n->value->loc : n->loc;
+  st->ast = n;
+  st->master = DT_NONE;
+  st->remat = REMAT_NONE;
+  st->microbatches = 1;
+  st->schedule = SCHED_1F1B;
+  st->interleave = 1;
+  st->fn = step_fn(s, n->value);
+  if (st->kind == STEP_SERVE) return st;
+
+  const Node *first[SK__COUNT] = {0};
+  for (const Node *kv = n->kvs; kv; kv = kv->next) {
+    if (kv->kind != N_KV || !kv->name || !kv->value) continue;
+    int k = 0;
+    while (k < SK__COUNT && strcmp(step_key_names[k], kv->name) != 0) k++;
+    SrcLoc loc = sema_name_loc(kv);
+    if (k == SK__COUNT) {
+      diag_error(loc, "unknown train key '%s' (valid keys: loss, optimizer, master, remat, microbatches, schedule, "
+                      "lr, zero)", kv->name);
+      continue;
+    }
+    if (first[k]) {
+      sema_duplicate("train key", kv->name, loc, sema_name_loc(first[k]));
+      continue;
+    }
+    first[k] = kv;
+    st->key_loc[k] = loc;
+    step_key(s, st, (StepKey)k, kv->value);
+  }
+  if (!first[SK_LOSS]) diag_error(st->loc, "train step needs 'loss = cross_entropy' or 'loss = mse'");
+  if (!first[SK_OPTIMIZER]) diag_error(st->loc, "train step needs 'optimizer = adam' or 'optimizer = sgd'");
+  if (!first[SK_LR]) st->lr = st->optimizer == OPT_SGD ? 1e-2 : 1e-3;
+
+  /* The microbatches split the global `batch`; whether the slices divide over the axes that shard
+   * `batch` is checked once the mesh and layout are chosen (sema_check_microbatches). */
+  if (first[SK_MICROBATCHES] && st->microbatches > 1) {
+    int bi = namemap_get(&s->dim_map, intern_cstr("batch"));
+    SrcLoc loc = first[SK_MICROBATCHES]->value->loc;
+    if (bi < 0) {
+      diag_error(loc, "microbatches split the dim 'batch', and the program declares none");
+    } else if (s->dim_state[bi] == DIM_DONE && s->dims.data[bi]->size % st->microbatches != 0) {
+      diag_error(loc, "microbatches = %d does not divide dim 'batch' (%lld)", st->microbatches,
+                 (long long)s->dims.data[bi]->size);
+    }
+  }
+  return st;
+}
+
+/* ---- choices: --mesh, --layout, --entry and their defaults ---- */
+
+static void choose(Sema *s) {
+  Program *p = s->p;
+  const SemaOptions *o = s->opt;
+  Name names[64];
+  int n;
+
+  if (o && o->mesh) {
+    p->mesh = program_find_mesh(p, intern_cstr(o->mesh));
+    if (!p->mesh) {
+      for (n = 0; n < p->nmeshes && n < 64; n++) names[n] = p->meshes[n]->name;
+      sema_usage(s, arena_printf(s->a, "--mesh %s: no such mesh (meshes: %s)", o->mesh,
+                                 sema_join_names(s->a, names, n, 64)));
+    }
+  } else if (p->nmeshes > 0) {
+    p->mesh = p->meshes[0];
+  }
+
+  if (o && o->layout) {
+    p->layout = program_find_layout(p, intern_cstr(o->layout));
+    if (!p->layout) {
+      for (n = 0; n < p->nlayouts && n < 64; n++) names[n] = p->layouts[n]->name;
+      sema_usage(s, arena_printf(s->a, "--layout %s: no such layout (layouts: %s)", o->layout,
+                                 sema_join_names(s->a, names, n, 64)));
+    }
+  } else if (p->nlayouts > 0) {
+    p->layout = p->layouts[0];
+  }
+
+  if (o && o->entry) {
+    const char *dot = strchr(o->entry, '.');
+    if (!dot || dot == o->entry || !dot[1] || strchr(dot + 1, '.')) {
+      sema_usage(s, arena_printf(s->a, "--entry %s: expected model.fn, as in --entry llama.forward", o->entry));
+      return;
+    }
+    Name mn = intern(o->entry, (size_t)(dot - o->entry)), fnn = intern_cstr(dot + 1);
+    Model *m = program_find_model(p, mn);
+    if (!m) {
+      for (n = 0; n < p->nmodels && n < 64; n++) names[n] = p->models[n]->name;
+      sema_usage(s, arena_printf(s->a, "--entry %s: no model '%s' (models: %s)", o->entry, mn,
+                                 sema_join_names(s->a, names, n, 64)));
+      return;
+    }
+    p->entry = model_find_fn(model_use(s, m), fnn);
+    if (!p->entry) {
+      for (n = 0; n < m->nfns && n < 64; n++) names[n] = m->fns[n].name;
+      sema_usage(s, arena_printf(s->a, "--entry %s: model '%s' has no function '%s' (its functions: %s)", o->entry,
+                                 mn, fnn, sema_join_names(s->a, names, n, 64)));
+    }
+    return;
+  }
+
+  /* Without --entry: the train step; else a serve step (the driver says it cannot compile one
+   * yet); else the only function of the last model of the main file (of the program, if the
+   * main file declares none); several functions there are an error asking for --entry. */
+  Step *serve = NULL;
+  for (int i = 0; i < p->nsteps; i++) {
+    if (p->steps[i]->kind == STEP_TRAIN && !p->step) p->step = p->steps[i];
+    if (p->steps[i]->kind == STEP_SERVE && !serve) serve = p->steps[i];
+  }
+  if (!p->step) p->step = serve;
+  if (p->step) {
+    p->entry = p->step->fn;
+    return;
+  }
+  Model *last = NULL;
+  for (int i = 0; i < s->models.len; i++)
+    if (s->model_in_main.data[i]) last = s->models.data[i];
+  if (!last && s->models.len > 0) last = s->models.data[s->models.len - 1];
+  if (!last || model_use(s, last)->nfns == 0) return;
+  if (last->nfns == 1) {
+    p->entry = &last->fns[0];
+    return;
+  }
+  for (n = 0; n < last->nfns && n < 64; n++) names[n] = last->fns[n].name;
+  diag_error(last->loc, "model '%s' has several functions (%s) and the program has no train step: choose one "
+             "with --entry %s.%s", last->name, sema_join_names(s->a, names, n, 64), last->name, last->fns[0].name);
+}
+
+/* ---- boundary types against the chosen mesh and layout ---- */
+
+/* A spec over a dim whose own declaration is wrong (its size a placeholder) is not checked: its
+ * divisibility would be a second, misleading report. */
+static void check_spec(Sema *s, const TypeSpec *t) {
+  if (t->dtype == DT_NONE) return;
+  for (int i = 0; i < t->rank; i++)
+    if (!t->dims[i] || s->dim_state[t->dims[i]->id] != DIM_DONE) return;
+  Sharding sh;
+  layout_apply(s->p, t, &sh, NULL);
+}
+
+/* Every boundary type of a model and the models it holds, once each. */
+static void check_model_specs(Sema *s, const Model *m, uint8_t *done) {
+  int i = namemap_get(&s->model_map, m->name);
+  if (i < 0 || done[i]) return;
+  done[i] = 1;
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_TENSOR) check_spec(s, &pd->type);
+    else if (pd->model) check_model_specs(s, pd->model, done);
+  }
+  for (int k = 0; k < m->nfns; k++) {
+    for (int a = 0; a < m->fns[k].nargs; a++) check_spec(s, &m->fns[k].args[a].type);
+    check_spec(s, &m->fns[k].ret);
+  }
+}
+
+/* batch / microbatches must divide by the product of the axes that shard `batch` in the step's
+ * inputs (language.md: each microbatch is sharded as `batch` is). */
+static void check_microbatches(Sema *s) {
+  Program *p = s->p;
+  Step *st = p->step;
+  if (!st || st->kind != STEP_TRAIN || !st->fn || st->microbatches <= 1 || !p->mesh) return;
+  Dim *batch = program_find_dim(p, intern_cstr("batch"));
+  if (!batch || batch->size % st->microbatches != 0) return;
+  int64_t rows = batch->size / st->microbatches;
+  for (int a = 0; a < st->fn->nargs; a++) {
+    const TypeSpec *t = &st->fn->args[a].type;
+    Sharding sh;
+    if (t->dtype == DT_NONE || !layout_apply(p, t, &sh, NULL)) continue;
+    for (int d = 0; d < t->rank; d++) {
+      if (t->dims[d] != batch || sh.naxes[d] == 0) continue;
+      int64_t product = 1;
+      char axes[256];
+      size_t used = 0;
+      axes[0] = 0;
+      for (int j = 0; j < sh.naxes[d]; j++) {
+        const MeshAxis *ax = &p->mesh->axes[sh.axes[d][j]];
+        product *= ax->size;
+        used += (size_t)snprintf(axes + used, used < sizeof axes ? sizeof axes - used : 0, "%s%s", j ? ", " : "",
+                                 ax->name);
+        if (used >= sizeof axes) used = sizeof axes - 1;
+      }
+      if (rows % product != 0) {
+        diag_error(st->key_loc[SK_MICROBATCHES].file ? st->key_loc[SK_MICROBATCHES] : st->loc,
+                   "each of the %d microbatches holds %lld rows of 'batch' (%lld), which do not divide over the "
+                   "axes that shard it (%s: %lld)",
+                   st->microbatches, (long long)rows, (long long)batch->size, axes, (long long)product);
+        return;
+      }
+    }
+  }
+}
+
+/* ---- the whole program ---- */
+
+/* Pass 1: every declaration by kind; duplicates of a name are errors (a note at the first). */
+static void collect(Sema *s, const ParsedProgram *pp) {
+  Program *p = s->p;
+  for (int f = 0; f < pp->nfiles; f++) {
+    const Ast *ast = pp->files[f];
+    if (!ast) continue;
+    bool is_main = f == pp->nfiles - 1;
+    for (const Node *d = ast->decls; d; d = d->next) {
+      if (!d->name && d->kind != N_STEP) continue;
+      SrcLoc loc = sema_name_loc(d);
+      int prev;
+      switch (d->kind) {
+      case N_DIM:
+        if ((prev = namemap_get(&s->dim_map, d->name)) >= 0) {
+          sema_duplicate("dim", d->name, loc, s->dims.data[prev]->loc);
+          break;
+        }
+        {
+          Dim *dim = ARENA_NEW(s->a, Dim);
+          dim->name = d->name;
+          dim->loc = loc;
+          dim->id = s->dims.len;
+          dim->size = 1;
+          namemap_put(s->a, &s->dim_map, d->name, s->dims.len);
+          VEC_PUSH(s->a, s->dims, dim);
+          VEC_PUSH(s->a, s->dim_nodes, d);
+        }
+        break;
+      case N_TARGET:
+        VEC_PUSH(s->a, s->target_nodes, d);
+        break;
+      case N_MESH:
+        if ((prev = namemap_get(&s->mesh_map, d->name)) >= 0) {
+          sema_duplicate("mesh", d->name, loc, sema_name_loc(s->mesh_nodes.data[prev]));
+          break;
+        }
+        namemap_put(s->a, &s->mesh_map, d->name, s->mesh_nodes.len);
+        VEC_PUSH(s->a, s->mesh_nodes, d);
+        break;
+      case N_LAYOUT:
+        if ((prev = namemap_get(&s->layout_map, d->name)) >= 0) {
+          sema_duplicate("layout", d->name, loc, sema_name_loc(s->layout_nodes.data[prev]));
+          break;
+        }
+        namemap_put(s->a, &s->layout_map, d->name, s->layout_nodes.len);
+        VEC_PUSH(s->a, s->layout_nodes, d);
+        break;
+      case N_MODEL:
+        if ((prev = namemap_get(&s->model_map, d->name)) >= 0) {
+          sema_duplicate("model", d->name, loc, s->models.data[prev]->loc);
+          break;
+        }
+        if (dtype_from_name(d->name) != DT_NONE) {
+          diag_error(loc, "'%s' is a dtype and cannot name a model", d->name);
+          break;
+        }
+        {
+          Model *m = ARENA_NEW(s->a, Model);
+          m->name = d->name;
+          m->loc = loc;
+          namemap_put(s->a, &s->model_map, d->name, s->models.len);
+          VEC_PUSH(s->a, s->models, m);
+          VEC_PUSH(s->a, s->model_nodes, d);
+          VEC_PUSH(s->a, s->model_in_main, is_main);
+          VEC_PUSH(s->a, s->model_built, (uint8_t)MODEL_UNBUILT);
+        }
+        break;
+      case N_STEP:
+        VEC_PUSH(s->a, s->step_nodes, d);
+        break;
+      default:
+        break;
+      }
+    }
+  }
+  p->dims = s->dims.data;
+  p->ndims = s->dims.len;
+  p->models = s->models.data;
+  p->nmodels = s->models.len;
+}
+
+Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt) {
+  Program *p = ARENA_NEW(a, Program);
+  p->arena = a;
+  p->diag_once = layout_diag_once_new(a);
+  if (!pp || pp->nfiles <= 0 || !pp->files) return p;
+  if (pp->files[pp->nfiles - 1]) p->main_file = pp->files[pp->nfiles - 1]->src;
+
+  Sema s = {.p = p, .a = a, .opt = opt};
+  collect(&s, pp);
+  dims_resolve_all(&s);
+
+  target_build_all(p, (const Node *const *)s.target_nodes.data, s.target_nodes.len);
+
+  p->meshes = ARENA_ARRAY(a, Mesh *, s.mesh_nodes.len > 0 ? s.mesh_nodes.len : 1);
+  for (int i = 0; i < s.mesh_nodes.len; i++) p->meshes[p->nmeshes++] = mesh_build(&s, s.mesh_nodes.data[i]);
+
+  p->layouts = ARENA_ARRAY(a, Layout *, s.layout_nodes.len > 0 ? s.layout_nodes.len : 1);
+  for (int i = 0; i < s.layout_nodes.len; i++) p->layouts[p->nlayouts++] = layout_build(&s, s.layout_nodes.data[i]);
+
+  for (int i = 0; i < s.models.len; i++)
+    if (s.model_in_main.data[i]) model_use(&s, s.models.data[i]);
+
+  p->steps = ARENA_ARRAY(a, Step *, s.step_nodes.len > 0 ? s.step_nodes.len : 1);
+  const Step *first_train = NULL;
+  for (int i = 0; i < s.step_nodes.len; i++) {
+    Step *st = step_build(&s, s.step_nodes.data[i]);
+    if (st->kind == STEP_TRAIN) {
+      if (first_train) {
+        diag_error(st->loc, "a program has one train step (compile another function with --entry model.fn)");
+        diag_note(first_train->loc, "the train step is here");
+        continue;
+      }
+      first_train = st;
+    }
+    p->steps[p->nsteps++] = st;
+  }
+
+  choose(&s);
+  models_check_cycles(&s);
+  models_build_unused(&s);
+  p->usage_error = s.usage;
+  if (p->usage_error) return p;
+
+  if (p->entry && !p->mesh)
+    diag_error(p->entry->loc, "compiling '%s.%s' needs a mesh, and the program declares none (for example "
+                              "`mesh pod = tpu_v5e[data: 8]` after `import \"targets\"`)",
+               p->entry->model->name, p->entry->name);
+  layout_check_rules(p);
+  uint8_t *done = ARENA_ARRAY(a, uint8_t, s.models.len > 0 ? s.models.len : 1);
+  for (int i = 0; i < s.models.len; i++)
+    if (s.model_in_main.data[i]) check_model_specs(&s, s.models.data[i], done);
+  if (p->entry && p->entry->model) check_model_specs(&s, p->entry->model, done);
+  check_microbatches(&s);
+  return p;
+}
+
+/* ---- lookups ---- */
+
+Dim *program_find_dim(const Program *p, Name n) {
+  for (int i = 0; p && i < p->ndims; i++)
+    if (p->dims[i]->name == n) return p->dims[i];
+  return NULL;
+}
+
+Model *program_find_model(const Program *p, Name n) {
+  for (int i = 0; p && i < p->nmodels; i++)
+    if (p->models[i]->name == n) return p->models[i];
+  return NULL;
+}
+
+Target *program_find_target(const Program *p, Name n) {
+  for (int i = 0; p && i < p->ntargets; i++)
+    if (p->targets[i]->name == n) return p->targets[i];
+  return NULL;
+}
+
+Mesh *program_find_mesh(const Program *p, Name n) {
+  for (int i = 0; p && i < p->nmeshes; i++)
+    if (p->meshes[i]->name == n) return p->meshes[i];
+  return NULL;
+}
+
+Layout *program_find_layout(const Program *p, Name n) {
+  for (int i = 0; p && i < p->nlayouts; i++)
+    if (p->layouts[i]->name == n) return p->layouts[i];
+  return NULL;
+}
+
+FnDecl *model_find_fn(const Model *m, Name n) {
+  for (int i = 0; m && i < m->nfns; i++)
+    if (m->fns[i].name == n) return &m->fns[i];
+  return NULL;
+}
+
+ParamDecl *model_find_param(const Model *m, Name n) {
+  for (int i = 0; m && i < m->nparams; i++)
+    if (m->params[i].name == n) return &m->params[i];
+  return NULL;
+}
