@@ -1,0 +1,36 @@
+/* check.c: load, check declarations, choose mesh/layout/entry, lower the entry to IR (check.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+int check_load(const Options *o, Arena *arena, CheckedProgram *cp) {
+  memset(cp, 0, sizeof *cp);
+  cp->parsed = driver_load_program(o, arena);
+  if (!cp->parsed) return EXIT_PROGRAM_ERROR;
+  if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
+
+  SemaOptions so = {.mesh = o->mesh, .layout = o->layout, .entry = o->entry};
+  so.overrides = ARENA_ARRAY(arena, DimOverride, o->ndims + 1);
+  for (int i = 0; i < o->ndims; i++)
+    so.overrides[so.noverrides++] = (DimOverride){intern_cstr(o->dims[i].name), o->dims[i].value};
+  cp->prog = sema_program(arena, cp->parsed, &so);
+  if (cp->prog->usage_error) {
+    fprintf(stderr, "shardc: %s\n", cp->prog->usage_error);
+    return EXIT_USAGE;
+  }
+  if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
+  if (!cp->prog->entry) return EXIT_OK;
+  if (!cp->prog->mesh) {
+    diag_error(cp->prog->entry->loc, "no mesh is declared: declare one (mesh pod = tpu_v5e[data: 4, model: 2]) "
+               "to check memory per device");
+    return EXIT_PROGRAM_ERROR;
+  }
+  if (cp->prog->step && cp->prog->step->kind == STEP_SERVE) {
+    fprintf(stderr, "shardc: compiling a `serve` step is not implemented yet; use --entry model.fn\n");
+    return EXIT_USAGE;
+  }
+  cp->ir = ir_build(arena, cp->prog);
+  if (!cp->ir || diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
+  return EXIT_OK;
+}

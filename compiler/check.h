@@ -1,0 +1,19 @@
+/* check.h: the front half every analysing command shares (check, explain, sim, run, build):
+ * load the program, check its declarations, apply the command line's choices, and lower the entry
+ * to IR. Commands then add their own stage. */
+#ifndef SHARDC_CHECK_H
+#define SHARDC_CHECK_H
+
+#include "driver.h"
+#include "ir.h"
+
+typedef struct CheckedProgram {
+  ParsedProgram *parsed;
+  Program *prog;
+  IrModule *ir;   /* NULL when the program has no entry (a declarations-only file) */
+} CheckedProgram;
+
+/* Returns the exit code so far: EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics printed),
+ * or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
+int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
+#endif

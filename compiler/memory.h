@@ -1,0 +1,51 @@
+/* memory.h: memory fit per device, FLOPs per step, and what to change when it does not fit.
+ *
+ * In: the checked Program (its mesh, layout and step) and the entry's IR with a sharding on every
+ * value. Out: the per-device bytes of language.md's memory keys (params, grads, optimizer,
+ * activations, temporaries), the total against the target's HBM, the largest buffers, FLOPs per
+ * step, and -- when it does not fit -- suggestions, each found by re-running this same model on a
+ * changed program and ranked by the bytes it saves. */
+#ifndef SHARDC_MEMORY_H
+#define SHARDC_MEMORY_H
+
+#include "ir.h"
+
+typedef struct MemBuffer {
+  const char *what;      /* "param blocks.mlp.w_up", "activations of loop body (x126)", ... */
+  SrcLoc loc;
+  int64_t bytes;         /* per device */
+} MemBuffer;
+
+#define MEM_MAX_LARGEST 6
+typedef struct MemoryReport {
+  bool training;
+  int64_t devices;
+  int64_t param_count;       /* global */
+  int64_t param_bytes;       /* global, in the params' dtypes */
+  /* per device, after sharding (language.md's fixed keys) */
+  int64_t params, grads, optimizer, activations, temporaries, total;
+  double capacity;           /* the target's HBM, bytes */
+  bool fits;
+  double flops_per_step;     /* global, recomputation included */
+  double model_flops_per_step; /* the same without recomputation (MFU's numerator) */
+  double recompute_flops;
+  MemBuffer largest[MEM_MAX_LARGEST]; /* largest buffers, largest first */
+  int nlargest;
+} MemoryReport;
+
+/* Fills shardings (shard.h) for p's mesh and layout, then computes the report. */
+void memory_estimate(const Program *p, IrModule *m, MemoryReport *out);
+
+typedef struct MemSuggestion {
+  char text[200];            /* "add `embed: data` to layout fsdp_tp" */
+  char comm[200];            /* the communication (or compute) it would add, in words and figures */
+  int64_t saved;             /* bytes per device saved */
+  int64_t new_total;
+  bool fits;                 /* the changed program fits */
+} MemSuggestion;
+
+/* Candidate changes, each re-estimated; returns how many (<= max), best first. */
+int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemSuggestion *out, int max);
+
+void memory_print_text(FILE *out, const Program *p, const MemoryReport *r);
+#endif
