@@ -9,16 +9,15 @@
  *   and the major ones cross nodes. An axis whose whole span (stride x size) fits in a node rides
  *   NVLink; any other rides the network, though `per_node` of its devices still share a node.
  *
- * TPU: the axes of one slice fill the torus dims minor-first, like digits of a mixed-radix number:
- *   the minor axis starts on torus dim 0 and, when a dim is full, continues on the next. An axis
- *   may span several torus dims (its bandwidth then adds up), but it may move on to the next dim
- *   only after filling the current one exactly, so every axis has a whole extent along every dim
- *   (a legal sub-torus; [a:3, b:16] on 16x16 is not one). An axis closes its ring (wraparound,
- *   bidirectional) when every extent it spans is a multiple of the target's wrap_multiple.
- *   A mesh larger than one slice is several *full* slices joined by the data-center network: the
- *   devices must be a whole number of slices, the most-major axes must multiply to exactly that
- *   number (they ride DCN) and the rest must form one full slice. An axis that would have to be
- *   cut between ICI and DCN is an error naming it. */
+ * TPU: the axes of one slice are laid on the torus minor-first, each starting on a torus dim no
+ *   more-minor axis uses yet (a 16-chip [data: 4, model: 4] is the 4x4 slice real hardware gives),
+ *   continuing onto further fresh dims when it is longer than one, and sharing the room left on a
+ *   used dim only when no fresh dim remains. The extents on each torus dim multiply to at most its
+ *   size. An axis spanning several torus dims gets their bandwidth combined; it closes its ring
+ *   (wraparound, bidirectional) when every extent it spans is a multiple of the target's
+ *   wrap_multiple. A mesh larger than the largest slice is several slices joined by the data-center
+ *   network: the minor axes whose product fits one slice form it, the major axes count slices and
+ *   ride DCN; an axis that would have to be cut between ICI and DCN is an error naming it. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,45 +74,49 @@ static void mesh_form_gpu(Mesh *m) {
   m->slices = 1;
 }
 
-/* Places axes [first, naxes) of one slice on the torus, minor-first (file comment). */
+/* The largest divisor of n that is at most cap (1 if none above 1). */
+static int64_t largest_divisor_upto(int64_t n, int64_t cap) {
+  for (int64_t f = cap < n ? cap : n; f > 1; f--)
+    if (n % f == 0) return f;
+  return 1;
+}
+
+/* Places axes [first, naxes) of one slice on the torus, minor-first. Each axis starts on a torus
+ * dim no more-minor axis uses yet (so a 16-chip [data: 4, model: 4] is the 4x4 slice it is on real
+ * hardware, one axis per torus dim); an axis larger than that dim continues onto the next fresh
+ * dims, and only when none is left shares the room more-minor axes left on a used dim. Each torus
+ * dim's extents multiply to at most its size. An axis's wraparound, bandwidth and hop count follow
+ * from the extents it gets (the file comment). */
 static bool mesh_place_slice(Mesh *m, int first) {
   const Target *t = m->target;
-  int j = 0;        /* torus dim being filled */
-  int64_t fill = 1; /* chips of dim j already taken by more-minor axes */
+  int64_t cap[MAX_TORUS_DIMS]; /* how much more each torus dim can still be multiplied */
+  bool used[MAX_TORUS_DIMS] = {false};
   char tbuf[64];
+  for (int j = 0; j < t->ntorus; j++) cap[j] = t->torus[j];
   for (int i = m->naxes - 1; i >= first; i--) {
     MeshAxis *ax = &m->axes[i];
     for (int d = 0; d < MAX_TORUS_DIMS; d++) ax->torus_extent[d] = 1;
     int64_t rem = ax->size;
-    while (rem > 1) {
-      if (j >= t->ntorus) {
-        diag_error(ax->loc, "axis '%s' (%d) does not fit on %s's %s torus", ax->name, ax->size, t->name,
-                   torus_text(t, tbuf, sizeof tbuf));
-        return false;
-      }
-      int64_t room = t->torus[j] / fill;
-      if (fill * rem <= t->torus[j]) {
-        ax->torus_extent[j] *= (int)rem;
-        fill *= rem;
-        rem = 1;
-      } else if (t->torus[j] % fill != 0 || rem % room != 0) {
-        if (fill > 1)
-          diag_error(ax->loc,
-                     "axis '%s' (%d) cannot continue from torus dim %d, where the axes minor to it take %lld of "
-                     "%d chips, onto dim %d: a slice of %s's %s torus must fill one dim before the next",
-                     ax->name, ax->size, j, (long long)fill, t->torus[j], j + 1, t->name,
-                     torus_text(t, tbuf, sizeof tbuf));
-        else
-          diag_error(ax->loc,
-                     "axis '%s' (%d) does not divide into whole rows of %d chips along torus dim %d of %s's %s torus",
-                     ax->name, ax->size, t->torus[j], j, t->name, torus_text(t, tbuf, sizeof tbuf));
-        return false;
-      } else {
-        ax->torus_extent[j] *= (int)room;
-        rem /= room;
-        fill = t->torus[j];
-      }
-      if (fill == t->torus[j]) j++, fill = 1;
+    int order[2 * MAX_TORUS_DIMS], n = 0;
+    for (int j = 0; j < t->ntorus; j++)
+      if (!used[j]) order[n++] = j;
+    for (int j = 0; j < t->ntorus; j++)
+      if (used[j]) order[n++] = j;
+    for (int k = 0; k < n && rem > 1; k++) {
+      int j = order[k];
+      int64_t f = largest_divisor_upto(rem, cap[j]);
+      if (f <= 1) continue;
+      ax->torus_extent[j] *= (int)f;
+      cap[j] /= f;
+      rem /= f;
+      used[j] = true;
+    }
+    if (rem > 1) {
+      diag_error(ax->loc,
+                 "axis '%s' (%d) does not fit on %s's %s torus beside the axes minor to it (%lld of it is "
+                 "left over)",
+                 ax->name, ax->size, t->name, torus_text(t, tbuf, sizeof tbuf), (long long)rem);
+      return false;
     }
     int spanned = 0;
     bool wrap = true;
@@ -132,6 +135,9 @@ static bool mesh_place_slice(Mesh *m, int first) {
   return true;
 }
 
+/* Beyond one slice, the most-major axes count slices and ride DCN (language.md, fixed): the
+ * minor axes whose product still fits the largest slice form one slice, the rest are DCN axes, so
+ * no axis straddles ICI and DCN. */
 static bool mesh_form_tpu(Mesh *m) {
   const Target *t = m->target;
   char tbuf[64];
@@ -140,33 +146,21 @@ static bool mesh_form_tpu(Mesh *m) {
   int first_ici = 0; /* axes [0, first_ici) ride DCN */
   m->slices = 1;
   if (m->devices > slice) {
-    if (m->devices % slice != 0) {
-      diag_error(m->loc,
-                 "mesh '%s' needs %lld devices; %s slices hold at most %lld (%s), and %lld is not a whole "
-                 "number of slices",
-                 m->name, (long long)m->devices, t->name, (long long)slice, torus_text(t, tbuf, sizeof tbuf),
-                 (long long)m->devices);
-      return false;
-    }
-    int64_t slices = m->devices / slice, major = 1;
-    while (first_ici < m->naxes && major < slices) major *= m->axes[first_ici++].size;
-    if (major != slices) {
-      /* The axis that crosses from "fits in a slice" to "more than a slice", minor-first. */
-      int64_t minor = 1;
-      int i = m->naxes - 1;
-      while (i > 0 && minor * m->axes[i].size <= slice) minor *= m->axes[i--].size;
-      const MeshAxis *ax = &m->axes[i];
+    int64_t minor = 1;
+    int i = m->naxes - 1;
+    while (i >= 0 && minor * m->axes[i].size <= slice) minor *= m->axes[i--].size;
+    first_ici = i + 1;
+    if (minor == 1 && m->naxes > 0) {
+      const MeshAxis *ax = &m->axes[m->naxes - 1];
       diag_error(ax->loc,
-                 "mesh '%s' needs %lld devices; %s slices hold at most %lld (%s), and axis '%s' (%d) would "
-                 "straddle ICI and DCN (the axes minor to it hold %lld devices; the major axes must multiply "
-                 "to the %lld slices exactly)",
-                 m->name, (long long)m->devices, t->name, (long long)slice, torus_text(t, tbuf, sizeof tbuf),
-                 ax->name, ax->size, (long long)minor, (long long)slices);
+                 "mesh '%s': axis '%s' (%d) is larger than %s's largest slice (%lld chips, %s) and would "
+                 "straddle ICI and DCN; split it into a DCN axis and ICI axes",
+                 m->name, ax->name, ax->size, t->name, (long long)slice, torus_text(t, tbuf, sizeof tbuf));
       return false;
     }
-    m->slices = slices;
-    for (int i = 0; i < first_ici; i++) {
-      MeshAxis *ax = &m->axes[i];
+    m->slices = m->devices / minor;
+    for (int a = 0; a < first_ici; a++) {
+      MeshAxis *ax = &m->axes[a];
       ax->link = LINK_DCN;
       ax->bw = t->dcn_bw;
       ax->latency = t->hop_latency; /* no DCN latency figure in the targets; see docs/targets.md */

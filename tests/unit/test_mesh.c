@@ -197,9 +197,9 @@ static void test_v5e_small(void) {
   if (m) {
     check_int("devices", m->devices, 8);
     expect_ici(m, "model", 2, 1, 1, 1, false);
-    expect_ici(m, "data", 4, 1, 1, 1, false);
+    expect_ici(m, "data", 1, 4, 1, 1, false); /* each axis on its own torus dim: a 2x4 slice */
   }
-  end("v5e [data:4, model:2]: a 8x1 sub-slice, no wraparound");
+  end("v5e [data:4, model:2]: a 2x4 sub-slice, no wraparound");
 }
 
 static void test_v5e_span(void) {
@@ -209,7 +209,7 @@ static void test_v5e_span(void) {
   const Mesh *m = mesh(p, "pod");
   if (m) {
     expect_ici(m, "model", 8, 1, 1, 1, false);
-    expect_ici(m, "data", 2, 2, 1, 2, false); /* fills dim 0 (8 x 2 = 16), then 2 along dim 1 */
+    expect_ici(m, "data", 1, 4, 1, 1, false); /* its own torus dim: an 8x4 slice */
   }
   m = mesh(p, "row");
   if (m) expect_ici(m, "data", 16, 2, 1, 2, false); /* 16 wraps, 2 does not: no wraparound */
@@ -232,12 +232,12 @@ static void test_v5p_3d(void) {
   m = mesh(p, "cube");
   if (m) {
     expect_ici(m, "model", 16, 4, 1, 2, true); /* spans torus dims 0 and 1; 16 and 4 are multiples of 4 */
-    expect_ici(m, "data", 1, 4, 1, 1, true);
+    expect_ici(m, "data", 1, 1, 4, 1, true); /* the fresh torus dim 2 */
   }
   m = mesh(p, "part");
   if (m) {
     expect_ici(m, "model", 8, 1, 1, 1, true);
-    expect_ici(m, "data", 2, 1, 1, 1, false); /* 8 x 2 along dim 0; 2 is not a multiple of 4 */
+    expect_ici(m, "data", 1, 2, 1, 1, false); /* 2 along dim 1; 2 is not a multiple of 4 */
   }
   end("v5p 3D torus: axes per torus dim, one spanning two dims, wraparound per multiple of 4");
 }
@@ -266,24 +266,31 @@ static void test_v5e_two_slices(void) {
 
 static void test_unformable(void) {
   begin();
-  check("mesh big = v5e[data: 512, model: 16]\n");
-  expect_error("axis 'data' (512) would straddle ICI and DCN", "slices hold at most 256 (16x16)");
-  end("v5e [data:512, model:16]: 'data' would straddle ICI and DCN");
+  check("mesh big = v5e[data: 512]\n");
+  expect_error("axis 'data' (512) is larger than", "would straddle ICI and DCN");
+  end("v5e [data:512]: one axis larger than a slice would straddle ICI and DCN");
 
   begin();
-  check("mesh odd = v5e[data: 3, model: 128]\n");
-  expect_error("needs 384 devices", "not a whole number of slices");
-  end("v5e 384 devices: not a whole number of slices");
-
-  begin();
-  check("mesh ragged = v5e[data: 16, model: 3]\n");
-  expect_error("axis 'data' (16) cannot continue from torus dim 0", "take 3 of 16 chips");
-  end("v5e [data:16, model:3]: not a legal sub-torus");
+  const Program *p = check("mesh odd = v5e[data: 3, model: 128]\n");
+  expect_clean();
+  const Mesh *m = mesh(p, "odd");
+  if (m) {
+    check_int("odd.slices", m->slices, 3);
+    const MeshAxis *d = axis(m, "data");
+    if (d) check_int("odd.data.link", d->link, LINK_DCN);
+    expect_ici(m, "model", 16, 8, 1, 2, false); /* 16 wraps, 8 does not */
+  }
+  end("v5e [data:3, model:128]: three 128-chip slices over DCN");
 
   begin();
   check("mesh far = v5e[data: 17]\n");
-  expect_error("axis 'data' (17)", "whole rows of 16 chips");
-  end("v5e [data:17]: does not divide into rows of the torus");
+  expect_error("axis 'data' (17)", "does not fit");
+  end("v5e [data:17]: a prime larger than any torus dim does not fit");
+
+  begin();
+  check("mesh wide = v5e[a: 2, b: 5, c: 5, d: 5]\n");
+  expect_error("axis 'b' (5)", "does not fit");
+  end("v5e [a:2, b:5, c:5, d:5]: no room left for 'b' beside 'c' and 'd' (5x5 on 16x16)");
 }
 
 static void test_h100(void) {
@@ -327,7 +334,8 @@ static void test_base_and_reform(void) {
     check_true("mesh_form(copy)", mesh_form(&big));
     expect_ici(&big, "data", 1, 16, 1, 1, true);
     check_int("big.devices", big.devices, 256);
-    big.axes[0].size = 64; /* 1024 chips: 4 slices, but data would straddle */
+    big.axes[0].size = 1;
+    big.axes[1].size = 1024; /* one axis of 1024 chips: larger than a slice */
     FILE *null = fopen("/dev/null", "w");
     diag_configure(null ? null : stderr, DIAG_MACHINE, false);
     check_true("mesh_form(straddling copy) fails", !mesh_form(&big));
