@@ -4,6 +4,11 @@
 
 #include "check.h"
 
+ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
+  ParsedProgram *prog = parse_program(arena, o->input, stdlib_locate(o->argv0));
+  return prog->nfiles > 0 ? prog : NULL;
+}
+
 int check_load(const Options *o, Arena *arena, CheckedProgram *cp) {
   memset(cp, 0, sizeof *cp);
   cp->parsed = driver_load_program(o, arena);

@@ -154,11 +154,6 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
-ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
-  ParsedProgram *prog = parse_program(arena, o->input, stdlib_locate(o->argv0));
-  return prog->nfiles > 0 ? prog : NULL;
-}
-
 /* shardc parse FILE: the main file's tree (not its imports'), or the diagnostics and exit 1. */
 int cmd_parse(const Options *o) {
   Arena arena;

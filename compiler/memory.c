@@ -155,6 +155,7 @@ static int64_t saved_in_func(Walk *w, IrFunc *f, RematKind remat, bool in_loop) 
 }
 
 /* ---- FLOPs ---- */
+/* The product of the distinct dims of a (without `drop`) and b, and `add`: a contraction's size. */
 static double prod_union(const TensorType *a, const TensorType *b, const Dim *drop, const Dim *add) {
   const Dim *seen[2 * MAX_RANK + 1];
   int n = 0;
@@ -163,7 +164,7 @@ static double prod_union(const TensorType *a, const TensorType *b, const Dim *dr
   for (int t = 0; t < 2; t++)
     for (int i = 0; i < ts[t]->rank; i++) {
       const Dim *d = ts[t]->dims[i];
-      if (d == drop) continue;
+      if (t == 0 && d == drop) continue; /* `drop` leaves the first tensor only */
       bool dup = false;
       for (int j = 0; j < n; j++) dup |= seen[j] == d;
       if (!dup) { seen[n++] = d; f *= (double)d->size; }
