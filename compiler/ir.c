@@ -150,6 +150,16 @@ Op *ir_emit(IrModule *m, IrFunc *f, OpKind kind, SrcLoc loc, Value **operands, i
 
 Value *ir_result(const Op *op) { return op && op->nresults > 0 ? op->results[0] : NULL; }
 
+Value *ir_op_add_result(IrModule *m, Op *op, TensorType t) {
+  Value **nr = ARENA_ARRAY(m->arena, Value *, op->nresults + 1);
+  if (op->nresults) memcpy(nr, op->results, sizeof(Value *) * (size_t)op->nresults);
+  Value *v = value_new(m, op->func, t);
+  v->def = op;
+  nr[op->nresults++] = v;
+  op->results = nr;
+  return v;
+}
+
 int ir_replace_uses(IrFunc *f, const Value *from, Value *to) {
   int n = 0;
   for (Op *o = f->first; o; o = o->next)
@@ -375,7 +385,8 @@ static void verify_func(Verify *v, const IrFunc *f) {
         if (ninv < 0 || op->nslices < 0 || op->ncarried < 0)
           vfail(v, f, op, "bad operand groups (invariants %d)", ninv);
         if (body->ninputs != op->noperands) vfail(v, f, op, "body has %d inputs", body->ninputs);
-        if (body->noutputs != op->ncarried || op->nresults != op->ncarried)
+        if (op->nstacked < 0 || body->noutputs != op->ncarried + op->nstacked ||
+            op->nresults != op->ncarried + op->nstacked)
           vfail(v, f, op, "carried %d but outputs/results differ", op->ncarried);
         if (op->stack_dim && op->count != op->stack_dim->size)
           vfail(v, f, op, "count differs from the stacking dim's size%.0d", 0);
@@ -395,6 +406,16 @@ static void verify_func(Verify *v, const IrFunc *f) {
           if (!out || !op->results[i]) continue;
           if (!tensor_type_equal(&in->type, &out->type) || !tensor_type_equal(&out->type, &op->results[i]->type))
             vfail(v, f, op, "carried value %d changes type", i);
+        }
+        for (int i = op->ncarried; i < op->ncarried + op->nstacked && i < body->noutputs && i < op->nresults; i++) {
+          const Value *out = body->outputs[i], *res = op->results[i];
+          if (!out || !res) continue;
+          if (res->type.rank < 1 || res->type.dims[0] != op->stack_dim) {
+            vfail(v, f, op, "stacked result %d does not lead with the stacking dim", i);
+            continue;
+          }
+          TensorType want = drop_first(&res->type);
+          if (!tensor_type_equal(&want, &out->type)) vfail(v, f, op, "stacked result %d has the wrong type", i);
         }
         verify_func(v, body);
       }

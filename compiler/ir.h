@@ -50,12 +50,79 @@
                                      flag = causal */                                      \
   X(OP_LOOP, "loop", -1)          /* operands: stacked params' values, then carried inputs, \
                                      then invariants (nslices, ncarried); body runs `count` \
-                                     times; results: carried outputs */                     \
+                                     times; results: carried outputs, then `nstacked` stacked \
+                                     outputs (see Op.nstacked, Op.reverse) */               \
   X(OP_ALL_GATHER, "all_gather", 1)                                                        \
   X(OP_REDUCE_SCATTER, "reduce_scatter", 1)                                                \
   X(OP_ALL_REDUCE, "all_reduce", 1)                                                        \
   X(OP_ALL_TO_ALL, "all_to_all", 1)                                                        \
-  X(OP_PERMUTE, "collective_permute", 1)
+  X(OP_PERMUTE, "collective_permute", 1)                                                  \
+  /* ---- training (autodiff.c, step.c; docs/training.md). Each has one result. "x's type" means  \
+     x's dtype and dims in x's order. Where an op computes "in f32", every operand is widened to \
+     f32 first and the result is rounded once to the result dtype. */                          \
+  X(OP_BROADCAST, "broadcast", 1) /* x repeated along the result's extra dims: result[i] =      \
+                                     x[i restricted to x's dims]; result: x's dtype, x's dims   \
+                                     plus dims[] (the added ones), in the result type's order   \
+                                     (a rank-0 x makes a filled tensor, e.g. zeros) */          \
+  X(OP_RELU_GRAD, "relu_grad", 2) /* (x, dy) -> dy where x > 0, else 0; x's type (dy: x's type) */ \
+  X(OP_GELU_GRAD, "gelu_grad", 2) /* (x, dy) -> dy * (Phi(x) + x phi(x)), the derivative of the  \
+                                     exact (erf) gelu; Phi, phi the normal cdf, pdf; in f32 */   \
+  X(OP_SILU_GRAD, "silu_grad", 2) /* (x, dy) -> dy * s (1 + x (1 - s)), s = sigmoid(x); in f32 */ \
+  X(OP_MAX_GRAD, "max_grad", 3)   /* (x, y, dy) of y = max(x, over: dims[]): dx = dy (broadcast  \
+                                     back over dims[]) / n where x == y, else 0; n = how many   \
+                                     elements of that reduction equal its max (ties share) */    \
+  X(OP_SOFTMAX_GRAD, "softmax_grad", 2) /* (y, dy) of y = softmax(x, over: dims[0]): dx = y (dy - \
+                                     sum over dims[0] of dy y); in f32; y's type */             \
+  X(OP_RMSNORM_GRAD, "rmsnorm_grad", 3) /* (x, scale, dy) of y = rmsnorm(x, scale, over: dims[0]): \
+                                     dx = r (dy s - xh mean(dy s xh)), r = 1 / sqrt(mean(x^2) + \
+                                     eps), xh = x r, s = scale broadcast to x, means over dims[0], \
+                                     eps that of OP_RMSNORM; in f32; x's type. (The scale's     \
+                                     gradient is built from ordinary ops: docs/training.md) */   \
+  X(OP_LAYERNORM_GRAD, "layernorm_grad", 3) /* (x, scale, dy) of layernorm over dims[0]: dx =    \
+                                     r (e - mean(e) - xh mean(e xh)), e = dy s, xh = (x - mean(x)) \
+                                     r, r = 1 / sqrt(var(x) + eps) (biased variance, OP_LAYERNORM's \
+                                     eps), means over dims[0]; in f32; x's type */               \
+  X(OP_TAKE_GRAD, "take_grad", 2) /* (idx, dy) of y = take(table, idx): the result has the table's \
+                                     type T; result[r, rest] = sum of dy[p, rest] over the      \
+                                     positions p of idx with idx[p] == r (rows: T's first dim;  \
+                                     accumulated in f32, zero where no index names the row) */   \
+  X(OP_CAUSAL_GRAD, "causal_grad", 1) /* dy with zeros where causal(s, dims[0], dims[1]) masks:  \
+                                     result = dy where the global index of dims[1] <= that of   \
+                                     dims[0], else 0; dy's type */                              \
+  X(OP_ATTENTION_GRAD, "attention_grad", 5) /* (q, k, v, o, do) of o = attention(q, k, v), same  \
+                                     dims[], scalar and flag; index 0: dq (q's type), 1: dk (k's \
+                                     type), 2: dv (v's type). With s = scalar * (q . k over      \
+                                     dims[0]) causally masked, p = softmax(s over dims[1]) (p is \
+                                     recomputed; the forward kept its row statistics beside o),  \
+                                     dp = do . v (over the dims o has from v only), D = sum of   \
+                                     do * o over those dims, ds = p (dp - D): dq = scalar ds . k \
+                                     (over dims[1]), dk = scalar ds . q and dv = p . do, each   \
+                                     summed over the dims that k (v) lacks; in f32.             \
+                                     FLOPs (the three make one flash-attention backward): dq =  \
+                                     QK + PV, dk = QK, dv = PV + QK (the recomputed scores),     \
+                                     QK and PV the forward's two contractions */                \
+  X(OP_CROSS_ENTROPY, "cross_entropy", 2) /* (logits, labels), class dim dims[0] (logits' last): \
+                                     f32 with labels' type's dims: logsumexp over dims[0] of    \
+                                     logits - logits[label]; labels: i32, logits' dims without  \
+                                     dims[0], same order; a label outside [0, |dims[0]|) is a   \
+                                     run-time error; in f32 */                                  \
+  X(OP_CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) /* (logits, labels, dl): (softmax over      \
+                                     dims[0] of logits - onehot(labels)) * dl (dl: f32, labels' \
+                                     dims); in f32; logits' type */                             \
+  X(OP_SGD_UPDATE, "sgd_update", 2) /* (p, g): p - scalar * g (scalar = lr); in f32; p's type (g \
+                                     has p's dims in p's order, any float dtype) */             \
+  X(OP_ADAM_MOMENT, "adam_moment", 2) /* (m, g): scalar m + (1 - scalar) g (flag 0: the first    \
+                                     moment, scalar = beta1) or g^2 (flag 1: the second, beta2); \
+                                     in f32; m's type (f32) */                                  \
+  X(OP_ADAM_UPDATE, "adam_update", 4) /* (p, m, v, t): p - scalar mh / (sqrt(vh) + IR_ADAM_EPS),  \
+                                     mh = m / (1 - IR_ADAM_BETA1^t), vh = v / (1 -               \
+                                     IR_ADAM_BETA2^t); t: rank-0 f32 step count (1 on the first \
+                                     step); scalar = lr; in f32; p's type */
+
+/* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
+#define IR_ADAM_BETA1 0.9
+#define IR_ADAM_BETA2 0.999
+#define IR_ADAM_EPS 1e-8
 
 typedef enum {
 #define X(e, s, n) e,
@@ -99,6 +166,12 @@ typedef struct Value {
   SrcLoc partial_loc;
   bool partial_max;     /* partition.c: the partial axes hold unreduced maxima (a local max over a
                            sharded dim, just before its max-AllReduce), not sums */
+  /* autodiff.c: the value is kept from the forward for the backward (an activation: step.h's
+   * step_saved_bytes counts these). A stacked loop's saved residuals are its stacked results
+   * (they carry the stacking dim); values inside stacked bodies are never marked. */
+  bool saved;
+  const Op *saved_attention; /* saved and the output of this OP_ATTENTION (or its stacked rows):
+                                the attention's f32 softmax statistics are kept beside it */
 } Value;
 
 /* A model parameter, flattened to a path: `blocks.attn.wq`. Stacked params carry the stacking dim
@@ -151,7 +224,27 @@ struct Op {
                            next stage once every coll_period iterations (the layers per stage), and
                            is the identity otherwise; 0 for every other op */
   bool partitioned;     /* partition.c has handled the op (it skips such ops when run again) */
+  /* training (autodiff.c, step.c) */
+  int nstacked;         /* OP_LOOP: body outputs [ncarried, ncarried + nstacked) are per-iteration
+                           values, stacked: result ncarried + j is body output ncarried + j of
+                           every iteration with stack_dim prepended, the iteration that reads
+                           slice i writing row i (the forward's saved residuals, the backward's
+                           stacked param gradients). 0 for every other loop */
+  bool reverse;         /* OP_LOOP: iterates the slices from last to first (iteration k reads, and
+                           writes stacked outputs at, row count-1-k): the backward of a loop */
+  uint8_t phase;        /* OpPhase: which part of a train step the op belongs to */
 };
+
+/* Which part of a train step an op belongs to (Op.phase; step.c sets it). A stacked loop's ops
+ * share their loop's phase, except recomputed forward ops inside a backward loop. */
+typedef enum {
+  PHASE_FORWARD,        /* the forward as ir_build made it (and the microbatch slicing) */
+  PHASE_LOSS,           /* the loss against the labels */
+  PHASE_BACKWARD,       /* gradients (and a backward loop) */
+  PHASE_RECOMPUTE,      /* forward ops re-run inside a backward loop (remat) */
+  PHASE_ACCUMULATE,     /* the microbatch loop and its f32 gradient accumulation */
+  PHASE_UPDATE          /* the optimizer */
+} OpPhase;
 
 struct IrFunc {
   Name name;
@@ -173,6 +266,8 @@ typedef struct IrModule {
   IrFunc *main;         /* the entry function (forward) */
   int nvalues;          /* ids handed out */
   const FnDecl *entry;  /* what main was built from */
+  struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
+                            NULL for a forward only */
 } IrModule;
 
 /* ---- building ---- */
@@ -189,6 +284,9 @@ Op *ir_op_new(IrModule *m, IrFunc *f, OpKind kind, SrcLoc loc, Value **operands,
 void ir_append(IrFunc *f, Op *op);
 void ir_insert_before(IrFunc *f, Op *pos, Op *op);
 void ir_remove(IrFunc *f, Op *op);
+/* One more result for op (autodiff grows a forward loop's stacked outputs): a fresh value of type
+ * t defined by op, in op's function. Returns it. */
+Value *ir_op_add_result(IrModule *m, Op *op, TensorType t);
 /* Every use of `from` in f's ops and outputs becomes `to` (not inside loop bodies: they are
  * isolated and see outer values only through loop operands). Returns the number replaced. */
 int ir_replace_uses(IrFunc *f, const Value *from, Value *to);

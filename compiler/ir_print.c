@@ -95,6 +95,8 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
     fputs(") invariant(", out);
     print_refs(out, op->operands, op->nslices + op->ncarried, op->noperands);
     fputc(')', out);
+    if (op->nstacked) fprintf(out, " stacked %d", op->nstacked);
+    if (op->reverse) fputs(" reverse", out);
     break;
   default:
     if (op->noperands) fputc(' ', out);
@@ -103,8 +105,35 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   }
   switch (op->kind) {
   case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
+  case OP_MAX_GRAD: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY_GRAD:
     fputs(" over ", out);
     print_dims(out, op->dims, op->ndims);
+    break;
+  case OP_BROADCAST:
+    fputs(" adding ", out);
+    print_dims(out, op->dims, op->ndims);
+    break;
+  case OP_CAUSAL_GRAD:
+    fputc(' ', out);
+    print_dims(out, op->dims, op->ndims);
+    break;
+  case OP_ATTENTION_GRAD:
+    if (op->ndims == 3)
+      fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
+    fputs(" scale ", out);
+    print_number(out, op->scalar);
+    if (op->flag) fputs(" causal", out);
+    fprintf(out, " d%c", op->index == 0 ? 'q' : op->index == 1 ? 'k' : 'v');
+    break;
+  case OP_SGD_UPDATE: case OP_ADAM_UPDATE:
+    fputs(" lr ", out);
+    print_number(out, op->scalar);
+    break;
+  case OP_ADAM_MOMENT:
+    fputs(" beta ", out);
+    print_number(out, op->scalar);
+    if (op->flag) fputs(" squared", out);
     break;
   case OP_RENAME:
     fputs(" [", out);
@@ -156,6 +185,12 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   print_loc(out, op->loc);
   if (op->kind != OP_INPUT && op->kind != OP_PARAM && op->nresults == 1 && op->results[0]->name)
     fprintf(out, "  (%s)", op->results[0]->name);
+  for (int i = 0; i < op->nresults; i++)
+    if (op->results[i]->saved) {
+      fputs("  [saved]", out);
+      break;
+    }
+  if (op->phase == PHASE_RECOMPUTE) fputs("  [recompute]", out);
   if (op->reason) fprintf(out, "  # %s", op->reason);
   fputc('\n', out);
   if (op->kind == OP_LOOP && op->body) print_func(out, m, op->body, depth + 1);

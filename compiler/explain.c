@@ -1,0 +1,640 @@
+/* explain.c: `shardc explain FILE`: every op with its sharding, every collective with its reason
+ * and cost.
+ *
+ * Pipeline: load and lower (check.c) -> memory fit (memory.c; explain does not require a fit: it
+ * warns and reports it) -> propagation (propagate.c) -> partitioning (partition.c) -> this report.
+ * Per op: its sharding (`bf16[batch@data, hidden@model]{sum: model}`), its local shape per device,
+ * FLOPs per device and roofline time. Per collective: kind, axes, the tensor, bytes per device
+ * (language.md's definition), time, the link class it rides, the source line, the reason and, in
+ * a loop, how many times a step runs it. Then totals per kind and per axis group, communication
+ * against compute per layer with the verdict and the book's thresholds, and the pipeline's stages.
+ * Every time is ideal (peak FLOP/s, HBM and link bandwidth: the book's arithmetic), so that the
+ * figures can be checked by hand; `shardc sim` applies the calibrated efficiencies.
+ * docs/explain.md shows how to read the output. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "cost.h"
+#include "memory.h"
+#include "partition.h"
+#include "propagate.h"
+
+typedef struct OpRow {
+  const Op *op;
+  int depth;            /* loop nesting */
+  double count;         /* runs per step */
+  double flops;         /* per device, one run */
+  double time_s;        /* roofline, one run */
+} OpRow;
+
+typedef struct CollRow {
+  const Op *op;
+  int depth;
+  double count;         /* runs per step */
+  CollKind kind;
+  CollCost cost;        /* one run */
+  bool in_layer;        /* inside the stacked loop's body (not a pipeline transfer) */
+} CollRow;
+
+typedef struct Explain {
+  const Options *o;
+  const Program *p;
+  IrModule *m;
+  const Mesh *mesh;
+  Arena *a;
+  VEC(OpRow) ops;
+  VEC(CollRow) colls;
+  const Op *layer_loop;            /* the first stacked loop: "a layer" is one of its iterations */
+  double compute_s, comm_s;        /* per step, per device */
+  double loop_outer_mult;          /* runs per step of the loop being collected */
+  double layer_compute_s, layer_comm_s;
+  MemoryReport mem;
+  Pipeline pipe;
+  bool has_pipe;
+} Explain;
+
+/* ---- formatting ---- */
+
+static const char *fmt_bytes(Arena *a, double b) {
+  const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 1000 && u < 5) b /= 1000, u++;
+  return u == 0 ? arena_printf(a, "%.0f B", b) : arena_printf(a, "%.2f %s", b, unit[u]);
+}
+
+static const char *fmt_time(Arena *a, double s) {
+  if (s <= 0) return "0";
+  if (s >= 1) return arena_printf(a, "%.3g s", s);
+  if (s >= 1e-3) return arena_printf(a, "%.3g ms", s * 1e3);
+  if (s >= 1e-6) return arena_printf(a, "%.3g us", s * 1e6);
+  return arena_printf(a, "%.3g ns", s * 1e9);
+}
+
+static const char *fmt_count(Arena *a, double n) {
+  if (n >= 1e15) return arena_printf(a, "%.3g", n);
+  return arena_printf(a, "%.0f", n);
+}
+
+static const char *sharding_text(const Explain *E, const Value *v) {
+  char buf[512];
+  sharding_format(buf, sizeof buf, &v->type, &v->sharding, E->mesh);
+  if (v->partial_max) {
+    char *s = strstr(buf, "{sum:");
+    if (s) memcpy(s, "{max:", 5);
+  }
+  return arena_printf(E->a, "%s", buf);
+}
+
+static const char *local_shape(const Explain *E, const TensorType *t, const Sharding *s) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "%s[", dtype_name(t->dtype));
+  for (int d = 0; d < t->rank && n < (int)sizeof buf - 24; d++)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", d ? ", " : "",
+                  (long long)sharding_local_extent(t, s, E->mesh, d));
+  snprintf(buf + n, sizeof buf - (size_t)n, "]");
+  return arena_printf(E->a, "%s", buf);
+}
+
+static const char *axes_names(const Explain *E, uint16_t axes, bool parens) {
+  char buf[160];
+  int n = 0, cnt = 0, k = 0;
+  for (int a = 0; a < E->mesh->naxes; a++) cnt += (axes >> a) & 1;
+  buf[0] = 0;
+  if (cnt > 1 && parens) n += snprintf(buf, sizeof buf, "(");
+  for (int a = 0; a < E->mesh->naxes && n < (int)sizeof buf - 20; a++)
+    if ((axes >> a) & 1) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%s", k++ ? ", " : "", E->mesh->axes[a].name);
+  if (cnt > 1 && parens) snprintf(buf + n, sizeof buf - (size_t)n, ")");
+  return arena_printf(E->a, "%s", buf);
+}
+
+static const char *where(const Explain *E, SrcLoc loc) { return partition_where(E->a, E->p, loc); }
+
+/* The file part of a place in an imported file ("models/llama.shard"). */
+static const char *file_name(const Explain *E, SrcLoc loc) {
+  const char *w = partition_where(E->a, E->p, loc), *colon = strrchr(w, ':');
+  return colon ? arena_strndup(E->a, w, (size_t)(colon - w)) : w;
+}
+
+static const char *op_label(const Explain *E, const Op *op) {
+  const Value *v = op->nresults ? op->results[0] : NULL;
+  if (op->kind == OP_PARAM && op->index >= 0 && op->index < E->m->nparams)
+    return arena_printf(E->a, "param %s", E->m->params[op->index].path);
+  if (v && v->name) return arena_printf(E->a, "%s %s", ir_op_name(op->kind), v->name);
+  return ir_op_name(op->kind);
+}
+
+/* ---- per-op figures ---- */
+
+/* The local extent of dim d in the op's computation (its plan's factor, else the result's). */
+static double factor_extent(const Explain *E, const Op *op, const Dim *d) {
+  const OpPlan *pl = op->plan;
+  if (pl && pl->factored)
+    for (int f = 0; f < pl->nf; f++)
+      if (pl->fdim[f] == d) {
+        int64_t n = 1;
+        for (int k = 0; k < pl->nax[f]; k++) n *= E->mesh->axes[pl->ax[f][k]].size;
+        return (double)d->size / (double)n;
+      }
+  return (double)d->size;
+}
+
+static double prod_dims(const Explain *E, const Op *op, const TensorType *a, const TensorType *b, const Dim *extra) {
+  const Dim *seen[3 * MAX_RANK];
+  int n = 0;
+  double p = 1;
+  const TensorType *ts[2] = {a, b};
+  for (int t = 0; t < 2; t++)
+    for (int d = 0; ts[t] && d < ts[t]->rank; d++) {
+      bool dup = false;
+      for (int i = 0; i < n; i++) dup |= seen[i] == ts[t]->dims[d];
+      if (dup) continue;
+      seen[n++] = ts[t]->dims[d];
+      p *= factor_extent(E, op, ts[t]->dims[d]);
+    }
+  if (extra) {
+    bool dup = false;
+    for (int i = 0; i < n; i++) dup |= seen[i] == extra;
+    if (!dup) p *= factor_extent(E, op, extra);
+  }
+  return p;
+}
+
+/* FLOPs per device (language.md: a contraction 2 x the product of its distinct dims; attention its
+ * two contractions; elementwise ops count zero). */
+static double op_flops(const Explain *E, const Op *op) {
+  if (op->kind == OP_CONTRACT && op->noperands == 2)
+    return 2 * prod_dims(E, op, &op->operands[0]->type, &op->operands[1]->type, NULL);
+  if (op->kind == OP_ATTENTION && op->noperands == 3 && op->ndims >= 2)
+    return 2 * prod_dims(E, op, &op->operands[0]->type, &op->operands[1]->type, NULL) +
+           2 * prod_dims(E, op, &op->results[0]->type, &op->operands[2]->type, op->dims[1]);
+  return 0;
+}
+
+static double op_bytes(const Explain *E, const Op *op) {
+  double b = 0;
+  for (int i = 0; i < op->noperands; i++) {
+    const Value *v = op->operands[i];
+    const Sharding *s = op->in_shard ? &op->in_shard[i] : &v->sharding;
+    b += (double)sharding_local_bytes(&v->type, s, E->mesh);
+  }
+  for (int r = 0; r < op->nresults; r++)
+    b += (double)sharding_local_bytes(&op->results[r]->type, &op->results[r]->sharding, E->mesh);
+  return b;
+}
+
+static CollKind coll_kind_of(OpKind k) {
+  switch (k) {
+  case OP_ALL_GATHER: return COLL_ALL_GATHER;
+  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
+  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
+  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
+  default: return COLL_PERMUTE;
+  }
+}
+
+static int microbatches(const Program *p) { return p->step && p->step->microbatches > 1 ? p->step->microbatches : 1; }
+
+/* One collective's figures: the bytes cost_collective takes for its kind, and the runs per step. */
+static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
+  const Value *x = op->operands[0], *y = op->results[0];
+  r->kind = coll_kind_of(op->kind);
+  double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh);
+  if (r->kind == COLL_ALL_GATHER) bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh);
+  r->count = mult;
+  if (r->kind == COLL_PERMUTE && op->coll_period > 0) { /* a stage sends once per microbatch */
+    int mb = microbatches(E->p);
+    bytes /= mb;
+    r->count = E->loop_outer_mult * mb;
+  }
+  cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
+}
+
+static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer) {
+  const Target *t = E->mesh->target;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (ir_op_is_collective(op->kind)) {
+      CollRow r = {.op = op, .depth = depth};
+      coll_figures(E, op, mult, &r);
+      r.in_layer = in_layer && op->coll_period == 0;
+      VEC_PUSH(E->a, E->colls, r);
+      E->comm_s += r.cost.time_s * r.count;
+      if (r.in_layer) E->layer_comm_s += r.cost.time_s * r.count / mult;
+      continue;
+    }
+    if (op->kind == OP_CONST) continue;
+    OpRow row = {.op = op, .depth = depth, .count = mult};
+    if (op->kind != OP_LOOP && op->kind != OP_INPUT && op->kind != OP_PARAM) {
+      row.flops = op_flops(E, op);
+      row.time_s = cost_op_time(t, op->results[0]->type.dtype, row.flops, op_bytes(E, op), true);
+      E->compute_s += row.time_s * mult;
+      if (in_layer) E->layer_compute_s += row.time_s;
+    }
+    VEC_PUSH(E->a, E->ops, row);
+    if (op->kind == OP_LOOP && op->body) {
+      bool layer = !E->layer_loop;
+      if (layer) E->layer_loop = op;
+      /* per device: under a pipeline a device runs only its stage's share of the iterations */
+      double trips = (double)(op->count > 0 ? op->count : 1);
+      if (E->has_pipe && E->pipe.loop == op) trips /= (double)E->pipe.stages;
+      double save = E->loop_outer_mult;
+      E->loop_outer_mult = mult;
+      collect(E, op->body, depth + 1, mult * trips, layer || in_layer);
+      E->loop_outer_mult = save;
+    }
+  }
+}
+
+/* ---- strategies and the book's thresholds ---- */
+
+typedef struct Strategy {
+  uint16_t dp;      /* axes sharding the batch of the entry's inputs */
+  uint16_t tp;      /* axes over which contractions leave partial sums */
+  uint16_t fsdp;    /* axes over which params are gathered */
+  double tokens;    /* global tokens per step */
+  double ffw;       /* the largest dim summed over a TP axis (the MLP's hidden size) */
+} Strategy;
+
+static bool is_param_value(const Value *v) {
+  if (v->def) return v->def->kind == OP_PARAM;
+  const IrFunc *b = v->func;
+  if (!b || !b->parent) return false;
+  for (const Op *o = b->parent->first; o; o = o->next) {
+    if (o->kind != OP_LOOP || o->body != b) continue;
+    for (int i = 0; i < b->ninputs && i < o->noperands; i++)
+      if (b->inputs[i] == v) return i < o->nslices || is_param_value(o->operands[i]);
+  }
+  return false;
+}
+
+static void strategy_func(const Explain *E, const IrFunc *f, Strategy *s) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) strategy_func(E, op->body, s);
+    if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0])) s->fsdp |= op->axes;
+    if (op->kind == OP_CONTRACT && op->plan && op->plan->factored && op->plan->made_partial) {
+      s->tp |= op->plan->made_partial;
+      for (int k = 0; k < op->plan->nf; k++)
+        if (op->plan->fkind[k] == FK_SUM && op->plan->nax[k] && (double)op->plan->fdim[k]->size > s->ffw)
+          s->ffw = (double)op->plan->fdim[k]->size;
+    }
+  }
+}
+
+static void strategy(const Explain *E, Strategy *s) {
+  memset(s, 0, sizeof *s);
+  const IrFunc *f = E->m->main;
+  if (f->ninputs > 0) {
+    const Value *x = f->inputs[0];
+    s->tokens = 1; /* token ids: every dim; activations: every dim but the features (the last) */
+    int ntok = dtype_is_int(x->type.dtype) ? x->type.rank : x->type.rank - 1;
+    for (int d = 0; d < x->type.rank; d++) {
+      if (d < ntok) s->tokens *= (double)x->type.dims[d]->size;
+      if (x->type.dims[d]->name == intern_cstr("batch"))
+        for (int k = 0; k < x->sharding.naxes[d]; k++) s->dp |= (uint16_t)(1u << x->sharding.axes[d][k]);
+    }
+  }
+  strategy_func(E, f, s);
+  s->fsdp &= (uint16_t)~s->tp;
+}
+
+/* ---- text ---- */
+
+static void print_header(FILE *out, const Explain *E) {
+  const Program *p = E->p;
+  char mesh[256] = "";
+  int k = 0;
+  for (int i = 0; i < E->mesh->naxes && k < (int)sizeof mesh - 40; i++)
+    k += snprintf(mesh + k, sizeof mesh - (size_t)k, "%s%s: %d", i ? ", " : "", E->mesh->axes[i].name, E->mesh->axes[i].size);
+  fprintf(out, "explain %s %s.%s on mesh %s = %s[%s] (%lld devices), layout %s\n",
+          p->step ? (p->step->kind == STEP_TRAIN ? "train" : "serve") : "entry", p->entry->model->name,
+          p->entry->name, E->mesh->name, E->mesh->target->name, mesh, (long long)E->mesh->devices,
+          p->layout ? p->layout->name : "(none)");
+  fprintf(out, "times are ideal: peak FLOP/s, HBM and link bandwidth (shardc sim applies efficiencies)\n");
+  fprintf(out, "the forward pass%s\n", p->step && p->step->kind == STEP_TRAIN ? " of the training step" : "");
+  fprintf(out, "memory per device: %s of %s: %s\n", fmt_bytes(E->a, (double)E->mem.total),
+          fmt_bytes(E->a, E->mem.capacity), E->mem.fits ? "fits" : "does not fit");
+}
+
+static void print_ops(FILE *out, const Explain *E) {
+  fprintf(out, "\nops (per device):\n");
+  fprintf(out, "  %-22s %-30s %-52s %-28s %9s %9s\n", "where", "op", "sharding", "local shape", "FLOPs", "time");
+  for (int i = 0; i < E->ops.len; i++) {
+    const OpRow *r = &E->ops.data[i];
+    const Op *op = r->op;
+    char ind[32];
+    snprintf(ind, sizeof ind, "%*s", 2 * r->depth, "");
+    if (op->kind == OP_LOOP) {
+      fprintf(out, "  %-22s %sloop over %s, %lld iterations%s:\n", where(E, op->loc), ind,
+              op->stack_dim ? op->stack_dim->name : "?", (long long)op->count,
+              E->has_pipe && E->pipe.loop == op ? " (pipelined, see below)" : "");
+      continue;
+    }
+    const Value *v = op->results[0];
+    const char *lab = arena_printf(E->a, "%s%s", ind, op_label(E, op));
+    fprintf(out, "  %-22s %-30s %-52s %-28s %9s %9s\n", where(E, op->loc), lab, sharding_text(E, v),
+            local_shape(E, &v->type, &v->sharding), r->flops > 0 ? arena_printf(E->a, "%.3g", r->flops) : "-",
+            r->time_s > 0 ? fmt_time(E->a, r->time_s) : "-");
+  }
+}
+
+static void print_colls(FILE *out, const Explain *E) {
+  fprintf(out, "\ncollectives (%d):\n", E->colls.len);
+  if (E->colls.len == 0) fprintf(out, "  none: every op runs on the shards it has\n");
+  for (int i = 0; i < E->colls.len; i++) {
+    const CollRow *r = &E->colls.data[i];
+    const Op *op = r->op;
+    const Value *x = op->operands[0];
+    fprintf(out, "  %d. %s%s over %s at %s", i + 1, coll_kind_name(r->kind), op->reduce_max ? " (max)" : "",
+            axes_names(E, op->axes, true), where(E, op->loc));
+    if (r->count != 1) fprintf(out, ", x%s per step", fmt_count(E->a, r->count));
+    if (E->has_pipe && r->depth > 0 && op->coll_period == 0) fprintf(out, " (this stage's layers)");
+    fputc('\n', out);
+    fprintf(out, "     %s -> %s\n", sharding_text(E, x), sharding_text(E, op->results[0]));
+    fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
+            fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
+    fprintf(out, "     why: %s\n", op->reason ? op->reason : "?");
+  }
+}
+
+static void print_summary(FILE *out, const Explain *E) {
+  fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? "; a pipeline stage runs its own layers" : "");
+  double n[COLL__COUNT] = {0}, b[COLL__COUNT] = {0}, t[COLL__COUNT] = {0};
+  for (int i = 0; i < E->colls.len; i++) {
+    const CollRow *r = &E->colls.data[i];
+    n[r->kind] += r->count;
+    b[r->kind] += r->cost.bytes_per_device * r->count;
+    t[r->kind] += r->cost.time_s * r->count;
+  }
+  fprintf(out, "  by kind:\n");
+  if (E->colls.len == 0) fprintf(out, "    (none)\n");
+  for (int k = 0; k < COLL__COUNT; k++)
+    if (n[k] > 0)
+      fprintf(out, "    %-20s %8s runs %12s per device %12s\n", coll_kind_name((CollKind)k), fmt_count(E->a, n[k]),
+              fmt_bytes(E->a, b[k]), fmt_time(E->a, t[k]));
+  fprintf(out, "  by axes:\n");
+  uint16_t seen[64];
+  int ns = 0;
+  for (int i = 0; i < E->colls.len && ns < 64; i++) {
+    uint16_t ax = E->colls.data[i].op->axes;
+    bool dup = false;
+    for (int j = 0; j < ns; j++) dup |= seen[j] == ax;
+    if (dup) continue;
+    seen[ns++] = ax;
+    double cn = 0, cb = 0, ct = 0;
+    for (int j = 0; j < E->colls.len; j++) {
+      const CollRow *r = &E->colls.data[j];
+      if (r->op->axes != ax) continue;
+      cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
+    }
+    fprintf(out, "    %-20s %8s runs %12s per device %12s\n", axes_names(E, ax, true), fmt_count(E->a, cn),
+            fmt_bytes(E->a, cb), fmt_time(E->a, ct));
+  }
+  if (E->colls.len == 0) fprintf(out, "    (none)\n");
+  fprintf(out, "  compute %s, communication %s: %s\n", fmt_time(E->a, E->compute_s), fmt_time(E->a, E->comm_s),
+          E->comm_s == 0 ? "no communication"
+          : E->comm_s <= E->compute_s ? "compute-bound (communication can hide behind compute)" : "communication-bound");
+  if (E->layer_loop) {
+    fprintf(out, "  per layer (one iteration of the loop at %s): compute %s, communication %s: %s\n",
+            where(E, E->layer_loop->loc), fmt_time(E->a, E->layer_compute_s), fmt_time(E->a, E->layer_comm_s),
+            E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
+  }
+  Strategy s;
+  strategy(E, &s);
+  const Mesh *m = E->mesh;
+  double tp_deg = (double)sharding_axes_product(m, s.tp);
+  if (s.fsdp && s.tp && s.ffw > 0) {
+    double th = cost_fsdp_tp_threshold(m, s.fsdp, s.tp, s.ffw, true);
+    double per = s.tokens / (double)m->devices;
+    fprintf(out, "  FSDP over %s + tensor parallelism over %s: tokens per device %.4g %s 4 a_x a_y / F = %.4g: %s\n",
+            axes_names(E, s.fsdp, true), axes_names(E, s.tp, true), per, per >= th ? ">=" : "<", th,
+            per >= th ? "compute-bound" : "communication-bound");
+  } else if (s.fsdp) {
+    double th = cost_dp_threshold(m, s.fsdp, true);
+    double per = s.tokens / (double)sharding_axes_product(m, (uint16_t)(s.dp | s.fsdp));
+    fprintf(out, "  FSDP over %s: tokens per device %.4g %s C / W = %.4g: %s\n", axes_names(E, s.fsdp, true), per,
+            per >= th ? ">=" : "<", th, per >= th ? "compute-bound" : "communication-bound");
+  }
+  if (s.tp && !(s.fsdp && s.ffw > 0) && s.ffw > 0) {
+    double th = cost_tp_threshold(m, s.tp, true);
+    double per = s.ffw / tp_deg;
+    fprintf(out, "  tensor parallelism over %s: F / Y = %.4g %s C / W = %.4g: %s\n", axes_names(E, s.tp, true), per,
+            per >= th ? ">=" : "<", th, per >= th ? "compute-bound" : "communication-bound");
+  }
+  if (s.dp && E->p->step && E->p->step->kind == STEP_TRAIN) {
+    double th = cost_dp_threshold(m, s.dp, true);
+    double per = s.tokens / (double)sharding_axes_product(m, s.dp);
+    fprintf(out, "  data parallelism over %s (its gradient sync): tokens per device %.4g %s C / W = %.4g: %s\n",
+            axes_names(E, s.dp, true), per, per >= th ? ">=" : "<", th, per >= th ? "compute-bound" : "communication-bound");
+  }
+}
+
+static void print_pipeline(FILE *out, const Explain *E) {
+  if (!E->has_pipe) return;
+  const Pipeline *pp = &E->pipe;
+  int64_t per = pp->layers / pp->stages, extra = pp->layers % pp->stages;
+  fprintf(out, "\npipeline: %lld stages over %s, %lld layers, %d microbatch%s\n", (long long)pp->stages,
+          axes_names(E, pp->axes, true), (long long)pp->layers, microbatches(E->p), microbatches(E->p) == 1 ? "" : "es");
+  int64_t first = 0;
+  for (int64_t s = 0; s < pp->stages; s++) {
+    int64_t n = per + (s < extra);
+    if (pp->stages <= 16 || s < 2 || s >= pp->stages - 2)
+      fprintf(out, "  stage %lld: layers %lld-%lld%s\n", (long long)s, (long long)first, (long long)(first + n - 1),
+              s == 0 ? " (and the ops before the loop)" : s == pp->stages - 1 ? " (and the ops after the loop)" : "");
+    else if (s == 2)
+      fprintf(out, "  ...\n");
+    first += n;
+  }
+  for (int i = 0; i < E->colls.len; i++) {
+    const CollRow *r = &E->colls.data[i];
+    if (r->kind != COLL_PERMUTE || r->op->coll_period == 0) continue;
+    double all = r->count * (double)(pp->stages - 1);
+    fprintf(out, "  transfers: %s of %s each (%s) between stages, %s per step; each stage but the last sends %s\n",
+            fmt_count(E->a, all), fmt_bytes(E->a, r->cost.bytes_per_device), fmt_time(E->a, r->cost.time_s),
+            fmt_time(E->a, r->cost.time_s * all), fmt_count(E->a, r->count));
+  }
+}
+
+/* --shardings: every value with where each axis came from. */
+static void print_value_shardings(FILE *out, const Explain *E, const IrFunc *f, int depth) {
+  static const char *src_name[] = {"", "@", "layout", "propagated"};
+  for (int i = 0; i < f->ninputs && depth > 0; i++) {
+    const Value *v = f->inputs[i];
+    fprintf(out, "  %*s%-24s %s\n", 2 * depth, "", v->name ? v->name : arena_printf(E->a, "%%%d", v->id), sharding_text(E, v));
+  }
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_CONST) continue;
+    if (op->kind == OP_LOOP) {
+      fprintf(out, "  %*sloop at %s:\n", 2 * depth, "", where(E, op->loc));
+      if (op->body) print_value_shardings(out, E, op->body, depth + 1);
+      continue;
+    }
+    const Value *v = op->results[0];
+    fprintf(out, "  %*s%-24s %-48s", 2 * depth, "", v->name ? v->name : arena_printf(E->a, "%%%d", v->id), sharding_text(E, v));
+    const char *sep = " # ";
+    for (int d = 0; d < v->type.rank; d++) {
+      if (!v->sharding.naxes[d] || v->dim_src[d] == SHARD_FREE) continue;
+      fprintf(out, "%s%s: %s", sep, v->type.dims[d]->name, src_name[v->dim_src[d]]);
+      if (v->dim_loc[d].file) fprintf(out, " %s", where(E, v->dim_loc[d]));
+      sep = "; ";
+    }
+    fputc('\n', out);
+  }
+}
+
+/* ---- JSON ---- */
+
+static cJSON *axes_json(const Explain *E, uint16_t axes) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < E->mesh->naxes; i++)
+    if ((axes >> i) & 1) cJSON_AddItemToArray(a, cJSON_CreateString(E->mesh->axes[i].name));
+  return a;
+}
+
+static cJSON *json_report(const Explain *E) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "mesh", E->mesh->name);
+  cJSON_AddStringToObject(o, "target", E->mesh->target->name);
+  if (E->p->layout) cJSON_AddStringToObject(o, "layout", E->p->layout->name);
+  cJSON_AddNumberToObject(o, "devices", (double)E->mesh->devices);
+  cJSON_AddBoolToObject(o, "ideal", true);
+  cJSON *cs = cJSON_AddArrayToObject(o, "collectives");
+  for (int i = 0; i < E->colls.len; i++) {
+    const CollRow *r = &E->colls.data[i];
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "kind", coll_kind_name(r->kind));
+    cJSON_AddItemToObject(c, "axes", axes_json(E, r->op->axes));
+    cJSON_AddNumberToObject(c, "bytes_per_device", r->cost.bytes_per_device);
+    cJSON_AddNumberToObject(c, "time_s", r->cost.time_s);
+    cJSON_AddNumberToObject(c, "line", r->op->loc.line);
+    if (r->op->loc.file && r->op->loc.file != E->p->main_file)
+      cJSON_AddStringToObject(c, "file", file_name(E, r->op->loc));
+    cJSON_AddStringToObject(c, "reason", r->op->reason ? r->op->reason : "");
+    if (r->count != 1) cJSON_AddNumberToObject(c, "count", r->count);
+    cJSON_AddStringToObject(c, "link", r->cost.link_name);
+    cJSON_AddStringToObject(c, "tensor", sharding_text(E, r->op->operands[0]));
+    cJSON_AddStringToObject(c, "result", sharding_text(E, r->op->results[0]));
+    if (r->op->reduce_max) cJSON_AddStringToObject(c, "reduction", "max");
+    cJSON_AddBoolToObject(c, "in_layer", r->in_layer);
+    cJSON_AddItemToArray(cs, c);
+  }
+  cJSON *os = cJSON_AddArrayToObject(o, "ops");
+  for (int i = 0; i < E->ops.len; i++) {
+    const OpRow *r = &E->ops.data[i];
+    const Op *op = r->op;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
+    cJSON_AddNumberToObject(j, "line", op->loc.line);
+    if (op->loc.file && op->loc.file != E->p->main_file) cJSON_AddStringToObject(j, "file", file_name(E, op->loc));
+    if (op->kind == OP_LOOP) {
+      cJSON_AddNumberToObject(j, "iterations", (double)op->count);
+    } else {
+      const Value *v = op->results[0];
+      if (op->kind == OP_PARAM && op->index >= 0 && op->index < E->m->nparams)
+        cJSON_AddStringToObject(j, "name", E->m->params[op->index].path);
+      else if (v->name)
+        cJSON_AddStringToObject(j, "name", v->name);
+      cJSON_AddStringToObject(j, "sharding", sharding_text(E, v));
+      cJSON *ls = cJSON_AddArrayToObject(j, "local_shape");
+      for (int d = 0; d < v->type.rank; d++)
+        cJSON_AddItemToArray(ls, cJSON_CreateNumber((double)sharding_local_extent(&v->type, &v->sharding, E->mesh, d)));
+      cJSON_AddNumberToObject(j, "flops", r->flops);
+      cJSON_AddNumberToObject(j, "time_s", r->time_s);
+    }
+    if (r->count != 1) cJSON_AddNumberToObject(j, "count", r->count);
+    cJSON_AddItemToArray(os, j);
+  }
+  cJSON *s = cJSON_AddObjectToObject(o, "summary");
+  cJSON_AddNumberToObject(s, "compute_s", E->compute_s);
+  cJSON_AddNumberToObject(s, "comm_s", E->comm_s);
+  cJSON_AddStringToObject(s, "verdict", E->comm_s <= E->compute_s ? "compute-bound" : "communication-bound");
+  if (E->layer_loop) {
+    cJSON *l = cJSON_AddObjectToObject(s, "per_layer");
+    cJSON_AddNumberToObject(l, "compute_s", E->layer_compute_s);
+    cJSON_AddNumberToObject(l, "comm_s", E->layer_comm_s);
+    cJSON_AddStringToObject(l, "verdict", E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
+  }
+  cJSON *bk = cJSON_AddObjectToObject(s, "by_kind");
+  for (int k = 0; k < COLL__COUNT; k++) {
+    double n = 0, b = 0, t = 0;
+    for (int i = 0; i < E->colls.len; i++) {
+      const CollRow *r = &E->colls.data[i];
+      if (r->kind != (CollKind)k) continue;
+      n += r->count, b += r->cost.bytes_per_device * r->count, t += r->cost.time_s * r->count;
+    }
+    if (n == 0) continue;
+    cJSON *e = cJSON_AddObjectToObject(bk, coll_kind_name((CollKind)k));
+    cJSON_AddNumberToObject(e, "count", n);
+    cJSON_AddNumberToObject(e, "bytes_per_device", b);
+    cJSON_AddNumberToObject(e, "time_s", t);
+  }
+  cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+  cJSON_AddNumberToObject(mem, "total", (double)E->mem.total);
+  cJSON_AddNumberToObject(mem, "capacity", E->mem.capacity);
+  cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
+  cJSON_AddBoolToObject(o, "fits", E->mem.fits);
+  if (E->has_pipe) {
+    cJSON *pp = cJSON_AddObjectToObject(o, "pipeline");
+    cJSON_AddNumberToObject(pp, "stages", (double)E->pipe.stages);
+    cJSON_AddItemToObject(pp, "axes", axes_json(E, E->pipe.axes));
+    cJSON_AddNumberToObject(pp, "layers", (double)E->pipe.layers);
+    cJSON_AddNumberToObject(pp, "microbatches", microbatches(E->p));
+  }
+  return o;
+}
+
+/* ---- the command ---- */
+
+int cmd_explain(const Options *o) {
+  Arena arena;
+  arena_init(&arena);
+  CheckedProgram cp;
+  int rc = check_load(o, &arena, &cp);
+  if (rc != EXIT_OK || !cp.ir) {
+    if (rc == EXIT_OK) fprintf(stderr, "shardc: %s declares no function to explain\n", o->input);
+    arena_free(&arena);
+    return rc;
+  }
+  Program *p = cp.prog;
+  IrModule *m = cp.ir;
+  Explain E = {.o = o, .p = p, .m = m, .mesh = p->mesh, .a = &arena};
+  memory_estimate(p, m, &E.mem); /* propagates first (shard_assign) */
+  if (!E.mem.fits) {
+    diag_warning(p->step ? p->step->loc : p->entry->loc,
+                 "does not fit: %s per device on %s, which has %s of HBM (explain goes on)",
+                 fmt_bytes(&arena, (double)E.mem.total), p->mesh->target->name, fmt_bytes(&arena, E.mem.capacity));
+  }
+  if (!partition_module(m, p) || diag_error_count() > 0) {
+    arena_free(&arena);
+    return EXIT_PROGRAM_ERROR;
+  }
+  if (!ir_verify(m, stderr)) {
+    fprintf(stderr, "shardc: internal error: the partitioned IR does not verify\n");
+    arena_free(&arena);
+    return EXIT_PROGRAM_ERROR;
+  }
+  E.has_pipe = partition_pipeline(m, &E.pipe);
+  E.loop_outer_mult = 1;
+  collect(&E, m->main, 0, 1, false);
+  if (o->format == FORMAT_JSON) {
+    cJSON *j = json_report(&E);
+    char *s = cJSON_Print(j);
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    cJSON_free(s);
+    cJSON_Delete(j);
+  } else {
+    print_header(stdout, &E);
+    print_ops(stdout, &E);
+    print_colls(stdout, &E);
+    print_summary(stdout, &E);
+    print_pipeline(stdout, &E);
+    if (o->shardings) {
+      fprintf(stdout, "\nshardings (every value; where each axis comes from):\n");
+      print_value_shardings(stdout, &E, m->main, 0);
+    }
+  }
+  arena_free(&arena);
+  return EXIT_OK;
+}

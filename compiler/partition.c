@@ -1,0 +1,888 @@
+/* partition.c: collectives into the IR where operands are not sharded as their ops need.
+ *
+ * In: an IrModule after propagation (every value sharded, every op planned: Op.plan). Out: the
+ * same module with collective ops inserted, each with the mesh axes it runs over and its reason
+ * (Op.reason: the op that needed it, the operand, and where each axis in question came from).
+ *
+ * One walk serves two purposes: run dry (partition_cost) it only adds up the collectives' time,
+ * which is what propagation minimises; applied (partition_module) it rewrites the IR. Per op, in
+ * program order:
+ *   - each operand is resharded to what the plan computes with (partition_plan.c's reshard_plan:
+ *     partial sums reduced, AllToAll, AllGather; slices are local and left implicit, recorded in
+ *     Op.in_shard). A value resharded the same way twice in one function is resharded once.
+ *   - the op's own collectives: the AllReduce(max) after a max over a sharded dim; a softmax or
+ *     norm over a sharded dim becomes its statistics (local max / sums, AllReduced, exact).
+ *   - the result: if its sharding differs from what the op produces (a written type, or a
+ *     propagation pin), the collectives follow the op and take over the result's uses. A written
+ *     type that gathers a dim the op produced sharded is a warning (never a silent replication).
+ *   - split / merge whose operand's sharding cannot be kept: a located error.
+ *   - loops: carried and invariant values are resharded before the loop to the body's sharding,
+ *     body outputs at the end of the body to the carried sharding (one sharding every iteration);
+ *     under a pipeline (the stacked params' leading dim sharded over stage axes) the carried
+ *     activations go to the next stage by a CollectivePermute at each stage boundary.
+ * A collective inside a loop body runs once per iteration: its count is the loop's trips. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+#include "partition.h"
+
+#define NORM_EPSILON 1e-5 /* rmsnorm / layernorm epsilon in their statistics form */
+
+typedef struct Cached {
+  const Value *v;
+  Sharding to;
+  Value *out;
+} Cached;
+typedef VEC(Cached) CacheVec;
+
+typedef struct Walk {
+  IrModule *m;
+  const Program *p;
+  const Mesh *mesh;
+  bool apply;
+  PartCost cost;
+  Arena *tmp;           /* per walk (dry runs); reasons go to the module's arena */
+  int errors;           /* reported (apply) */
+  VEC(SrcLoc) warned;   /* places already warned about */
+} Walk;
+
+/* ---- text for reasons ---- */
+
+/* "line 12" in the file compiled, "models/llama.shard:38" in another (stdlib paths relative to
+ * the stdlib, others by base name: golden output must not depend on where the tree lives). */
+const char *partition_where(Arena *a, const Program *p, SrcLoc loc) {
+  if (!loc.file) return "(no location)";
+  if (!p || loc.file == p->main_file) return arena_printf(a, "line %d", loc.line);
+  const char *path = loc.file->path, *s = path, *hit;
+  while ((hit = strstr(s, "stdlib/"))) s = hit + 7;
+  if (s == path) {
+    const char *slash = strrchr(path, '/');
+    s = slash ? slash + 1 : path;
+  }
+  return arena_printf(a, "%s:%d", s, loc.line);
+}
+
+static const char *where(const Walk *W, SrcLoc loc) { return partition_where(W->m->arena, W->p, loc); }
+
+
+static const char *axes_text(const Walk *W, uint16_t axes) {
+  char buf[160];
+  int n = 0, cnt = 0;
+  for (int a = 0; a < W->mesh->naxes; a++) cnt += (axes >> a) & 1;
+  buf[0] = 0;
+  if (cnt > 1) n += snprintf(buf + n, sizeof buf - (size_t)n, "(");
+  int k = 0;
+  for (int a = 0; a < W->mesh->naxes && n < (int)sizeof buf - 20; a++)
+    if ((axes >> a) & 1) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%s", k++ ? ", " : "", W->mesh->axes[a].name);
+  if (cnt > 1) snprintf(buf + n, sizeof buf - (size_t)n, ")");
+  return arena_printf(W->m->arena, "%s", buf);
+}
+
+/* "x's", "tokens'" */
+static const char *poss(const Walk *W, const char *name) {
+  size_t n = strlen(name);
+  return arena_printf(W->m->arena, "%s%s", name, n > 0 && name[n - 1] == 's' ? "'" : "'s");
+}
+
+static const char *shard_text(const Walk *W, const TensorType *t, const Sharding *s) {
+  char buf[512];
+  sharding_format(buf, sizeof buf, t, s, W->mesh);
+  return arena_printf(W->m->arena, "%s", buf);
+}
+
+static const char *value_text(const Walk *W, const Value *v) {
+  while (v->def && ir_op_is_collective(v->def->kind) && !v->name) v = v->def->operands[0];
+  if (v->name) return arena_printf(W->m->arena, "%s", v->name);
+  if (v->def) {
+    if (v->def->kind == OP_PARAM && v->def->index >= 0 && v->def->index < W->m->nparams)
+      return arena_printf(W->m->arena, "%s", W->m->params[v->def->index].path);
+    return arena_printf(W->m->arena, "the %s at %s", ir_op_name(v->def->kind), where(W, v->def->loc));
+  }
+  return arena_printf(W->m->arena, "%%%d", v->id);
+}
+
+/* "layout rule `hidden: model` (line 23)", "`@model` (line 12)", "propagated from line 40". */
+static const char *origin_text(const Walk *W, ShardSource src, SrcLoc loc) {
+  if (src == SHARD_LAYOUT && W->p->layout) {
+    for (int r = 0; r < W->p->layout->nrules; r++) {
+      const LayoutRule *rule = &W->p->layout->rules[r];
+      if (rule->loc.line != loc.line || rule->loc.file != loc.file) continue;
+      char ax[128] = "";
+      int n = 0;
+      for (int k = 0; k < rule->naxes && n < (int)sizeof ax - 20; k++)
+        n += snprintf(ax + n, sizeof ax - (size_t)n, "%s%s", k ? ", " : "", rule->axes[k]);
+      return arena_printf(W->m->arena, "layout rule `%s: %s%s%s` (%s)", rule->dim, rule->naxes > 1 ? "(" : "", ax,
+                          rule->naxes > 1 ? ")" : "", where(W, loc));
+    }
+    return arena_printf(W->m->arena, "the layout (%s)", where(W, loc));
+  }
+  if (src == SHARD_ANNOTATION) {
+    const char *text = "@";
+    if (loc.file && loc.len > 0 && loc.len < 80) { /* the annotated dim as written: `j@x` */
+      const char *line = loc.file->text;
+      for (int l = 1; l < loc.line && line; l++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
+      if (line && (size_t)(line - loc.file->text) + (size_t)loc.col - 1 + (size_t)loc.len <= loc.file->len)
+      {
+        const char *b = line + loc.col - 1, *e = b + loc.len;
+        if (memchr(b, '(', (size_t)loc.len) && !memchr(b, ')', (size_t)loc.len)) /* close `@(x, y` */
+          while (*e && *e != '\n' && e[-1] != ')') e++;
+        text = arena_strndup(W->m->arena, b, (size_t)(e - b));
+      }
+    }
+    return arena_printf(W->m->arena, "`%s` (%s)", text, where(W, loc));
+  }
+  if (src == SHARD_PROPAGATED && loc.file) return arena_printf(W->m->arena, "propagation at %s", where(W, loc));
+  return "propagation";
+}
+
+static const char *dim_origin(const Walk *W, const Value *v, int d) {
+  return origin_text(W, v->dim_src[d], v->dim_loc[d]);
+}
+
+/* Why the partial sum v exists: the op that made it and where its summed axes came from. */
+static const char *partial_text(const Walk *W, const Value *v) {
+  const Op *maker = NULL;
+  for (const Value *x = v; x && x->def && !maker;) { /* walk linear ops back to the summing op */
+    const Op *d = x->def;
+    if (d->plan && d->plan->factored && (d->plan->made_partial & v->sharding.partial)) maker = d;
+    else if (d->noperands > 0 && d->operands[0]->sharding.partial) x = d->operands[0];
+    else if (d->noperands > 1 && d->operands[1]->sharding.partial) x = d->operands[1];
+    else break;
+  }
+  const char *ax = axes_text(W, v->sharding.partial);
+  if (!maker)
+    return arena_printf(W->m->arena, "%s is a partial sum over %s", value_text(W, v), ax);
+  const OpPlan *pl = maker->plan;
+  const char *dims = "";
+  for (int f = 0; f < pl->nf; f++) {
+    if (pl->fkind[f] != FK_SUM || !pl->nax[f]) continue;
+    const char *org = "";
+    if (pl->src[f] >= 0 && pl->src[f] < maker->noperands)
+      org = dim_origin(W, maker->operands[pl->src[f]], pl->src_dim[f]);
+    dims = arena_printf(W->m->arena, "%s%s%s (%s)", dims, *dims ? ", " : "", pl->fdim[f]->name, org);
+  }
+  if (maker->kind == OP_TAKE)
+    return arena_printf(W->m->arena,
+                        "take at %s gathers rows of %s, which are sharded over %s by %s: each device "
+                        "gathers the rows it holds (a masked local gather) and the pieces are summed",
+                        where(W, maker->loc), value_text(W, maker->operands[0]), ax, dims);
+  if (maker->kind == OP_CONTRACT)
+    return arena_printf(W->m->arena,
+                        "the contraction at %s sums over %s, sharded over %s in both operands "
+                        "(matmul case 3), so %s is a partial sum over %s",
+                        where(W, maker->loc), dims, ax, v->name ? v->name : "its result", ax);
+  return arena_printf(W->m->arena, "the %s at %s sums over %s, sharded over %s, so %s is a partial sum",
+                      ir_op_name(maker->kind), where(W, maker->loc), dims, ax, value_text(W, v));
+}
+
+static const char *time_text(const Walk *W, double s) {
+  if (s >= 1) return arena_printf(W->m->arena, "%.3g s", s);
+  if (s >= 1e-3) return arena_printf(W->m->arena, "%.3g ms", s * 1e3);
+  return arena_printf(W->m->arena, "%.3g us", s * 1e6);
+}
+
+/* "; chosen by cost: 55.9 us against 28.7 ms the other way" when the op's plan was a choice. */
+static const char *choice_text(const Walk *W, const OpPlan *pl) {
+  if (!pl->conflict || pl->alt_time_s < 0) return "";
+  return arena_printf(W->m->arena, "; chosen by cost: %s against %s for the next best plan", time_text(W, pl->time_s),
+                      time_text(W, pl->alt_time_s));
+}
+
+/* Why operand i of op is gathered over `mask` on its dim d (the op computes without them). */
+static const char *lost_text(const Walk *W, const Op *op, int i, int d, uint16_t mask) {
+  const OpPlan *pl = op->plan;
+  const Value *v = op->operands[i];
+  const char *vn = value_text(W, v), *dn = v->type.dims[d]->name, *an = axes_text(W, mask);
+  const char *org = dim_origin(W, v, d), *opn = ir_op_name(op->kind);
+  const char *line = where(W, op->loc);
+  int f = -1;
+  for (int g = 0; pl && g < pl->nf; g++)
+    if (pl->fdim[g] == v->type.dims[d]) f = g;
+  uint8_t why = f >= 0 ? pl->why[f] : WHY_NONE;
+  switch (why) {
+  case WHY_CASE2:
+    return arena_printf(W->m->arena,
+                        "the contraction at %s contracts %s, which %s shards over %s (from %s) but the other "
+                        "operand does not: %s is gathered first (matmul case 2)",
+                        line, dn, vn, an, org, vn);
+  case WHY_WHOLE:
+    return arena_printf(W->m->arena, "the %s at %s needs %s whole; %s shards it over %s (from %s)", opn, line, dn, vn,
+                        an, org);
+  case WHY_BLOCKED:
+    return arena_printf(W->m->arena,
+                        "%s cannot shard %s in the %s at %s (a pipeline's stage axis, or the axis of a partial "
+                        "sum passing through); %s has it from %s",
+                        an, dn, opn, line, vn, org);
+  case WHY_INDIVISIBLE:
+    return arena_printf(W->m->arena, "%s does not divide %s in the %s at %s", an, dn, opn, line);
+  default: break;
+  }
+  /* the axes went to other dims of the op (matmul case 4, or any conflict) */
+  const char *others = "";
+  for (int g = 0; pl && g < pl->nf; g++) {
+    if (g == f || !(mask & 0xffff)) continue;
+    uint16_t got = 0;
+    for (int k = 0; k < pl->nax[g]; k++) got |= (uint16_t)(1u << pl->ax[g][k]);
+    if (!(got & mask)) continue;
+    const char *gorg = "propagation";
+    if (pl->src[g] >= 0 && pl->src[g] < op->noperands) {
+      const Value *gv = op->operands[pl->src[g]];
+      gorg = arena_printf(W->m->arena, "as in %s, from %s", value_text(W, gv), dim_origin(W, gv, pl->src_dim[g]));
+    } else if (pl->src[g] == -1) {
+      gorg = "the result's type";
+    }
+    others = arena_printf(W->m->arena, "%s%s%s (%s)", others, *others ? " and " : "", pl->fdim[g]->name, gorg);
+  }
+  if (*others)
+    return arena_printf(W->m->arena,
+                        "%s shards %s in the %s at %s, and an axis shards one dim of an op: %s %s (from %s) is "
+                        "gathered%s",
+                        an, others, opn, line, poss(W, vn), dn, org, choice_text(W, pl));
+  if (why == WHY_CONFLICT && f >= 0 && (pl->fkind[f] == FK_STATS || pl->fkind[f] == FK_MAX))
+    return arena_printf(W->m->arena,
+                        "the %s at %s reduces over %s, sharded over %s in %s (from %s): gathering it is cheaper "
+                        "than reducing locally and all-reducing%s",
+                        opn, line, dn, an, vn, org, choice_text(W, pl));
+  if (why == WHY_CONFLICT)
+    return arena_printf(W->m->arena, "the operands of the %s at %s disagree on %s; gathering %s %s over %s (from %s) "
+                        "is the cheapest way%s", opn, line, dn, poss(W, vn), dn, an, org, choice_text(W, pl));
+  return arena_printf(W->m->arena, "the %s at %s takes %s without %s on %s (from %s)", opn, line, vn, an, dn, org);
+}
+
+/* The reason of one reshard step of value v toward what `who` needs (already a phrase). */
+static const char *step_reason(const Walk *W, const ReshardStep *s, const Value *v, const Op *op, int operand,
+                               const char *who) {
+  const TensorType *t = &v->type;
+  switch (s->kind) {
+  case COLL_ALL_REDUCE:
+  case COLL_REDUCE_SCATTER: {
+    const char *why = partial_text(W, v);
+    if (s->kind == COLL_ALL_REDUCE)
+      return arena_printf(W->m->arena, "%s; %s needs it summed", why, who);
+    return arena_printf(W->m->arena, "%s; %s needs it summed and sharded as %s, so the sum is a ReduceScatter",
+                        why, who, shard_text(W, t, &s->after));
+  }
+  case COLL_ALL_TO_ALL:
+    return arena_printf(W->m->arena, "%s needs %s shards over %s on %s instead of %s (%s)", who, poss(W, value_text(W, v)),
+                        axes_text(W, s->axes), t->dims[s->dim2]->name, t->dims[s->dim]->name,
+                        dim_origin(W, v, s->dim));
+  case COLL_ALL_GATHER: {
+    const char *parts = "";
+    for (int d = 0; d < t->rank; d++) {
+      uint16_t mask = 0;
+      for (int k = 0; k < s->before.naxes[d]; k++)
+        if (s->axes & (1u << s->before.axes[d][k])) mask |= (uint16_t)(1u << s->before.axes[d][k]);
+      if (!mask) continue;
+      const char *one = op && operand >= 0 ? lost_text(W, op, operand, d, mask)
+                                           : arena_printf(W->m->arena, "%s needs %s %s without %s (from %s)", who,
+                                                          poss(W, value_text(W, v)), t->dims[d]->name, axes_text(W, mask),
+                                                          dim_origin(W, v, d));
+      parts = arena_printf(W->m->arena, "%s%s%s", parts, *parts ? "; " : "", one);
+    }
+    return parts;
+  }
+  default: return who;
+  }
+}
+
+/* ---- building collective ops ---- */
+
+static OpKind coll_op(CollKind k) {
+  switch (k) {
+  case COLL_ALL_GATHER: return OP_ALL_GATHER;
+  case COLL_REDUCE_SCATTER: return OP_REDUCE_SCATTER;
+  case COLL_ALL_REDUCE: return OP_ALL_REDUCE;
+  case COLL_ALL_TO_ALL: return OP_ALL_TO_ALL;
+  default: return OP_PERMUTE;
+  }
+}
+
+/* A collective op over `axes` reading x, its result sharded `after`; not yet in any list. */
+static Op *coll_new(Walk *W, IrFunc *f, OpKind kind, SrcLoc loc, Value *x, const Sharding *after, uint16_t axes,
+                    const char *reason) {
+  Op *c = ir_op_new(W->m, f, kind, loc, &x, 1, &x->type, 1);
+  c->axes = axes;
+  c->reason = reason;
+  c->partitioned = true;
+  Value *r = c->results[0];
+  r->sharding = *after;
+  r->shard_source = SHARD_PROPAGATED;
+  r->shard_loc = loc;
+  for (int d = 0; d < r->type.rank; d++) {
+    r->dim_src[d] = after->naxes[d] ? x->dim_src[d] : SHARD_FREE;
+    r->dim_loc[d] = x->dim_loc[d];
+  }
+  r->partial_loc = after->partial ? x->partial_loc : (SrcLoc){0};
+  return c;
+}
+
+/* The ops of a reshard, chained from x; *last gets the final value. Returns the first op. */
+static Op *chain_new(Walk *W, IrFunc *f, SrcLoc loc, Value *x, const Reshard *rs, const Op *op, int operand,
+                     const char *who, Value **last) {
+  Op *first = NULL, *prev = NULL;
+  Value *cur = x;
+  for (int i = 0; i < rs->n; i++) {
+    const ReshardStep *s = &rs->step[i];
+    const char *why = step_reason(W, s, cur, op, operand, who);
+    Op *c = coll_new(W, f, coll_op(s->kind), loc, cur, &s->after, s->axes, why);
+    c->dim_index = s->dim;
+    c->dim_index2 = s->dim2;
+    if (prev) prev->next = c; /* linked privately; the caller splices the chain in */
+    else first = c;
+    prev = c;
+    cur = c->results[0];
+  }
+  *last = cur;
+  return first;
+}
+
+static void splice_before(IrFunc *f, Op *pos, Op *first) {
+  while (first) {
+    Op *n = first->next;
+    ir_insert_before(f, pos, first);
+    first = n;
+  }
+}
+
+/* Adds a reshard's cost (times mult). */
+static void charge(Walk *W, double time, double n, double mult) {
+  W->cost.time_s += time * mult;
+  W->cost.count += n * mult;
+}
+
+/* v brought to `to` before `pos` (NULL: at f's end): the value to use instead of v. */
+static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
+                            const Op *op, int operand, const char *who, SrcLoc loc) {
+  if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
+  for (int i = 0; i < cache->len; i++)
+    if (cache->data[i].v == v && sharding_equal(&cache->data[i].to, to, v->type.rank)) return cache->data[i].out;
+  Reshard rs;
+  if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+  charge(W, rs.time_s, rs.n, mult);
+  Value *out = v;
+  if (W->apply && rs.n > 0) {
+    Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
+    splice_before(f, pos, first);
+  }
+  Cached c = {v, *to, out};
+  VEC_PUSH(W->tmp, *cache, c);
+  return out;
+}
+
+/* ---- the op's own collectives ---- */
+
+static Value *emit_before(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Value **ops, int n, TensorType t,
+                          const Sharding *s, Dim **dims, int ndims) {
+  Op *o = ir_op_new(W->m, f, k, loc, ops, n, &t, 1);
+  o->partitioned = true;
+  if (ndims > 0) {
+    o->dims = ARENA_ARRAY(W->m->arena, Dim *, ndims);
+    memcpy(o->dims, dims, sizeof(Dim *) * (size_t)ndims);
+    o->ndims = ndims;
+  }
+  Value *r = o->results[0];
+  if (s) r->sharding = *s;
+  r->shard_source = SHARD_PROPAGATED;
+  r->shard_loc = loc;
+  ir_insert_before(f, pos, o);
+  return r;
+}
+
+static TensorType without_dim(const TensorType *t, const Dim *d, DType dt, const Sharding *s, Sharding *out) {
+  TensorType r = {.dtype = dt, .rank = 0};
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dims[i] == d) continue;
+    r.dims[r.rank] = t->dims[i];
+    out->naxes[r.rank] = s->naxes[i];
+    memcpy(out->axes[r.rank], s->axes[i], sizeof s->axes[i]);
+    r.rank++;
+  }
+  return r;
+}
+
+/* A reduction over d (OP_MAX or OP_SUM/OP_MEAN) of x sharded over `axes` on d, then its AllReduce:
+ * the reduced value, replicated over `axes`. */
+static Value *reduce_all(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Value *x, const Sharding *xs, Dim *d,
+                         uint16_t axes, const char *why) {
+  Sharding rs; /* xs: the shards of x the reduction reads (x's own or a local slice) */
+  TensorType t = without_dim(&x->type, d, x->type.dtype, xs, &rs);
+  Sharding raw = rs;
+  raw.partial = axes;
+  Value *part = emit_before(W, f, pos, k, loc, &x, 1, t, &raw, &d, 1);
+  part->partial_max = k == OP_MAX;
+  part->partial_loc = loc;
+  Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
+  c->reduce_max = k == OP_MAX;
+  ir_insert_before(f, pos, c);
+  return c->results[0];
+}
+
+static Value *scalar_const(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, double x) {
+  TensorType t = {.dtype = DT_F32, .rank = 0};
+  Value *v = emit_before(W, f, pos, OP_CONST, loc, NULL, 0, t, NULL, NULL, 0);
+  v->def->scalar = x;
+  return v;
+}
+
+/* softmax / rmsnorm / layernorm over a sharded dim, in statistics form (exact, in f32):
+ *   softmax:   m = max(x) [AllReduce max]; e = exp(x - m); s = sum(e) [AllReduce]; e / s
+ *   rmsnorm:   ms = mean(x * x) [AllReduce]; x * rsqrt(ms + eps) * scale
+ *   layernorm: mu = mean(x) [AllReduce]; c = x - mu; var = mean(c * c) [AllReduce];
+ *              c * rsqrt(var + eps) * scale + bias
+ * The op is replaced; its result's uses go to the last value. */
+static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
+  const OpPlan *pl = op->plan;
+  Dim *d = op->dims[0];
+  Value *x = op->operands[0], *res = op->results[0];
+  SrcLoc loc = op->loc;
+  uint16_t ax = pl->stats_axes;
+  const char *an = axes_text(W, ax);
+  const char *why = arena_printf(W->m->arena,
+                                 "the %s at %s normalises over %s, sharded over %s (from %s): each device "
+                                 "reduces its shard and the statistics are all-reduced (exact, f32)%s",
+                                 ir_op_name(op->kind), where(W, loc), d->name, an,
+                                 dim_origin(W, x, tensor_type_find(&x->type, d)),
+                                 pl->alt_time_s >= 0 ? arena_printf(W->m->arena, "; %s against %s to gather it",
+                                                                    time_text(W, pl->time_s), time_text(W, pl->alt_time_s))
+                                                     : "");
+  TensorType tf = x->type;
+  tf.dtype = DT_F32;
+  Sharding sx = pl->req[0]; /* the shards the op computes with (x's own, or a local slice of it) */
+  Value *xf = x;
+  Op *mark = op; /* the ops made below sit between the previous op and `op` */
+  Op *prev = NULL;
+  for (Op *o = f->first; o && o != op; o = o->next) prev = o;
+  if (x->type.dtype != DT_F32) xf = emit_before(W, f, op, OP_CAST, loc, &x, 1, tf, &sx, NULL, 0);
+  Value *y;
+  if (op->kind == OP_SOFTMAX) {
+    Value *m = reduce_all(W, f, op, OP_MAX, loc, xf, &sx, d, ax, why);
+    Value *a[2] = {xf, m};
+    Value *z = emit_before(W, f, op, OP_SUB, loc, a, 2, tf, &sx, NULL, 0);
+    Value *e = emit_before(W, f, op, OP_EXP, loc, &z, 1, tf, &sx, NULL, 0);
+    Value *s = reduce_all(W, f, op, OP_SUM, loc, e, &sx, d, ax, why);
+    Value *b[2] = {e, s};
+    y = emit_before(W, f, op, OP_DIV, loc, b, 2, tf, &sx, NULL, 0);
+  } else {
+    Value *c = xf;
+    if (op->kind == OP_LAYERNORM) {
+      Value *mu = reduce_all(W, f, op, OP_MEAN, loc, xf, &sx, d, ax, why);
+      Value *a[2] = {xf, mu};
+      c = emit_before(W, f, op, OP_SUB, loc, a, 2, tf, &sx, NULL, 0);
+    }
+    Value *sq[2] = {c, c};
+    Value *c2 = emit_before(W, f, op, OP_MUL, loc, sq, 2, tf, &sx, NULL, 0);
+    Value *var = reduce_all(W, f, op, OP_MEAN, loc, c2, &sx, d, ax, why);
+    Value *eps = scalar_const(W, f, op, loc, NORM_EPSILON);
+    Value *a2[2] = {var, eps};
+    Value *ve = emit_before(W, f, op, OP_ADD, loc, a2, 2, var->type, &var->sharding, NULL, 0);
+    Value *r = emit_before(W, f, op, OP_RSQRT, loc, &ve, 1, ve->type, &var->sharding, NULL, 0);
+    Value *a3[2] = {c, r};
+    Value *n = emit_before(W, f, op, OP_MUL, loc, a3, 2, tf, &sx, NULL, 0);
+    Value *a4[2] = {n, op->operands[1]};
+    y = emit_before(W, f, op, OP_MUL, loc, a4, 2, tf, &sx, NULL, 0);
+    if (op->kind == OP_LAYERNORM && op->noperands > 2) {
+      Value *a5[2] = {y, op->operands[2]};
+      y = emit_before(W, f, op, OP_ADD, loc, a5, 2, tf, &sx, NULL, 0);
+    }
+  }
+  if (res->type.dtype != DT_F32) y = emit_before(W, f, op, OP_CAST, loc, &y, 1, res->type, &sx, NULL, 0);
+  /* the new ops that read the original operands read them as the plan has them (local slices) */
+  for (Op *o = prev ? prev->next : f->first; o && o != mark; o = o->next)
+    for (int k = 0; k < o->noperands; k++)
+      for (int i = 0; i < op->noperands && i < pl->nopnd; i++) {
+        Value *orig = op->operands[i];
+        if (o->operands[k] != orig || sharding_equal(&orig->sharding, &pl->req[i], orig->type.rank)) continue;
+        if (!o->in_shard) {
+          o->in_shard = ARENA_ARRAY(W->m->arena, Sharding, o->noperands);
+          for (int j = 0; j < o->noperands; j++) o->in_shard[j] = o->operands[j]->sharding;
+        }
+        o->in_shard[k] = pl->req[i];
+      }
+  /* the result keeps its name and type order: a transpose to it if the order differs */
+  if (!tensor_type_equal(&y->type, &res->type)) y = emit_before(W, f, op, OP_TRANSPOSE, loc, &y, 1, res->type, &pl->natural, NULL, 0);
+  y->name = res->name;
+  y->spec = res->spec;
+  y->shard_source = res->shard_source;
+  memcpy(y->dim_src, res->dim_src, sizeof y->dim_src);
+  memcpy(y->dim_loc, res->dim_loc, sizeof y->dim_loc);
+  ir_replace_uses(f, res, y);
+  ir_remove(f, op);
+  return y;
+}
+
+/* ---- ops ---- */
+
+static bool warned_at(Walk *W, SrcLoc loc) {
+  for (int i = 0; i < W->warned.len; i++)
+    if (W->warned.data[i].file == loc.file && W->warned.data[i].line == loc.line && W->warned.data[i].col == loc.col)
+      return true;
+  VEC_PUSH(W->tmp, W->warned, loc);
+  return false;
+}
+
+/* "the return type of attention.forward (layers.shard:73)", "the type of argument x of
+ * mlp.forward (line 49)", "its written type (line 12)" (a typed let). */
+static const char *spec_text(const Walk *W, const TypeSpec *spec) {
+  const Program *p = W->p;
+  for (int i = 0; i < p->nmodels; i++) {
+    const Model *mo = p->models[i];
+    for (int k = 0; mo && k < mo->nfns; k++) {
+      const FnDecl *fn = &mo->fns[k];
+      if (spec == &fn->ret)
+        return arena_printf(W->m->arena, "the return type of %s.%s (%s)", mo->name, fn->name, where(W, spec->loc));
+      for (int a = 0; a < fn->nargs; a++)
+        if (spec == &fn->args[a].type)
+          return arena_printf(W->m->arena, "the type of argument %s of %s.%s (%s)", fn->args[a].name, mo->name,
+                              fn->name, where(W, spec->loc));
+    }
+  }
+  return arena_printf(W->m->arena, "its written type (%s)", where(W, spec->loc));
+}
+
+/* The origins of an op's raw result (what it computes before a reshard to a written type): each
+ * dim's axes trace back to the operand dim its plan took them from. */
+static void raw_origins(Value *r, const Op *op) {
+  const OpPlan *pl = op->plan;
+  for (int d = 0; d < r->type.rank; d++) {
+    r->dim_src[d] = SHARD_FREE;
+    if (!r->sharding.naxes[d] || !pl || !pl->factored) continue;
+    for (int f = 0; f < pl->nf; f++) {
+      if (pl->fdim[f] != r->type.dims[d] || pl->src[f] < 0 || pl->src[f] >= op->noperands) continue;
+      const Value *o = op->operands[pl->src[f]];
+      r->dim_src[d] = o->dim_src[pl->src_dim[f]];
+      r->dim_loc[d] = o->dim_loc[pl->src_dim[f]];
+    }
+  }
+}
+
+/* r holds `nat` (what its op produced) but must have the sharding r carries now (a written type
+ * or a propagation pin): the collectives follow `after` and take over r's uses; r keeps `nat`. */
+static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Sharding *nat, double mult) {
+  if (sharding_equal(nat, &r->sharding, r->type.rank)) return;
+  Reshard rs;
+  if (!reshard_plan(W->mesh, &r->type, nat, &r->sharding, &rs)) return;
+  charge(W, rs.time_s, rs.n, mult);
+  if (!W->apply || rs.n == 0) return; /* only a slice: the op computes its part directly */
+  const Op *op = r->def ? r->def : after;
+  Sharding want = r->sharding;
+  const char *who = r->spec ? arena_printf(W->m->arena, "%s, %s,", spec_text(W, r->spec), shard_text(W, &r->type, &want))
+                            : arena_printf(W->m->arena, "propagation's choice for %s, %s,", value_text(W, r),
+                                           shard_text(W, &r->type, &want));
+  Value saved = *r;
+  r->sharding = *nat;
+  raw_origins(r, op);
+  Value *last;
+  Op *first = chain_new(W, f, op->loc, r, &rs, NULL, -1, who, &last);
+  ir_replace_uses(f, r, last); /* the chain is not in f yet: it keeps reading r */
+  splice_before(f, after->next, first);
+  /* the final value takes r's identity as the source knows it */
+  last->name = r->name;
+  last->spec = r->spec;
+  memcpy(last->dim_src, saved.dim_src, sizeof last->dim_src);
+  memcpy(last->dim_loc, saved.dim_loc, sizeof last->dim_loc);
+  last->shard_source = saved.shard_source;
+  last->shard_loc = saved.shard_loc;
+  r->spec = NULL;
+  r->shard_source = SHARD_PROPAGATED;
+  /* never replicate silently: a written type that gathers a dim the op produced sharded */
+  for (int i = 0; i < rs.n; i++) {
+    if (rs.step[i].kind != COLL_ALL_GATHER || !last->spec) continue;
+    SrcLoc at = last->spec->loc.file ? last->spec->loc : op->loc;
+    first->reason = arena_printf(W->m->arena, "%s [a warning: %s replicates a value its op produced sharded]",
+                                 first->reason, spec_text(W, last->spec));
+    if (warned_at(W, at)) continue;
+    diag_warning(at, "this type replicates %s over %s, which the %s at %s produces sharded (%s): an AllGather "
+                 "follows it",
+                 value_text(W, last), axes_text(W, rs.step[i].axes), ir_op_name(op->kind), where(W, op->loc),
+                 shard_text(W, &r->type, nat));
+  }
+}
+
+/* The AllReduce(max) after a max over a sharded dim: r becomes the local maxima (partial over
+ * the axes), the AllReduce's result takes over its uses, then any reshard to r's sharding. */
+static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
+  const OpPlan *pl = op->plan;
+  Value *r = op->results[0];
+  const TensorType *rt = &r->type;
+  charge(W, cost_collective(W->mesh, COLL_ALL_REDUCE, pl->max_axes, (double)sharding_local_bytes(rt, &pl->natural, W->mesh), true, NULL), 1, mult);
+  if (!W->apply) {
+    Reshard rs;
+    if (reshard_plan(W->mesh, rt, &pl->natural, &r->sharding, &rs)) charge(W, rs.time_s, rs.n, mult);
+    return;
+  }
+  int xd = -1;
+  for (int fi = 0; fi < pl->nf; fi++)
+    if (pl->fkind[fi] == FK_MAX && pl->nax[fi]) xd = tensor_type_find(&op->operands[0]->type, pl->fdim[fi]);
+  const char *why = arena_printf(W->m->arena,
+                                 "the max at %s reduces over %s, sharded over %s (from %s): each device takes "
+                                 "the max of its shard and the AllReduce takes the max of the pieces",
+                                 where(W, op->loc), xd >= 0 ? op->operands[0]->type.dims[xd]->name : "?",
+                                 axes_text(W, pl->max_axes), xd >= 0 ? dim_origin(W, op->operands[0], xd) : "?");
+  Sharding final = r->sharding, raw = pl->natural;
+  raw.partial |= pl->max_axes;
+  r->sharding = raw;
+  r->partial_max = true;
+  r->partial_loc = op->loc;
+  Op *c = coll_new(W, f, OP_ALL_REDUCE, op->loc, r, &pl->natural, pl->max_axes, why);
+  c->reduce_max = true;
+  Value *cr = c->results[0];
+  ir_replace_uses(f, r, cr);
+  ir_insert_before(f, op->next, c);
+  cr->name = r->name;
+  cr->spec = r->spec;
+  memcpy(cr->dim_src, r->dim_src, sizeof cr->dim_src);
+  memcpy(cr->dim_loc, r->dim_loc, sizeof cr->dim_loc);
+  r->spec = NULL;
+  cr->sharding = final;
+  reshard_result(W, f, c, cr, &pl->natural, mult);
+}
+
+static void walk_factored(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  OpPlan *pl = op->plan;
+  const char *who = "";
+  if (W->apply && op->kind == OP_TRANSPOSE && op->results[0]->spec) /* a boundary's copy (ir_build) */
+    who = spec_text(W, op->results[0]->spec);
+  else if (W->apply)
+    who = arena_printf(W->m->arena, "the %s at %s", ir_op_name(op->kind), where(W, op->loc));
+  Sharding *in_shard = NULL;
+  for (int i = 0; i < op->noperands && i < pl->nopnd; i++) {
+    Value *v = op->operands[i];
+    Value *nv = reshard_value(W, f, op, v, &pl->req[i], mult, cache, op, i, who, op->loc);
+    if (!W->apply) continue;
+    op->operands[i] = nv;
+    if (!sharding_equal(&nv->sharding, &pl->req[i], nv->type.rank)) {
+      if (!in_shard) {
+        in_shard = ARENA_ARRAY(W->m->arena, Sharding, op->noperands);
+        for (int k = 0; k < op->noperands; k++) in_shard[k] = op->operands[k]->sharding;
+      }
+      in_shard[i] = pl->req[i];
+    }
+  }
+  if (W->apply && in_shard) {
+    for (int k = 0; k < op->noperands; k++)
+      if (k < pl->nopnd && !sharding_equal(&in_shard[k], &pl->req[k], op->operands[k]->type.rank))
+        in_shard[k] = op->operands[k]->sharding;
+    op->in_shard = in_shard;
+  }
+  const TensorType *rt = &op->results[0]->type;
+  if (pl->max_axes && sharding_axes_product(W->mesh, pl->max_axes) > 1) {
+    max_allreduce(W, f, op, mult);
+    return;
+  }
+  if (pl->stats_axes && pl->nstats && sharding_axes_product(W->mesh, pl->stats_axes) > 1) {
+    Sharding ss;
+    TensorType st = without_dim(rt, pl->fdim[pl->stats_factor], DT_F32, &pl->natural, &ss);
+    double b = (double)sharding_local_bytes(&st, &ss, W->mesh);
+    charge(W, pl->nstats * cost_collective(W->mesh, COLL_ALL_REDUCE, pl->stats_axes, b, true, NULL), pl->nstats, mult);
+    if (!W->apply) {
+      reshard_result(W, f, op, op->results[0], &pl->natural, mult);
+      return;
+    }
+    Sharding want = op->results[0]->sharding;
+    Value *y = expand_stats(W, f, op); /* y holds the natural sharding; r's written type may want more */
+    y->sharding = want;
+    reshard_result(W, f, y->def, y, &pl->natural, mult);
+    return;
+  }
+  reshard_result(W, f, op, op->results[0], &pl->natural, mult);
+}
+
+/* An op without a sharding rule (none exists today; a safe default for new op kinds) runs
+ * replicated: every operand gathered and summed, the result replicated. */
+static void walk_replicated(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  Sharding none;
+  memset(&none, 0, sizeof none);
+  const char *who = W->apply ? arena_printf(W->m->arena, "the %s at %s (an op that runs replicated)",
+                                            ir_op_name(op->kind), where(W, op->loc))
+                             : "";
+  for (int i = 0; i < op->noperands; i++) {
+    Value *nv = reshard_value(W, f, op, op->operands[i], &none, mult, cache, NULL, -1, who, op->loc);
+    if (W->apply) op->operands[i] = nv;
+  }
+  reshard_result(W, f, op, op->results[0], &none, mult);
+}
+
+static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult) {
+  OpPlan *pl = op->plan;
+  if (!pl) return;
+  if (pl->reshape_bad_dim >= 0) {
+    W->cost.errors++;
+    if (W->apply) {
+      const Value *x = op->operands[0];
+      int d = pl->reshape_bad_dim;
+      const Sharding *s = &x->sharding;
+      int64_t n = 1;
+      for (int k = 0; k < s->naxes[d]; k++) n *= W->mesh->axes[s->axes[d][k]].size;
+      uint16_t ax = 0;
+      for (int k = 0; k < s->naxes[d]; k++) ax |= (uint16_t)(1u << s->axes[d][k]);
+      const char *parts = ""; /* split: dims[1..] are the parts; merge: dims[0..n-2] */
+      int from = op->kind == OP_SPLIT ? 1 : 0, to = op->kind == OP_SPLIT ? op->ndims : op->ndims - 1;
+      for (int j = from; j < to; j++)
+        parts = arena_printf(W->m->arena, "%s%s%s=%lld", parts, j > from ? ", " : "", op->dims[j]->name,
+                             (long long)op->dims[j]->size);
+      if (op->kind == OP_SPLIT)
+        diag_error(op->loc,
+                   "this split cannot keep the sharding of %s: %s is sharded %lld ways over %s (from %s), which "
+                   "does not lay out evenly onto (%s) major part first; shard a part instead, or unshard %s",
+                   value_text(W, x), x->type.dims[d]->name, (long long)n, axes_text(W, ax), dim_origin(W, x, d),
+                   parts, x->type.dims[d]->name);
+      else
+        diag_error(op->loc,
+                   "this merge cannot keep the sharding of %s: %s is sharded over %s (from %s) but a more major "
+                   "part is not fully sharded, so a device's elements of the merged dim would not be contiguous "
+                   "(%s); shard the most major part instead",
+                   value_text(W, x), x->type.dims[d]->name, axes_text(W, ax), dim_origin(W, x, d), parts);
+      W->errors++;
+    }
+  }
+  reshard_result(W, f, op, op->results[0], &pl->natural, mult);
+}
+
+static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache);
+
+/* The stage axes of a loop (its slices' leading dim) and the microbatches a step splits into. */
+static uint16_t stage_axes(const Op *loop) {
+  uint16_t m = 0;
+  for (int i = 0; i < loop->nslices && i < loop->noperands; i++) {
+    const Sharding *s = &loop->operands[i]->sharding;
+    for (int k = 0; k < s->naxes[0]; k++) m |= (uint16_t)(1u << s->axes[0][k]);
+  }
+  return m;
+}
+
+static int microbatches(const Program *p) { return p->step && p->step->microbatches > 1 ? p->step->microbatches : 1; }
+
+static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  IrFunc *b = op->body;
+  if (!b) return;
+  double trips = op->count > 0 ? (double)op->count : 1;
+  for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
+    Value *outer = op->operands[i], *in = b->inputs[i];
+    bool carried = i < op->nslices + op->ncarried;
+    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp,
+                                   "the loop at %s (its %s value %s has one sharding for every iteration: %s)",
+                                   where(W, op->loc), carried ? "carried" : "invariant", value_text(W, in),
+                                   W->apply ? shard_text(W, &in->type, &in->sharding) : "");
+    Value *nv = reshard_value(W, f, op, outer, &in->sharding, mult, cache, NULL, -1, who, op->loc);
+    if (W->apply) op->operands[i] = nv;
+  }
+  CacheVec inner = {0};
+  walk_func(W, b, mult * trips, &inner);
+  uint16_t st = stage_axes(op);
+  int64_t stages = sharding_axes_product(W->mesh, st);
+  for (int r = 0; r < op->ncarried && r < b->noutputs; r++) {
+    Value *in = b->inputs[op->nslices + r], *out = b->outputs[r];
+    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp,
+                                   "the next iteration of the loop at %s (carried %s: %s)", where(W, op->loc),
+                                   value_text(W, in), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
+    Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, &inner, NULL, -1, who, op->loc);
+    if (W->apply) b->outputs[r] = nv;
+    if (stages > 1) { /* pipeline: the activations move to the next stage at each stage boundary */
+      int mb = microbatches(W->p);
+      double bytes = (double)sharding_local_bytes(&in->type, &in->sharding, W->mesh) / mb;
+      double transfers = (double)(stages - 1) * mb;
+      charge(W, cost_collective(W->mesh, COLL_PERMUTE, st, bytes, true, NULL), 1, mult * transfers);
+      if (W->apply) {
+        int64_t per = op->count / stages > 0 ? op->count / stages : 1;
+        const char *why = arena_printf(
+            W->m->arena,
+            "pipeline: the loop's params shard %s over %s (%lld stages of %lld layers); the carried %s moves to "
+            "the next stage after every %lld layers, %lld transfers per microbatch, %d microbatch%s",
+            op->stack_dim ? op->stack_dim->name : "the stacked dim", axes_text(W, st), (long long)stages,
+            (long long)per, value_text(W, in), (long long)per, (long long)(stages - 1), mb, mb == 1 ? "" : "es");
+        Value *cur = b->outputs[r];
+        Op *c = coll_new(W, b, OP_PERMUTE, op->loc, cur, &cur->sharding, st, why);
+        c->coll_period = per;
+        ir_append(b, c);
+        b->outputs[r] = c->results[0];
+        c->results[0]->name = cur->name;
+      }
+    }
+  }
+  op->partitioned = W->apply;
+}
+
+static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
+  Op *next;
+  for (Op *op = f->first; op; op = next) {
+    next = op->next;
+    if (op->partitioned || ir_op_is_collective(op->kind)) continue;
+    if (op->kind == OP_LOOP) {
+      walk_loop(W, f, op, mult, cache);
+      continue;
+    }
+    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
+    else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
+    else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
+    if (W->apply) op->partitioned = true;
+  }
+}
+
+/* The entry's outputs take its written return type (ir_build already made them carry it; this
+ * only matters for values the search pinned). */
+static void walk_outputs(Walk *W, CacheVec *cache) {
+  IrFunc *f = W->m->main;
+  const FnDecl *fn = W->p->entry;
+  if (!fn) return;
+  for (int i = 0; i < f->noutputs; i++) {
+    Value *v = f->outputs[i];
+    if (!v || v->spec) continue;
+    Sharding s, t;
+    ShardOrigin o;
+    if (!layout_apply(W->p, &fn->ret, &s, &o)) continue;
+    memset(&t, 0, sizeof t);
+    for (int a = 0; a < v->type.rank; a++)
+      for (int b = 0; b < fn->ret.rank; b++)
+        if (fn->ret.dims[b] == v->type.dims[a]) t.naxes[a] = s.naxes[b], memcpy(t.axes[a], s.axes[b], sizeof s.axes[b]);
+    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the return type (%s)", where(W, fn->ret.loc));
+    Value *nv = reshard_value(W, f, NULL, v, &t, 1, cache, NULL, -1, who, fn->ret.loc);
+    if (W->apply) f->outputs[i] = nv;
+  }
+}
+
+static void walk_module(Walk *W) {
+  CacheVec cache = {0};
+  walk_func(W, W->m->main, 1, &cache);
+  walk_outputs(W, &cache);
+}
+
+PartCost partition_cost(const IrModule *m, const Program *p) {
+  PartCost c = {0};
+  if (!m || !m->main || !p || !p->mesh) return c;
+  Arena tmp;
+  arena_init(&tmp);
+  Walk W = {.m = (IrModule *)m, .p = p, .mesh = p->mesh, .apply = false, .tmp = &tmp};
+  walk_module(&W);
+  arena_free(&tmp);
+  return W.cost;
+}
+
+bool partition_module(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return true;
+  Arena tmp;
+  arena_init(&tmp);
+  Walk W = {.m = m, .p = p, .mesh = p->mesh, .apply = true, .tmp = &tmp};
+  walk_module(&W);
+  arena_free(&tmp);
+  return W.errors == 0;
+}
+
+bool partition_pipeline(const IrModule *m, Pipeline *out) {
+  memset(out, 0, sizeof *out);
+  if (!m || !m->main || !m->prog || !m->prog->mesh) return false;
+  for (const Op *op = m->main->first; op; op = op->next) {
+    if (op->kind != OP_LOOP) continue;
+    uint16_t st = stage_axes(op);
+    int64_t n = sharding_axes_product(m->prog->mesh, st);
+    if (n <= 1) continue;
+    out->loop = op;
+    out->axes = st;
+    out->stages = n;
+    out->layers = op->count;
+    return true;
+  }
+  return false;
+}

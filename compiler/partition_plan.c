@@ -1,0 +1,782 @@
+/* partition_plan.c: what an op needs of its operands' shardings (no IR changes; see partition.h).
+ *
+ * In: an op, its operands' shardings and optionally the sharding its result must have. Out: an
+ * OpPlan: the mesh axes each factor of the op (each named dim it touches) runs over, hence the
+ * sharding each operand must be brought to, the result's natural sharding (possibly a partial
+ * sum), and the op's own collectives (the AllReduce after a max or of a softmax's statistics over
+ * a sharded dim); plus the collectives that turn one sharding into another (reshard_plan).
+ *
+ * Named dims make this factor-based (as Shardy's sharding rules are): a factor is a named dim; an
+ * elementwise op, a rename or a transpose keeps it; a contraction keeps the dims it does not
+ * contract and sums over the others; reductions sum (or max) over theirs. A sharded summed factor
+ * leaves the result an unreduced partial sum over its axes; partition.c reduces it where a
+ * consumer is not linear. The four sharded-matmul cases of hardware-and-costs.md come out of the
+ * rule in plan_op:
+ *   1. contracted dim unsharded: the factors follow the operands, no communication;
+ *   2. one input sharded on the contracted dim: that factor gets no axes, the input is gathered;
+ *   3. both sharded on it alike: the factor keeps the axes, the result is a partial sum;
+ *   4. one axis proposed for two factors (both inputs shard a non-contracted dim over it): a
+ *      conflict, decided by cost between gathering one input or the other. */
+#include <math.h>
+#include <string.h>
+
+#include "partition.h"
+
+/* ---- shardings ---- */
+
+static uint16_t bit(int a) { return (uint16_t)(1u << a); }
+
+static uint16_t dim_mask(const Sharding *s, int d) {
+  uint16_t m = 0;
+  for (int k = 0; k < s->naxes[d] && k < MAX_AXES_PER_DIM; k++) m |= bit(s->axes[d][k]);
+  return m;
+}
+
+static uint16_t axes_mask(const int8_t *ax, int n) {
+  uint16_t m = 0;
+  for (int k = 0; k < n; k++) m |= bit(ax[k]);
+  return m;
+}
+
+uint16_t sharding_axes_used(const Sharding *s, int rank) {
+  uint16_t m = 0;
+  for (int d = 0; d < rank; d++) m |= dim_mask(s, d);
+  return m;
+}
+
+int64_t sharding_axes_product(const Mesh *m, uint16_t axes) {
+  int64_t n = 1;
+  for (int a = 0; m && a < m->naxes; a++)
+    if (axes & bit(a)) n *= m->axes[a].size;
+  return n;
+}
+
+static int64_t tuple_product(const Mesh *m, const int8_t *ax, int n) {
+  int64_t p = 1;
+  for (int k = 0; k < n; k++) p *= m->axes[ax[k]].size;
+  return p;
+}
+
+static bool dim_equal(const Sharding *a, int da, const Sharding *b, int db) {
+  if (a->naxes[da] != b->naxes[db]) return false;
+  for (int k = 0; k < a->naxes[da]; k++)
+    if (a->axes[da][k] != b->axes[db][k]) return false;
+  return true;
+}
+
+bool sharding_equal(const Sharding *a, const Sharding *b, int rank) {
+  if (a->partial != b->partial) return false;
+  for (int d = 0; d < rank; d++)
+    if (!dim_equal(a, d, b, d)) return false;
+  return true;
+}
+
+/* True when dim da of a is a prefix of dim db of b (a's axes, in order, start b's). */
+static bool dim_prefix(const Sharding *a, int da, const Sharding *b, int db) {
+  if (a->naxes[da] > b->naxes[db]) return false;
+  for (int k = 0; k < a->naxes[da]; k++)
+    if (a->axes[da][k] != b->axes[db][k]) return false;
+  return true;
+}
+
+void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out) {
+  memset(out, 0, sizeof *out);
+  if (!p || !p->layout || !p->mesh) return;
+  const Mesh *m = p->mesh;
+  uint16_t used = 0;
+  for (int r = 0; r < p->layout->nrules; r++) {
+    const LayoutRule *rule = &p->layout->rules[r];
+    if (rule->naxes < 1 || rule->naxes > MAX_AXES_PER_DIM) continue;
+    int i = 0;
+    while (i < t->rank && !(t->dims[i] && t->dims[i]->name == rule->dim)) i++;
+    if (i == t->rank || out->naxes[i]) continue;
+    int8_t ax[MAX_AXES_PER_DIM];
+    bool ok = true;
+    for (int k = 0; k < rule->naxes && ok; k++) {
+      int a = mesh_axis_index(m, rule->axes[k]);
+      if (a < 0) ok = false;
+      else ax[k] = (int8_t)a;
+    }
+    if (!ok) continue;
+    uint16_t mask = axes_mask(ax, rule->naxes);
+    int64_t prod = tuple_product(m, ax, rule->naxes);
+    if ((mask & used) || prod <= 0 || t->dims[i]->size % prod != 0) continue;
+    memcpy(out->axes[i], ax, (size_t)rule->naxes);
+    out->naxes[i] = (uint8_t)rule->naxes;
+    used |= mask;
+  }
+}
+
+/* ---- reshards ---- */
+
+static void add_step(const Mesh *m, Reshard *r, CollKind kind, uint16_t axes, int dim, int dim2, double bytes,
+                     const Sharding *before, const Sharding *after) {
+  if (sharding_axes_product(m, axes) <= 1) return; /* axes of size 1: nothing moves */
+  if (r->n == RESHARD_MAX_STEPS) return;
+  ReshardStep *s = &r->step[r->n++];
+  s->kind = kind;
+  s->axes = axes;
+  s->dim = dim;
+  s->dim2 = dim2;
+  s->bytes = bytes;
+  s->time_s = cost_collective(m, kind, axes, bytes, true, NULL);
+  s->before = *before;
+  s->after = *after;
+  r->time_s += s->time_s;
+}
+
+/* The one dim where a and b differ, or -1 when several (or none) do. */
+static int changed_dim(const Sharding *a, const Sharding *b, int rank) {
+  int d = -1;
+  for (int i = 0; i < rank; i++) {
+    if (dim_equal(a, i, b, i)) continue;
+    if (d >= 0) return -1;
+    d = i;
+  }
+  return d;
+}
+
+bool reshard_plan(const Mesh *m, const TensorType *t, const Sharding *from, const Sharding *to, Reshard *out) {
+  memset(out, 0, sizeof *out);
+  if (to->partial & ~from->partial) return false;
+  int rank = t->rank;
+  Sharding cur = *from;
+
+  /* 1. Partial sums: a ReduceScatter onto every dim where `to` places a summed axis right after
+   * the axes the dim already has (the fused form, half an AllReduce's bytes), an AllReduce over
+   * the summed axes left. */
+  uint16_t sum = cur.partial & ~to->partial;
+  if (sum) {
+    Sharding next = cur;
+    uint16_t rs = 0;
+    for (int j = 0; j < rank; j++) {
+      if (!dim_prefix(&cur, j, to, j)) continue;
+      int k = cur.naxes[j];
+      while (k < to->naxes[j] && (sum & bit(to->axes[j][k])) && !(rs & bit(to->axes[j][k]))) {
+        next.axes[j][k] = to->axes[j][k];
+        rs |= bit(to->axes[j][k]);
+        k++;
+      }
+      next.naxes[j] = (uint8_t)k;
+    }
+    if (rs) {
+      next.partial &= (uint16_t)~rs;
+      add_step(m, out, COLL_REDUCE_SCATTER, rs, changed_dim(&cur, &next, rank), -1,
+               (double)sharding_local_bytes(t, &cur, m), &cur, &next);
+      cur = next;
+    }
+    uint16_t ar = sum & (uint16_t)~rs;
+    if (ar) {
+      next = cur;
+      next.partial &= (uint16_t)~ar;
+      add_step(m, out, COLL_ALL_REDUCE, ar, -1, -1, (double)sharding_local_bytes(t, &cur, m), &cur, &next);
+      cur = next;
+    }
+  }
+
+  /* 2. Shards moving between dims: the minor-most extra axis of dim i that `to` wants next on
+   * dim j is one AllToAll. */
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 0; i < rank && !moved; i++) {
+      if (cur.naxes[i] == 0 || dim_prefix(&cur, i, to, i)) continue;
+      int x = cur.axes[i][cur.naxes[i] - 1];
+      for (int j = 0; j < rank && !moved; j++) {
+        if (j == i || !dim_prefix(&cur, j, to, j) || cur.naxes[j] >= to->naxes[j]) continue;
+        if (to->axes[j][cur.naxes[j]] != x || cur.naxes[j] >= MAX_AXES_PER_DIM) continue;
+        Sharding next = cur;
+        next.naxes[i]--;
+        next.axes[j][next.naxes[j]++] = (int8_t)x;
+        add_step(m, out, COLL_ALL_TO_ALL, bit(x), i, j, (double)sharding_local_bytes(t, &cur, m), &cur, &next);
+        cur = next;
+        moved = true;
+      }
+    }
+  }
+
+  /* 3. Axes dropped: every dim keeps the longest prefix it shares with `to`; one AllGather over
+   * all the axes dropped (several axes are one collective). */
+  Sharding next = cur;
+  uint16_t gathered = 0;
+  for (int i = 0; i < rank; i++) {
+    int c = 0;
+    while (c < cur.naxes[i] && c < to->naxes[i] && cur.axes[i][c] == to->axes[i][c]) c++;
+    for (int k = c; k < cur.naxes[i]; k++) gathered |= bit(cur.axes[i][k]);
+    next.naxes[i] = (uint8_t)c;
+  }
+  if (gathered) {
+    add_step(m, out, COLL_ALL_GATHER, gathered, changed_dim(&cur, &next, rank), -1,
+             (double)sharding_local_bytes(t, &next, m), &cur, &next);
+    cur = next;
+  }
+
+  /* 4. Axes added: a local slice. */
+  out->slices = !sharding_equal(&cur, to, rank);
+  return true;
+}
+
+/* ---- op rules ---- */
+
+typedef enum { PASS_NONE, PASS_UNARY, PASS_SAME, PASS_ONE, PASS_FIRST } PassRule;
+
+typedef struct Rule {
+  int nf;
+  const Dim *fdim[PLAN_MAX_FACTORS];
+  uint8_t fk[PLAN_MAX_FACTORS];
+  int nopnd;
+  int8_t omap[PLAN_MAX_OPERANDS][MAX_RANK]; /* operand dim -> factor */
+  int8_t rmap[MAX_RANK];                    /* result dim -> factor */
+  PassRule pass;
+  bool sums;    /* FK_SUM factors leave a partial sum */
+  int nstats;   /* AllReduces of statistics when the FK_STATS factor is sharded */
+} Rule;
+
+static int rule_factor(Rule *r, const Dim *d, FactorKind k) {
+  for (int f = 0; f < r->nf; f++)
+    if (r->fdim[f] == d) return f;
+  if (r->nf == PLAN_MAX_FACTORS) return -1;
+  r->fdim[r->nf] = d;
+  r->fk[r->nf] = (uint8_t)k;
+  return r->nf++;
+}
+
+static void rule_set_kind(Rule *r, const Dim *d, FactorKind k) {
+  int f = rule_factor(r, d, k);
+  if (f >= 0) r->fk[f] = (uint8_t)k;
+}
+
+/* Maps every dim of operand i to the factor of the same dim, `from[j] -> to[j]` renamed first. A
+ * dim the rule does not know (none should exist) becomes a factor the op needs whole. */
+static void rule_map_operand(Rule *r, const Op *op, int i, Dim *const *from, Dim *const *to, int nren) {
+  const Value *v = op->operands[i];
+  for (int d = 0; d < v->type.rank; d++) {
+    const Dim *dim = v->type.dims[d];
+    for (int j = 0; j < nren; j++)
+      if (from[j] == dim) dim = to[j];
+    int f = -1;
+    for (int g = 0; g < r->nf; g++)
+      if (r->fdim[g] == dim) f = g;
+    if (f < 0) f = rule_factor(r, dim, FK_WHOLE);
+    r->omap[i][d] = (int8_t)f;
+  }
+}
+
+static bool is_unary_elementwise(OpKind k) { return k >= OP_NEG && k <= OP_SILU; }
+
+static bool rule_build(const Op *op, Rule *r) {
+  memset(r, 0, sizeof *r);
+  memset(r->omap, -1, sizeof r->omap);
+  memset(r->rmap, -1, sizeof r->rmap);
+  if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) return false;
+  const TensorType *rt = &op->results[0]->type;
+  switch (op->kind) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CAUSAL: case OP_CAST: case OP_TRANSPOSE:
+  case OP_RENAME: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM:
+  case OP_LAYERNORM: case OP_TAKE: case OP_CONTRACT: case OP_ATTENTION:
+    break;
+  default:
+    if (!is_unary_elementwise(op->kind)) return false;
+  }
+  for (int d = 0; d < rt->rank; d++) r->rmap[d] = (int8_t)rule_factor(r, rt->dims[d], FK_KEEP);
+  r->nopnd = op->noperands;
+  Dim *ren_from[MAX_RANK], *ren_to[MAX_RANK];
+  int nren = 0;
+  switch (op->kind) {
+  case OP_ADD: case OP_SUB: r->pass = PASS_SAME; break;
+  case OP_MUL: r->pass = PASS_ONE; break;
+  case OP_DIV: r->pass = PASS_FIRST; break;
+  case OP_NEG: case OP_TRANSPOSE: r->pass = PASS_UNARY; break;
+  case OP_CAST: /* summing a widened value costs more bytes: reduce before widening */
+    r->pass = dtype_bytes(rt->dtype) > dtype_bytes(op->operands[0]->type.dtype) ? PASS_NONE : PASS_UNARY;
+    break;
+  case OP_RENAME:
+    for (int j = 0; j + 1 < op->ndims && nren < MAX_RANK; j += 2) {
+      ren_from[nren] = op->dims[j];
+      ren_to[nren++] = op->dims[j + 1];
+    }
+    r->pass = PASS_UNARY;
+    break;
+  case OP_SUM: case OP_MEAN:
+    for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
+    r->pass = PASS_UNARY;
+    r->sums = true;
+    break;
+  case OP_MAX:
+    for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_MAX);
+    break;
+  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
+    if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
+    r->nstats = op->kind == OP_RMSNORM ? 1 : 2; /* softmax: max and sum; layernorm: mean, variance */
+    break;
+  case OP_TAKE:
+    if (op->noperands == 2 && op->operands[0]->type.rank > 0) {
+      rule_set_kind(r, op->operands[0]->type.dims[0], FK_SUM); /* masked local gather of the rows held */
+      r->sums = true;
+    }
+    break;
+  case OP_CONTRACT:
+    for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
+    r->pass = PASS_ONE;
+    r->sums = true;
+    break;
+  case OP_ATTENTION:
+    for (int j = 0; j < 2 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
+    break;
+  default: break; /* the other unary elementwise functions: not linear */
+  }
+  for (int i = 0; i < op->noperands; i++) rule_map_operand(r, op, i, ren_from, ren_to, nren);
+  for (int d = 0; d < rt->rank; d++)
+    if (r->rmap[d] < 0) return false; /* more distinct dims than the table holds: no plan */
+  for (int i = 0; i < op->noperands; i++)
+    for (int d = 0; d < op->operands[i]->type.rank; d++)
+      if (r->omap[i][d] < 0) return false;
+  return true;
+}
+
+/* Operand partial axes the op passes through to its result: every operand alike for add/sub (a
+ * constant or an unreduced operand breaks it), exactly one operand for mul and contract (the
+ * numerator for div), the operand of a linear unary op. 0: reduce every partial operand first. */
+static uint16_t rule_passed(const Rule *r, const Sharding *const *opnd, int n) {
+  switch (r->pass) {
+  case PASS_NONE: return 0;
+  case PASS_UNARY: return opnd[0]->partial;
+  case PASS_SAME: {
+    for (int i = 1; i < n; i++)
+      if (opnd[i]->partial != opnd[0]->partial) return 0;
+    return opnd[0]->partial;
+  }
+  case PASS_ONE: case PASS_FIRST: {
+    int who = -1;
+    for (int i = 0; i < n; i++) {
+      if (!opnd[i]->partial) continue;
+      if (who >= 0) return 0;
+      who = i;
+    }
+    if (who < 0 || (r->pass == PASS_FIRST && who != 0)) return 0;
+    return opnd[who]->partial;
+  }
+  }
+  return 0;
+}
+
+static bool operand_keeps_partial(const Rule *r, const Sharding *s, uint16_t passed) {
+  return passed && s->partial == passed && r->pass != PASS_NONE;
+}
+
+/* ---- the planner ---- */
+
+#define MAX_PROPS 6
+typedef struct Proposal {
+  int8_t ax[MAX_AXES_PER_DIM];
+  uint8_t n;
+  uint16_t mask;
+  int8_t src, src_dim;    /* operand (-1: the result's target) and its dim */
+} Proposal;
+
+typedef struct Cand {
+  bool valid;
+  int8_t ax[PLAN_MAX_FACTORS][MAX_AXES_PER_DIM];
+  uint8_t nax[PLAN_MAX_FACTORS];
+  int8_t src[PLAN_MAX_FACTORS], src_dim[PLAN_MAX_FACTORS];
+  Sharding req[PLAN_MAX_OPERANDS];
+  Sharding natural;
+  uint16_t made, maxax, statsax;
+  int stats_factor;
+  double time_s;     /* the op's collectives (exact part) */
+  double choose_s;   /* time_s plus the estimated later reduction of a new partial sum */
+  int ncoll;
+  int layout_score;
+} Cand;
+
+/* The stats tensor of an op over factor f: the result without that dim, in f32. */
+static double stats_bytes(const Mesh *m, const TensorType *rt, const Sharding *nat, const Dim *d) {
+  TensorType t = {.dtype = DT_F32, .rank = 0};
+  Sharding s;
+  memset(&s, 0, sizeof s);
+  for (int i = 0; i < rt->rank; i++) {
+    if (rt->dims[i] == d) continue;
+    t.dims[t.rank] = rt->dims[i];
+    s.naxes[t.rank] = nat->naxes[i];
+    memcpy(s.axes[t.rank], nat->axes[i], sizeof s.axes[i]);
+    t.rank++;
+  }
+  return (double)sharding_local_bytes(&t, &s, m);
+}
+
+static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
+                      const Sharding *target, const Sharding *pref, Cand *k) {
+  const Mesh *m = c->mesh;
+  const TensorType *rt = &op->results[0]->type;
+  k->time_s = k->choose_s = 0;
+  k->ncoll = 0;
+  for (int i = 0; i < r->nopnd; i++) {
+    const Value *v = op->operands[i];
+    Sharding *q = &k->req[i];
+    memset(q, 0, sizeof *q);
+    for (int d = 0; d < v->type.rank; d++) {
+      int f = r->omap[i][d];
+      if (f < 0) continue;
+      q->naxes[d] = k->nax[f];
+      memcpy(q->axes[d], k->ax[f], sizeof q->axes[d]);
+    }
+    if (operand_keeps_partial(r, opnd[i], passed)) q->partial = passed;
+    Reshard rs;
+    if (!reshard_plan(m, &v->type, opnd[i], q, &rs)) {
+      k->valid = false;
+      return;
+    }
+    k->time_s += rs.time_s;
+    k->ncoll += rs.n;
+  }
+  Sharding *nat = &k->natural;
+  memset(nat, 0, sizeof *nat);
+  for (int d = 0; d < rt->rank; d++) {
+    int f = r->rmap[d];
+    nat->naxes[d] = k->nax[f];
+    memcpy(nat->axes[d], k->ax[f], sizeof nat->axes[d]);
+  }
+  k->made = k->maxax = k->statsax = 0;
+  k->stats_factor = -1;
+  for (int f = 0; f < r->nf; f++) {
+    uint16_t mk = axes_mask(k->ax[f], k->nax[f]);
+    if (!mk) continue;
+    if (r->fk[f] == FK_SUM && r->sums) k->made |= mk;
+    if (r->fk[f] == FK_MAX) k->maxax |= mk;
+    if (r->fk[f] == FK_STATS) k->statsax |= mk, k->stats_factor = f;
+  }
+  nat->partial = (uint16_t)(passed | k->made);
+  if (k->maxax && sharding_axes_product(m, k->maxax) > 1) {
+    k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    k->ncoll++;
+  }
+  if (k->statsax && sharding_axes_product(m, k->statsax) > 1) {
+    double b = stats_bytes(m, rt, nat, r->fdim[k->stats_factor]);
+    k->time_s += r->nstats * cost_collective(m, COLL_ALL_REDUCE, k->statsax, b, true, NULL);
+    k->ncoll += r->nstats;
+  }
+  k->choose_s = k->time_s;
+  if (target) {
+    Reshard rs;
+    if (!reshard_plan(m, rt, nat, target, &rs)) {
+      k->valid = false;
+      return;
+    }
+    k->time_s += rs.time_s;
+    k->choose_s += rs.time_s;
+    k->ncoll += rs.n;
+  } else if (k->made && sharding_axes_product(m, k->made) > 1) {
+    /* a new partial sum is reduced somewhere later: count its AllReduce when choosing */
+    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, k->made, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    k->ncoll++;
+  }
+  k->layout_score = 0;
+  for (int d = 0; d < rt->rank; d++) k->layout_score += dim_equal(nat, d, pref, d);
+  k->valid = true;
+}
+
+/* Strictly better: less time (beyond rounding), then fewer collectives, then closer to the layout. */
+static bool cand_better(const Cand *a, const Cand *b) {
+  double eps = 1e-12 + 1e-9 * fmax(a->choose_s, b->choose_s);
+  if (a->choose_s < b->choose_s - eps) return true;
+  if (a->choose_s > b->choose_s + eps) return false;
+  if (a->ncoll != b->ncoll) return a->ncoll < b->ncoll;
+  return a->layout_score > b->layout_score;
+}
+
+static void add_proposal(Proposal *props, int *n, const int8_t *ax, int nax, int src, int src_dim) {
+  if (nax <= 0) return;
+  for (int i = 0; i < *n; i++) {
+    if (props[i].n != nax) continue;
+    if (memcmp(props[i].ax, ax, (size_t)nax) == 0) return;
+  }
+  if (*n == MAX_PROPS) return;
+  Proposal *p = &props[(*n)++];
+  memset(p, 0, sizeof *p);
+  memcpy(p->ax, ax, (size_t)nax);
+  p->n = (uint8_t)nax;
+  p->mask = axes_mask(ax, nax);
+  p->src = (int8_t)src;
+  p->src_dim = (int8_t)src_dim;
+}
+
+static void remove_proposal(Proposal *props, int *n, int i) {
+  memmove(&props[i], &props[i + 1], sizeof *props * (size_t)(*n - i - 1));
+  (*n)--;
+}
+
+#define MAX_CANDIDATES 4096
+
+bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const Sharding *target,
+             OpPlan *out) {
+  memset(out, 0, sizeof *out);
+  out->reshape_bad_dim = -1;
+  out->stats_factor = -1;
+  out->alt_time_s = -1;
+  Rule r;
+  if (!rule_build(op, &r)) return false;
+  const Mesh *m = c->mesh;
+  const TensorType *rt = &op->results[0]->type;
+  Sharding pref;
+  sharding_layout_preferred(c->p, rt, &pref);
+  uint16_t passed = rule_passed(&r, operands, r.nopnd);
+
+  /* proposals: what the operands (then the result's target) say about each factor */
+  Proposal props[PLAN_MAX_FACTORS][MAX_PROPS];
+  int nprop[PLAN_MAX_FACTORS] = {0};
+  uint16_t proposed[PLAN_MAX_FACTORS] = {0};
+  if (r.nf > PLAN_MAX_FACTORS) return false;
+  uint8_t why[PLAN_MAX_FACTORS] = {0};
+  for (int i = 0; i < r.nopnd; i++) {
+    const Value *v = op->operands[i];
+    for (int d = 0; d < v->type.rank; d++) {
+      int f = r.omap[i][d];
+      if (f >= 0) add_proposal(props[f], &nprop[f], operands[i]->axes[d], operands[i]->naxes[d], i, d);
+    }
+  }
+  if (target)
+    for (int d = 0; d < rt->rank; d++)
+      add_proposal(props[r.rmap[d]], &nprop[r.rmap[d]], target->axes[d], target->naxes[d], -1, d);
+  for (int f = 0; f < r.nf; f++) {
+    for (int i = 0; i < nprop[f]; i++) proposed[f] |= props[f][i].mask;
+    if (nprop[f]) why[f] = WHY_AGREED;
+    for (int i = 0; i < nprop[f];) {
+      Proposal *p = &props[f][i];
+      uint8_t w = 0;
+      if (r.fk[f] == FK_WHOLE) w = WHY_WHOLE;
+      else if (p->mask & (c->blocked | passed)) w = WHY_BLOCKED;
+      else if (r.fdim[f]->size % tuple_product(m, p->ax, p->n) != 0) w = WHY_INDIVISIBLE;
+      if (w) {
+        why[f] = w;
+        remove_proposal(props[f], &nprop[f], i);
+      } else {
+        i++;
+      }
+    }
+    /* matmul case 2: a contracted dim keeps axes only where both operands shard it alike */
+    if (op->kind == OP_CONTRACT && r.fk[f] == FK_SUM && nprop[f] > 0) {
+      bool alike = nprop[f] == 1;
+      for (int i = 0; alike && i < r.nopnd; i++) {
+        const Value *v = op->operands[i];
+        for (int d = 0; d < v->type.rank; d++)
+          if (r.omap[i][d] == f && operands[i]->naxes[d] == 0) alike = false;
+      }
+      if (!alike) {
+        nprop[f] = 0;
+        why[f] = WHY_CASE2;
+      }
+    }
+  }
+
+  /* contested factors: several proposals, one axis proposed for two factors, or a max / norm
+   * over a sharded dim (a local reduction plus an AllReduce, or a gather: cost decides) */
+  bool contested[PLAN_MAX_FACTORS] = {0};
+  for (int f = 0; f < r.nf; f++) {
+    if (nprop[f] >= 2) contested[f] = true;
+    if (nprop[f] >= 1 && (r.fk[f] == FK_MAX || r.fk[f] == FK_STATS)) contested[f] = true;
+    for (int g = 0; g < r.nf; g++)
+      if (g != f && nprop[f] && nprop[g] && (props[f][0].mask & props[g][0].mask)) contested[f] = true;
+  }
+  int ncand[PLAN_MAX_FACTORS];
+  long total = 1;
+  for (int f = 0; f < r.nf; f++) {
+    ncand[f] = contested[f] ? nprop[f] + 1 : 1;
+    if (total * ncand[f] > MAX_CANDIDATES) { /* too many: keep this factor's first choice */
+      contested[f] = false;
+      ncand[f] = 1;
+    }
+    total *= ncand[f];
+  }
+
+  Cand best = {0}, alt = {0}, k;
+  bool have = false, have_alt = false;
+  int nconflict = 0;
+  for (int f = 0; f < r.nf; f++) nconflict += contested[f];
+  for (long idx = 0; idx < total; idx++) {
+    memset(&k, 0, sizeof k);
+    long rest = idx;
+    uint16_t used = passed;
+    bool ok = true;
+    for (int f = 0; f < r.nf && ok; f++) {
+      int ch = (int)(rest % ncand[f]);
+      rest /= ncand[f];
+      k.src[f] = -2;
+      if (ch < nprop[f]) { /* the last choice of a contested factor is "no axes" */
+        const Proposal *p = &props[f][ch];
+        if (used & p->mask) ok = false;
+        used |= p->mask;
+        memcpy(k.ax[f], p->ax, sizeof k.ax[f]);
+        k.nax[f] = p->n;
+        k.src[f] = p->src;
+        k.src_dim[f] = p->src_dim;
+      }
+    }
+    if (!ok) continue;
+    cand_eval(c, op, &r, operands, passed, target, &pref, &k);
+    if (!k.valid) continue;
+    if (!have || cand_better(&k, &best)) {
+      if (have && (!have_alt || cand_better(&best, &alt))) alt = best, have_alt = true;
+      best = k;
+      have = true;
+    } else if (!have_alt || cand_better(&k, &alt)) {
+      alt = k;
+      have_alt = true;
+    }
+    if (out->nalts < PLAN_MAX_ALTS) {
+      bool dup = false;
+      for (int a = 0; a < out->nalts && !dup; a++) dup = sharding_equal(&out->alts[a], &k.natural, rt->rank);
+      if (!dup) out->alts[out->nalts++] = k.natural;
+    }
+  }
+  if (!have) { /* cannot happen: "no axes anywhere" is always valid; be safe */
+    memset(&best, 0, sizeof best);
+    cand_eval(c, op, &r, operands, 0, NULL, &pref, &best);
+  }
+
+  out->factored = true;
+  out->nf = r.nf;
+  out->nopnd = r.nopnd;
+  for (int f = 0; f < r.nf; f++) {
+    out->fdim[f] = r.fdim[f];
+    out->fkind[f] = r.fk[f];
+    memcpy(out->ax[f], best.ax[f], sizeof out->ax[f]);
+    out->nax[f] = best.nax[f];
+    out->src[f] = best.src[f];
+    out->src_dim[f] = best.src_dim[f];
+    out->why[f] = contested[f] ? WHY_CONFLICT : why[f];
+    out->lost[f] = proposed[f] & (uint16_t)~axes_mask(best.ax[f], best.nax[f]);
+  }
+  memcpy(out->req, best.req, sizeof out->req);
+  out->natural = best.natural;
+  out->passed = passed;
+  out->made_partial = best.made;
+  out->max_axes = best.maxax;
+  out->stats_axes = best.statsax;
+  out->stats_factor = best.stats_factor;
+  out->nstats = best.statsax ? r.nstats : 0;
+  out->conflict = nconflict > 0;
+  out->time_s = best.time_s;
+  if (have_alt && nconflict) out->alt_time_s = alt.choose_s;
+  return true;
+}
+
+/* ---- reshapes ---- */
+
+/* The axes of one dim, major to minor, laid onto parts of sizes psize[] (a split): each axis goes
+ * to the first part not yet fully split, which it must divide. */
+static bool lay_onto_parts(const Mesh *m, const int8_t *ax, int nax, const int64_t *psize, int np,
+                           int8_t (*out)[MAX_AXES_PER_DIM], uint8_t *nout) {
+  int j = 0;
+  int64_t rem = np > 0 ? psize[0] : 1;
+  for (int i = 0; i < np; i++) nout[i] = 0;
+  for (int k = 0; k < nax; k++) {
+    int64_t sz = m->axes[ax[k]].size;
+    while (rem == 1 && j + 1 < np) rem = psize[++j];
+    if (np == 0 || rem % sz != 0 || nout[j] >= MAX_AXES_PER_DIM) return false;
+    rem /= sz;
+    out[j][nout[j]++] = ax[k];
+  }
+  return true;
+}
+
+/* Parts' axes joined into one dim (a merge): valid while no sharded part follows a part whose
+ * local extent is above 1 (the device's block stays contiguous). *bad = the offending part. */
+static bool join_parts(const Mesh *m, int8_t (*ax)[MAX_AXES_PER_DIM], const uint8_t *nax, const int64_t *psize, int np,
+                       int8_t *out, uint8_t *nout, int *bad) {
+  bool spread = false;
+  *nout = 0;
+  for (int j = 0; j < np; j++) {
+    if (nax[j] && spread) {
+      *bad = j;
+      return false;
+    }
+    for (int k = 0; k < nax[j]; k++) {
+      if (*nout >= MAX_AXES_PER_DIM) {
+        *bad = j;
+        return false;
+      }
+      out[(*nout)++] = ax[j][k];
+    }
+    if (psize[j] / tuple_product(m, ax[j], nax[j]) > 1) spread = true;
+  }
+  return true;
+}
+
+/* Split: dims[0] -> dims[1..]; merge: dims[0..n-2] -> dims[n-1]. */
+static void reshape_parts(const Op *op, const Dim **whole, const Dim **parts, int *np) {
+  *np = 0;
+  if (op->kind == OP_SPLIT) {
+    *whole = op->ndims > 0 ? op->dims[0] : NULL;
+    for (int j = 1; j < op->ndims && *np < MAX_RANK; j++) parts[(*np)++] = op->dims[j];
+  } else {
+    *whole = op->ndims > 0 ? op->dims[op->ndims - 1] : NULL;
+    for (int j = 0; j + 1 < op->ndims && *np < MAX_RANK; j++) parts[(*np)++] = op->dims[j];
+  }
+}
+
+/* Maps shardings between the reshape's two sides: `big` is the type holding `whole`, `small` the
+ * type holding the parts; split = true lays whole's axes onto the parts, false joins them. */
+static bool reshape_map(const Mesh *m, const Op *op, const TensorType *ti, const Sharding *in, const TensorType *to,
+                        Sharding *out, bool split, int *bad_dim) {
+  const Dim *whole, *parts[MAX_RANK];
+  int np;
+  reshape_parts(op, &whole, parts, &np);
+  memset(out, 0, sizeof *out);
+  out->partial = in->partial;
+  *bad_dim = -1;
+  int64_t psize[MAX_RANK];
+  for (int j = 0; j < np; j++) psize[j] = parts[j]->size;
+  for (int d = 0; d < ti->rank; d++) { /* dims the reshape does not touch */
+    int e = tensor_type_find(to, ti->dims[d]);
+    if (e < 0) continue;
+    out->naxes[e] = in->naxes[d];
+    memcpy(out->axes[e], in->axes[d], sizeof out->axes[e]);
+  }
+  if (split) {
+    int w = tensor_type_find(ti, whole);
+    if (w < 0) return true;
+    int8_t pax[MAX_RANK][MAX_AXES_PER_DIM];
+    uint8_t pn[MAX_RANK];
+    if (!lay_onto_parts(m, in->axes[w], in->naxes[w], psize, np, pax, pn)) {
+      *bad_dim = w;
+      return false;
+    }
+    for (int j = 0; j < np; j++) {
+      int e = tensor_type_find(to, parts[j]);
+      if (e < 0) continue;
+      out->naxes[e] = pn[j];
+      memcpy(out->axes[e], pax[j], sizeof out->axes[e]);
+    }
+  } else {
+    int8_t pax[MAX_RANK][MAX_AXES_PER_DIM];
+    uint8_t pn[MAX_RANK];
+    for (int j = 0; j < np; j++) {
+      int e = tensor_type_find(ti, parts[j]);
+      pn[j] = e < 0 ? 0 : in->naxes[e];
+      if (e >= 0) memcpy(pax[j], in->axes[e], sizeof pax[j]);
+    }
+    int w = tensor_type_find(to, whole), bad = -1;
+    int8_t wax[MAX_AXES_PER_DIM];
+    uint8_t wn = 0;
+    if (!join_parts(m, pax, pn, psize, np, wax, &wn, &bad)) {
+      *bad_dim = tensor_type_find(ti, parts[bad]);
+      return false;
+    }
+    if (w >= 0) {
+      out->naxes[w] = wn;
+      memcpy(out->axes[w], wax, wn);
+    }
+  }
+  return true;
+}
+
+bool plan_reshape(const Mesh *m, const Op *op, const Sharding *in, Sharding *out, int *bad_dim) {
+  int bad = -1;
+  bool ok = reshape_map(m, op, &op->operands[0]->type, in, &op->results[0]->type, out, op->kind == OP_SPLIT, &bad);
+  if (bad_dim) *bad_dim = bad;
+  return ok;
+}
+
+bool plan_reshape_back(const Mesh *m, const Op *op, const Sharding *out, Sharding *in) {
+  int bad;
+  return reshape_map(m, op, &op->results[0]->type, out, &op->operands[0]->type, in, op->kind != OP_SPLIT, &bad);
+}

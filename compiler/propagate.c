@@ -1,0 +1,542 @@
+/* propagate.c: a sharding for every IR value (the rules are in propagate.h).
+ *
+ * Values fall in four kinds. FIXED: a written type decides (layout_apply), or, when the module was
+ * partitioned already, the sharding it has. TIED: follows another value by structure: a loop
+ * body's stacked-param slice (its stacked value minus the leading dim), a loop invariant (its
+ * outer value), a loop result (its carried body input). FREE: inferred: the natural result of its
+ * op's plan, or a carried body input without a written type (its initial value's sharding), unless
+ * the search pinned it. CONST: scalars.
+ *
+ * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
+ * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
+ * partition_cost() better. Only pins persist between derivations, so the result depends on
+ * nothing but the IR, the program and the (deterministic) order of the search. */
+#include <math.h>
+#include <string.h>
+
+#include "partition.h"
+#include "propagate.h"
+
+enum { V_FREE, V_FIXED, V_TIED, V_CONST };
+
+#define MAX_ROUNDS 4
+#define MAX_CANDS 24
+
+typedef VEC(Value *) ValueVec;
+typedef struct Use { Op *op; int operand; } Use;
+typedef VEC(Use) UseVec;
+
+typedef struct Prop {
+  IrModule *m;
+  const Program *p;
+  const Mesh *mesh;
+  Arena *a;             /* scratch for the run */
+  Arena *plans;         /* Op.plan outlives the run: the module's arena */
+  int nvalues;
+  uint8_t *kind;        /* by value id */
+  bool *pinned;
+  Sharding *pin;
+  Sharding *pref;       /* the layout's mapping of each value's dims */
+  UseVec *uses;         /* by value id: the ops reading it */
+  bool *is_output;      /* by value id: an output of its function */
+  ValueVec order;       /* FREE values in program order: the search's order */
+} Prop;
+
+typedef struct Score {
+  int errors;
+  double time_s, count;
+  int layout;
+} Score;
+
+/* ---- origins ---- */
+
+static void origin_clear(Value *v) {
+  for (int d = 0; d < MAX_RANK; d++) {
+    v->dim_src[d] = SHARD_FREE;
+    v->dim_loc[d] = (SrcLoc){0};
+  }
+  v->partial_loc = (SrcLoc){0};
+}
+
+static void origin_copy_dim(Value *to, int dt, const Value *from, int df) {
+  to->dim_src[dt] = from->dim_src[df];
+  to->dim_loc[dt] = from->dim_loc[df];
+}
+
+/* ---- FIXED values ---- */
+
+/* A written type's sharding, mapped by dim name onto the value's dim order. */
+static void set_hard(Prop *P, Value *v) {
+  memset(&v->sharding, 0, sizeof v->sharding);
+  origin_clear(v);
+  Sharding s;
+  ShardOrigin o;
+  if (!layout_apply(P->p, v->spec, &s, &o)) memset(&s, 0, sizeof s); /* a bad `@`: reported there */
+  bool annotated = false;
+  v->shard_loc = v->spec->loc;
+  for (int i = 0; i < v->type.rank; i++)
+    for (int j = 0; j < v->spec->rank; j++) {
+      if (v->spec->dims[j] != v->type.dims[i]) continue;
+      v->sharding.naxes[i] = s.naxes[j];
+      memcpy(v->sharding.axes[i], s.axes[j], sizeof s.axes[j]);
+      if (!s.naxes[j]) continue;
+      v->dim_src[i] = o.kind[j] == ORIGIN_ANNOTATION ? SHARD_ANNOTATION : SHARD_LAYOUT;
+      v->dim_loc[i] = o.loc[j];
+      annotated |= o.kind[j] == ORIGIN_ANNOTATION;
+    }
+  v->shard_source = annotated ? SHARD_ANNOTATION : SHARD_LAYOUT;
+}
+
+/* ---- setup ---- */
+
+static void note_value(Prop *P, Value *v, int kind) {
+  if (!v || v->id < 0 || v->id >= P->nvalues) return;
+  if (P->kind[v->id] == V_FIXED && kind != V_FIXED) return;
+  P->kind[v->id] = (uint8_t)kind;
+  sharding_layout_preferred(P->p, &v->type, &P->pref[v->id]);
+}
+
+static bool module_partitioned(const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->partitioned || ir_op_is_collective(op->kind)) return true;
+    if (op->kind == OP_LOOP && op->body && module_partitioned(op->body)) return true;
+  }
+  return false;
+}
+
+/* The kind of every value of f (and of its loop bodies), hard shardings set, uses recorded. */
+static void setup_func(Prop *P, IrFunc *f, bool incremental) {
+  for (int i = 0; i < f->noutputs; i++)
+    if (f->outputs[i] && f->outputs[i]->id < P->nvalues) P->is_output[f->outputs[i]->id] = true;
+  for (Op *op = f->first; op; op = op->next) {
+    for (int i = 0; i < op->noperands; i++) {
+      Value *v = op->operands[i];
+      if (v && v->id < P->nvalues) VEC_PUSH(P->a, P->uses[v->id], ((Use){op, i}));
+    }
+    if (op->kind == OP_LOOP && op->body) {
+      IrFunc *b = op->body;
+      for (int i = 0; i < b->ninputs; i++) {
+        Value *in = b->inputs[i];
+        bool carried = i >= op->nslices && i < op->nslices + op->ncarried;
+        if (incremental && in->shard_source != SHARD_FREE) {
+          note_value(P, in, V_FIXED);
+        } else if (carried && in->spec) {
+          note_value(P, in, V_FIXED);
+          set_hard(P, in);
+        } else if (carried) {
+          note_value(P, in, V_FREE);
+          VEC_PUSH(P->a, P->order, in);
+        } else {
+          note_value(P, in, V_TIED);
+        }
+      }
+      setup_func(P, b, incremental);
+    }
+    for (int r = 0; r < op->nresults; r++) {
+      Value *v = op->results[r];
+      if (!v) continue;
+      if (incremental && v->shard_source != SHARD_FREE) {
+        note_value(P, v, V_FIXED);
+      } else if (op->kind == OP_CONST || v->type.rank == 0) {
+        note_value(P, v, V_CONST);
+      } else if (op->kind == OP_LOOP) {
+        note_value(P, v, V_TIED);
+      } else if (v->spec) {
+        note_value(P, v, V_FIXED);
+        set_hard(P, v);
+      } else if (ir_op_is_collective(op->kind)) {
+        note_value(P, v, V_FIXED);
+      } else {
+        note_value(P, v, V_FREE);
+        VEC_PUSH(P->a, P->order, v);
+      }
+      if (P->kind[v->id] == V_CONST) {
+        memset(&v->sharding, 0, sizeof v->sharding);
+        origin_clear(v);
+        v->shard_source = SHARD_PROPAGATED;
+      }
+    }
+  }
+}
+
+/* ---- derivation ---- */
+
+static PlanCtx plan_ctx(const Prop *P, uint16_t blocked) {
+  return (PlanCtx){.p = P->p, .mesh = P->mesh, .blocked = blocked};
+}
+
+static bool is_free(const Prop *P, const Value *v) { return P->kind[v->id] == V_FREE; }
+
+static OpPlan *op_plan(Prop *P, Op *op) {
+  if (!op->plan) op->plan = ARENA_NEW(P->plans, OpPlan);
+  return op->plan;
+}
+
+static void set_derived(Value *v, const Sharding *s, SrcLoc at) {
+  v->sharding = *s;
+  v->shard_source = SHARD_PROPAGATED;
+  v->shard_loc = at;
+}
+
+/* Origins of a factored op's result: each dim's axes trace back to the operand dim that
+ * proposed them. */
+static void origin_from_plan(Value *r, const Op *op, const OpPlan *pl) {
+  for (int d = 0; d < r->type.rank; d++) {
+    if (!r->sharding.naxes[d]) {
+      r->dim_src[d] = SHARD_FREE;
+      continue;
+    }
+    int f = 0;
+    while (f < pl->nf && pl->fdim[f] != r->type.dims[d]) f++;
+    bool same = f < pl->nf && pl->nax[f] == r->sharding.naxes[d] &&
+                memcmp(pl->ax[f], r->sharding.axes[d], pl->nax[f]) == 0;
+    if (same && pl->src[f] >= 0 && pl->src[f] < op->noperands) {
+      origin_copy_dim(r, d, op->operands[pl->src[f]], pl->src_dim[f]);
+    } else if (r->dim_src[d] == SHARD_FREE || !same) {
+      r->dim_src[d] = SHARD_PROPAGATED;
+      r->dim_loc[d] = op->loc;
+    }
+  }
+  r->partial_loc = (SrcLoc){0};
+  if (pl->made_partial & r->sharding.partial) r->partial_loc = op->loc;
+  else
+    for (int i = 0; i < op->noperands; i++)
+      if (op->operands[i]->sharding.partial && (op->operands[i]->sharding.partial & r->sharding.partial))
+        r->partial_loc = op->operands[i]->partial_loc;
+}
+
+/* A value without the partial sums and the given axes. */
+static Sharding strip(const Sharding *s, int rank, uint16_t axes) {
+  Sharding t = *s;
+  t.partial = 0;
+  for (int d = 0; d < rank; d++) {
+    int k = 0;
+    while (k < t.naxes[d] && !(axes & (1u << t.axes[d][k]))) k++;
+    t.naxes[d] = (uint8_t)k; /* drop from the first stripped axis on (the rest is not contiguous) */
+  }
+  return t;
+}
+
+static void derive_func(Prop *P, IrFunc *f, uint16_t blocked);
+
+/* The pipeline's stage axes: the leading (stacking) dim's axes of the loop's slices. */
+static uint16_t loop_stage_axes(const Op *op) {
+  uint16_t m = 0;
+  for (int i = 0; i < op->nslices && i < op->noperands; i++) {
+    const Sharding *s = &op->operands[i]->sharding;
+    for (int k = 0; k < s->naxes[0]; k++) m |= (uint16_t)(1u << s->axes[0][k]);
+  }
+  return m;
+}
+
+static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
+  IrFunc *b = op->body;
+  uint16_t stages = loop_stage_axes(op);
+  uint16_t inner = blocked | stages;
+  for (int i = 0; i < b->ninputs && i < op->noperands; i++) {
+    Value *in = b->inputs[i], *outer = op->operands[i];
+    if (P->kind[in->id] == V_FIXED) continue;
+    Sharding s;
+    memset(&s, 0, sizeof s);
+    origin_clear(in);
+    if (i < op->nslices) { /* the slice: the stacked value without its leading dim */
+      for (int d = 1; d < outer->type.rank; d++) {
+        s.naxes[d - 1] = outer->sharding.naxes[d];
+        memcpy(s.axes[d - 1], outer->sharding.axes[d], sizeof s.axes[d]);
+        origin_copy_dim(in, d - 1, outer, d);
+      }
+    } else if (P->pinned[in->id]) {
+      s = P->pin[in->id];
+    } else {
+      s = strip(&outer->sharding, outer->type.rank, inner);
+      for (int d = 0; d < outer->type.rank; d++) origin_copy_dim(in, d, outer, d);
+    }
+    for (int d = 0; d < in->type.rank; d++)
+      if (!s.naxes[d]) in->dim_src[d] = SHARD_FREE;
+    set_derived(in, &s, op->loc);
+    if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
+  }
+  derive_func(P, b, inner);
+  for (int r = 0; r < op->nresults && op->nslices + r < b->ninputs; r++) {
+    Value *res = op->results[r], *in = b->inputs[op->nslices + r];
+    if (P->kind[res->id] == V_FIXED) continue;
+    set_derived(res, &in->sharding, op->loc);
+    for (int d = 0; d < res->type.rank; d++) origin_copy_dim(res, d, in, d);
+  }
+  OpPlan *pl = op_plan(P, op);
+  memset(pl, 0, sizeof *pl);
+  pl->reshape_bad_dim = -1;
+}
+
+static void derive_reshape(Prop *P, Op *op) {
+  OpPlan *pl = op_plan(P, op);
+  memset(pl, 0, sizeof *pl);
+  pl->reshape_bad_dim = -1;
+  Value *x = op->operands[0], *r = op->results[0];
+  Sharding s;
+  int bad = -1;
+  plan_reshape(P->mesh, op, &x->sharding, &s, &bad);
+  pl->reshape_bad_dim = bad;
+  pl->natural = s;
+  pl->nopnd = 1;
+  pl->req[0] = x->sharding;
+  if (bad >= 0) { /* the error is partition's; go on with what the reshape can keep */
+    Sharding x2 = x->sharding;
+    x2.naxes[bad] = 0;
+    plan_reshape(P->mesh, op, &x2, &s, NULL);
+    pl->natural = s;
+  }
+  if (!is_free(P, r)) return;
+  bool pin_ok = P->pinned[r->id] && !(P->pin[r->id].partial & ~s.partial);
+  set_derived(r, pin_ok ? &P->pin[r->id] : &s, op->loc);
+  /* origins: untouched dims by name, the parts (or the whole) from the other side's dims */
+  origin_clear(r);
+  for (int d = 0; d < r->type.rank; d++) {
+    if (!r->sharding.naxes[d]) continue;
+    int e = tensor_type_find(&x->type, r->type.dims[d]);
+    if (e < 0)
+      for (int k = 0; k < x->type.rank && e < 0; k++)
+        if (x->sharding.naxes[k] && tensor_type_find(&r->type, x->type.dims[k]) < 0) e = k;
+    if (e >= 0) origin_copy_dim(r, d, x, e);
+    else r->dim_src[d] = SHARD_PROPAGATED, r->dim_loc[d] = op->loc;
+  }
+  r->partial_loc = x->partial_loc;
+}
+
+static void derive_func(Prop *P, IrFunc *f, uint16_t blocked) {
+  PlanCtx c = plan_ctx(P, blocked);
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP) {
+      if (op->body) derive_loop(P, op, blocked);
+      continue;
+    }
+    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
+      if (op->noperands == 1 && op->nresults == 1) derive_reshape(P, op);
+      continue;
+    }
+    if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) continue;
+    Value *r = op->results[0];
+    if (P->kind[r->id] == V_CONST || (P->kind[r->id] == V_FIXED && !op->operands)) continue;
+    if (op->partitioned) continue;
+    const Sharding *in[PLAN_MAX_OPERANDS];
+    for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
+    const Sharding *target = NULL;
+    if (P->kind[r->id] == V_FIXED) target = &r->sharding;
+    else if (P->pinned[r->id]) target = &P->pin[r->id];
+    OpPlan *pl = op_plan(P, op);
+    if (target && target->partial && P->pinned[r->id] && plan_op(&c, op, in, NULL, pl) &&
+        (target->partial & ~pl->natural.partial))
+      target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
+    if (!plan_op(&c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
+      if (is_free(P, r)) {
+        Sharding none;
+        memset(&none, 0, sizeof none);
+        set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
+        origin_clear(r);
+      }
+      continue;
+    }
+    if (!is_free(P, r)) continue;
+    set_derived(r, target ? target : &pl->natural, op->loc);
+    origin_from_plan(r, op, pl);
+  }
+}
+
+static void derive(Prop *P) { derive_func(P, P->m->main, 0); }
+
+/* ---- the objective ---- */
+
+static Score score(Prop *P) {
+  PartCost c = partition_cost(P->m, P->p);
+  Score s = {.errors = c.errors, .time_s = c.time_s, .count = c.count};
+  for (int i = 0; i < P->order.len; i++) {
+    const Value *v = P->order.data[i];
+    for (int d = 0; d < v->type.rank; d++) {
+      const Sharding *a = &v->sharding, *b = &P->pref[v->id];
+      bool eq = a->naxes[d] == b->naxes[d] && memcmp(a->axes[d], b->axes[d], a->naxes[d]) == 0;
+      s.layout += eq;
+    }
+  }
+  return s;
+}
+
+static bool score_better(const Score *a, const Score *b) {
+  if (a->errors != b->errors) return a->errors < b->errors;
+  double eps = 1e-12 + 1e-9 * fmax(a->time_s, b->time_s);
+  if (a->time_s < b->time_s - eps) return true;
+  if (a->time_s > b->time_s + eps) return false;
+  if (fabs(a->count - b->count) > 1e-9) return a->count < b->count;
+  return a->layout > b->layout;
+}
+
+/* ---- candidates ---- */
+
+typedef struct Cands {
+  Sharding s[MAX_CANDS];
+  int n;
+} Cands;
+
+static void cand_add(Cands *c, const Value *v, const Sharding *s) {
+  if (c->n == MAX_CANDS) return;
+  if (sharding_equal(s, &v->sharding, v->type.rank)) return;
+  for (int i = 0; i < c->n; i++)
+    if (sharding_equal(&c->s[i], s, v->type.rank)) return;
+  c->s[c->n++] = *s;
+}
+
+/* A candidate must fit the value: every dim's axes divide it and no axis is used twice. */
+static bool cand_fits(const Prop *P, const Value *v, const Sharding *s) {
+  uint16_t used = s->partial;
+  for (int d = 0; d < v->type.rank; d++) {
+    int64_t prod = 1;
+    for (int k = 0; k < s->naxes[d]; k++) {
+      uint16_t b = (uint16_t)(1u << s->axes[d][k]);
+      if (used & b) return false;
+      used |= b;
+      prod *= P->mesh->axes[s->axes[d][k]].size;
+    }
+    if (v->type.dims[d]->size % prod != 0) return false;
+  }
+  return true;
+}
+
+/* How many ways a sharding splits the work on the value: its dims' axes and its partial axes. */
+static int64_t work_split(const Prop *P, const Value *v, const Sharding *s) {
+  return sharding_axes_product(P->mesh, (uint16_t)(sharding_axes_used(s, v->type.rank) | s->partial));
+}
+
+/* Pins never make a value less sharded than it is: that would trade communication for replicated
+ * compute, which the collectives' time cannot see (and replicate silently). */
+static void cand_add_checked(const Prop *P, Cands *c, const Value *v, const Sharding *s) {
+  if (cand_fits(P, v, s) && work_split(P, v, s) >= work_split(P, v, &v->sharding)) cand_add(c, v, s);
+}
+
+/* The shardings v's neighbours suggest: its op's other candidates, what each user takes (as it
+ * plans now, and as it would plan on its own with v replicated), the shape a reshape or a loop
+ * wants, the function's output type, the layout's mapping. */
+static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
+  out->n = 0;
+  int rank = v->type.rank;
+  cand_add_checked(P, out, v, &P->pref[v->id]);
+  if (v->def && v->def->plan && v->def->plan->factored)
+    for (int i = 0; i < v->def->plan->nalts; i++) cand_add_checked(P, out, v, &v->def->plan->alts[i]);
+  if (!v->def) { /* a carried body input: its initial value's sharding, and the body output's */
+    IrFunc *b = v->func;
+    int idx = -1;
+    for (int i = 0; i < b->ninputs; i++)
+      if (b->inputs[i] == v) idx = i;
+    Op *loop = NULL;
+    if (b->parent)
+      for (Op *o = b->parent->first; o && !loop; o = o->next)
+        if (o->kind == OP_LOOP && o->body == b) loop = o;
+    if (loop && idx >= loop->nslices && idx - loop->nslices < b->noutputs) {
+      Sharding s = strip(&loop->operands[idx]->sharding, rank, blocked);
+      cand_add_checked(P, out, v, &s);
+      s = strip(&b->outputs[idx - loop->nslices]->sharding, rank, blocked);
+      cand_add_checked(P, out, v, &s);
+    }
+  }
+  PlanCtx c = plan_ctx(P, blocked);
+  for (int u = 0; u < P->uses[v->id].len; u++) {
+    Use use = P->uses[v->id].data[u];
+    Op *op = use.op;
+    if (op->kind == OP_LOOP && op->body && use.operand < op->body->ninputs) {
+      Sharding s = strip(&op->body->inputs[use.operand]->sharding, rank, 0);
+      cand_add_checked(P, out, v, &s);
+    } else if ((op->kind == OP_SPLIT || op->kind == OP_MERGE) && op->nresults == 1) {
+      Sharding s;
+      if (plan_reshape_back(P->mesh, op, &op->results[0]->sharding, &s)) cand_add_checked(P, out, v, &s);
+    } else if (op->plan && op->plan->factored && use.operand < op->plan->nopnd) {
+      Sharding s = strip(&op->plan->req[use.operand], rank, 0);
+      cand_add_checked(P, out, v, &s);
+      const Sharding *in[PLAN_MAX_OPERANDS];
+      static const Sharding none;
+      for (int i = 0; i < op->noperands; i++) in[i] = i == use.operand ? &none : &op->operands[i]->sharding;
+      OpPlan alone;
+      const Value *r = op->results[0];
+      const Sharding *target = P->kind[r->id] == V_FIXED || P->pinned[r->id] ? &r->sharding : NULL;
+      if (plan_op(&c, op, in, target, &alone)) {
+        s = strip(&alone.req[use.operand], rank, 0);
+        cand_add_checked(P, out, v, &s);
+      }
+    }
+  }
+  if (P->is_output[v->id]) {
+    IrFunc *f = v->func;
+    if (f == P->m->main && P->p->entry) {
+      Sharding s;
+      ShardOrigin o;
+      TypeSpec spec = P->p->entry->ret;
+      if (spec.rank == rank && layout_apply(P->p, &spec, &s, &o)) {
+        Sharding t;
+        memset(&t, 0, sizeof t);
+        for (int i = 0; i < rank; i++)
+          for (int j = 0; j < spec.rank; j++)
+            if (spec.dims[j] == v->type.dims[i]) t.naxes[i] = s.naxes[j], memcpy(t.axes[i], s.axes[j], sizeof s.axes[j]);
+        cand_add_checked(P, out, v, &t);
+      }
+    }
+  }
+}
+
+/* The blocked axes for values of f: the stage axes of every loop enclosing it. */
+static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
+  uint16_t m = 0;
+  for (const IrFunc *g = f; g && g->parent; g = g->parent)
+    for (const Op *o = g->parent->first; o; o = o->next)
+      if (o->kind == OP_LOOP && o->body == g) m |= loop_stage_axes(o);
+  (void)P;
+  return m;
+}
+
+/* ---- the search ---- */
+
+static void search(Prop *P) {
+  derive(P);
+  Score best = score(P);
+  for (int round = 0; round < MAX_ROUNDS; round++) {
+    bool improved = false;
+    for (int i = 0; i < P->order.len; i++) {
+      Value *v = P->order.data[i];
+      Cands c;
+      candidates(P, v, func_blocked(P, v->func), &c);
+      for (int k = 0; k < c.n; k++) {
+        bool was = P->pinned[v->id];
+        Sharding old = P->pin[v->id];
+        P->pinned[v->id] = true;
+        P->pin[v->id] = c.s[k];
+        derive(P);
+        Score s = score(P);
+        if (score_better(&s, &best)) {
+          best = s;
+          improved = true;
+        } else {
+          P->pinned[v->id] = was;
+          P->pin[v->id] = old;
+        }
+      }
+      derive(P);
+    }
+    if (!improved) break;
+  }
+  derive(P);
+}
+
+void propagate_module(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return;
+  Arena a;
+  arena_init(&a);
+  Prop P = {.m = m, .p = p, .mesh = p->mesh, .a = &a, .nvalues = m->nvalues};
+  int n = m->nvalues > 0 ? m->nvalues : 1;
+  P.kind = ARENA_ARRAY(&a, uint8_t, n);
+  P.pinned = ARENA_ARRAY(&a, bool, n);
+  P.pin = ARENA_ARRAY(&a, Sharding, n);
+  P.pref = ARENA_ARRAY(&a, Sharding, n);
+  P.uses = ARENA_ARRAY(&a, UseVec, n);
+  P.is_output = ARENA_ARRAY(&a, bool, n);
+  bool incremental = module_partitioned(m->main);
+  P.plans = m->arena;
+  setup_func(&P, m->main, incremental);
+  search(&P);
+  arena_free(&a);
+}
