@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# run.sh: runs the front-end fuzzer for a while, seeded from every .shard in the repository.
+# Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS=60] [extra libFuzzer flags...]
+# BUILD_DIR is configured with -DCMAKE_C_COMPILER=clang-19 -DSHARDC_FUZZ=ON and has built the
+# fuzz_frontend target. The corpus is a scratch copy in BUILD_DIR/fuzz-corpus (the repository is
+# never written); a finding (crash, sanitizer report, leak, timeout) is saved in
+# BUILD_DIR/fuzz-artifacts/ and makes this script exit 1.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:?usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]}" && pwd)
+seconds=${2:-60}
+shift $(( $# >= 2 ? 2 : 1 ))
+
+corpus=$build/fuzz-corpus
+artifacts=$build/fuzz-artifacts
+rm -rf "$artifacts"
+mkdir -p "$corpus" "$artifacts"
+# Seeds: every .shard of the tests, the stdlib and the samples (flattened; names made unique).
+n=0
+while IFS= read -r -d '' f; do
+  rel=${f#"$here"/}
+  cp "$f" "$corpus/seed-${rel//\//_}"
+  n=$((n + 1))
+done < <(find "$here/tests" "$here/stdlib" "$here/samples" -name '*.shard' -print0 2>/dev/null)
+echo "fuzz: $n seed files, $(ls "$corpus" | wc -l) in the corpus, running ${seconds}s"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# libFuzzer's line per new corpus entry (thousands a minute) and its recommended dictionary are
+# left out unless FUZZ_VERBOSE=1.
+quiet='^#[0-9]+[[:space:]]+(NEW|REDUCE)[[:space:]]'
+dict_start='^###### Recommended dictionary'
+if [ "${FUZZ_VERBOSE:-0}" = 1 ]; then quiet='^$^'; dict_start='^$^'; fi
+set +e
+"$build/fuzz_frontend" "$corpus" \
+  -dict="$here/tests/fuzz/shard.dict" \
+  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" 2>&1 |
+  grep -avE "$quiet" | sed "/$dict_start/,/^###### End of recommended dictionary/d"
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ] || [ -n "$(ls -A "$artifacts")" ]; then
+  echo "fuzz: FINDING (exit $status); reproduce with: $build/fuzz_frontend $artifacts/<file>" >&2
+  ls -l "$artifacts" >&2
+  exit 1
+fi
+echo "fuzz: no findings in ${seconds}s"
