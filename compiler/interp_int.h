@@ -1,0 +1,77 @@
+/* interp_int.h: what the interpreter's three files share (not for other stages).
+ *
+ *   interp.c       tensors, rounding, the lockstep walk over functions and loops, global runs,
+ *                  test inputs, loading programs
+ *   interp_ops.c   the kernels: one op on local blocks (the same code runs whole tensors)
+ *   interp_spmd.c  per-device blocks, the checks around each op, collectives, scatter and
+ *                  reassembly, the SPMD comparison */
+#ifndef SHARDC_INTERP_INT_H
+#define SHARDC_INTERP_INT_H
+
+#include "interp.h"
+
+#define NORM_EPS 1e-5   /* rmsnorm and layernorm (partition.c's statistics form uses the same) */
+
+typedef struct Interp {
+  const IrModule *m;
+  InterpOptions opt;
+  InterpStats *st;
+  bool failed;
+  /* devices: 1 for a global run */
+  bool spmd;
+  const Mesh *mesh;
+  int ndev;
+  int nvalues;
+  Tensor ***vals;       /* [device][value id]: the device's block of the value, or NULL */
+  uint8_t **stale;      /* [device][value id]: computed from a pipeline's carried results on a
+                           stage other than the one that ran the last trip (garbage by design:
+                           ops after a pipeline run on its last stage) */
+  bool *active;         /* [device]: evaluates ops now (false: an idle pipeline stage) */
+  bool *received;       /* [device]: an idle stage handed the carried values this trip */
+  /* the innermost pipelined loop being run (its CollectivePermute reads it) */
+  const Op *pipe_loop;  /* a loop whose stacked operands shard the stacking dim; NULL when none */
+  int64_t owner;        /* the stage running this trip */
+  int64_t next_owner;   /* the stage running the next trip; -1 after the last */
+} Interp;
+
+/* interp.c: set up for `mesh` (NULL: a global run, one device), bind the entry's inputs and
+ * params (whole tensors, cut into blocks for an SPMD run), run main, free. */
+bool interp_setup(Interp *I, const IrModule *m, const Mesh *mesh, const InterpOptions *o, InterpStats *st);
+bool interp_bind(Interp *I, Tensor *const *inputs, Tensor *const *params);
+bool interp_exec(Interp *I);
+void interp_teardown(Interp *I);
+
+/* Records the first run-time error ("line L: op: message"); returns false for `return fail(...)`. */
+bool interp_fail(Interp *I, const Op *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The device's block of value v (NULL with an error when unset). */
+Tensor *interp_val(Interp *I, int dev, const Value *v);
+void interp_set(Interp *I, int dev, const Value *v, Tensor *t); /* clears its stale mark */
+bool interp_stale(const Interp *I, int dev, const Value *v);
+void interp_mark_stale(Interp *I, int dev, const Value *v);
+
+/* Rounds every element to what t's dtype holds under the options (interp_round_value). */
+void interp_round(const Interp *I, Tensor *t);
+
+/* interp_ops.c: op (not a loop, input, param or collective) on blocks x[0..noperands); the
+ * result's blocks follow from the operands'. NULL after an error. */
+Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x);
+/* Slice of t to the block start/shape (which t must contain). */
+Tensor *iop_slice(const Tensor *t, const int64_t *start, const int64_t *shape);
+/* The stacked tensor t (leading dim the stacking dim) at global index i of that dim, without it. */
+Tensor *iop_unstack(const Tensor *t, int64_t i);
+
+/* interp_spmd.c */
+bool spmd_op(Interp *I, const Op *op);           /* one non-collective op on every active device */
+bool spmd_collective(Interp *I, const Op *op);   /* a collective on every active device */
+bool spmd_loop_check(Interp *I, const Op *op);   /* the loop's shardings agree with its body's */
+/* Pipelines: the stage axes of a loop (its slices' leading dim, major to minor; 0 when none),
+ * a device's stage index along them, and the device at another stage with the same other
+ * coordinates. */
+uint16_t spmd_stage_axes(const Interp *I, const Op *loop, int64_t *stages);
+int64_t spmd_stage_of(const Interp *I, const Op *loop, int dev);
+int spmd_at_stage(const Interp *I, const Op *loop, int dev, int64_t stage);
+/* The block of v that device dev holds under v's sharding (false with an error if a sharded dim
+ * does not divide, or an input or param is partial). */
+bool spmd_block(Interp *I, const Op *op, const Value *v, int dev, int64_t *start, int64_t *shape);
+#endif

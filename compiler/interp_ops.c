@@ -1,0 +1,973 @@
+/* interp_ops.c: the interpreter's kernels: one IR op on blocks of its operands.
+ *
+ * In: an op and one block of each operand (a whole tensor in a global run, a device's block in an
+ * SPMD run: interp_spmd.c has already sliced the operands to what the op computes with). Out: a
+ * new tensor of the op's result type whose block along each dim follows from the operands' (a
+ * dim keeps the block it has in the operands; split and merge decompose and compose blocks).
+ * Because a kernel only ever sees local blocks with their global offsets, the same code is right
+ * for both runs: a sum over a dim a device holds in part is that device's partial sum, a mean
+ * divides by the dim's global size (so partial means add up), causal compares global indices, and
+ * take gathers only the rows the device holds (zeros elsewhere: a masked local gather).
+ *
+ * Everything computes in double; interp.c rounds the result to the options' precision. The
+ * numeric definitions (docs/interpreter.md):
+ *   gelu(x)    = x/2 (1 + erf(x / sqrt 2))                (exact, not the tanh approximation)
+ *   sigmoid(x) = 1 / (1 + exp(-x)),  silu(x) = x sigmoid(x),  rsqrt(x) = 1 / sqrt(x)
+ *   softmax    = exp(x - max) / sum exp(x - max) over the dim; a row that is all -inf gives 0s
+ *   rmsnorm    = x / sqrt(mean(x^2) + 1e-5) * scale
+ *   layernorm  = (x - mean) / sqrt(mean((x - mean)^2) + 1e-5) * scale + bias
+ *   causal     = -inf where the key's global index exceeds the query's
+ *   attention  = contract(softmax(causal?(scale * contract(q, k, over: head)), over: key), v,
+ *                over: key), intermediates in double, the output rounded once
+ * The training ops (gradients, losses, optimizers) follow the formulas of their ir.h comments;
+ * attention_grad recomputes the probabilities as the forward does.
+ * Integer results truncate toward zero (division), casts from float truncate and saturate. Ops
+ * that need a dim whole (softmax, the norms, attention's head and key dims, cross-entropy's
+ * classes) report an error when a block holds only part of it: partitioning must have gathered
+ * it or rewritten the op. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp_int.h"
+
+/* ---- blocks and strides ---- */
+
+static int64_t stride_at(const Tensor *t, int pos) {
+  int64_t s = 1;
+  for (int i = pos + 1; i < t->type.rank; i++) s *= t->shape[i];
+  return s;
+}
+
+/* The stride of dim d in t, 0 when t lacks it (broadcast). */
+static int64_t stride_of(const Tensor *t, const Dim *d) {
+  int p = tensor_type_find(&t->type, d);
+  return p < 0 ? 0 : stride_at(t, p);
+}
+
+/* The block of dim d among the operands x[0..n) that have it: 1 found (every operand with d holds
+ * the same block), 0 error (they differ), -1 none has it. */
+static int dim_block(Interp *I, const Op *op, const Dim *d, Tensor *const *x, int n, int64_t *start, int64_t *ext) {
+  int found = -1;
+  for (int i = 0; i < n; i++) {
+    if (!x[i]) continue;
+    int p = tensor_type_find(&x[i]->type, d);
+    if (p < 0) continue;
+    if (found < 0) {
+      *start = x[i]->start[p], *ext = x[i]->shape[p];
+      found = 1;
+    } else if (x[i]->start[p] != *start || x[i]->shape[p] != *ext) {
+      interp_fail(I, op, "operands hold different blocks of %s: [%lld, %lld) and [%lld, %lld)", d->name,
+                  (long long)*start, (long long)(*start + *ext), (long long)x[i]->start[p],
+                  (long long)(x[i]->start[p] + x[i]->shape[p]));
+      return 0;
+    }
+  }
+  return found;
+}
+
+/* A result of type rt whose every dim takes its block from the operands that have it. */
+static Tensor *result_by_name(Interp *I, const Op *op, const TensorType *rt, Tensor *const *x, int n) {
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  for (int i = 0; i < rt->rank; i++) {
+    int r = dim_block(I, op, rt->dims[i], x, n, &st[i], &sh[i]);
+    if (r == 0) return NULL;
+    if (r < 0) {
+      interp_fail(I, op, "result dim %s is in no operand", rt->dims[i]->name);
+      return NULL;
+    }
+  }
+  Tensor *t = tensor_new_block(rt, st, sh);
+  if (!t) interp_fail(I, op, "out of memory");
+  return t;
+}
+
+/* Requires t to hold dim d whole. */
+static bool need_whole(Interp *I, const Op *op, const Tensor *t, const Dim *d, const char *why) {
+  int p = tensor_type_find(&t->type, d);
+  if (p < 0) return interp_fail(I, op, "operand has no dim %s", d->name);
+  if (t->start[p] == 0 && t->shape[p] == d->size) return true;
+  return interp_fail(I, op, "%s needs dim %s whole, but this block holds [%lld, %lld) of %lld", why, d->name,
+                     (long long)t->start[p], (long long)(t->start[p] + t->shape[p]), (long long)d->size);
+}
+
+/* ---- nests: odometers over named dims that keep one offset per tensor ---- */
+
+#define NEST_DIMS (2 * MAX_RANK)
+#define NEST_TENSORS 6
+
+typedef struct Nest {
+  int n, nt;
+  int64_t ext[NEST_DIMS];
+  int64_t stride[NEST_TENSORS][NEST_DIMS];
+  int64_t idx[NEST_DIMS];
+  int64_t off[NEST_TENSORS];
+  bool done;
+} Nest;
+
+static void nest_init(Nest *N, int nt) {
+  memset(N, 0, sizeof *N);
+  N->nt = nt;
+}
+
+/* A loop over dim d with `ext` steps; each tensor of ts (NULL: none) advances by its stride. */
+static void nest_dim(Nest *N, const Dim *d, int64_t ext, Tensor *const *ts) {
+  int k = N->n++;
+  N->ext[k] = ext;
+  for (int t = 0; t < N->nt; t++) N->stride[t][k] = ts[t] ? stride_of(ts[t], d) : 0;
+}
+
+static void nest_begin(Nest *N, const int64_t *base) {
+  memset(N->idx, 0, sizeof N->idx);
+  for (int t = 0; t < N->nt; t++) N->off[t] = base ? base[t] : 0;
+  N->done = false;
+  for (int k = 0; k < N->n; k++)
+    if (N->ext[k] <= 0) N->done = true;
+}
+
+static void nest_next(Nest *N) {
+  for (int k = N->n - 1; k >= 0; k--) {
+    if (++N->idx[k] < N->ext[k]) {
+      for (int t = 0; t < N->nt; t++) N->off[t] += N->stride[t][k];
+      return;
+    }
+    for (int t = 0; t < N->nt; t++) N->off[t] -= N->stride[t][k] * (N->ext[k] - 1);
+    N->idx[k] = 0;
+  }
+  N->done = true;
+}
+
+/* ---- slicing ---- */
+
+Tensor *iop_slice(const Tensor *t, const int64_t *start, const int64_t *shape) {
+  for (int i = 0; i < t->type.rank; i++)
+    if (start[i] < t->start[i] || start[i] + shape[i] > t->start[i] + t->shape[i]) return NULL;
+  Tensor *r = tensor_new_block(&t->type, start, shape);
+  if (!r) return NULL;
+  Nest N;
+  nest_init(&N, 2);
+  Tensor *ts[2] = {r, (Tensor *)t};
+  int64_t base[2] = {0, 0};
+  for (int i = 0; i < t->type.rank; i++) {
+    nest_dim(&N, t->type.dims[i], shape[i], ts);
+    base[1] += (start[i] - t->start[i]) * stride_at(t, i);
+  }
+  for (nest_begin(&N, base); !N.done; nest_next(&N)) r->data[N.off[0]] = t->data[N.off[1]];
+  return r;
+}
+
+Tensor *iop_unstack(const Tensor *t, int64_t i) {
+  if (t->type.rank < 1) return NULL;
+  int64_t li = i - t->start[0];
+  if (li < 0 || li >= t->shape[0]) return NULL;
+  TensorType rt = {.dtype = t->type.dtype, .rank = t->type.rank - 1};
+  for (int k = 1; k < t->type.rank; k++) rt.dims[k - 1] = t->type.dims[k];
+  Tensor *r = tensor_new_block(&rt, t->start + 1, t->shape + 1);
+  if (!r) return NULL;
+  if (r->n) memcpy(r->data, t->data + li * r->n, sizeof(double) * (size_t)r->n);
+  return r;
+}
+
+/* ---- elementwise ---- */
+
+static double unary(OpKind k, double v) {
+  switch (k) {
+  case OP_NEG: return -v;
+  case OP_EXP: return exp(v);
+  case OP_LOG: return log(v);
+  case OP_SQRT: return sqrt(v);
+  case OP_RSQRT: return 1 / sqrt(v);
+  case OP_TANH: return tanh(v);
+  case OP_SIGMOID: return 1 / (1 + exp(-v));
+  case OP_RELU: return v > 0 ? v : v <= 0 ? 0 : v; /* NaN stays NaN */
+  case OP_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+  case OP_SILU: return v / (1 + exp(-v));
+  default: return NAN;
+  }
+}
+
+static Tensor *k_unary(Interp *I, const Op *op, const Tensor *x) {
+  Tensor *r = tensor_new_block(&op->results[0]->type, x->start, x->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  for (int64_t i = 0; i < x->n; i++) r->data[i] = unary(op->kind, x->data[i]);
+  return r;
+}
+
+/* a op b broadcast by dim name: the result's dims are a's then b's new ones. */
+static Tensor *k_binary(Interp *I, const Op *op, Tensor *a, Tensor *b) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *x[2] = {a, b};
+  Tensor *r = result_by_name(I, op, rt, x, 2);
+  if (!r) return NULL;
+  bool int_div = op->kind == OP_DIV && dtype_is_int(rt->dtype);
+  Nest N;
+  nest_init(&N, 3);
+  Tensor *ts[3] = {r, a, b};
+  for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], r->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double u = a->data[N.off[1]], v = b->data[N.off[2]], z;
+    switch (op->kind) {
+    case OP_ADD: z = u + v; break;
+    case OP_SUB: z = u - v; break;
+    case OP_MUL: z = u * v; break;
+    default:
+      if (int_div && v == 0) {
+        tensor_free(r);
+        return interp_fail(I, op, "integer division by zero"), NULL;
+      }
+      z = int_div ? trunc(u / v) : u / v;
+      break;
+    }
+    r->data[N.off[0]] = z;
+  }
+  return r;
+}
+
+/* Casts round through the target dtype; from float to integer: toward zero, saturating at the
+ * integer type's range, NaN to 0. */
+static Tensor *k_cast(Interp *I, const Op *op, const Tensor *x) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *r = tensor_new_block(rt, x->start, x->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  double lo = rt->dtype == DT_I8 ? -128.0 : -2147483648.0, hi = rt->dtype == DT_I8 ? 127.0 : 2147483647.0;
+  for (int64_t i = 0; i < x->n; i++) {
+    double v = x->data[i];
+    if (dtype_is_int(rt->dtype)) v = isnan(v) ? 0 : v < lo ? lo : v > hi ? hi : trunc(v);
+    r->data[i] = v;
+  }
+  return r;
+}
+
+/* ---- contractions and reductions ---- */
+
+/* Sum over `over` of a * b into a tensor of type rt (a's kept dims, then b's): each contracted
+ * dim must be held alike by both (the sum is over the block they hold). */
+static Tensor *contract_into(Interp *I, const Op *op, Tensor *a, Tensor *b, Dim *const *over, int nover,
+                             const TensorType *rt) {
+  Tensor *x[2] = {a, b};
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < x[j]->type.rank; i++) {
+      const Dim *d = x[j]->type.dims[i];
+      bool summed = false;
+      for (int k = 0; k < nover; k++) summed |= over[k] == d;
+      if (!summed && tensor_type_find(rt, d) < 0)
+        return interp_fail(I, op, "dim %s is neither contracted nor in the result", d->name), NULL;
+    }
+  Tensor *r = result_by_name(I, op, rt, x, 2);
+  if (!r) return NULL;
+  Tensor *ts[3] = {r, a, b};
+  Nest outer, inner;
+  nest_init(&outer, 3);
+  nest_init(&inner, 3);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&outer, rt->dims[i], r->shape[i], ts);
+  for (int k = 0; k < nover; k++) {
+    int64_t s, e;
+    if (tensor_type_find(&a->type, over[k]) < 0 || tensor_type_find(&b->type, over[k]) < 0) {
+      tensor_free(r);
+      return interp_fail(I, op, "contracted dim %s is missing from an operand", over[k]->name), NULL;
+    }
+    if (dim_block(I, op, over[k], x, 2, &s, &e) <= 0) {
+      tensor_free(r);
+      return NULL;
+    }
+    nest_dim(&inner, over[k], e, ts);
+  }
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double s = 0;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner)) s += a->data[inner.off[1]] * b->data[inner.off[2]];
+    r->data[outer.off[0]] = s;
+  }
+  return r;
+}
+
+/* sum / mean / max over op->dims; mean divides by the dims' global sizes. */
+static Tensor *k_reduce(Interp *I, const Op *op, Tensor *x) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *r = result_by_name(I, op, rt, &x, 1);
+  if (!r) return NULL;
+  Tensor *ts[2] = {r, x};
+  Nest outer, inner;
+  nest_init(&outer, 2);
+  nest_init(&inner, 2);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&outer, rt->dims[i], r->shape[i], ts);
+  double count = 1;
+  for (int k = 0; k < op->ndims; k++) {
+    int p = tensor_type_find(&x->type, op->dims[k]);
+    if (p < 0) {
+      tensor_free(r);
+      return interp_fail(I, op, "reduced dim %s is not in the operand", op->dims[k]->name), NULL;
+    }
+    nest_dim(&inner, op->dims[k], x->shape[p], ts);
+    count *= (double)op->dims[k]->size;
+  }
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double s = op->kind == OP_MAX ? -INFINITY : 0;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner)) {
+      double v = x->data[inner.off[1]];
+      if (op->kind != OP_MAX) s += v;
+      else if (v > s || isnan(v)) s = isnan(s) ? s : v;
+    }
+    r->data[outer.off[0]] = op->kind == OP_MEAN ? s / count : s;
+  }
+  return r;
+}
+
+/* An outer nest over x's dims but d, with tensors ts (x first); *sd[i] = ts[i]'s stride of d. */
+static void rows_over(Nest *N, Tensor *const *ts, int nt, const Dim *d, int64_t *sd) {
+  const Tensor *x = ts[0];
+  nest_init(N, nt);
+  for (int i = 0; i < x->type.rank; i++)
+    if (x->type.dims[i] != d) nest_dim(N, x->type.dims[i], x->shape[i], ts);
+  for (int t = 0; t < nt; t++) sd[t] = ts[t] ? stride_of(ts[t], d) : 0;
+}
+
+static Tensor *softmax_of(Interp *I, const Op *op, Tensor *x, const Dim *d) {
+  if (!need_whole(I, op, x, d, "softmax")) return NULL;
+  Tensor *r = tensor_new_block(&x->type, x->start, x->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  r->type.dtype = op->results[0]->type.dtype;
+  int64_t n = x->shape[tensor_type_find(&x->type, d)], sd[2];
+  Tensor *ts[2] = {x, r};
+  Nest N;
+  rows_over(&N, ts, 2, d, sd);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    const double *xr = x->data + N.off[0];
+    double *rr = r->data + N.off[1];
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+      double v = xr[j * sd[0]];
+      if (v > m || isnan(v)) m = isnan(m) ? m : v;
+    }
+    if (m == -INFINITY) { /* every position masked: nothing to attend to */
+      for (int64_t j = 0; j < n; j++) rr[j * sd[1]] = 0;
+      continue;
+    }
+    double s = 0;
+    for (int64_t j = 0; j < n; j++) s += exp(xr[j * sd[0]] - m);
+    for (int64_t j = 0; j < n; j++) rr[j * sd[1]] = exp(xr[j * sd[0]] - m) / s;
+  }
+  return r;
+}
+
+/* rmsnorm(x, scale) / layernorm(x, scale, bias) over d; scale and bias broadcast by name. */
+static Tensor *k_norm(Interp *I, const Op *op, Tensor *const *x) {
+  const Dim *d = op->dims[0];
+  Tensor *in = x[0], *scale = x[1], *bias = op->kind == OP_LAYERNORM ? x[2] : NULL;
+  if (!need_whole(I, op, in, d, ir_op_name(op->kind))) return NULL;
+  for (int i = 0; i < in->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, in->type.dims[i], x, op->kind == OP_LAYERNORM ? 3 : 2, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = tensor_new_block(&op->results[0]->type, in->start, in->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int64_t n = in->shape[tensor_type_find(&in->type, d)], sd[4];
+  Tensor *ts[4] = {in, r, scale, bias};
+  Nest N;
+  rows_over(&N, ts, 4, d, sd);
+  double size = (double)d->size;
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    const double *xr = in->data + N.off[0];
+    double mu = 0, var = 0;
+    if (op->kind == OP_LAYERNORM) {
+      for (int64_t j = 0; j < n; j++) mu += xr[j * sd[0]];
+      mu /= size;
+    }
+    for (int64_t j = 0; j < n; j++) {
+      double c = xr[j * sd[0]] - mu;
+      var += c * c;
+    }
+    double inv = 1 / sqrt(var / size + NORM_EPS);
+    for (int64_t j = 0; j < n; j++) {
+      double y = (xr[j * sd[0]] - mu) * inv * scale->data[N.off[2] + j * sd[2]];
+      if (bias) y += bias->data[N.off[3] + j * sd[3]];
+      r->data[N.off[1] + j * sd[1]] = y;
+    }
+  }
+  return r;
+}
+
+/* ---- data movement ---- */
+
+static Tensor *k_rename(Interp *I, const Op *op, const Tensor *x) {
+  Tensor *r = tensor_copy(x);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  r->type = op->results[0]->type;
+  return r;
+}
+
+static Tensor *k_transpose(Interp *I, const Op *op, Tensor *x) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *r = result_by_name(I, op, rt, &x, 1);
+  if (!r) return NULL;
+  Tensor *ts[2] = {r, x};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], r->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) r->data[N.off[0]] = x->data[N.off[1]];
+  return r;
+}
+
+/* The block [s, s + len) of a dim of size prod(sizes) seen as parts sizes[0..n) (major to minor):
+ * each part's block, when the elements form a rectangle in the parts (else false). */
+static bool split_block(int64_t s, int64_t len, const int64_t *sizes, int n, int64_t *ps, int64_t *pe) {
+  for (int i = 0; i < n; i++) {
+    int64_t inner = 1;
+    for (int j = i + 1; j < n; j++) inner *= sizes[j];
+    if (len >= inner) {
+      if (s % inner || len % inner) return false;
+      ps[i] = s / inner, pe[i] = len / inner;
+      s = 0, len = inner;
+    } else {
+      if (s / inner != (s + len - 1) / inner) return false;
+      ps[i] = s / inner, pe[i] = 1;
+      s %= inner;
+    }
+  }
+  return true;
+}
+
+/* split(x, d -> parts) and merge(x, parts -> d): elements move by global index. For a split the
+ * result's part dims hold the rectangle the operand's block of d covers; for a merge the merged
+ * dim holds the parts' blocks composed (contiguous, or an error). */
+static Tensor *k_reshape(Interp *I, const Op *op, Tensor *x) {
+  const TensorType *rt = &op->results[0]->type;
+  bool split = op->kind == OP_SPLIT;
+  int nparts = op->ndims - 1;
+  Dim *const *parts = split ? op->dims + 1 : op->dims;
+  const Dim *whole = split ? op->dims[0] : op->dims[nparts];
+  int64_t sizes[MAX_RANK], ps[MAX_RANK], pe[MAX_RANK], ws, we;
+  for (int i = 0; i < nparts; i++) sizes[i] = parts[i]->size;
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  if (split) {
+    int p = tensor_type_find(&x->type, whole);
+    if (p < 0) return interp_fail(I, op, "operand has no dim %s", whole->name), NULL;
+    ws = x->start[p], we = x->shape[p];
+    if (!split_block(ws, we, sizes, nparts, ps, pe))
+      return interp_fail(I, op, "the block [%lld, %lld) of %s is not a rectangle of its parts", (long long)ws,
+                         (long long)(ws + we), whole->name), NULL;
+  } else {
+    for (int i = 0; i < nparts; i++) {
+      int p = tensor_type_find(&x->type, parts[i]);
+      if (p < 0) return interp_fail(I, op, "operand has no dim %s", parts[i]->name), NULL;
+      ps[i] = x->start[p], pe[i] = x->shape[p];
+    }
+    /* contiguous: some parts held one index each, then at most one held in part, then whole ones */
+    int k = 0;
+    while (k < nparts && pe[k] == 1 && sizes[k] != 1) k++;
+    bool ok = true;
+    for (int i = k + 1; i < nparts; i++) ok &= ps[i] == 0 && pe[i] == sizes[i];
+    if (!ok) return interp_fail(I, op, "the parts' blocks do not merge into one contiguous block of %s", whole->name), NULL;
+    ws = 0, we = 1;
+    for (int i = 0; i < nparts; i++) ws = ws * sizes[i] + ps[i], we *= pe[i];
+  }
+  for (int i = 0; i < rt->rank; i++) {
+    const Dim *d = rt->dims[i];
+    int pi = -1;
+    for (int j = 0; j < nparts; j++)
+      if (parts[j] == d) pi = j;
+    if (split && pi >= 0) {
+      st[i] = ps[pi], sh[i] = pe[pi];
+    } else if (!split && d == whole) {
+      st[i] = ws, sh[i] = we;
+    } else {
+      int p = tensor_type_find(&x->type, d);
+      if (p < 0) return interp_fail(I, op, "result dim %s is not in the operand", d->name), NULL;
+      st[i] = x->start[p], sh[i] = x->shape[p];
+    }
+  }
+  Tensor *r = tensor_new_block(rt, st, sh);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  /* The nest walks the result; dims shared with x advance both. The reshaped dim's offset in x is
+   * computed from the global index. */
+  Tensor *ts[2] = {r, x};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], sh[i], ts);
+  int rpos[MAX_RANK]; /* split: result position of each part; merge: [0] = the merged dim's */
+  int64_t xstride[MAX_RANK], xstart[MAX_RANK];
+  if (split) {
+    for (int j = 0; j < nparts; j++) rpos[j] = tensor_type_find(rt, parts[j]);
+    int p = tensor_type_find(&x->type, whole);
+    xstride[0] = stride_at(x, p), xstart[0] = x->start[p];
+  } else {
+    rpos[0] = tensor_type_find(rt, whole);
+    for (int j = 0; j < nparts; j++) {
+      int p = tensor_type_find(&x->type, parts[j]);
+      xstride[j] = stride_at(x, p), xstart[j] = x->start[p];
+    }
+  }
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    int64_t off = N.off[1];
+    if (split) {
+      int64_t g = 0;
+      for (int j = 0; j < nparts; j++) g = g * sizes[j] + st[rpos[j]] + N.idx[rpos[j]];
+      off += (g - xstart[0]) * xstride[0];
+    } else {
+      int64_t g = ws + N.idx[rpos[0]];
+      for (int j = nparts - 1; j >= 0; j--) {
+        off += (g % sizes[j] - xstart[j]) * xstride[j];
+        g /= sizes[j];
+      }
+    }
+    r->data[N.off[0]] = x->data[off];
+  }
+  return r;
+}
+
+/* take(table, idx): idx's dims, then table's dims after its rows. A row outside the block of
+ * rows this table holds gives zeros (the masked local gather); outside the table, an error. */
+static Tensor *k_take(Interp *I, const Op *op, Tensor *table, Tensor *idx) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *x[2] = {idx, table};
+  Tensor *r = result_by_name(I, op, rt, x, 2);
+  if (!r) return NULL;
+  const Dim *rows = table->type.dims[0];
+  int64_t row_stride = stride_at(table, 0);
+  Tensor *ts[3] = {r, idx, table};
+  Nest outer, inner;
+  nest_init(&outer, 3);
+  nest_init(&inner, 3);
+  for (int i = 0; i < idx->type.rank; i++) nest_dim(&outer, idx->type.dims[i], idx->shape[i], ts);
+  for (int i = 1; i < table->type.rank; i++) nest_dim(&inner, table->type.dims[i], table->shape[i], ts);
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double v = idx->data[outer.off[1]];
+    if (!(v >= 0 && v < (double)rows->size)) {
+      tensor_free(r);
+      return interp_fail(I, op, "take: index %.0f out of range [0, %lld) of %s", v, (long long)rows->size,
+                         rows->name), NULL;
+    }
+    int64_t local = (int64_t)v - table->start[0];
+    if (local < 0 || local >= table->shape[0]) continue; /* not held here: zeros */
+    int64_t base[3] = {outer.off[0], 0, local * row_stride};
+    for (nest_begin(&inner, base); !inner.done; nest_next(&inner)) r->data[inner.off[0]] = table->data[inner.off[2]];
+  }
+  return r;
+}
+
+/* `fill` where the global index along k exceeds the one along q. */
+static void mask_causal(Tensor *t, const Dim *q, const Dim *k, double fill) {
+  int pq = tensor_type_find(&t->type, q), pk = tensor_type_find(&t->type, k);
+  if (pq < 0 || pk < 0) return;
+  Nest N;
+  nest_init(&N, 1);
+  for (int i = 0; i < t->type.rank; i++) nest_dim(&N, t->type.dims[i], t->shape[i], &t);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N))
+    if (t->start[pk] + N.idx[pk] > t->start[pq] + N.idx[pq]) t->data[N.off[0]] = fill;
+}
+
+static Tensor *k_causal(Interp *I, const Op *op, const Tensor *x) {
+  Tensor *r = tensor_copy(x);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  mask_causal(r, op->dims[0], op->dims[1], -INFINITY);
+  return r;
+}
+
+/* ---- training ops (ir.h's semantics comments; docs/training.md) ---- */
+
+typedef double (*MapFn)(const Op *op, const double *v);
+
+/* fn over operands x[0..n) broadcast by dim name (each dim's block from the operands having it). */
+static Tensor *k_map(Interp *I, const Op *op, Tensor *const *x, int n, MapFn fn) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *r = result_by_name(I, op, rt, x, n);
+  if (!r) return NULL;
+  Tensor *ts[NEST_TENSORS] = {r};
+  for (int i = 0; i < n; i++) ts[i + 1] = x[i];
+  Nest N;
+  nest_init(&N, n + 1);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], r->shape[i], ts);
+  double v[NEST_TENSORS];
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    for (int i = 0; i < n; i++) v[i] = x[i]->data[N.off[i + 1]];
+    r->data[N.off[0]] = fn(op, v);
+  }
+  return r;
+}
+
+static double f_relu_grad(const Op *op, const double *v) { return v[0] > 0 ? v[1] : 0; }
+
+static double f_gelu_grad(const Op *op, const double *v) {
+  double x = v[0], Phi = 0.5 * (1 + erf(x / sqrt(2.0))), phi = exp(-0.5 * x * x) / 2.5066282746310002 /* sqrt(2 pi) */;
+  return v[1] * (Phi + x * phi);
+}
+
+static double f_silu_grad(const Op *op, const double *v) {
+  double s = 1 / (1 + exp(-v[0]));
+  return v[1] * s * (1 + v[0] * (1 - s));
+}
+
+static double f_sgd(const Op *op, const double *v) { return v[0] - op->scalar * v[1]; }
+
+static double f_adam_moment(const Op *op, const double *v) {
+  double g = op->flag ? v[1] * v[1] : v[1];
+  return op->scalar * v[0] + (1 - op->scalar) * g;
+}
+
+static double f_adam_update(const Op *op, const double *v) {
+  double t = v[3];
+  double mh = v[1] / (1 - pow(IR_ADAM_BETA1, t)), vh = v[2] / (1 - pow(IR_ADAM_BETA2, t));
+  return v[0] - op->scalar * mh / (sqrt(vh) + IR_ADAM_EPS);
+}
+
+/* x repeated along the result's added dims (held whole here; an SPMD run slices the result). */
+static Tensor *k_broadcast(Interp *I, const Op *op, Tensor *x) {
+  const TensorType *rt = &op->results[0]->type;
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  for (int i = 0; i < rt->rank; i++) {
+    int p = tensor_type_find(&x->type, rt->dims[i]);
+    st[i] = p < 0 ? 0 : x->start[p];
+    sh[i] = p < 0 ? rt->dims[i]->size : x->shape[p];
+  }
+  Tensor *r = tensor_new_block(rt, st, sh);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  Tensor *ts[2] = {r, x};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], sh[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) r->data[N.off[0]] = x->data[N.off[1]];
+  return r;
+}
+
+/* (x, y, dy) of y = max(x, over: dims): dy / n where x equals its reduction's max, else 0; n
+ * counts the ties in the block this device holds (exact whenever the maximum is unique). */
+static Tensor *k_max_grad(Interp *I, const Op *op, Tensor *const *x) {
+  Tensor *in = x[0], *y = x[1], *dy = x[2];
+  for (int i = 0; i < y->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, y->type.dims[i], x, 3, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = tensor_new_block(&op->results[0]->type, in->start, in->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  Tensor *ts[4] = {r, in, y, dy};
+  Nest outer, inner;
+  nest_init(&outer, 4);
+  nest_init(&inner, 4);
+  for (int i = 0; i < y->type.rank; i++) nest_dim(&outer, y->type.dims[i], y->shape[i], ts);
+  for (int k = 0; k < op->ndims; k++) {
+    int p = tensor_type_find(&in->type, op->dims[k]);
+    if (p < 0) {
+      tensor_free(r);
+      return interp_fail(I, op, "reduced dim %s is not in x", op->dims[k]->name), NULL;
+    }
+    nest_dim(&inner, op->dims[k], in->shape[p], ts);
+  }
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double m = y->data[outer.off[2]], g = dy->data[outer.off[3]], n = 0;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner)) n += in->data[inner.off[1]] == m;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner))
+      r->data[inner.off[0]] = in->data[inner.off[1]] == m ? g / n : 0;
+  }
+  return r;
+}
+
+/* (y, dy) of y = softmax(x, over: d): y (dy - sum over d of dy y). */
+static Tensor *k_softmax_grad(Interp *I, const Op *op, Tensor *const *x) {
+  Tensor *y = x[0], *dy = x[1];
+  const Dim *d = op->dims[0];
+  if (!need_whole(I, op, y, d, "softmax_grad")) return NULL;
+  for (int i = 0; i < y->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, y->type.dims[i], x, 2, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = tensor_new_block(&op->results[0]->type, y->start, y->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int64_t n = y->shape[tensor_type_find(&y->type, d)], sd[3];
+  Tensor *ts[3] = {y, dy, r};
+  Nest N;
+  rows_over(&N, ts, 3, d, sd);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double s = 0;
+    for (int64_t j = 0; j < n; j++) s += dy->data[N.off[1] + j * sd[1]] * y->data[N.off[0] + j * sd[0]];
+    for (int64_t j = 0; j < n; j++)
+      r->data[N.off[2] + j * sd[2]] = y->data[N.off[0] + j * sd[0]] * (dy->data[N.off[1] + j * sd[1]] - s);
+  }
+  return r;
+}
+
+/* (x, scale, dy) of rmsnorm / layernorm over d (ir.h's formulas; eps NORM_EPS). */
+static Tensor *k_norm_grad(Interp *I, const Op *op, Tensor *const *x) {
+  const Dim *d = op->dims[0];
+  Tensor *in = x[0], *scale = x[1], *dy = x[2];
+  if (!need_whole(I, op, in, d, ir_op_name(op->kind))) return NULL;
+  for (int i = 0; i < in->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, in->type.dims[i], x, 3, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = tensor_new_block(&op->results[0]->type, in->start, in->shape);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int64_t n = in->shape[tensor_type_find(&in->type, d)], sd[4];
+  Tensor *ts[4] = {in, r, scale, dy};
+  Nest N;
+  rows_over(&N, ts, 4, d, sd);
+  double size = (double)d->size;
+  bool ln = op->kind == OP_LAYERNORM_GRAD;
+#define X_(j) in->data[N.off[0] + (j) * sd[0]]
+#define E_(j) (dy->data[N.off[3] + (j) * sd[3]] * scale->data[N.off[2] + (j) * sd[2]])
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double mu = 0, var = 0, me = 0, mex = 0;
+    if (ln) {
+      for (int64_t j = 0; j < n; j++) mu += X_(j);
+      mu /= size;
+    }
+    for (int64_t j = 0; j < n; j++) var += (X_(j) - mu) * (X_(j) - mu);
+    double rs = 1 / sqrt(var / size + NORM_EPS);
+    for (int64_t j = 0; j < n; j++) {
+      me += E_(j);
+      mex += E_(j) * (X_(j) - mu) * rs;
+    }
+    me /= size, mex /= size;
+    for (int64_t j = 0; j < n; j++) {
+      double xh = (X_(j) - mu) * rs;
+      r->data[N.off[1] + j * sd[1]] = ln ? rs * (E_(j) - me - xh * mex) : rs * (E_(j) - xh * mex);
+    }
+  }
+#undef X_
+#undef E_
+  return r;
+}
+
+/* (idx, dy) of take(table, idx): the table's type, each row the sum of the dy rows whose index
+ * names it (rows held whole here; an SPMD run slices the result). */
+static Tensor *k_take_grad(Interp *I, const Op *op, Tensor *idx, Tensor *dy) {
+  const TensorType *rt = &op->results[0]->type;
+  if (rt->rank < 1) return interp_fail(I, op, "the table type has no rows"), NULL;
+  const Dim *rows = rt->dims[0];
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  st[0] = 0, sh[0] = rows->size;
+  for (int i = 1; i < rt->rank; i++) {
+    int p = tensor_type_find(&dy->type, rt->dims[i]);
+    if (p < 0) return interp_fail(I, op, "dy has no dim %s", rt->dims[i]->name), NULL;
+    st[i] = dy->start[p], sh[i] = dy->shape[p];
+  }
+  for (int i = 0; i < idx->type.rank; i++) {
+    int64_t s, e;
+    Tensor *x[2] = {idx, dy};
+    if (dim_block(I, op, idx->type.dims[i], x, 2, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = tensor_new_block(rt, st, sh);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int64_t row_stride = stride_at(r, 0);
+  Tensor *ts[3] = {r, idx, dy};
+  Nest outer, inner;
+  nest_init(&outer, 3);
+  nest_init(&inner, 3);
+  for (int i = 0; i < idx->type.rank; i++) nest_dim(&outer, idx->type.dims[i], idx->shape[i], ts);
+  for (int i = 1; i < rt->rank; i++) nest_dim(&inner, rt->dims[i], sh[i], ts);
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double v = idx->data[outer.off[1]];
+    if (!(v >= 0 && v < (double)rows->size)) {
+      tensor_free(r);
+      return interp_fail(I, op, "take: index %.0f out of range [0, %lld) of %s", v, (long long)rows->size,
+                         rows->name), NULL;
+    }
+    int64_t base[3] = {(int64_t)v * row_stride, 0, outer.off[2]};
+    for (nest_begin(&inner, base); !inner.done; nest_next(&inner)) r->data[inner.off[0]] += dy->data[inner.off[2]];
+  }
+  return r;
+}
+
+static Tensor *k_causal_grad(Interp *I, const Op *op, const Tensor *dy) {
+  Tensor *r = tensor_copy(dy);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  mask_causal(r, op->dims[0], op->dims[1], 0);
+  return r;
+}
+
+/* The label's row of logits along d, its logsumexp, and the label (false: out of range). */
+static bool ce_row(Interp *I, const Op *op, const double *row, int64_t n, int64_t sd, double label, double *lse) {
+  if (!(label >= 0 && label < (double)n))
+    return interp_fail(I, op, "label %.0f out of range [0, %lld) of %s", label, (long long)n, op->dims[0]->name);
+  double m = -INFINITY, s = 0;
+  for (int64_t j = 0; j < n; j++)
+    if (row[j * sd] > m || isnan(row[j * sd])) m = row[j * sd];
+  for (int64_t j = 0; j < n; j++) s += exp(row[j * sd] - m);
+  *lse = m + log(s);
+  return true;
+}
+
+/* (logits, labels) -> logsumexp over d of logits - logits[label], labels' dims;
+ * (logits, labels, dl) -> (softmax(logits) - onehot(label)) * dl, logits' type. */
+static Tensor *k_cross_entropy(Interp *I, const Op *op, Tensor *const *x) {
+  const Dim *d = op->dims[0];
+  Tensor *logits = x[0], *labels = x[1], *dl = op->kind == OP_CROSS_ENTROPY_GRAD ? x[2] : NULL;
+  if (!need_whole(I, op, logits, d, ir_op_name(op->kind))) return NULL;
+  for (int i = 0; i < labels->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, labels->type.dims[i], x, dl ? 3 : 2, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = dl ? tensor_new_block(&op->results[0]->type, logits->start, logits->shape)
+                 : result_by_name(I, op, &op->results[0]->type, &labels, 1);
+  if (!r) return I->failed ? NULL : (interp_fail(I, op, "out of memory"), NULL);
+  int64_t n = d->size, sd[4];
+  Tensor *ts[4] = {logits, labels, dl ? dl : NULL, r};
+  Nest N;
+  rows_over(&N, ts, 4, d, sd);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    const double *row = logits->data + N.off[0];
+    double label = labels->data[N.off[1]], lse;
+    if (!ce_row(I, op, row, n, sd[0], label, &lse)) {
+      tensor_free(r);
+      return NULL;
+    }
+    if (!dl) {
+      r->data[N.off[3]] = lse - row[(int64_t)label * sd[0]];
+      continue;
+    }
+    double g = dl->data[N.off[2]];
+    for (int64_t j = 0; j < n; j++)
+      r->data[N.off[3] + j * sd[3]] = (exp(row[j * sd[0]] - lse) - (j == (int64_t)label)) * g;
+  }
+  return r;
+}
+
+/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
+ * scale * contract(q, k, over: head), causally masked; *st gets their type. */
+static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
+  Dim *hd = op->dims[0], *kd = op->dims[1], *qd = op->dims[2];
+  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
+      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
+    return NULL;
+  *st = (TensorType){.dtype = DT_F32};
+  for (int i = 0; i < q->type.rank; i++)
+    if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
+  for (int i = 0; i < k->type.rank; i++)
+    if (k->type.dims[i] != hd && tensor_type_find(&q->type, k->type.dims[i]) < 0) {
+      if (st->rank == MAX_RANK) return interp_fail(I, op, "attention scores have too many dims"), NULL;
+      st->dims[st->rank++] = k->type.dims[i];
+    }
+  Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
+  if (!s) return NULL;
+  for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
+  if (op->flag) mask_causal(s, qd, kd, -INFINITY);
+  Tensor *p = softmax_of(I, op, s, kd);
+  tensor_free(s);
+  if (p) p->type.dtype = DT_F32;
+  return p;
+}
+
+/* The fused attention, as the chain it replaced: scores = contract(q, k, over: head) * scale,
+ * optionally masked, softmax over the key dim, contract with v over the key dim. */
+static Tensor *k_attention(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v) {
+  TensorType st;
+  Tensor *p = attention_probs(I, op, q, k, v, &st);
+  if (!p) return NULL;
+  Tensor *o = contract_into(I, op, p, v, &op->dims[1], 1, &op->results[0]->type);
+  tensor_free(p);
+  return o;
+}
+
+/* (q, k, v, o, do) -> dq, dk or dv (Op.index 0, 1, 2), by ir.h's formulas: with p the recomputed
+ * probabilities, dp = do . v over the dims o has from v only (VO), D = sum over VO of do * o,
+ * ds = p (dp - D); dq = scale ds . k over the key dim, dk = scale ds . q and dv = p . do summed
+ * over the dims k (v) lacks. */
+static Tensor *k_attention_grad(Interp *I, const Op *op, Tensor *const *x) {
+  Tensor *q = x[0], *k = x[1], *v = x[2], *o = x[3], *dout = x[4];
+  const TensorType *rt = &op->results[0]->type;
+  TensorType st;
+  Tensor *p = attention_probs(I, op, q, k, v, &st);
+  if (!p) return NULL;
+  Dim *vo[MAX_RANK];
+  int nvo = 0;
+  TensorType dt = {.dtype = DT_F32};
+  for (int i = 0; i < o->type.rank; i++) {
+    Dim *d = o->type.dims[i];
+    if (tensor_type_find(&st, d) >= 0) {
+      dt.dims[dt.rank++] = d;
+    } else {
+      vo[nvo++] = d;
+      if (!need_whole(I, op, v, d, "attention_grad") || !need_whole(I, op, o, d, "attention_grad")) {
+        tensor_free(p);
+        return NULL;
+      }
+    }
+  }
+  Tensor *dp = contract_into(I, op, dout, v, vo, nvo, &st);
+  Tensor *D = dp ? contract_into(I, op, dout, o, vo, nvo, &dt) : NULL;
+  Tensor *r = NULL;
+  if (dp && D) {
+    /* ds = p (dp - D), in place in dp */
+    Tensor *ts[3] = {p, dp, D};
+    Nest N;
+    nest_init(&N, 3);
+    for (int i = 0; i < st.rank; i++) nest_dim(&N, st.dims[i], p->shape[i], ts);
+    for (nest_begin(&N, NULL); !N.done; nest_next(&N))
+      dp->data[N.off[1]] = p->data[N.off[0]] * (dp->data[N.off[1]] - D->data[N.off[2]]);
+    Dim *over[MAX_RANK];
+    int nover = 0;
+    if (op->index == 0) {
+      r = contract_into(I, op, dp, k, &op->dims[1], 1, rt);
+    } else if (op->index == 1) {
+      for (int i = 0; i < st.rank; i++)
+        if (tensor_type_find(&k->type, st.dims[i]) < 0) over[nover++] = st.dims[i];
+      r = contract_into(I, op, dp, q, over, nover, rt);
+    } else if (op->index == 2) {
+      for (int i = 0; i < st.rank; i++)
+        if (tensor_type_find(&v->type, st.dims[i]) < 0) over[nover++] = st.dims[i];
+      r = contract_into(I, op, p, dout, over, nover, rt);
+    } else {
+      interp_fail(I, op, "index %d is not 0 (dq), 1 (dk) or 2 (dv)", op->index);
+    }
+    if (r && op->index != 2)
+      for (int64_t i = 0; i < r->n; i++) r->data[i] *= op->scalar;
+  }
+  tensor_free(p);
+  tensor_free(dp);
+  tensor_free(D);
+  return r;
+}
+
+/* ---- the dispatcher ---- */
+
+Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
+  const TensorType *rt = &op->results[0]->type;
+  for (int i = 0; i < op->noperands; i++)
+    if (!x[i]) return interp_fail(I, op, "operand %d has no value", i), NULL;
+  Tensor *r = NULL;
+  switch (op->kind) {
+  case OP_CONST:
+    r = tensor_new(rt);
+    if (r && r->n == 1) r->data[0] = op->scalar;
+    else interp_fail(I, op, "a constant must be rank 0");
+    break;
+  case OP_CONTRACT: r = contract_into(I, op, x[0], x[1], op->dims, op->ndims, rt); break;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: r = k_binary(I, op, x[0], x[1]); break;
+  case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
+  case OP_RELU: case OP_GELU: case OP_SILU:
+    r = k_unary(I, op, x[0]);
+    break;
+  case OP_SUM: case OP_MEAN: case OP_MAX: r = k_reduce(I, op, x[0]); break;
+  case OP_SOFTMAX: r = softmax_of(I, op, x[0], op->dims[0]); break;
+  case OP_RMSNORM: case OP_LAYERNORM: r = k_norm(I, op, x); break;
+  case OP_RENAME: r = k_rename(I, op, x[0]); break;
+  case OP_SPLIT: case OP_MERGE: r = k_reshape(I, op, x[0]); break;
+  case OP_TAKE: r = k_take(I, op, x[0], x[1]); break;
+  case OP_CAUSAL: r = k_causal(I, op, x[0]); break;
+  case OP_CAST: r = k_cast(I, op, x[0]); break;
+  case OP_TRANSPOSE: r = k_transpose(I, op, x[0]); break;
+  case OP_ATTENTION: r = k_attention(I, op, x[0], x[1], x[2]); break;
+  case OP_BROADCAST: r = k_broadcast(I, op, x[0]); break;
+  case OP_RELU_GRAD: r = k_map(I, op, x, 2, f_relu_grad); break;
+  case OP_GELU_GRAD: r = k_map(I, op, x, 2, f_gelu_grad); break;
+  case OP_SILU_GRAD: r = k_map(I, op, x, 2, f_silu_grad); break;
+  case OP_MAX_GRAD: r = k_max_grad(I, op, x); break;
+  case OP_SOFTMAX_GRAD: r = k_softmax_grad(I, op, x); break;
+  case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: r = k_norm_grad(I, op, x); break;
+  case OP_TAKE_GRAD: r = k_take_grad(I, op, x[0], x[1]); break;
+  case OP_CAUSAL_GRAD: r = k_causal_grad(I, op, x[0]); break;
+  case OP_ATTENTION_GRAD: r = k_attention_grad(I, op, x); break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: r = k_cross_entropy(I, op, x); break;
+  case OP_SGD_UPDATE: r = k_map(I, op, x, 2, f_sgd); break;
+  case OP_ADAM_MOMENT: r = k_map(I, op, x, 2, f_adam_moment); break;
+  case OP_ADAM_UPDATE: r = k_map(I, op, x, 4, f_adam_update); break;
+  /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
+   * kernel is a -Wswitch warning) */
+  case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
+  case OP_ALL_TO_ALL: case OP_PERMUTE: case OP__COUNT:
+    interp_fail(I, op, "not a kernel");
+    break;
+  }
+  if (!r) return NULL;
+  r->type.dtype = rt->dtype;
+  interp_round(I, r);
+  return r;
+}

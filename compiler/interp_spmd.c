@@ -1,0 +1,858 @@
+/* interp_spmd.c: the interpreter per device: blocks, the checks around each op, collectives.
+ *
+ * In: a partitioned IrModule (every value sharded, collectives inserted), the mesh, whole inputs
+ * and params. Out: the entry's outputs reassembled from the devices' blocks, or the first
+ * partitioning mistake found, named by its op.
+ *
+ * Blocks. Devices are numbered major to minor over the mesh axes (device = sum of coordinate x
+ * stride, the last axis varying fastest). A dim sharded over axes (a1, ..., ak) (major to minor) is
+ * cut into prod(size(ai)) equal blocks; a device holds block number = its coordinates on
+ * a1..ak read as a mixed-radix number (a1 most significant). A value whose sharding has `partial`
+ * axes holds, on each device, one summand: the value is the sum of the blocks over the devices
+ * that differ only in those axes (or their maximum, Value.partial_max).
+ *
+ * Each op, on each device:
+ *   1. reads every operand as the op computes with it: Op.in_shard[i] when set (the device slices
+ *      the block it holds to the finer one), then every dim that the result keeps is sliced to the
+ *      result's block on this device (a device may always take part of what it holds; counted in
+ *      InterpStats.implicit_slices);
+ *   2. runs the kernel (interp_ops.c) on those blocks;
+ *   3. checks that it computed the block the result's sharding assigns to the device (a larger
+ *      one is sliced: an op "computes its part directly"), and that the result is a partial sum
+ *      over exactly the axes its sharding says: the axes of the summed dims its operands hold in
+ *      part (contracted, reduced, take's table rows) plus the partial axes passed through linear
+ *      ops (add and sub of equally partial operands; mul, div's numerator, contract, take's table,
+ *      neg, casts, reshapes, renames, causal of one), while nonlinear ops read no partial sum, no
+ *      operand is sharded over another's partial axes, and unreduced maxima reach nothing but a
+ *      max-AllReduce.
+ * Collectives exchange blocks between the devices of each group (the devices that differ only on
+ * the op's axes): AllGather and AllToAll assemble the result's block from the group's operand
+ * blocks (every element must come from inside the group), AllReduce sums (or maxes) the group's
+ * blocks, ReduceScatter sums and keeps the device's block, CollectivePermute shifts blocks by one
+ * along its axes (a ring) -- or, in a pipeline's loop body (Op.coll_period), hands the carried
+ * values from the stage that just ran its last layer to the next stage. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp_int.h"
+#include "partition.h"
+
+/* ---- devices and axes ---- */
+
+static int64_t axis_stride(const Mesh *m, int a) {
+  int64_t s = 1;
+  for (int b = a + 1; b < m->naxes; b++) s *= m->axes[b].size;
+  return s;
+}
+
+static int coord(const Interp *I, int dev, int a) {
+  return (int)((dev / axis_stride(I->mesh, a)) % I->mesh->axes[a].size);
+}
+
+/* Axes of size 1 change nothing: masks drop them before any comparison. */
+static uint16_t real_axes(const Interp *I, uint16_t mask) {
+  uint16_t r = 0;
+  for (int a = 0; a < I->mesh->naxes; a++)
+    if ((mask >> a & 1) && I->mesh->axes[a].size > 1) r |= (uint16_t)(1u << a);
+  return r;
+}
+
+static uint16_t dim_axes(const Interp *I, const Sharding *s, int d) {
+  uint16_t m = 0;
+  for (int k = 0; k < s->naxes[d] && k < MAX_AXES_PER_DIM; k++)
+    if (s->axes[d][k] >= 0 && s->axes[d][k] < 16) m |= (uint16_t)(1u << s->axes[d][k]);
+  return real_axes(I, m);
+}
+
+static uint16_t used_axes(const Interp *I, const Sharding *s, int rank) {
+  uint16_t m = 0;
+  for (int d = 0; d < rank; d++) m |= dim_axes(I, s, d);
+  return m;
+}
+
+static const char *axes_text(const Interp *I, uint16_t mask, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  if (!mask) snprintf(buf, n, "none");
+  for (int a = 0; a < I->mesh->naxes && len + 1 < n; a++)
+    if (mask >> a & 1) len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", I->mesh->axes[a].name);
+  return buf;
+}
+
+/* Each dim's axes as a list of those larger than 1 (equal lists mean equal blocks everywhere). */
+static bool same_blocks(const Interp *I, const Sharding *a, const Sharding *b, int rank) {
+  for (int d = 0; d < rank; d++) {
+    int8_t x[MAX_AXES_PER_DIM], y[MAX_AXES_PER_DIM];
+    int nx = 0, ny = 0;
+    for (int k = 0; k < a->naxes[d] && k < MAX_AXES_PER_DIM; k++)
+      if (I->mesh->axes[a->axes[d][k]].size > 1) x[nx++] = a->axes[d][k];
+    for (int k = 0; k < b->naxes[d] && k < MAX_AXES_PER_DIM; k++)
+      if (I->mesh->axes[b->axes[d][k]].size > 1) y[ny++] = b->axes[d][k];
+    if (nx != ny || memcmp(x, y, (size_t)nx) != 0) return false;
+  }
+  return true;
+}
+
+static bool same_sharding(const Interp *I, const Sharding *a, const Sharding *b, int rank) {
+  return same_blocks(I, a, b, rank) && real_axes(I, a->partial) == real_axes(I, b->partial);
+}
+
+/* The axes are real mesh axes, each used once over the dims and the partial set. */
+static bool valid_sharding(Interp *I, const Op *op, const Value *v) {
+  const Sharding *s = &v->sharding;
+  uint16_t seen = 0;
+  for (int d = 0; d < v->type.rank; d++) {
+    if (s->naxes[d] > MAX_AXES_PER_DIM) return interp_fail(I, op, "dim %d lists %d axes", d, s->naxes[d]);
+    for (int k = 0; k < s->naxes[d]; k++) {
+      int a = s->axes[d][k];
+      if (a < 0 || a >= I->mesh->naxes) return interp_fail(I, op, "axis #%d is not an axis of the mesh", a);
+      if (seen >> a & 1) return interp_fail(I, op, "axis %s shards two dims of one value", I->mesh->axes[a].name);
+      seen |= (uint16_t)(1u << a);
+    }
+  }
+  if (s->partial >> I->mesh->naxes) return interp_fail(I, op, "partial over an axis the mesh lacks");
+  if (real_axes(I, s->partial) & real_axes(I, seen)) {
+    char b[128];
+    return interp_fail(I, op, "the value is both sharded over and a partial sum over %s",
+                       axes_text(I, real_axes(I, s->partial & seen), b, sizeof b));
+  }
+  return true;
+}
+
+static bool block_under(Interp *I, const Op *op, const TensorType *t, const Sharding *s, int dev, int64_t *start,
+                        int64_t *shape) {
+  for (int i = 0; i < t->rank; i++) {
+    int64_t nb = 1, bi = 0;
+    for (int k = 0; k < s->naxes[i] && k < MAX_AXES_PER_DIM; k++) {
+      int a = s->axes[i][k];
+      if (a < 0 || a >= I->mesh->naxes) return interp_fail(I, op, "axis #%d is not an axis of the mesh", a);
+      nb *= I->mesh->axes[a].size;
+      bi = bi * I->mesh->axes[a].size + coord(I, dev, a);
+    }
+    int64_t size = t->dims[i]->size;
+    if (nb < 1 || size % nb)
+      return interp_fail(I, op, "dim %s (%lld) does not divide into %lld blocks", t->dims[i]->name, (long long)size,
+                         (long long)nb);
+    shape[i] = size / nb;
+    start[i] = bi * shape[i];
+  }
+  return true;
+}
+
+bool spmd_block(Interp *I, const Op *op, const Value *v, int dev, int64_t *start, int64_t *shape) {
+  if (!valid_sharding(I, op, v)) return false;
+  if (v->def && (v->def->kind == OP_INPUT || v->def->kind == OP_PARAM) && real_axes(I, v->sharding.partial))
+    return interp_fail(I, op, "an input or param cannot be a partial sum");
+  return block_under(I, op, &v->type, &v->sharding, dev, start, shape);
+}
+
+static bool holds(const Tensor *t, const int64_t *start, const int64_t *shape) {
+  for (int i = 0; i < t->type.rank; i++)
+    if (start[i] < t->start[i] || start[i] + shape[i] > t->start[i] + t->shape[i]) return false;
+  return true;
+}
+
+static bool same_block(const Tensor *t, const int64_t *start, const int64_t *shape) {
+  for (int i = 0; i < t->type.rank; i++)
+    if (start[i] != t->start[i] || shape[i] != t->shape[i]) return false;
+  return true;
+}
+
+/* ---- pipelines ---- */
+
+/* The stage axes of a loop, in the order its first sharded slice lists them on the stacking dim. */
+static int stage_list(const Interp *I, const Op *loop, int8_t *ax) {
+  for (int i = 0; i < loop->nslices && i < loop->noperands; i++) {
+    const Sharding *s = &loop->operands[i]->sharding;
+    int n = 0;
+    for (int k = 0; k < s->naxes[0] && k < MAX_AXES_PER_DIM; k++)
+      if (I->mesh->axes[s->axes[0][k]].size > 1) ax[n++] = s->axes[0][k];
+    if (n) return n;
+  }
+  return 0;
+}
+
+uint16_t spmd_stage_axes(const Interp *I, const Op *loop, int64_t *stages) {
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n = stage_list(I, loop, ax);
+  uint16_t m = 0;
+  *stages = 1;
+  for (int k = 0; k < n; k++) m |= (uint16_t)(1u << ax[k]), *stages *= I->mesh->axes[ax[k]].size;
+  return m;
+}
+
+int64_t spmd_stage_of(const Interp *I, const Op *loop, int dev) {
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n = stage_list(I, loop, ax);
+  int64_t s = 0;
+  for (int k = 0; k < n; k++) s = s * I->mesh->axes[ax[k]].size + coord(I, dev, ax[k]);
+  return s;
+}
+
+int spmd_at_stage(const Interp *I, const Op *loop, int dev, int64_t stage) {
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n = stage_list(I, loop, ax);
+  int64_t d = dev;
+  for (int k = n - 1; k >= 0; k--) {
+    int a = ax[k], size = I->mesh->axes[a].size;
+    d += ((int64_t)(stage % size) - coord(I, dev, a)) * axis_stride(I->mesh, a);
+    stage /= size;
+  }
+  return (int)d;
+}
+
+/* Slices take the stacked operand minus its leading dim; carried values keep one sharding from
+ * the operand through the body to the result; invariants enter as they are. Stage axes (on the
+ * stacking dim) make the loop a pipeline: the slices must then agree on them. */
+bool spmd_loop_check(Interp *I, const Op *op) {
+  const IrFunc *b = op->body;
+  int64_t stages;
+  uint16_t st = spmd_stage_axes(I, op, &stages);
+  for (int i = 0; i < op->noperands; i++) {
+    const Value *x = op->operands[i], *in = b->inputs[i];
+    if (!valid_sharding(I, op, x) || !valid_sharding(I, op, in)) return false;
+    if (i < op->nslices) {
+      Sharding s = {0};
+      for (int d = 1; d < x->type.rank; d++) {
+        s.naxes[d - 1] = x->sharding.naxes[d];
+        memcpy(s.axes[d - 1], x->sharding.axes[d], sizeof s.axes[0]);
+      }
+      s.partial = x->sharding.partial;
+      if (!same_sharding(I, &s, &in->sharding, in->type.rank)) {
+        char a[256], c[256];
+        sharding_format(a, sizeof a, &x->type, &x->sharding, I->mesh);
+        sharding_format(c, sizeof c, &in->type, &in->sharding, I->mesh);
+        return interp_fail(I, op, "stacked operand %d is %s, but its slice in the body is %s", i, a, c);
+      }
+      if (dim_axes(I, &x->sharding, 0) && dim_axes(I, &x->sharding, 0) != st)
+        return interp_fail(I, op, "stacked operands shard the stacking dim over different axes");
+      continue;
+    }
+    if (!same_sharding(I, &x->sharding, &in->sharding, x->type.rank)) {
+      char a[256], c[256];
+      sharding_format(a, sizeof a, &x->type, &x->sharding, I->mesh);
+      sharding_format(c, sizeof c, &in->type, &in->sharding, I->mesh);
+      return interp_fail(I, op, "operand %d is %s, but the body input it enters as is %s", i, a, c);
+    }
+  }
+  for (int i = 0; i < op->ncarried; i++) {
+    const Value *in = b->inputs[op->nslices + i], *out = b->outputs[i], *r = op->results[i];
+    if (!same_sharding(I, &in->sharding, &out->sharding, in->type.rank) ||
+        !same_sharding(I, &in->sharding, &r->sharding, in->type.rank)) {
+      char a[256], c[256], e[256];
+      sharding_format(a, sizeof a, &in->type, &in->sharding, I->mesh);
+      sharding_format(c, sizeof c, &out->type, &out->sharding, I->mesh);
+      sharding_format(e, sizeof e, &r->type, &r->sharding, I->mesh);
+      return interp_fail(I, op, "carried value %d changes sharding: body input %s, body output %s, result %s", i, a, c, e);
+    }
+  }
+  for (int j = 0; j < op->nstacked; j++) {
+    const Value *out = b->outputs[op->ncarried + j], *r = op->results[op->ncarried + j];
+    if (!valid_sharding(I, op, r)) return false;
+    Sharding s = {0};
+    for (int d = 1; d < r->type.rank; d++) {
+      s.naxes[d - 1] = r->sharding.naxes[d];
+      memcpy(s.axes[d - 1], r->sharding.axes[d], sizeof s.axes[0]);
+    }
+    s.partial = r->sharding.partial;
+    if (!same_sharding(I, &s, &out->sharding, out->type.rank)) {
+      char a[256], c[256];
+      sharding_format(a, sizeof a, &r->type, &r->sharding, I->mesh);
+      sharding_format(c, sizeof c, &out->type, &out->sharding, I->mesh);
+      return interp_fail(I, op, "stacked result %d is %s, but the body output it stacks is %s", j, a, c);
+    }
+  }
+  return true;
+}
+
+/* ---- ops ---- */
+
+/* The dims an op sums over: held in part on a device, they leave its result a partial sum. */
+static int summed_dims(const Op *op, const Dim **out) {
+  int n = 0;
+  switch (op->kind) {
+  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX:
+    for (int k = 0; k < op->ndims; k++) out[n++] = op->dims[k];
+    return n;
+  case OP_TAKE: /* the table's rows: a masked local gather */
+    if (op->operands[0]->type.rank > 0) out[n++] = op->operands[0]->type.dims[0];
+    return n;
+  case OP_TAKE_GRAD: /* the index positions */
+    for (int i = 0; i < op->operands[0]->type.rank; i++) out[n++] = op->operands[0]->type.dims[i];
+    return n;
+  case OP_ATTENTION_GRAD: { /* dk, dv: the scores' dims k (v) lacks */
+    if (op->index != 1 && op->index != 2) return 0;
+    const Value *q = op->operands[0], *kv = op->operands[op->index];
+    for (int i = 0; i < q->type.rank; i++)
+      if (q->type.dims[i] != op->dims[0] && tensor_type_find(&kv->type, q->type.dims[i]) < 0) out[n++] = q->type.dims[i];
+    return n;
+  }
+  default: return 0;
+  }
+}
+
+/* The operand an op is linear in (the others must not be partial sums): 0 for the linear ops of
+ * one operand, j for the gradients that are linear in their incoming gradient; -1 for ops linear
+ * in none (every operand must be whole sums); -2 for the arithmetic with rules of its own. */
+static int linear_operand(OpKind k) {
+  switch (k) {
+  case OP_NEG: case OP_CAST: case OP_TRANSPOSE: case OP_RENAME: case OP_SPLIT: case OP_MERGE: case OP_CAUSAL:
+  case OP_SUM: case OP_MEAN: case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_TAKE:
+    return 0;
+  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SOFTMAX_GRAD: case OP_TAKE_GRAD:
+    return 1;
+  case OP_MAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY_GRAD:
+    return 2;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CONTRACT: case OP_MAX:
+    return -2;
+  default:
+    return -1;
+  }
+}
+
+/* The partial axes the op's result has, from the operands' (eff: the shardings it computes with);
+ * false with an error when the op cannot read them. */
+static bool derive_partial(Interp *I, const Op *op, const Sharding *eff, uint16_t *out, bool *is_max) {
+  int n = op->noperands;
+  uint16_t P[16] = {0}, D[16] = {0}, any = 0;
+  char b1[128], b2[128];
+  for (int i = 0; i < n && i < 16; i++) {
+    P[i] = real_axes(I, eff[i].partial);
+    D[i] = used_axes(I, &eff[i], op->operands[i]->type.rank);
+    any |= P[i];
+    if (P[i] && op->operands[i]->partial_max)
+      return interp_fail(I, op, "operand %d holds unreduced maxima over %s; only a max all_reduce may read them", i,
+                         axes_text(I, P[i], b1, sizeof b1));
+  }
+  for (int i = 0; i < n && i < 16; i++)
+    for (int j = 0; j < n && j < 16; j++)
+      if (P[i] & D[j])
+        return interp_fail(I, op, "operand %d is a partial sum over %s, which shards operand %d", i,
+                           axes_text(I, P[i] & D[j], b1, sizeof b1), j);
+  uint16_t made = 0;
+  const Dim *sd[2 * MAX_RANK];
+  int ns = summed_dims(op, sd);
+  for (int k = 0; k < ns; k++)
+    for (int i = 0; i < n; i++) {
+      int p = tensor_type_find(&op->operands[i]->type, sd[k]);
+      if (p < 0) continue;
+      made |= dim_axes(I, &eff[i], p);
+      break;
+    }
+  *is_max = false;
+  int lin = linear_operand(op->kind);
+  if (lin >= 0) {
+    for (int i = 0; i < n && i < 16; i++)
+      if (i != lin && P[i])
+        return interp_fail(I, op, "%s is not linear in operand %d, a partial sum over %s", ir_op_name(op->kind), i,
+                           axes_text(I, P[i], b1, sizeof b1));
+    *out = (lin < 16 ? P[lin] : 0) | made;
+    return true;
+  }
+  switch (op->kind) {
+  case OP_MAX:
+    if (P[0]) break;
+    *out = made;
+    *is_max = made != 0;
+    return true;
+  case OP_ADD: case OP_SUB:
+    if (P[0] != P[1])
+      return interp_fail(I, op, "adds a partial sum over %s to one over %s", axes_text(I, P[0], b1, sizeof b1),
+                         axes_text(I, P[1], b2, sizeof b2));
+    *out = P[0];
+    return true;
+  case OP_MUL: case OP_CONTRACT:
+    if (P[0] && P[1]) return interp_fail(I, op, "multiplies two partial sums");
+    *out = P[0] | P[1] | made;
+    return true;
+  case OP_DIV:
+    if (P[1]) return interp_fail(I, op, "divides by a partial sum");
+    *out = P[0];
+    return true;
+  default:
+    if (any) break;
+    *out = made;
+    return true;
+  }
+  return interp_fail(I, op, "%s is not linear, but reads a partial sum over %s", ir_op_name(op->kind),
+                     axes_text(I, any, b1, sizeof b1));
+}
+
+/* Slices operand x (local block) so that each dim the result keeps holds the result's block. The
+ * result's dim i corresponds to x's dim of the same name (a rename: the same position). */
+static Tensor *slice_to_result(Interp *I, const Op *op, Tensor *x, const int64_t *rs, const int64_t *rsh,
+                               bool *sliced) {
+  const TensorType *rt = &op->results[0]->type;
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  bool need = false;
+  for (int i = 0; i < x->type.rank; i++) {
+    st[i] = x->start[i], sh[i] = x->shape[i];
+    int p = op->kind == OP_RENAME ? i : tensor_type_find(rt, x->type.dims[i]);
+    if (p < 0 || p >= rt->rank) continue;
+    if (x->start[i] == rs[p] && x->shape[i] == rsh[p]) continue;
+    if (rs[p] < x->start[i] || rs[p] + rsh[p] > x->start[i] + x->shape[i]) {
+      interp_fail(I, op, "the result's block [%lld, %lld) of %s is not held by an operand, which holds [%lld, %lld)",
+                  (long long)rs[p], (long long)(rs[p] + rsh[p]), rt->dims[p]->name, (long long)x->start[i],
+                  (long long)(x->start[i] + x->shape[i]));
+      return NULL;
+    }
+    st[i] = rs[p], sh[i] = rsh[p];
+    need = true;
+  }
+  *sliced = need;
+  return need ? iop_slice(x, st, sh) : x;
+}
+
+bool spmd_op(Interp *I, const Op *op) {
+  int n = op->noperands;
+  const Value *res = op->results[0];
+  if (n > 16) return interp_fail(I, op, "too many operands (%d)", n);
+  if (op->nresults != 1) return interp_fail(I, op, "expected one result");
+  if (!valid_sharding(I, op, res)) return false;
+  Sharding eff[16];
+  for (int i = 0; i < n; i++) {
+    eff[i] = op->in_shard ? op->in_shard[i] : op->operands[i]->sharding;
+    if (real_axes(I, eff[i].partial) != real_axes(I, op->operands[i]->sharding.partial))
+      return interp_fail(I, op, "in_shard changes operand %d's partial axes", i);
+  }
+  uint16_t partial;
+  bool is_max;
+  if (!derive_partial(I, op, eff, &partial, &is_max)) return false;
+  char b1[128], b2[128];
+  if (partial != real_axes(I, res->sharding.partial) || (partial && is_max != res->partial_max))
+    return interp_fail(I, op, "computes %s over %s, but its result is declared %s over %s",
+                       is_max ? "unreduced maxima" : "a partial sum", axes_text(I, partial, b1, sizeof b1),
+                       res->partial_max ? "unreduced maxima" : "a partial sum",
+                       axes_text(I, real_axes(I, res->sharding.partial), b2, sizeof b2));
+  bool by_name = op->kind != OP_SPLIT && op->kind != OP_MERGE && op->kind != OP_CONST;
+  for (int d = 0; d < I->ndev; d++) {
+    if (!I->active[d]) continue;
+    int64_t rs[MAX_RANK], rsh[MAX_RANK];
+    if (!block_under(I, op, &res->type, &res->sharding, d, rs, rsh)) return false;
+    Tensor *x[16], *own[16] = {0};
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+      x[i] = interp_val(I, d, op->operands[i]);
+      if (!x[i]) {
+        ok = interp_fail(I, op, "operand %d has no value on device %d", i, d);
+        break;
+      }
+      if (op->in_shard && !same_blocks(I, &eff[i], &op->operands[i]->sharding, op->operands[i]->type.rank)) {
+        int64_t st[MAX_RANK], sh[MAX_RANK];
+        if (!block_under(I, op, &op->operands[i]->type, &eff[i], d, st, sh)) {
+          ok = false;
+          break;
+        }
+        if (!holds(x[i], st, sh)) {
+          ok = interp_fail(I, op, "in_shard asks operand %d for a block device %d does not hold", i, d);
+          break;
+        }
+        x[i] = own[i] = iop_slice(x[i], st, sh);
+      }
+      if (by_name) {
+        bool sliced = false;
+        Tensor *y = slice_to_result(I, op, x[i], rs, rsh, &sliced);
+        if (!y) {
+          ok = false;
+          break;
+        }
+        if (sliced) {
+          if (d == 0 && getenv("SHARDC_INTERP_DEBUG"))
+            fprintf(stderr, "interp: %s at line %d reads operand %d sliced\n", ir_op_name(op->kind), op->loc.line, i);
+          I->st->implicit_slices++;
+          tensor_free(own[i]);
+          x[i] = own[i] = y;
+        }
+      }
+    }
+    Tensor *r = ok ? iop_eval(I, op, x) : NULL;
+    for (int i = 0; i < n; i++) tensor_free(own[i]);
+    if (!r) return false;
+    if (!same_block(r, rs, rsh)) {
+      if (!holds(r, rs, rsh)) {
+        tensor_free(r);
+        return interp_fail(I, op, "computes a block on device %d that is not the one its result's sharding assigns", d);
+      }
+      Tensor *s = iop_slice(r, rs, rsh);
+      if (d == 0 && getenv("SHARDC_INTERP_DEBUG"))
+        fprintf(stderr, "interp: %s at line %d computes more than its block\n", ir_op_name(op->kind), op->loc.line);
+      tensor_free(r);
+      r = s;
+      I->st->implicit_slices++;
+    }
+    interp_set(I, d, res, r);
+    for (int i = 0; i < n; i++)
+      if (interp_stale(I, d, op->operands[i])) interp_mark_stale(I, d, res);
+    I->st->ops++;
+  }
+  return true;
+}
+
+/* ---- collectives ---- */
+
+/* Devices in dev's group: the same coordinates on every axis outside `axes`. */
+static bool same_group(const Interp *I, int a, int b, uint16_t axes) {
+  for (int x = 0; x < I->mesh->naxes; x++)
+    if (!(axes >> x & 1) && coord(I, a, x) != coord(I, b, x)) return false;
+  return true;
+}
+
+/* Applies x onto r where their blocks overlap: copy (mode 0), add (1), max (2); marks covered. */
+static void overlap(Tensor *r, const Tensor *x, int mode, unsigned char *covered) {
+  int rank = r->type.rank;
+  int64_t lo[MAX_RANK], hi[MAX_RANK], idx[MAX_RANK];
+  for (int i = 0; i < rank; i++) {
+    lo[i] = r->start[i] > x->start[i] ? r->start[i] : x->start[i];
+    int64_t re = r->start[i] + r->shape[i], xe = x->start[i] + x->shape[i];
+    hi[i] = re < xe ? re : xe;
+    if (lo[i] >= hi[i]) return;
+    idx[i] = lo[i];
+  }
+  for (;;) {
+    int64_t ro = 0, xo = 0;
+    for (int i = 0; i < rank; i++) {
+      ro = ro * r->shape[i] + (idx[i] - r->start[i]);
+      xo = xo * x->shape[i] + (idx[i] - x->start[i]);
+    }
+    double v = x->data[xo];
+    if (mode == 0) r->data[ro] = v;
+    else if (mode == 1) r->data[ro] += v;
+    else if (!covered[ro]) r->data[ro] = v;
+    else if (isnan(v) || v > r->data[ro]) r->data[ro] = isnan(r->data[ro]) ? r->data[ro] : v;
+    covered[ro] = 1;
+    int i = rank - 1;
+    while (i >= 0 && ++idx[i] == hi[i]) idx[i] = lo[i], i--;
+    if (i < 0) break;
+  }
+}
+
+/* The rules each kind follows between its operand's sharding S and its result's T over axes A. */
+static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
+  const Value *x = op->operands[0], *r = op->results[0];
+  const Sharding *S = &x->sharding, *T = &r->sharding;
+  int rank = x->type.rank;
+  uint16_t Sp = real_axes(I, S->partial), Tp = real_axes(I, T->partial);
+  char b1[128], b2[128];
+  if (!valid_sharding(I, op, x) || !valid_sharding(I, op, r)) return false;
+  switch (op->kind) {
+  case OP_ALL_REDUCE:
+  case OP_REDUCE_SCATTER:
+    if (A & ~Sp)
+      return interp_fail(I, op, "reduces over %s, but the operand is a partial sum over %s only",
+                         axes_text(I, A, b1, sizeof b1), axes_text(I, Sp, b2, sizeof b2));
+    if (Tp != (Sp & ~A)) return interp_fail(I, op, "the result keeps the wrong partial axes");
+    if (op->kind == OP_ALL_REDUCE && !same_blocks(I, S, T, rank))
+      return interp_fail(I, op, "an all_reduce must keep the operand's blocks");
+    if (op->reduce_max != x->partial_max)
+      return interp_fail(I, op, "combines by %s, but the operand holds %s", op->reduce_max ? "max" : "sum",
+                         x->partial_max ? "unreduced maxima" : "partial sums");
+    if (op->kind == OP_REDUCE_SCATTER && x->partial_max) return interp_fail(I, op, "a reduce_scatter cannot take a max");
+    return true;
+  case OP_ALL_GATHER:
+  case OP_ALL_TO_ALL:
+  case OP_PERMUTE:
+    if (Sp != Tp) return interp_fail(I, op, "changes the partial axes");
+    if (Sp & A) return interp_fail(I, op, "moves blocks across the axes of a partial sum");
+    if (op->kind == OP_PERMUTE && !same_blocks(I, S, T, rank))
+      return interp_fail(I, op, "a collective_permute must keep the operand's blocks");
+    if (op->kind == OP_ALL_GATHER && (used_axes(I, T, rank) & ~used_axes(I, S, rank)))
+      return interp_fail(I, op, "an all_gather cannot shard a dim further");
+    return true;
+  default: return interp_fail(I, op, "not a collective");
+  }
+}
+
+/* The pipeline's stage handoff (see the file comment), or a ring shift by one over A. */
+static bool permute(Interp *I, const Op *op, uint16_t A) {
+  const Value *x = op->operands[0], *res = op->results[0];
+  int nd = I->ndev;
+  Tensor **out = calloc((size_t)nd, sizeof *out);
+  bool *recv = calloc((size_t)nd, sizeof *recv);
+  uint8_t *stale_src = calloc((size_t)nd, 1);
+  if (!out || !recv || !stale_src) {
+    free(out);
+    free(recv);
+    free(stale_src);
+    return interp_fail(I, op, "out of memory");
+  }
+  bool ok = true;
+  if (op->coll_period > 0 && I->pipe_loop) {
+    bool handoff = I->next_owner >= 0 && I->next_owner != I->owner;
+    for (int d = 0; d < nd && ok; d++) {
+      int src = -1;
+      if (I->active[d]) src = d;
+      else if (handoff && spmd_stage_of(I, I->pipe_loop, d) == I->next_owner)
+        src = spmd_at_stage(I, I->pipe_loop, d, I->owner);
+      if (src < 0) continue;
+      Tensor *v = interp_val(I, src, x);
+      if (!v || !I->active[src]) {
+        ok = interp_fail(I, op, "device %d has nothing to hand to device %d", src, d);
+        break;
+      }
+      out[d] = tensor_copy(v);
+      recv[d] = !I->active[d];
+    }
+  } else {
+    /* ring: the device at index j along A (mixed radix, major first) receives from index j - 1 */
+    for (int d = 0; d < nd && ok; d++) {
+      if (!I->active[d]) continue;
+      int64_t j = 0, n = 1;
+      for (int a = 0; a < I->mesh->naxes; a++)
+        if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, d, a), n *= I->mesh->axes[a].size;
+      int64_t from = (j + n - 1) % n, src = d;
+      for (int a = I->mesh->naxes - 1; a >= 0; a--) {
+        if (!(A >> a & 1)) continue;
+        int size = I->mesh->axes[a].size;
+        src += ((from % size) - coord(I, d, a)) * axis_stride(I->mesh, a);
+        from /= size;
+      }
+      Tensor *v = interp_val(I, (int)src, x);
+      if (!v || !I->active[src]) ok = interp_fail(I, op, "device %lld has no operand to send", (long long)src);
+      else if (interp_stale(I, (int)src, x) != interp_stale(I, d, x))
+        ok = interp_fail(I, op, "mixes values of a pipeline's last stage with the stale ones of other stages");
+      else out[d] = tensor_copy(v);
+      recv[d] = false;
+      if (ok && interp_stale(I, d, x)) stale_src[d] = 1;
+    }
+  }
+  /* what arrives is the receiver's block of the result: same shape, the receiver's offsets */
+  for (int d = 0; d < nd && ok; d++) {
+    if (!out[d]) continue;
+    int64_t st[MAX_RANK], sh[MAX_RANK];
+    if (!block_under(I, op, &res->type, &res->sharding, d, st, sh)) {
+      ok = false;
+      break;
+    }
+    for (int i = 0; i < res->type.rank && ok; i++) {
+      if (out[d]->shape[i] != sh[i]) ok = interp_fail(I, op, "the block sent to device %d has another shape", d);
+      out[d]->start[i] = st[i];
+    }
+  }
+  for (int d = 0; d < nd; d++) {
+    if (ok && out[d]) {
+      interp_set(I, d, res, out[d]);
+      if (stale_src[d]) interp_mark_stale(I, d, res);
+      if (recv[d]) I->received[d] = true; /* the next stage takes the carried values */
+      I->st->ops++;
+    } else {
+      tensor_free(out[d]);
+    }
+  }
+  free(out);
+  free(recv);
+  free(stale_src);
+  return ok;
+}
+
+bool spmd_collective(Interp *I, const Op *op) {
+  uint16_t A = real_axes(I, op->axes);
+  if (op->axes >> I->mesh->naxes) return interp_fail(I, op, "runs over an axis the mesh lacks");
+  if (!collective_rules(I, op, A)) return false;
+  if (op->kind == OP_PERMUTE) return permute(I, op, A);
+  const Value *x = op->operands[0], *res = op->results[0];
+  bool reduce = op->kind == OP_ALL_REDUCE || op->kind == OP_REDUCE_SCATTER;
+  int mode = !reduce ? 0 : op->reduce_max ? 2 : 1;
+  int nd = I->ndev;
+  Tensor **out = calloc((size_t)nd, sizeof *out);
+  uint8_t *stale_out = calloc((size_t)nd, 1);
+  if (!out || !stale_out) {
+    free(out);
+    free(stale_out);
+    return interp_fail(I, op, "out of memory");
+  }
+  bool ok = true;
+  for (int d = 0; d < nd && ok; d++) {
+    if (!I->active[d]) continue;
+    int64_t st[MAX_RANK], sh[MAX_RANK];
+    if (!block_under(I, op, &res->type, &res->sharding, d, st, sh)) {
+      ok = false;
+      break;
+    }
+    Tensor *r = tensor_new_block(&res->type, st, sh);
+    unsigned char *covered = r ? calloc((size_t)(r->n > 0 ? r->n : 1), 1) : NULL;
+    if (!r || !covered) {
+      tensor_free(r);
+      free(covered);
+      ok = interp_fail(I, op, "out of memory");
+      break;
+    }
+    int nstale = 0, nmembers = 0;
+    for (int e = 0; e < nd; e++)
+      if (same_group(I, d, e, A)) nmembers++, nstale += interp_stale(I, e, x);
+    if (nstale && nstale < nmembers) {
+      ok = interp_fail(I, op, "mixes values of a pipeline's last stage with the stale ones of other stages "
+                              "(ops after a pipeline run on its last stage)");
+      tensor_free(r);
+      free(covered);
+      break;
+    }
+    if (nstale) stale_out[d] = 1;
+    for (int e = 0; e < nd && ok; e++) {
+      if (!same_group(I, d, e, A)) continue;
+      const Tensor *v = interp_val(I, e, x);
+      if (!I->active[e] || !v) {
+        ok = interp_fail(I, op, "device %d of the group has no operand (an idle pipeline stage?)", e);
+        break;
+      }
+      if (reduce && !holds(v, st, sh)) {
+        ok = interp_fail(I, op, "device %d does not hold the block device %d reduces", e, d);
+        break;
+      }
+      overlap(r, v, mode, covered);
+    }
+    for (int64_t i = 0; ok && i < r->n; i++)
+      if (!covered[i])
+        ok = interp_fail(I, op, "device %d's result needs elements no device of its group over these axes holds", d);
+    free(covered);
+    if (ok) {
+      interp_round(I, r);
+      out[d] = r;
+    } else {
+      tensor_free(r);
+    }
+  }
+  for (int d = 0; d < nd; d++) {
+    if (ok && out[d]) {
+      interp_set(I, d, res, out[d]);
+      if (stale_out[d]) interp_mark_stale(I, d, res);
+      I->st->ops++;
+    } else {
+      tensor_free(out[d]);
+    }
+  }
+  free(out);
+  free(stale_out);
+  return ok;
+}
+
+/* ---- runs ---- */
+
+/* The main-level pipeline, whose last stage holds the values after its loop. */
+static const Op *main_pipeline(const Interp *I, int64_t *stages) {
+  for (const Op *op = I->m->main->first; op; op = op->next)
+    if (op->kind == OP_LOOP && spmd_stage_axes(I, op, stages)) return op;
+  *stages = 1;
+  return NULL;
+}
+
+/* Output v assembled from the devices' blocks (see interp.h). */
+static Tensor *reassemble(Interp *I, const Value *v) {
+  int rank = v->type.rank;
+  const Sharding *s = &v->sharding;
+  uint16_t P = real_axes(I, s->partial), used = used_axes(I, s, rank);
+  int64_t stages;
+  const Op *pipe = main_pipeline(I, &stages);
+  uint16_t st = pipe ? spmd_stage_axes(I, pipe, &stages) : 0;
+  uint16_t rep = real_axes(I, (uint16_t)((1u << I->mesh->naxes) - 1)) & ~P & ~used;
+  Tensor *g = tensor_new(&v->type);
+  unsigned char *covered = g ? calloc((size_t)(g->n > 0 ? g->n : 1), 1) : NULL;
+  if (!g || !covered) {
+    tensor_free(g);
+    free(covered);
+    interp_fail(I, NULL, "out of memory");
+    return NULL;
+  }
+  int mode = !P ? 0 : v->partial_max ? 2 : 1;
+  for (int d = 0; d < I->ndev; d++) {
+    const Tensor *x = interp_val(I, d, v);
+    if (!x) {
+      interp_fail(I, NULL, "an output has no value on device %d", d);
+      break;
+    }
+    /* the copy this device's block is compared with: replicated axes at 0; over a pipeline's
+     * stage axes, the last stage whose copy is not stale (the one that ran the last trip) */
+    int r = d;
+    for (int a = 0; a < I->mesh->naxes; a++)
+      if ((rep >> a & 1) && !(st >> a & 1)) r -= coord(I, d, a) * (int)axis_stride(I->mesh, a);
+    if (pipe && (st & rep)) {
+      int base = r;
+      for (int64_t s = stages - 1; s >= 0; s--) {
+        r = spmd_at_stage(I, pipe, base, s);
+        if (!interp_stale(I, r, v)) break;
+      }
+    }
+    if (r == d && interp_stale(I, d, v)) {
+      interp_fail(I, NULL, "an output is stale on device %d, the copy it is read from (an idle pipeline stage)", d);
+      break;
+    }
+    if (r == d) {
+      overlap(g, x, mode, covered);
+    } else if (interp_stale(I, d, v)) {
+      continue;
+    } else {
+      double da, dr;
+      const Tensor *y = interp_val(I, r, v);
+      if (y && tensor_diff(x, y, &da, &dr)) {
+        if (da > I->st->replica_diff) I->st->replica_diff = da;
+      } else {
+        I->st->replica_diff = INFINITY;
+      }
+    }
+  }
+  for (int64_t i = 0; !I->failed && i < g->n; i++)
+    if (!covered[i]) interp_fail(I, NULL, "the devices' blocks do not cover an output");
+  free(covered);
+  if (I->failed) {
+    tensor_free(g);
+    return NULL;
+  }
+  interp_round(I, g);
+  return g;
+}
+
+bool interp_run_spmd(const IrModule *m, const Mesh *mesh, const InterpOptions *o, Tensor *const *inputs,
+                     Tensor *const *params, Tensor **outputs, InterpStats *st) {
+  InterpStats local;
+  if (!st) st = &local;
+  Interp I;
+  bool ok = interp_setup(&I, m, mesh, o, st) && interp_bind(&I, inputs, params) && interp_exec(&I);
+  for (int i = 0; ok && i < m->main->noutputs; i++) {
+    outputs[i] = reassemble(&I, m->main->outputs[i]);
+    ok = outputs[i] != NULL;
+  }
+  interp_teardown(&I);
+  return ok;
+}
+
+bool interp_check_spmd(const IrModule *m, const Mesh *mesh, const InterpOptions *o, Tensor *const *inputs,
+                       Tensor *const *params, Tensor *const *reference, InterpCheck *out) {
+  memset(out, 0, sizeof *out);
+  int n = interp_noutputs(m);
+  out->noutputs = n;
+  out->max_abs = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  out->max_rel = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  Tensor **ref = calloc((size_t)(n > 0 ? n : 1), sizeof *ref), **got = calloc((size_t)(n > 0 ? n : 1), sizeof *got);
+  bool ok = out->max_abs && out->max_rel && ref && got;
+  if (!ok) snprintf(out->stats.error, sizeof out->stats.error, "out of memory");
+  if (ok && !reference) {
+    ok = interp_run(m, o, inputs, params, ref, &out->stats);
+    if (!ok) {
+      char tmp[sizeof out->stats.error];
+      snprintf(tmp, sizeof tmp, "global run: %.490s", out->stats.error);
+      memcpy(out->stats.error, tmp, sizeof tmp);
+    }
+  }
+  ok = ok && interp_run_spmd(m, mesh, o, inputs, params, got, &out->stats);
+  for (int i = 0; ok && i < n; i++) {
+    const Tensor *want = reference ? reference[i] : ref[i];
+    if (!tensor_diff(got[i], want, &out->max_abs[i], &out->max_rel[i])) {
+      snprintf(out->stats.error, sizeof out->stats.error, "output %d: the SPMD result has another type", i);
+      ok = false;
+    }
+    if (out->max_abs[i] > out->worst_abs || isnan(out->max_abs[i])) out->worst_abs = out->max_abs[i];
+    if (out->max_rel[i] > out->worst_rel || isnan(out->max_rel[i])) out->worst_rel = out->max_rel[i];
+  }
+  if (!ok && !out->stats.error[0]) snprintf(out->stats.error, sizeof out->stats.error, "failed");
+  if (!ok) out->worst_abs = out->worst_rel = INFINITY;
+  interp_free_tensors(ref, n);
+  interp_free_tensors(got, n);
+  return ok;
+}
+
+void interp_check_free(InterpCheck *c) {
+  free(c->max_abs);
+  free(c->max_rel);
+  c->max_abs = c->max_rel = NULL;
+}
