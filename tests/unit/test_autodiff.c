@@ -11,9 +11,7 @@
  * training ops): every op's gradient against central finite differences of the loss, in double
  * precision. Prints PASS/FAIL per case and `N passed, N failed`; exits 1 on any failure.
  * TEST_AD_PRINT=1 prints each case's step IR. */
-#include <dirent.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +24,8 @@
 #include "partition.h"
 #include "shard.h"
 #include "step.h"
-
-#ifndef SHARDC_SOURCE_STDLIB
-#define SHARDC_SOURCE_STDLIB "stdlib"
-#endif
+#include "unit_pipeline.h"
+#include "unit_test.h"
 
 static const char prelude[] =
   "import \"targets\"\n"
@@ -38,103 +34,36 @@ static const char prelude[] =
   "dim group = heads / kv_heads, head = 2, vocab = 5, layers = 3, pair = 2, qdim = 4, embed2 = 5, seq2 = seq\n"
   "layout dp { batch: data  hidden: model }\n";
 
-static int passed, failed;
-static bool case_ok;
-static const char *case_name;
-
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (case_ok) printf("FAIL %s\n", case_name);
-  case_ok = false;
-  printf("    ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
-
-#define CHECK(cond, ...)            \
-  do {                              \
-    if (!(cond)) fail(__VA_ARGS__); \
-  } while (0)
-
-static void begin(const char *name) {
-  case_name = name;
-  case_ok = true;
-}
-
-static void end(void) {
-  if (case_ok) {
-    printf("PASS %s\n", case_name);
-    passed++;
-  } else {
-    failed++;
-  }
-}
-
 /* ---- running the pipeline ---- */
 
-typedef struct Run {
-  Arena arena;
-  Program *p;
-  IrModule *m;
-  char *diags;
-  size_t ndiags;
-  FILE *df;
-  char path[64];
-} Run;
-
-static void run_start(Run *r) {
-  memset(r, 0, sizeof *r);
-  diag_reset();
-  r->df = open_memstream(&r->diags, &r->ndiags);
-  diag_configure(r->df, DIAG_MACHINE, false);
-  arena_init(&r->arena);
-}
-
-/* Parses `path` with its imports, checks it, builds the step. */
-static IrModule *run_file(Run *r, const char *path, const char *entry) {
-  ParsedProgram *pp = parse_program(&r->arena, path, SHARDC_SOURCE_STDLIB);
-  if (pp && diag_error_count() == 0) {
-    SemaOptions so = {.entry = entry};
-    r->p = sema_program(&r->arena, pp, &so);
-    if (diag_error_count() == 0 && r->p->entry) r->m = step_build(&r->arena, r->p);
-  }
-  fflush(r->df);
-  if (r->m && getenv("TEST_AD_PRINT")) ir_print(stdout, r->m);
-  return r->m;
+/* Parses `path` with its imports, checks it, builds the step (TEST_AD_PRINT: prints it). */
+static IrModule *run_file(UnitRun *r, const char *path) {
+  IrModule *m = unit_run_file(r, path, NULL, step_build);
+  if (m && getenv("TEST_AD_PRINT")) ir_print(stdout, m);
+  return m;
 }
 
 /* The prelude, then `src`, written to a temporary file (imports resolve against the stdlib). */
-static IrModule *run(Run *r, const char *src) {
-  run_start(r);
+static IrModule *run(UnitRun *r, const char *src) {
+  unit_run_start(r);
   snprintf(r->path, sizeof r->path, "/tmp/test_autodiff_XXXXXX");
   int fd = mkstemp(r->path);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (!f) {
-    fail("cannot write a temporary file");
+    ut_fail("cannot write a temporary file");
     return NULL;
   }
   fputs(prelude, f);
   fputs(src, f);
   fclose(f);
-  return run_file(r, r->path, NULL);
+  return run_file(r, r->path);
 }
 
-static void run_free(Run *r) {
-  if (r->df) fclose(r->df);
-  free(r->diags);
-  if (r->path[0]) remove(r->path);
-  arena_free(&r->arena);
-  source_free_all();
-  intern_reset();
-}
-
-static IrModule *build_ok(Run *r, const char *src) {
+static IrModule *build_ok(UnitRun *r, const char *src) {
   IrModule *m = run(r, src);
-  if (!m) fail("did not build:\n%s", r->diags ? r->diags : "");
-  else if (!ir_verify(m, stdout)) fail("ir_verify failed");
-  else if (!m->step) fail("no step was built");
+  if (!m) ut_fail("did not build:\n%s", r->diags ? r->diags : "");
+  else if (!ir_verify(m, stdout)) ut_fail("ir_verify failed");
+  else if (!m->step) ut_fail("no step was built");
   return m && m->step ? m : NULL;
 }
 
@@ -145,15 +74,6 @@ static const char *ty(const TensorType *t) {
   static int k;
   char *b = bufs[k++ % 4];
   return tensor_type_format(b, 256, t);
-}
-
-static int count_ops(const IrFunc *f, OpKind k, bool deep) {
-  int n = 0;
-  for (const Op *o = f->first; o; o = o->next) {
-    n += o->kind == k;
-    if (deep && o->kind == OP_LOOP && o->body) n += count_ops(o->body, k, true);
-  }
-  return n;
 }
 
 static int count_phase(const IrFunc *f, OpPhase ph) {
@@ -191,18 +111,18 @@ static int count_loops(const IrFunc *f, bool reverse) {
 /* Every param's gradient has the param's type; every updated param too. */
 static void check_grads(const IrModule *m) {
   const StepInfo *si = m->step;
-  CHECK(si->nparams == m->nparams, "step has %d params, module %d", si->nparams, m->nparams);
+  UT_CHECK(si->nparams == m->nparams, "step has %d params, module %d", si->nparams, m->nparams);
   for (int i = 0; i < si->nparams; i++) {
     const StepParam *sp = &si->params[i];
     const IrParam *ip = &m->params[i];
-    CHECK(sp->grad && tensor_type_equal(&sp->grad->type, &ip->type), "grad of %s: %s, param %s", ip->path,
-          sp->grad ? ty(&sp->grad->type) : "none", ty(&ip->type));
-    CHECK(sp->out_param >= 0 && sp->out_param < m->main->noutputs &&
-              tensor_type_equal(&m->main->outputs[sp->out_param]->type, &ip->type),
-          "updated %s has the wrong type", ip->path);
+    UT_CHECK(sp->grad && tensor_type_equal(&sp->grad->type, &ip->type), "grad of %s: %s, param %s", ip->path,
+             sp->grad ? ty(&sp->grad->type) : "none", ty(&ip->type));
+    UT_CHECK(sp->out_param >= 0 && sp->out_param < m->main->noutputs &&
+                 tensor_type_equal(&m->main->outputs[sp->out_param]->type, &ip->type),
+             "updated %s has the wrong type", ip->path);
   }
   const Value *loss = m->main->noutputs ? m->main->outputs[0] : NULL;
-  CHECK(loss && loss->type.rank == 0 && loss->type.dtype == DT_F32, "the loss is not f32[]");
+  UT_CHECK(loss && loss->type.rank == 0 && loss->type.dtype == DT_F32, "the loss is not f32[]");
 }
 
 /* ---- structural cases ---- */
@@ -219,53 +139,53 @@ static const char mlp_src[] =
 static void test_mlp(void) {
   char src[2048];
   snprintf(src, sizeof src, "%strain mlp.forward { loss = mse  optimizer = adam  master = f32 }\n", mlp_src);
-  begin("mlp: adam with master copies: inputs, outputs, gradients");
-  Run r;
+  ut_begin("mlp: adam with master copies: inputs, outputs, gradients");
+  UnitRun r;
   IrModule *m = build_ok(&r, src);
   if (m) {
     const StepInfo *si = m->step;
     IrFunc *f = m->main;
     check_grads(m);
-    CHECK(si->nargs == 1 && si->in_labels == 1 && si->in_t == 2, "inputs: args %d labels %d t %d", si->nargs,
-          si->in_labels, si->in_t);
-    CHECK(strcmp(ty(&f->inputs[1]->type), "bf16[batch, seq, embed]") == 0, "labels %s", ty(&f->inputs[1]->type));
-    CHECK(f->inputs[1]->spec != NULL, "labels carry no written type");
-    CHECK(f->inputs[2]->type.rank == 0 && f->inputs[2]->type.dtype == DT_F32, "step count %s", ty(&f->inputs[2]->type));
+    UT_CHECK(si->nargs == 1 && si->in_labels == 1 && si->in_t == 2, "inputs: args %d labels %d t %d", si->nargs,
+             si->in_labels, si->in_t);
+    UT_CHECK(strcmp(ty(&f->inputs[1]->type), "bf16[batch, seq, embed]") == 0, "labels %s", ty(&f->inputs[1]->type));
+    UT_CHECK(f->inputs[1]->spec != NULL, "labels carry no written type");
+    UT_CHECK(f->inputs[2]->type.rank == 0 && f->inputs[2]->type.dtype == DT_F32, "step count %s", ty(&f->inputs[2]->type));
     /* per param: master, m, v (f32) */
-    CHECK(f->ninputs == 3 + 3 * 2, "%d inputs", f->ninputs);
-    CHECK(f->noutputs == 1 + 2 + 3 * 2, "%d outputs", f->noutputs);
+    UT_CHECK(f->ninputs == 3 + 3 * 2, "%d inputs", f->ninputs);
+    UT_CHECK(f->noutputs == 1 + 2 + 3 * 2, "%d outputs", f->noutputs);
     for (int i = 0; i < si->nparams; i++) {
       const StepParam *sp = &si->params[i];
-      CHECK(sp->in_master >= 0 && sp->in_m >= 0 && sp->in_v >= 0 && sp->out_master >= 0 && sp->out_m >= 0 &&
-                sp->out_v >= 0, "param %d lacks state", i);
+      UT_CHECK(sp->in_master >= 0 && sp->in_m >= 0 && sp->in_v >= 0 && sp->out_master >= 0 && sp->out_m >= 0 &&
+                   sp->out_v >= 0, "param %d lacks state", i);
       if (sp->in_m < 0) continue;
       const Value *mv = f->inputs[sp->in_m];
-      CHECK(mv->type.dtype == DT_F32 && tensor_type_same_dims(&mv->type, &m->params[i].type), "moment %s",
-            ty(&mv->type));
+      UT_CHECK(mv->type.dtype == DT_F32 && tensor_type_same_dims(&mv->type, &m->params[i].type), "moment %s",
+               ty(&mv->type));
     }
-    CHECK(count_ops(f, OP_ADAM_UPDATE, false) == 2 && count_ops(f, OP_ADAM_MOMENT, false) == 4, "adam ops");
-    CHECK(count_ops(f, OP_CONTRACT, true) == 5, "%d contractions (2 forward, 3 backward: x needs none)",
-          count_ops(f, OP_CONTRACT, true));
-    CHECK(count_ops(f, OP_GELU_GRAD, true) == 1, "no gelu_grad");
+    UT_CHECK(unit_count_ops(f, OP_ADAM_UPDATE, false) == 2 && unit_count_ops(f, OP_ADAM_MOMENT, false) == 4, "adam ops");
+    UT_CHECK(unit_count_ops(f, OP_CONTRACT, true) == 5, "%d contractions (2 forward, 3 backward: x needs none)",
+             unit_count_ops(f, OP_CONTRACT, true));
+    UT_CHECK(unit_count_ops(f, OP_GELU_GRAD, true) == 1, "no gelu_grad");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
   snprintf(src, sizeof src, "%strain mlp.forward { loss = mse  optimizer = sgd }\n", mlp_src);
-  begin("mlp: sgd keeps no state");
+  ut_begin("mlp: sgd keeps no state");
   m = build_ok(&r, src);
   if (m) {
     check_grads(m);
-    CHECK(m->step->in_t == -1 && m->main->ninputs == 2 && m->main->noutputs == 3, "inputs %d outputs %d",
-          m->main->ninputs, m->main->noutputs);
-    CHECK(count_ops(m->main, OP_SGD_UPDATE, false) == 2, "sgd ops");
+    UT_CHECK(m->step->in_t == -1 && m->main->ninputs == 2 && m->main->noutputs == 3, "inputs %d outputs %d",
+             m->main->ninputs, m->main->noutputs);
+    UT_CHECK(unit_count_ops(m->main, OP_SGD_UPDATE, false) == 2, "sgd ops");
     const Op *u = NULL;
     for (const Op *o = m->main->first; o; o = o->next)
       if (o->kind == OP_SGD_UPDATE) u = o;
-    CHECK(u && u->scalar == 1e-2, "sgd's default lr");
+    UT_CHECK(u && u->scalar == 1e-2, "sgd's default lr");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 static const char stack_src[] =
@@ -299,34 +219,34 @@ static void test_stack(void) {
     char src[4096], title[128];
     snprintf(src, sizeof src, "%strain net.forward { loss = mse  optimizer = sgd  remat = %s }\n", stack_src, names[k]);
     snprintf(title, sizeof title, "stacked mlp, remat = %s: one reverse loop, stacked gradients", names[k]);
-    begin(title);
-    Run r;
+    ut_begin(title);
+    UnitRun r;
     IrModule *m = build_ok(&r, src);
     if (m) {
       check_grads(m);
-      CHECK(count_loops(m->main, false) == 1 && count_loops(m->main, true) == 1, "%d forward, %d reverse loops",
-            count_loops(m->main, false), count_loops(m->main, true));
+      UT_CHECK(count_loops(m->main, false) == 1 && count_loops(m->main, true) == 1, "%d forward, %d reverse loops",
+               count_loops(m->main, false), count_loops(m->main, true));
       const Op *fl = loop_of(m, false, 0), *bl = loop_of(m, true, 0);
       if (fl && bl) {
-        CHECK(bl->count == fl->count && bl->stack_dim == fl->stack_dim, "the reverse loop runs over another dim");
-        CHECK(bl->nstacked == 2, "the backward loop stacks %d gradients", bl->nstacked);
+        UT_CHECK(bl->count == fl->count && bl->stack_dim == fl->stack_dim, "the reverse loop runs over another dim");
+        UT_CHECK(bl->nstacked == 2, "the backward loop stacks %d gradients", bl->nstacked);
         for (int i = 0; i < bl->nstacked; i++) {
           const Value *g = bl->results[bl->ncarried + i];
-          CHECK(g->type.dims[0] == fl->stack_dim, "stacked gradient %s", ty(&g->type));
+          UT_CHECK(g->type.dims[0] == fl->stack_dim, "stacked gradient %s", ty(&g->type));
         }
         /* the residuals are the forward loop's stacked results, marked saved */
         for (int i = fl->ncarried; i < fl->nresults; i++)
-          CHECK(fl->results[i]->saved && fl->results[i]->type.dims[0] == fl->stack_dim, "residual %d", i);
+          UT_CHECK(fl->results[i]->saved && fl->results[i]->type.dims[0] == fl->stack_dim, "residual %d", i);
       }
       char *txt = NULL;
       size_t ntxt = 0;
       FILE *pf = open_memstream(&txt, &ntxt);
       ir_print(pf, m);
       fclose(pf);
-      CHECK(txt && strstr(txt, " reverse :") && strstr(txt, " stacked ") && strstr(txt, "gelu_grad") &&
-                strstr(txt, "sgd_update") && strstr(txt, "[saved]"),
-            "ir_print lacks the training ops");
-      CHECK(k != 1 || (txt && strstr(txt, "[recompute]")), "ir_print lacks [recompute]");
+      UT_CHECK(txt && strstr(txt, " reverse :") && strstr(txt, " stacked ") && strstr(txt, "gelu_grad") &&
+                   strstr(txt, "sgd_update") && strstr(txt, "[saved]"),
+               "ir_print lacks the training ops");
+      UT_CHECK(k != 1 || (txt && strstr(txt, "[recompute]")), "ir_print lacks [recompute]");
       free(txt);
       nst[k] = nstacked_of(m);
       nrec[k] = count_phase(m->main, PHASE_RECOMPUTE);
@@ -337,58 +257,47 @@ static void test_stack(void) {
       recomp[k] = sf.recompute / tokens / N;
       saved[k] = step_saved_bytes(m, r.p->mesh);
     }
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
   }
-  begin("remat: none keeps most, full keeps only block inputs and recomputes, dots in between");
-  CHECK(nst[1] == 1, "full stacks %lld residuals, want 1 (the block input)", (long long)nst[1]);
-  CHECK(nst[0] > nst[2] && nst[2] > nst[1], "stacked residuals none %lld dots %lld full %lld", (long long)nst[0],
-        (long long)nst[2], (long long)nst[1]);
-  CHECK(nrec[0] == 0 && nrec[1] > nrec[2] && nrec[2] > 0, "recomputed ops none %lld dots %lld full %lld",
-        (long long)nrec[0], (long long)nrec[2], (long long)nrec[1]);
-  CHECK(saved[0] > saved[2] && saved[2] > saved[1] && saved[1] > 0, "saved bytes none %lld dots %lld full %lld",
-        (long long)saved[0], (long long)saved[2], (long long)saved[1]);
-  end();
-  begin("FLOPs per token: 6N, 8N under full remat");
-  CHECK(fabs(flops[0] - 6) < 1e-9 && fabs(flops[2] - 6) < 1e-9, "none %g dots %g, want 6", flops[0], flops[2]);
-  CHECK(fabs(flops[1] - 8) < 1e-9 && fabs(recomp[1] - 2) < 1e-9, "full %g (recompute %g), want 8 (2)", flops[1],
-        recomp[1]);
-  end();
+  ut_begin("remat: none keeps most, full keeps only block inputs and recomputes, dots in between");
+  UT_CHECK(nst[1] == 1, "full stacks %lld residuals, want 1 (the block input)", (long long)nst[1]);
+  UT_CHECK(nst[0] > nst[2] && nst[2] > nst[1], "stacked residuals none %lld dots %lld full %lld", (long long)nst[0],
+           (long long)nst[2], (long long)nst[1]);
+  UT_CHECK(nrec[0] == 0 && nrec[1] > nrec[2] && nrec[2] > 0, "recomputed ops none %lld dots %lld full %lld",
+           (long long)nrec[0], (long long)nrec[2], (long long)nrec[1]);
+  UT_CHECK(saved[0] > saved[2] && saved[2] > saved[1] && saved[1] > 0, "saved bytes none %lld dots %lld full %lld",
+           (long long)saved[0], (long long)saved[2], (long long)saved[1]);
+  ut_end();
+  ut_begin("FLOPs per token: 6N, 8N under full remat");
+  UT_CHECK(fabs(flops[0] - 6) < 1e-9 && fabs(flops[2] - 6) < 1e-9, "none %g dots %g, want 6", flops[0], flops[2]);
+  UT_CHECK(fabs(flops[1] - 8) < 1e-9 && fabs(recomp[1] - 2) < 1e-9, "full %g (recompute %g), want 8 (2)", flops[1],
+           recomp[1]);
+  ut_end();
 }
 
 /* Every sample's train step builds and verifies; one reverse loop per stacked loop. */
 static void test_samples(void) {
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/../samples", SHARDC_SOURCE_STDLIB);
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  char names[64][256];
-  int n = 0;
-  while ((e = readdir(d)) && n < 64) {
-    size_t l = strlen(e->d_name);
-    if (l > 6 && strcmp(e->d_name + l - 6, ".shard") == 0) snprintf(names[n++], 256, "%s", e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  char dir[1024], names[64][256];
+  int n = unit_samples(dir, sizeof dir, names, 64);
   for (int i = 0; i < n; i++) {
     char title[300], path[1400];
     snprintf(title, sizeof title, "sample %.200s: the train step builds and verifies", names[i]);
     snprintf(path, sizeof path, "%.1000s/%.200s", dir, names[i]);
-    begin(title);
-    Run r;
-    run_start(&r);
-    IrModule *m = run_file(&r, path, NULL);
-    CHECK(m, "did not build:\n%s", r.diags ? r.diags : "");
+    ut_begin(title);
+    UnitRun r;
+    unit_run_start(&r);
+    IrModule *m = run_file(&r, path);
+    UT_CHECK(m, "did not build:\n%s", r.diags ? r.diags : "");
     if (m) {
-      CHECK(ir_verify(m, stdout), "ir_verify failed");
-      CHECK(m->step, "no step");
+      UT_CHECK(ir_verify(m, stdout), "ir_verify failed");
+      UT_CHECK(m->step, "no step");
       if (m->step) check_grads(m);
-      CHECK(count_loops(m->main, true) == count_loops(m->main, false) - (m->step && m->step->micro_loop ? 1 : 0),
-            "%d forward loops, %d reverse", count_loops(m->main, false), count_loops(m->main, true));
+      UT_CHECK(count_loops(m->main, true) == count_loops(m->main, false) - (m->step && m->step->micro_loop ? 1 : 0),
+               "%d forward loops, %d reverse", count_loops(m->main, false), count_loops(m->main, true));
     }
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
   }
 }
 
@@ -396,30 +305,30 @@ static void test_micro(void) {
   char src[4096];
   snprintf(src, sizeof src, "%strain net.forward { loss = mse  optimizer = adam  microbatches = 2  remat = full }\n",
            stack_src);
-  begin("microbatches = 2: one loop over microbatches, f32 accumulators");
-  Run r;
+  ut_begin("microbatches = 2: one loop over microbatches, f32 accumulators");
+  UnitRun r;
   IrModule *m = build_ok(&r, src);
   if (m) {
     check_grads(m);
     const StepInfo *si = m->step;
     const Op *L = si->micro_loop;
-    CHECK(L && L->count == 2 && si->micro_dim && si->micro_dim->size == 2, "no microbatch loop of 2");
-    CHECK(si->micro_batch && si->micro_batch->size == 2 && strcmp(si->micro_batch->name, "batch") == 0,
-          "per-microbatch batch");
+    UT_CHECK(L && L->count == 2 && si->micro_dim && si->micro_dim->size == 2, "no microbatch loop of 2");
+    UT_CHECK(si->micro_batch && si->micro_batch->size == 2 && strcmp(si->micro_batch->name, "batch") == 0,
+             "per-microbatch batch");
     if (L) {
-      CHECK(L->nslices == 2, "%d slices (x and labels)", L->nslices);
-      for (int i = 0; i < L->ncarried; i++) CHECK(L->results[i]->type.dtype == DT_F32, "accumulator %d not f32", i);
+      UT_CHECK(L->nslices == 2, "%d slices (x and labels)", L->nslices);
+      for (int i = 0; i < L->ncarried; i++) UT_CHECK(L->results[i]->type.dtype == DT_F32, "accumulator %d not f32", i);
       const Value *x = L->body->inputs[0];
-      CHECK(tensor_type_find(&x->type, si->micro_batch) == 0, "the body's x: %s", ty(&x->type));
-      CHECK(count_loops(L->body, false) == 1 && count_loops(L->body, true) == 1, "the stacked loops are inside");
+      UT_CHECK(tensor_type_find(&x->type, si->micro_batch) == 0, "the body's x: %s", ty(&x->type));
+      UT_CHECK(count_loops(L->body, false) == 1 && count_loops(L->body, true) == 1, "the stacked loops are inside");
     }
     StepFlops sf;
     step_flops(m, &sf);
     double tokens = 4 * 3, N = 3.0 * 2 * 4 * 6;
-    CHECK(fabs(sf.total / tokens / N - 8) < 1e-9, "FLOPs per token %g, want 8", sf.total / tokens / N);
+    UT_CHECK(fabs(sf.total / tokens / N - 8) < 1e-9, "FLOPs per token %g, want 8", sf.total / tokens / N);
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- numerical checks ---- */
@@ -479,12 +388,12 @@ static void clamp_ints(const IrModule *m, Tensor **inputs, int64_t bound) {
 /* Central differences of the loss against each param element (all of them for small params, an
  * even spread of 40 for larger ones), in double precision. */
 static void fd_check(const char *title, const char *src) {
-  begin(title);
-  Run r;
+  ut_begin(title);
+  UnitRun r;
   IrModule *m = build_ok(&r, src);
   if (!m) {
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
     return;
   }
   Tensor **inputs = interp_random_inputs(m, 7), **params = interp_random_params(m, 11);
@@ -492,18 +401,18 @@ static void fd_check(const char *title, const char *src) {
   Grads base = {0};
   char err[512] = "";
   if (!run_grads(m, inputs, params, &base, err, sizeof err)) {
-    fail("interp: %s", err);
+    ut_fail("interp: %s", err);
   } else {
     const double h = 1e-6;
     double worst = 0;
-    for (int i = 0; i < m->nparams && case_ok; i++) {
+    for (int i = 0; i < m->nparams && ut_ok(); i++) {
       Tensor *p = params[i], *g = base.g[i];
-      CHECK(g && g->n == p->n, "gradient of %s has %lld elements", m->params[i].path, (long long)(g ? g->n : -1));
+      UT_CHECK(g && g->n == p->n, "gradient of %s has %lld elements", m->params[i].path, (long long)(g ? g->n : -1));
       if (!g || g->n != p->n) break;
       double gmax = 0;
       for (int64_t k = 0; k < g->n; k++) gmax = fmax(gmax, fabs(g->data[k]));
       int64_t step = p->n <= 40 ? 1 : p->n / 40;
-      for (int64_t k = 0; k < p->n && case_ok; k += step) {
+      for (int64_t k = 0; k < p->n && ut_ok(); k += step) {
         double x = p->data[k];
         Grads a = {0}, b = {0};
         p->data[k] = x + h;
@@ -512,13 +421,13 @@ static void fd_check(const char *title, const char *src) {
         ok = ok && run_grads(m, inputs, params, &b, err, sizeof err);
         p->data[k] = x;
         if (!ok) {
-          fail("interp: %s", err);
+          ut_fail("interp: %s", err);
         } else {
           double fd = (a.loss - b.loss) / (2 * h), an = g->data[k];
           double e = fabs(fd - an) / (1e-3 * gmax + 1e-9);
           if (e > worst) worst = e;
-          CHECK(fabs(fd - an) <= 1e-3 * fmax(gmax, 1e-6), "d loss / d %s[%lld]: analytic %.9g, finite difference %.9g",
-                m->params[i].path, (long long)k, an, fd);
+          UT_CHECK(fabs(fd - an) <= 1e-3 * fmax(gmax, 1e-6), "d loss / d %s[%lld]: analytic %.9g, finite difference %.9g",
+                   m->params[i].path, (long long)k, an, fd);
         }
         grads_free(&a);
         grads_free(&b);
@@ -529,8 +438,8 @@ static void fd_check(const char *title, const char *src) {
   grads_free(&base);
   interp_free_tensors(inputs, interp_ninputs(m));
   interp_free_tensors(params, m->nparams);
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* A one-fn model `t` with params `decls` whose forward is `body`, trained with `train`. */
@@ -632,8 +541,8 @@ static void test_update(void) {
              "    return f32(%s(x) @ w)\n  }\n}\ntrain t.forward { loss = mse  %s }\n", k == 2 ? "bf16" : "f32",
              k == 2 ? "bf16" : "f32", opts[k]);
     snprintf(title, sizeof title, "the update: %s", opts[k]);
-    begin(title);
-    Run r;
+    ut_begin(title);
+    UnitRun r;
     IrModule *m = build_ok(&r, src);
     if (m) {
       IrFunc *f = m->main;
@@ -653,7 +562,7 @@ static void test_update(void) {
       InterpOptions o = {.precision = INTERP_F64};
       InterpStats st = {0};
       if (!interp_run(m, &o, inputs, params, res, &st)) {
-        fail("interp: %s", st.error);
+        ut_fail("interp: %s", st.error);
       } else {
         const Tensor *g = res[no], *p1 = res[sp->out_param], *p0 = params[0];
         double lr = m->step->step->lr, worst = 0;
@@ -668,7 +577,7 @@ static void test_update(void) {
           }
           if (sp->out_master >= 0) worst = fmax(worst, fabs(res[sp->out_master]->data[e] - want));
         }
-        CHECK(worst < 1e-9, "the update is off by %g", worst);
+        UT_CHECK(worst < 1e-9, "the update is off by %g", worst);
       }
       interp_free_tensors(res, no + 1);
       interp_free_tensors(inputs, interp_ninputs(m));
@@ -677,22 +586,22 @@ static void test_update(void) {
       f->noutputs = no;
       free(outs);
     }
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
   }
 }
 
 /* The same gradients, in double precision, whatever the remat policy and the microbatch count. */
 static void test_equivalence(void) {
-  begin("gradients agree across remat policies and microbatch counts");
+  ut_begin("gradients agree across remat policies and microbatch counts");
   static const char *variants[] = {"remat = none", "remat = full", "remat = dots", "remat = none  microbatches = 2",
                                    "remat = full  microbatches = 2", "remat = dots  microbatches = 2"};
   Grads ref = {0};
-  for (size_t v = 0; v < ARRAY_LEN(variants) && case_ok; v++) {
+  for (size_t v = 0; v < ARRAY_LEN(variants) && ut_ok(); v++) {
     char src[4096];
     snprintf(src, sizeof src,
              "import \"models/llama\"\ntrain llama.forward { loss = cross_entropy  optimizer = sgd  %s }\n", variants[v]);
-    Run r;
+    UnitRun r;
     IrModule *m = build_ok(&r, src);
     if (m) {
       Tensor **inputs = interp_random_inputs(m, 3), **params = interp_random_params(m, 5);
@@ -700,13 +609,13 @@ static void test_equivalence(void) {
       Grads g = {0};
       char err[512];
       if (!run_grads(m, inputs, params, &g, err, sizeof err)) {
-        fail("%s: interp: %s", variants[v], err);
+        ut_fail("%s: interp: %s", variants[v], err);
       } else if (v == 0) {
         ref = g;
         memset(&g, 0, sizeof g);
       } else {
-        CHECK(fabs(g.loss - ref.loss) <= 1e-12 * fabs(ref.loss), "%s: loss %.17g, want %.17g", variants[v], g.loss,
-              ref.loss);
+        UT_CHECK(fabs(g.loss - ref.loss) <= 1e-12 * fabs(ref.loss), "%s: loss %.17g, want %.17g", variants[v], g.loss,
+                 ref.loss);
         for (int i = 0; i < g.n && i < ref.n; i++) {
           /* (the reference's dims belong to a freed module: compare the numbers) */
           double worst = 0, scale = 0;
@@ -715,18 +624,18 @@ static void test_equivalence(void) {
             worst = fmax(worst, fabs(g.g[i]->data[k] - ref.g[i]->data[k]));
             scale = fmax(scale, fabs(ref.g[i]->data[k]));
           }
-          CHECK(same && worst <= 1e-10 * scale, "%s: gradient of %s differs by %g (of %g)", variants[v],
-                m->params[i].path, worst, scale);
+          UT_CHECK(same && worst <= 1e-10 * scale, "%s: gradient of %s differs by %g (of %g)", variants[v],
+                   m->params[i].path, worst, scale);
         }
       }
       grads_free(&g);
       interp_free_tensors(inputs, interp_ninputs(m));
       interp_free_tensors(params, m->nparams);
     }
-    run_free(&r);
+    unit_run_free(&r);
   }
   grads_free(&ref);
-  end();
+  ut_end();
 }
 
 /* The state's and gradients' written types under zero = 1 and 2 (mesh data: 2, model: 2; layout
@@ -736,39 +645,39 @@ static void test_zero(void) {
     char src[2048], title[128];
     snprintf(src, sizeof src, "%strain mlp.forward { loss = mse  optimizer = adam  master = f32  zero = %d }\n", mlp_src, z);
     snprintf(title, sizeof title, "zero = %d: the shardings of state and gradients", z);
-    begin(title);
-    Run r;
+    ut_begin(title);
+    UnitRun r;
     IrModule *m = build_ok(&r, src);
     if (m) {
       const StepParam *sp = &m->step->params[0]; /* w_in: bf16[embed, hidden] */
       Sharding s;
       char buf[256];
       const Value *mv = m->main->inputs[sp->in_m];
-      CHECK(mv->spec && layout_apply(r.p, mv->spec, &s, NULL), "no written type on the moment");
+      UT_CHECK(mv->spec && layout_apply(r.p, mv->spec, &s, NULL), "no written type on the moment");
       sharding_format(buf, sizeof buf, &mv->type, &s, r.p->mesh);
       const char *want = z >= 1 ? "f32[embed@data, hidden@model]" : "f32[embed, hidden@model]";
-      CHECK(strcmp(buf, want) == 0, "moment %s, want %s", buf, want);
+      UT_CHECK(strcmp(buf, want) == 0, "moment %s, want %s", buf, want);
       const Value *ms = m->main->inputs[sp->in_master];
-      CHECK(ms->spec && layout_apply(r.p, ms->spec, &s, NULL), "no written type on the master copy");
+      UT_CHECK(ms->spec && layout_apply(r.p, ms->spec, &s, NULL), "no written type on the master copy");
       sharding_format(buf, sizeof buf, &ms->type, &s, r.p->mesh);
-      CHECK(strcmp(buf, want) == 0, "master %s, want %s", buf, want);
-      CHECK(sp->grad->spec && layout_apply(r.p, sp->grad->spec, &s, NULL), "no written type on the gradient");
+      UT_CHECK(strcmp(buf, want) == 0, "master %s, want %s", buf, want);
+      UT_CHECK(sp->grad->spec && layout_apply(r.p, sp->grad->spec, &s, NULL), "no written type on the gradient");
       sharding_format(buf, sizeof buf, &sp->grad->type, &s, r.p->mesh);
       want = z >= 2 ? "bf16[embed@data, hidden@model]" : "bf16[embed, hidden@model]";
-      CHECK(strcmp(buf, want) == 0, "gradient %s, want %s", buf, want);
+      UT_CHECK(strcmp(buf, want) == 0, "gradient %s, want %s", buf, want);
       const Value *np = m->main->outputs[sp->out_param];
-      CHECK(np->spec == &m->params[0].spec, "the updated param does not carry the param's type");
+      UT_CHECK(np->spec == &m->params[0].spec, "the updated param does not carry the param's type");
     }
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
   }
 }
 
 /* What is kept: attention outputs under dots (with their statistics), activations per
  * microbatch. */
 static void test_saved(void) {
-  begin("dots keeps attention outputs with their statistics");
-  Run r;
+  ut_begin("dots keeps attention outputs with their statistics");
+  UnitRun r;
   IrModule *m = build_ok(&r, "import \"models/llama\"\ntrain llama.forward { loss = cross_entropy  optimizer = sgd  remat = dots }\n");
   if (m) {
     const Op *fl = loop_of(m, false, 0);
@@ -778,17 +687,17 @@ static void test_saved(void) {
       const Value *body_out = fl->body->outputs[i];
       dots += body_out->def && (body_out->def->kind == OP_CONTRACT || body_out->def->kind == OP_ATTENTION);
     }
-    CHECK(attn == 1, "%d saved attention outputs", attn);
+    UT_CHECK(attn == 1, "%d saved attention outputs", attn);
     /* the block input, the attention, and the contractions the backward reads: q, k, v (attention's
      * operands), wo (the second norm's input is recomputed from it), w_gate, w_up (silu and the
      * product); not w_down's, which nothing reads */
-    CHECK(fl && dots == 7 && fl->nstacked == 8, "%d kept dots of %d residuals", dots, fl ? fl->nstacked : -1);
-    CHECK(count_ops(m->main, OP_ATTENTION, true) == 1, "dots recomputed the attention");
+    UT_CHECK(fl && dots == 7 && fl->nstacked == 8, "%d kept dots of %d residuals", dots, fl ? fl->nstacked : -1);
+    UT_CHECK(unit_count_ops(m->main, OP_ATTENTION, true) == 1, "dots recomputed the attention");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
-  begin("activations are per microbatch");
+  ut_begin("activations are per microbatch");
   int64_t b[2] = {0};
   for (int k = 0; k < 2; k++) {
     char src[4096];
@@ -796,10 +705,10 @@ static void test_saved(void) {
              k ? 2 : 1);
     IrModule *mm = build_ok(&r, src);
     if (mm) b[k] = step_saved_bytes(mm, r.p->mesh);
-    run_free(&r);
+    unit_run_free(&r);
   }
-  CHECK(b[0] > 0 && b[1] * 2 == b[0], "saved %lld with one microbatch, %lld with two", (long long)b[0], (long long)b[1]);
-  end();
+  UT_CHECK(b[0] > 0 && b[1] * 2 == b[0], "saved %lld with one microbatch, %lld with two", (long long)b[0], (long long)b[1]);
+  ut_end();
 }
 
 /* A residual that would need a ninth dim is a located error; full remat keeps none. */
@@ -814,20 +723,20 @@ static void test_errors(void) {
     "    for b in blocks { x = b.forward(x) }\n    return x\n  }\n}\n";
   char src[4096];
   snprintf(src, sizeof src, "%strain net.forward { loss = mse  optimizer = sgd }\n", big);
-  begin("a residual with too many dims is a located error");
-  Run r;
+  ut_begin("a residual with too many dims is a located error");
+  UnitRun r;
   IrModule *m = run(&r, src);
-  CHECK(!m, "built");
-  CHECK(r.diags && strstr(r.diags, "saving this value for the backward would need 9 dims"), "diagnostics:\n%s",
-        r.diags ? r.diags : "");
-  CHECK(r.diags && strstr(r.diags, "|9|"), "not at the exp (line 9):\n%s", r.diags ? r.diags : "");
-  run_free(&r);
-  end();
+  UT_CHECK(!m, "built");
+  UT_CHECK(r.diags && strstr(r.diags, "saving this value for the backward would need 9 dims"), "diagnostics:\n%s",
+           r.diags ? r.diags : "");
+  UT_CHECK(r.diags && strstr(r.diags, "|9|"), "not at the exp (line 9):\n%s", r.diags ? r.diags : "");
+  unit_run_free(&r);
+  ut_end();
   snprintf(src, sizeof src, "%strain net.forward { loss = mse  optimizer = sgd  remat = full }\n", big);
-  begin("... which full remat recomputes instead");
+  ut_begin("... which full remat recomputes instead");
   build_ok(&r, src);
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* Stacks of stacks: the backward of the inner loop inside the backward of the outer. */
@@ -852,9 +761,9 @@ static void test_nested(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1) { /* test_autodiff FILE: print FILE's step IR */
-    Run r;
-    run_start(&r);
-    IrModule *m = run_file(&r, argv[1], NULL);
+    UnitRun r;
+    unit_run_start(&r);
+    IrModule *m = run_file(&r, argv[1]);
     if (m && getenv("TEST_AD_SHARD")) { /* propagation and partitioning over the step */
       shard_assign(m, r.p);
       printf("partition: %s\n", partition_module(m, r.p) ? "ok" : "errors");
@@ -864,7 +773,7 @@ int main(int argc, char **argv) {
     if (m) ir_print(stdout, m);
     else fputs(r.diags ? r.diags : "", stdout);
     if (m && !ir_verify(m, stdout)) printf("ir_verify failed\n");
-    run_free(&r);
+    unit_run_free(&r);
     return m ? 0 : 1;
   }
   test_mlp();
@@ -878,6 +787,5 @@ int main(int argc, char **argv) {
   test_saved();
   test_errors();
   test_nested();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return ut_summary();
 }

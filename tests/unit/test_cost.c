@@ -7,54 +7,19 @@
  * does not depend on mesh.c. Prints PASS/FAIL per case and "N passed, N failed"; exits 1 on any
  * failure. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cost.h"
+#include "unit_test.h"
 
-static int npass, nfail;
-static bool case_ok;
-static char case_note[4096];
-
-/* A case collects checks; it passes when every check does. */
-static void begin(void) {
-  case_ok = true;
-  case_note[0] = 0;
-}
-
-static void note(const char *fmt, ...) {
-  size_t len = strlen(case_note);
-  if (len > sizeof case_note - 200) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(case_note + len, sizeof case_note - len, fmt, ap);
-  va_end(ap);
-}
-
-static void end(const char *name) {
-  if (case_ok) {
-    npass++;
-    printf("PASS %s\n", name);
-  } else {
-    nfail++;
-    printf("FAIL %s\n%s", name, case_note);
-  }
-}
-
-/* |got - want| <= tol x |want| (tol relative). */
+/* |got - want| <= tol x |want| (tol relative). Not ut_near: a want of 0 takes |got| <= tol, and a
+ * failure shows the error and the allowance in percent. */
 static void near(const char *what, double got, double want, double tol) {
   double err = want != 0 ? fabs(got - want) / fabs(want) : fabs(got);
   if (err <= tol) return;
-  case_ok = false;
-  note("  %s: got %.6g, want %.6g (error %.2f%%, allowed %.2f%%)\n", what, got, want, 100 * err,
-       100 * tol);
-}
-
-static void truth(const char *what, bool ok) {
-  if (ok) return;
-  case_ok = false;
-  note("  %s: false\n", what);
+  ut_fail("%s: got %.6g, want %.6g (error %.2f%%, allowed %.2f%%)", what, got, want, 100 * err,
+          100 * tol);
 }
 
 /* ---- hand-made targets (hardware-and-costs.md's tables; efficiencies as stdlib/targets.shard) ---- */
@@ -175,25 +140,25 @@ static double ag(const Mesh *m, uint16_t mask, double v, bool ideal, CollCost *c
 /* ---- cases ---- */
 
 static void test_kind_names(void) {
-  begin();
+  ut_begin("collective kinds: one X-macro table, names as in explain's JSON");
   const char *want[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all",
                         "collective_permute"};
   for (int k = 0; k < COLL__COUNT; k++) {
     CollKind back;
-    truth(want[k], strcmp(coll_kind_name((CollKind)k), want[k]) == 0);
-    truth("round trip", coll_kind_from_name(want[k], &back) && back == (CollKind)k);
+    ut_true(want[k], strcmp(coll_kind_name((CollKind)k), want[k]) == 0);
+    ut_true("round trip", coll_kind_from_name(want[k], &back) && back == (CollKind)k);
   }
-  truth("5 kinds", COLL__COUNT == 5);
-  truth("out of range", strcmp(coll_kind_name(COLL__COUNT), "?") == 0);
-  truth("unknown name", !coll_kind_from_name("all_sum", NULL));
-  truth("link display names", strcmp(cost_link_name(LINK_NVLINK), "NVLink") == 0 &&
-                                  strcmp(cost_link_name(LINK_DCN), "DCN") == 0);
-  end("collective kinds: one X-macro table, names as in explain's JSON");
+  ut_true("5 kinds", COLL__COUNT == 5);
+  ut_true("out of range", strcmp(coll_kind_name(COLL__COUNT), "?") == 0);
+  ut_true("unknown name", !coll_kind_from_name("all_sum", NULL));
+  ut_true("link display names", strcmp(cost_link_name(LINK_NVLINK), "NVLink") == 0 &&
+                                    strcmp(cost_link_name(LINK_DCN), "DCN") == 0);
+  ut_end();
 }
 
 /* sharding.md: T = max(T_hop X/2, V / W_bi), W_bi = 2 x 4.5e10 on v5e. */
 static void test_v5e_ring(void) {
-  begin();
+  ut_begin("v5e AllGather of bf16[2048, 8192] over a 16-chip ring with wraparound: V / W_bi = 373 us");
   Mesh m = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   double v = 2048.0 * 8192 * 2; /* bf16[2048, 8192] */
   CollCost c;
@@ -201,17 +166,17 @@ static void test_v5e_ring(void) {
   near("time", t, v / (2 * 4.5e10), 1e-9);
   near("bytes_per_device = 15/16 V", c.bytes_per_device, v * 15 / 16, 1e-12);
   near("collective bandwidth W_bi", c.coll_bw, 9e10, 1e-9);
-  truth("n = 16", c.n == 16);
-  truth("rides ICI", c.link == LINK_ICI && strcmp(c.link_name, "ICI") == 0);
-  truth("bandwidth-bound", !c.latency_bound);
+  ut_true("n = 16", c.n == 16);
+  ut_true("rides ICI", c.link == LINK_ICI && strcmp(c.link_name, "ICI") == 0);
+  ut_true("bandwidth-bound", !c.latency_bound);
   near("latency term = 8 hops", c.latency_s, 8e-6, 1e-9);
-  end("v5e AllGather of bf16[2048, 8192] over a 16-chip ring with wraparound: V / W_bi = 373 us");
+  ut_end();
 }
 
 /* sharding.md Pop Quiz 2: v5e {X: 8, Y: 4}, AllGather_Y of bf16[2048, 8192]; Y = 4 has no
  * wraparound: 3 x 8.4e6 / 4.5e10 = 560 us (measured 680 us). */
 static void test_v5e_open_ring(void) {
-  begin();
+  ut_begin("v5e AllGather over a 4-chip axis without wraparound: V/W (X-1)/X = 560 us (Pop Quiz 2)");
   Mesh m = mesh(&V5E, 2, AX(ici("X", &V5E, false, 8, 1, 1), ici("Y", &V5E, false, 1, 4, 1)));
   double v = 2048.0 * 8192 * 2;
   CollCost c;
@@ -221,31 +186,31 @@ static void test_v5e_open_ring(void) {
   Mesh w = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   double t16 = ag(&w, BIT(0), v, true, NULL);
   near("open 4-ring / closed 16-ring = 2 x 3/4", t / t16, 1.5, 1e-9);
-  end("v5e AllGather over a 4-chip axis without wraparound: V/W (X-1)/X = 560 us (Pop Quiz 2)");
+  ut_end();
 }
 
 /* Pop Quiz 2b: bf16[256, 256] over the same axis: 3 hops x 1 us = 3 us, latency-bound. */
 static void test_latency_bound(void) {
-  begin();
+  ut_begin("latency-bound regime: 3 us on an open 4-ring (Pop Quiz 2b), 2 us on a v4 4-ring (Q3)");
   Mesh m = mesh(&V5E, 2, AX(ici("X", &V5E, false, 8, 1, 1), ici("Y", &V5E, false, 1, 4, 1)));
   double v = 256.0 * 256 * 2;
   CollCost c;
   double t = ag(&m, BIT(1), v, true, &c);
   near("3 hops x T_hop", t, 3e-6, 1e-9);
-  truth("latency-bound", c.latency_bound);
+  ut_true("latency-bound", c.latency_bound);
   near("bandwidth term", c.bandwidth_s, v / 4.5e10 * 3 / 4, 1e-9);
   /* Question 3: v4 4x4x4, AllGather_X of bf16[128] with wraparound: 2 hops = 2 us. */
   Mesh q = mesh(&V4, 3, AX(ici("X", &V4, true, 4, 1, 1), ici("Y", &V4, true, 1, 4, 1),
                            ici("Z", &V4, true, 1, 1, 4)));
   t = ag(&q, BIT(0), 128 * 2, true, &c);
   near("v4 bf16[128]: X/2 hops", t, 2e-6, 1e-9);
-  truth("v4 latency-bound", c.latency_bound);
-  end("latency-bound regime: 3 us on an open 4-ring (Pop Quiz 2b), 2 us on a v4 4-ring (Q3)");
+  ut_true("v4 latency-bound", c.latency_bound);
+  ut_end();
 }
 
 /* sharding.md Question 2 on a v4 4x4x4 (W_bi = 9e10), B = 1024, D = 4096, bf16. */
 static void test_v4_question2(void) {
-  begin();
+  ut_begin("v4 4x4x4 AllGathers of sharding.md Question 2: 23 us, 46 us over two axes, 5.8 us");
   Mesh m = mesh(&V4, 3, AX(ici("X", &V4, true, 4, 1, 1), ici("Y", &V4, true, 1, 4, 1),
                            ici("Z", &V4, true, 1, 1, 4)));
   double b = 1024, d = 4096;
@@ -260,11 +225,11 @@ static void test_v4_question2(void) {
   double t4 = ag(&m, BIT(2), 2 * b * d / 16, true, NULL); /* AllGather_Z([B_X, D_Y]) */
   near("AllGather_Z = 2BD / (16 W_bi)", t4, 2 * b * d / (16 * 9e10), 1e-9);
   near("the book's 5.8 us", t4, 5.8e-6, 0.01);
-  end("v4 4x4x4 AllGathers of sharding.md Question 2: 23 us, 46 us over two axes, 5.8 us");
+  ut_end();
 }
 
 static void test_allreduce_twice(void) {
-  begin();
+  ut_begin("AllReduce = ReduceScatter + AllGather = 2 x AllGather (open and closed rings, both regimes)");
   Mesh m = mesh(&V5E, 2, AX(ici("X", &V5E, false, 4, 1, 1), ici("Y", &V5E, true, 1, 16, 1)));
   double sizes[] = {64, 4e4, 3.4e7, 1e9};
   for (int i = 0; i < 4; i++)
@@ -280,12 +245,12 @@ static void test_allreduce_twice(void) {
   cost_collective(&m, COLL_ALL_REDUCE, BIT(1), 1e9, true, &c);
   near("AllReduce = 2 V / W_bi", c.time_s, 2e9 / 9e10, 1e-9);
   near("AllReduce bytes_per_device = 2 (n-1)/n V", c.bytes_per_device, 2e9 * 15 / 16, 1e-12);
-  end("AllReduce = ReduceScatter + AllGather = 2 x AllGather (open and closed rings, both regimes)");
+  ut_end();
 }
 
 /* sharding.md: an AllToAll is 1/4 of an AllGather on a bidirectional ring, 1/2 on a one-way one. */
 static void test_all_to_all_tpu(void) {
-  begin();
+  ut_begin("AllToAll: V / (4 W_bi) on a full ring, half an AllGather on an open one");
   Mesh m = mesh(&V5E, 2, AX(ici("X", &V5E, false, 4, 1, 1), ici("Y", &V5E, true, 1, 16, 1)));
   double v = 1e9; /* the whole array; each device holds v / n before and after */
   CollCost c;
@@ -296,12 +261,12 @@ static void test_all_to_all_tpu(void) {
   near("array_bytes = n x shard", c.array_bytes, v, 1e-12);
   cost_collective(&m, COLL_ALL_TO_ALL, BIT(0), v / 4, true, &c);
   near("open ring: half an AllGather", c.time_s, v / 4.5e10 * 3 / 4 / 2, 1e-9);
-  end("AllToAll: V / (4 W_bi) on a full ring, half an AllGather on an open one");
+  ut_end();
 }
 
 /* hardware-and-costs.md: an axis spanning several torus dims: bandwidth-bound time / dims. */
 static void test_two_torus_dims(void) {
-  begin();
+  ut_begin("an axis spanning 2 torus dims halves the bandwidth-bound time");
   Mesh one = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   Mesh both = mesh(&V5E, 1, AX(ici("all", &V5E, true, 16, 16, 1)));
   double v = 1e9;
@@ -316,53 +281,53 @@ static void test_two_torus_dims(void) {
   /* An open axis over two dims (a v5e 4x4 slice): V/W (X-1)/X / 2. */
   Mesh open = mesh(&V5E, 1, AX(ici("all", &V5E, false, 4, 4, 1)));
   near("open 4x4 axis", ag(&open, BIT(0), v, true, NULL), v / 4.5e10 * 15 / 16 / 2, 1e-9);
-  end("an axis spanning 2 torus dims halves the bandwidth-bound time");
+  ut_end();
 }
 
 /* DCN: W = dcn_bw per chip, no wraparound (v5e 3.125e9). */
 static void test_dcn(void) {
-  begin();
+  ut_begin("DCN: AllReduce across 2 v5e slices, and the hierarchical DCN + ICI AllReduce");
   Mesh m = mesh(&V5E, 3, AX(dcn("slice", &V5E, 2, 10e-6), ici("x", &V5E, true, 16, 1, 1),
                            ici("y", &V5E, true, 1, 16, 1)));
   double v = 1e8;
   CollCost c;
   double t = cost_collective(&m, COLL_ALL_REDUCE, BIT(0), v, true, &c);
   near("AllReduce over 2 slices = 2 V/W (X-1)/X", t, 2 * v / 3.125e9 / 2, 1e-9);
-  truth("rides DCN", c.link == LINK_DCN && strcmp(c.link_name, "DCN") == 0);
+  ut_true("rides DCN", c.link == LINK_DCN && strcmp(c.link_name, "DCN") == 0);
   near("link bandwidth", c.link_bw, 3.125e9, 1e-9);
   /* Hierarchical: ReduceScatter over ICI, AllReduce of the 1/256 shard over DCN, AllGather. */
   t = cost_collective(&m, COLL_ALL_REDUCE, BIT(0) | BIT(1) | BIT(2), v, true, &c);
   double ici_phase = v / (2 * 4.5e10 * 2);         /* both ICI rings: W_bi + W_bi */
   double dcn_phase = (v / 256) / 3.125e9 / 2;      /* open 2-ring on the shard */
   near("hierarchical AllReduce", t, 2 * ici_phase + 2 * dcn_phase, 1e-9);
-  truth("slowest link DCN", c.link == LINK_DCN);
+  ut_true("slowest link DCN", c.link == LINK_DCN);
   double seq = cost_collective(&m, COLL_ALL_REDUCE, BIT(0), v, true, NULL) +
                cost_collective(&m, COLL_ALL_REDUCE, BIT(1) | BIT(2), v, true, NULL);
-  truth("faster than AllReduce over DCN then over ICI", t < seq);
-  end("DCN: AllReduce across 2 v5e slices, and the hierarchical DCN + ICI AllReduce");
+  ut_true("faster than AllReduce over DCN then over ICI", t < seq);
+  ut_end();
 }
 
 /* hardware-and-costs.md / gpus.md: an AllGather of bf16[4096, 65536] in an H100 node: 1.04 ms at
  * peak, about 1.5 ms measured. */
 static void test_h100_node_allgather(void) {
-  begin();
+  ut_begin("H100 node AllGather of bf16[4096, 65536]: 1.04 ms ideal, ~1.5 ms calibrated");
   Mesh m = mesh(&H100, 1, AX(gax("tp", 8)));
   double v = 4096.0 * 65536 * 2;
   CollCost c;
   double t = ag(&m, BIT(0), v, true, &c);
   near("V (N-1) / (N W)", t, v * 7 / (8 * 4.5e11), 1e-9);
   near("the doc's 1.04 ms", t, 1.04e-3, 0.005);
-  truth("rides NVLink", c.link == LINK_NVLINK && strcmp(c.link_name, "NVLink") == 0);
+  ut_true("rides NVLink", c.link == LINK_NVLINK && strcmp(c.link_name, "NVLink") == 0);
   double tc = ag(&m, BIT(0), v, false, &c);
   near("calibrated vs measured 1.5 ms", tc, 1.5e-3, 0.10);
-  truth("calibrated slower than ideal", tc > t);
-  end("H100 node AllGather of bf16[4096, 65536]: 1.04 ms ideal, ~1.5 ms calibrated");
+  ut_true("calibrated slower than ideal", tc > t);
+  ut_end();
 }
 
 /* gpus.md: a 58 MB AllReduce (LLaMA-3 70B's MLP, 8-way: bf16[8192, 3584]) in an H100 node reaches
  * about 150 GB/s of bus bandwidth (2 V (N-1) / (N T)) against 450 GB/s peak. */
 static void test_h100_allreduce_58mb(void) {
-  begin();
+  ut_begin("H100 node AllReduce of 58 MB calibrated: ~150 GB/s effective (370 GB/s at 10 GB)");
   Mesh m = mesh(&H100, 1, AX(gax("tp", 8)));
   double v = 8192.0 * 3584 * 2;
   double ti = cost_collective(&m, COLL_ALL_REDUCE, BIT(0), v, true, NULL);
@@ -372,13 +337,13 @@ static void test_h100_allreduce_58mb(void) {
   /* "close to 370 GB/s ... only around 10 GB" */
   double big = 10e9, tb = cost_collective(&m, COLL_ALL_REDUCE, BIT(0), big, false, NULL);
   near("bus bandwidth at 10 GB ~370 GB/s", 2 * big * 7 / 8 / tb, 370e9, 0.10);
-  end("H100 node AllReduce of 58 MB calibrated: ~150 GB/s effective (370 GB/s at 10 GB)");
+  ut_end();
 }
 
 /* gpus.md Pop Quiz 1: AllGather(bf16[B_X, F]) in an 8xH100 node, B = 1024, F = 16384: 65 us; and the
  * in-node AllToAll B (N-1) / (N^2 W). */
 static void test_h100_quiz1_and_alltoall(void) {
-  begin();
+  ut_begin("H100 node: AllGather 65 us (Pop Quiz 1); AllToAll B (N-1) / (N^2 W)");
   Mesh m = mesh(&H100, 1, AX(gax("x", 8)));
   double v = 2.0 * 1024 * 16384;
   near("Pop Quiz 1: 65 us", ag(&m, BIT(0), v, true, NULL), 65e-6, 0.01);
@@ -386,24 +351,24 @@ static void test_h100_quiz1_and_alltoall(void) {
   cost_collective(&m, COLL_ALL_TO_ALL, BIT(0), v / 8, true, &c);
   near("AllToAll B (N-1) / (N^2 W)", c.time_s, v * 7 / (64 * 4.5e11), 1e-9);
   near("bytes_per_device (n-1)/n shard", c.bytes_per_device, v / 8 * 7 / 8, 1e-12);
-  end("H100 node: AllGather 65 us (Pop Quiz 1); AllToAll B (N-1) / (N^2 W)");
+  ut_end();
 }
 
 /* gpus.md Quiz 4 Q5: AllGather of B bytes over exactly 2 nodes: B 7/(8 x 450e9) = B / 514e9 in the
  * node vs B (2-1)/(2 x 400e9) = B / 800e9 across: bounded by the node level. */
 static void test_h100_two_nodes(void) {
-  begin();
+  ut_begin("H100 AllGather over 2 full nodes: NVLink-bound B / 514e9 (Quiz 4 Q5); AllToAll B(M-1)/(M^2 W_node)");
   Mesh m = mesh(&H100, 1, AX(gax("dp", 16)));
   double v = 1e9;
   CollCost c;
   double t = ag(&m, BIT(0), v, true, &c);
   near("max(B/514e9, B/800e9)", t, v * 7 / (8 * 4.5e11), 1e-9);
   near("the book's B / 514e9", t, v / 514e9, 0.001);
-  truth("crosses nodes: network", c.link == LINK_NETWORK);
+  ut_true("crosses nodes: network", c.link == LINK_NETWORK);
   /* gpus.md cross-node AllToAll over 2 full nodes: B (M-1) / (M^2 W_node), W_node = 8 x 50e9. */
   cost_collective(&m, COLL_ALL_TO_ALL, BIT(0), v / 16, true, &c);
   near("AllToAll over 2 nodes", c.time_s, v * 1 / (4 * 8 * 5e10), 1e-9);
-  end("H100 AllGather over 2 full nodes: NVLink-bound B / 514e9 (Quiz 4 Q5); AllToAll B(M-1)/(M^2 W_node)");
+  ut_end();
 }
 
 /* An axis whose devices are one per node (stride >= node size) rides one NIC per GPU; one whose
@@ -411,10 +376,10 @@ static void test_h100_two_nodes(void) {
  * bf16[D_X, F_Y] over an SU (256 GPUs, 32 nodes), Y inner: Y <= 8: 2DF (32-1)/(32 x 400e9) whatever
  * Y; Y > 8: about 2DF / (Y x 50e9). */
 static void test_h100_one_per_node(void) {
-  begin();
+  ut_begin("H100: axes one GPU per node vs straddling nodes (gpus.md Pop Quiz 3)");
   double d = 8192, f = 32768;
   Mesh m = mesh(&H100, 2, AX(gax("dp", 4), gax("tp", 8)));
-  truth("dp one per node", m.axes[0].per_node == 1 && m.axes[0].link == LINK_NETWORK);
+  ut_true("dp one per node", m.axes[0].per_node == 1 && m.axes[0].link == LINK_NETWORK);
   double v = 1e9;
   near("dp AllGather V (M-1)/(M network_bw)", ag(&m, BIT(0), v, true, NULL), v * 3 / (4 * 5e10),
        1e-9);
@@ -427,11 +392,11 @@ static void test_h100_one_per_node(void) {
   double t16 = ag(&su16, BIT(0), 2 * d * f / 16, true, NULL);
   near("Y = 16: exact (M-1)/M form", t16, 2 * d * f / 16 * 15 / (16 * 5e10), 1e-9);
   near("Y = 16: the book's 2DF / (Y 50e9)", t16, 2 * d * f / (16 * 5e10), 1.0 / 16 + 1e-9);
-  end("H100: axes one GPU per node vs straddling nodes (gpus.md Pop Quiz 3)");
+  ut_end();
 }
 
 static void test_permute(void) {
-  begin();
+  ut_begin("collective_permute: one hop, bytes / W + latency");
   Mesh m = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   CollCost c;
   double b = 1e7;
@@ -441,11 +406,11 @@ static void test_permute(void) {
   Mesh g = mesh(&H100, 2, AX(gax("stage", 4), gax("tp", 8)));
   cost_collective(&g, COLL_PERMUTE, BIT(0), b, true, &c);
   near("across nodes: bytes / network_bw + alpha", c.time_s, b / 5e10 + 3e-6, 1e-9);
-  end("collective_permute: one hop, bytes / W + latency");
+  ut_end();
 }
 
 static void test_calibrated_tpu(void) {
-  begin();
+  ut_begin("calibrated collectives: achieved = peak x coll_eff_max x V / (V + coll_eff_half_bytes)");
   Mesh m = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   double v = 2048.0 * 8192 * 2;
   CollCost c;
@@ -457,11 +422,11 @@ static void test_calibrated_tpu(void) {
   /* Latency is not scaled by the efficiency. */
   double small = 64;
   near("latency-bound unchanged", ag(&m, BIT(0), small, false, NULL), 8e-6, 1e-9);
-  end("calibrated collectives: achieved = peak x coll_eff_max x V / (V + coll_eff_half_bytes)");
+  ut_end();
 }
 
 static void test_bytes_per_device(void) {
-  begin();
+  ut_begin("bytes_per_device as language.md defines it for explain's JSON");
   Mesh m = mesh(&V4, 3, AX(ici("X", &V4, true, 4, 1, 1), ici("Y", &V4, true, 1, 4, 1),
                            ici("Z", &V4, true, 1, 1, 4)));
   double v = 1e6;
@@ -469,34 +434,34 @@ static void test_bytes_per_device(void) {
   uint16_t xy = BIT(0) | BIT(1);
   cost_collective(&m, COLL_ALL_GATHER, xy, v, true, &c);
   near("AllGather (n-1)/n x gathered", c.bytes_per_device, v * 15 / 16, 1e-12);
-  truth("n = 16", c.n == 16);
+  ut_true("n = 16", c.n == 16);
   cost_collective(&m, COLL_REDUCE_SCATTER, xy, v, true, &c);
   near("ReduceScatter (n-1)/n x input", c.bytes_per_device, v * 15 / 16, 1e-12);
   cost_collective(&m, COLL_ALL_REDUCE, xy, v, true, &c);
   near("AllReduce 2(n-1)/n x array", c.bytes_per_device, 2 * v * 15 / 16, 1e-12);
   cost_collective(&m, COLL_ALL_TO_ALL, xy, v, true, &c);
   near("AllToAll (n-1)/n x local shard", c.bytes_per_device, v * 15 / 16, 1e-12);
-  end("bytes_per_device as language.md defines it for explain's JSON");
+  ut_end();
 }
 
 static void test_bad_input(void) {
-  begin();
+  ut_begin("bad inputs return 0 without crashing");
   Mesh m = mesh(&V5E, 2, AX(ici("x", &V5E, true, 16, 1, 1), ici("y", &V5E, true, 1, 16, 1)));
   CollCost c;
-  truth("NULL mesh", cost_collective(NULL, COLL_ALL_GATHER, 1, 1e6, true, &c) == 0 && c.n == 1);
-  truth("no bytes", cost_collective(&m, COLL_ALL_GATHER, 1, 0, true, &c) == 0);
-  truth("negative bytes", cost_collective(&m, COLL_ALL_GATHER, 1, -5, true, &c) == 0);
-  truth("NaN bytes", cost_collective(&m, COLL_ALL_GATHER, 1, (double)NAN, true, &c) == 0);
-  truth("empty group", cost_collective(&m, COLL_ALL_REDUCE, 0, 1e6, true, &c) == 0 && c.n == 1);
-  truth("bad kind", cost_collective(&m, (CollKind)99, 1, 1e6, true, &c) == 0);
-  truth("bits beyond the mesh ignored",
-        cost_collective(&m, COLL_ALL_GATHER, 0xfff1, 1e6, true, NULL) ==
-            cost_collective(&m, COLL_ALL_GATHER, 1, 1e6, true, NULL));
+  ut_true("NULL mesh", cost_collective(NULL, COLL_ALL_GATHER, 1, 1e6, true, &c) == 0 && c.n == 1);
+  ut_true("no bytes", cost_collective(&m, COLL_ALL_GATHER, 1, 0, true, &c) == 0);
+  ut_true("negative bytes", cost_collective(&m, COLL_ALL_GATHER, 1, -5, true, &c) == 0);
+  ut_true("NaN bytes", cost_collective(&m, COLL_ALL_GATHER, 1, (double)NAN, true, &c) == 0);
+  ut_true("empty group", cost_collective(&m, COLL_ALL_REDUCE, 0, 1e6, true, &c) == 0 && c.n == 1);
+  ut_true("bad kind", cost_collective(&m, (CollKind)99, 1, 1e6, true, &c) == 0);
+  ut_true("bits beyond the mesh ignored",
+          cost_collective(&m, COLL_ALL_GATHER, 0xfff1, 1e6, true, NULL) ==
+              cost_collective(&m, COLL_ALL_GATHER, 1, 1e6, true, NULL));
   Mesh one = mesh(&V5E, 2, AX(ici("r", &V5E, false, 1, 1, 1), ici("x", &V5E, true, 16, 1, 1)));
-  truth("size-1 axis is free", cost_collective(&one, COLL_ALL_GATHER, 1, 1e6, true, NULL) == 0);
-  truth("NULL out accepted", cost_collective(&m, COLL_ALL_GATHER, 1, 1e6, true, NULL) > 0);
-  truth("op time NULL target", cost_op_time(NULL, DT_BF16, 1, 1, true) == 0);
-  end("bad inputs return 0 without crashing");
+  ut_true("size-1 axis is free", cost_collective(&one, COLL_ALL_GATHER, 1, 1e6, true, NULL) == 0);
+  ut_true("NULL out accepted", cost_collective(&m, COLL_ALL_GATHER, 1, 1e6, true, NULL) > 0);
+  ut_true("op time NULL target", cost_op_time(NULL, DT_BF16, 1, 1, true) == 0);
+  ut_end();
 }
 
 /* ---- multi-axis never slower than the axes one after another ---- */
@@ -563,10 +528,9 @@ static int never_slower(const Mesh *m) {
             }
             checked++;
             if (multi > seq * (1 + 1e-9)) {
-              case_ok = false;
-              note("  %s mask 0x%x bytes %g %s: multi %.6g > sequential %.6g\n",
-                   coll_kind_name((CollKind)kind), mask, b, ideal ? "ideal" : "calibrated", multi,
-                   seq);
+              ut_fail("%s mask 0x%x bytes %g %s: multi %.6g > sequential %.6g",
+                      coll_kind_name((CollKind)kind), mask, b, ideal ? "ideal" : "calibrated", multi,
+                      seq);
             }
           } while (next_permutation(perm, k));
         }
@@ -575,13 +539,13 @@ static int never_slower(const Mesh *m) {
 }
 
 static void check_never_slower(const char *name, const Mesh *m) {
-  begin();
+  ut_begin(NULL);
   int checked = never_slower(m);
-  truth("something checked", checked > 0);
+  ut_true("something checked", checked > 0);
   char full[256];
   snprintf(full, sizeof full, "multi-axis never slower than sequential: %s (%d comparisons)", name,
            checked);
-  end(full);
+  ut_end_as(full);
 }
 
 static void test_never_slower(void) {
@@ -608,7 +572,7 @@ static int rnd(int n) { /* 0..n-1, a fixed LCG so the sweep is the same every ru
 /* 300 pseudo-random meshes: TPU axes over 1-3 torus dims, open or closed, mixed with DCN axes of
  * different latencies; GPU axes of power-of-two sizes inside, across and straddling nodes. */
 static void test_never_slower_random(void) {
-  begin();
+  ut_begin(NULL);
   int checked = 0;
   for (int trial = 0; trial < 300; trial++) {
     MeshAxis axes[4];
@@ -629,11 +593,11 @@ static void test_never_slower_random(void) {
     Mesh m = mesh(t, naxes, axes);
     checked += never_slower(&m);
   }
-  truth("something checked", checked > 0);
+  ut_true("something checked", checked > 0);
   char full[160];
   snprintf(full, sizeof full, "multi-axis never slower than sequential: 300 random meshes (%d comparisons)",
            checked);
-  end(full);
+  ut_end_as(full);
 }
 
 /* ---- the contract with mesh.c ---- */
@@ -661,51 +625,50 @@ static void same_costs(const char *what, const Mesh *a, const Mesh *b) {
           double ta = cost_collective(a, (CollKind)kind, (uint16_t)mask, sizes[si], ideal, NULL);
           double tb = cost_collective(b, (CollKind)kind, (uint16_t)mask, sizes[si], ideal, NULL);
           if (fabs(ta - tb) <= 1e-12 * fabs(tb)) continue;
-          case_ok = false;
-          note("  %s: %s mask 0x%x bytes %g: formed %.6g, hand-built %.6g\n", what,
-               coll_kind_name((CollKind)kind), mask, sizes[si], ta, tb);
+          ut_fail("%s: %s mask 0x%x bytes %g: formed %.6g, hand-built %.6g", what,
+                  coll_kind_name((CollKind)kind), mask, sizes[si], ta, tb);
           return;
         }
 }
 
 static void test_mesh_form_agrees(void) {
-  begin();
+  ut_begin("mesh.c's mesh_form fills MeshAxis as this model reads it (same costs as hand-built axes)");
   Target v5e = V5E, h100 = H100;
   v5e.torus[0] = v5e.torus[1] = 16, v5e.ntorus = 2, v5e.wrap_multiple = 16;
   Mesh f, h;
   const MeshAxis *pod = AX(ici("x", &v5e, true, 1, 16, 1), ici("y", &v5e, true, 16, 1, 1));
-  truth("v5e 16x16 forms", formed(&v5e, 2, pod, &f));
+  ut_true("v5e 16x16 forms", formed(&v5e, 2, pod, &f));
   h = mesh(&v5e, 2, pod);
   same_costs("v5e [x:16, y:16]", &f, &h);
-  truth("ring closes", f.axes[0].wraparound && f.axes[1].wraparound && f.axes[0].torus_dims == 1);
+  ut_true("ring closes", f.axes[0].wraparound && f.axes[1].wraparound && f.axes[0].torus_dims == 1);
   const MeshAxis *sub = AX(ici("data", &v5e, false, 4, 1, 1), ici("model", &v5e, false, 4, 1, 1));
-  truth("v5e [data:4, model:4] forms", formed(&v5e, 2, sub, &f));
+  ut_true("v5e [data:4, model:4] forms", formed(&v5e, 2, sub, &f));
   h = mesh(&v5e, 2, sub);
   same_costs("v5e [data:4, model:4]", &f, &h);
   const MeshAxis *whole = AX(ici("all", &v5e, true, 16, 16, 1));
-  truth("v5e [all:256] forms", formed(&v5e, 1, whole, &f) && f.axes[0].torus_dims == 2);
+  ut_true("v5e [all:256] forms", formed(&v5e, 1, whole, &f) && f.axes[0].torus_dims == 2);
   h = mesh(&v5e, 1, whole);
   same_costs("v5e [all:256]", &f, &h);
   const MeshAxis *two = AX(dcn("slice", &v5e, 2, 1e-6), ici("x", &v5e, true, 1, 16, 1),
                            ici("y", &v5e, true, 16, 1, 1));
-  truth("v5e 2 slices forms", formed(&v5e, 3, two, &f) && f.axes[0].link == LINK_DCN);
+  ut_true("v5e 2 slices forms", formed(&v5e, 3, two, &f) && f.axes[0].link == LINK_DCN);
   h = mesh(&v5e, 3, two);
   same_costs("v5e [slice:2, x:16, y:16]", &f, &h);
   const MeshAxis *g1 = AX(gax("dp", 4), gax("tp", 8));
-  truth("H100 [dp:4, tp:8] forms", formed(&h100, 2, g1, &f));
+  ut_true("H100 [dp:4, tp:8] forms", formed(&h100, 2, g1, &f));
   h = mesh(&h100, 2, g1);
   same_costs("H100 [dp:4, tp:8]", &f, &h);
   const MeshAxis *g2 = AX(gax("dp", 2), gax("ep", 16), gax("tp", 4));
-  truth("H100 [dp:2, ep:16, tp:4] forms", formed(&h100, 3, g2, &f) && f.axes[1].per_node == 2);
+  ut_true("H100 [dp:2, ep:16, tp:4] forms", formed(&h100, 3, g2, &f) && f.axes[1].per_node == 2);
   h = mesh(&h100, 3, g2);
   same_costs("H100 [dp:2, ep:16, tp:4]", &f, &h);
-  end("mesh.c's mesh_form fills MeshAxis as this model reads it (same costs as hand-built axes)");
+  ut_end();
 }
 
 /* ---- rooflines and thresholds ---- */
 
 static void test_rooflines(void) {
-  begin();
+  ut_begin("rooflines: max(FLOPs / peak, bytes / HBM); critical intensity v5e ~240, H100 ~295");
   double n = 4096, flops = 2 * n * n * n, bytes = 3 * n * n * 2;
   near("compute-bound matmul on v5e", cost_op_time(&V5E, DT_BF16, flops, bytes, true),
        flops / 1.97e14, 1e-12);
@@ -720,13 +683,13 @@ static void test_rooflines(void) {
   near("v5e critical intensity ~240", cost_arithmetic_intensity_threshold(&V5E), 240, 0.02);
   near("v5e = 1.97e14 / 8.1e11", cost_arithmetic_intensity_threshold(&V5E), 1.97e14 / 8.1e11, 1e-12);
   near("H100 critical intensity ~295", cost_arithmetic_intensity_threshold(&H100), 295, 0.01);
-  end("rooflines: max(FLOPs / peak, bytes / HBM); critical intensity v5e ~240, H100 ~295");
+  ut_end();
 }
 
 /* training.md: DP/FSDP compute-bound when B/X > C/W: 2550 on v5p over one ICI axis, 850 over
  * three; TP when F/Y > 2550; mixed FSDP + TP down to 4 alpha^2 / (F M_X M_Y) = 2 x 2550^2 / F. */
 static void test_tpu_thresholds(void) {
-  begin();
+  ut_begin("TPU thresholds: DP 2550 / 850, TP F/Y > 2550, FSDP+TP 2 x 2550^2 / F, DCN ~75,000");
   Mesh one = mesh(&V5P, 1, AX(ici("data", &V5P, true, 16, 1, 1)));
   near("DP over one v5p axis: 2550", cost_dp_threshold(&one, BIT(0), true), 4.59e14 / 1.8e11, 1e-9);
   near("the book's 2550", cost_dp_threshold(&one, BIT(0), true), 2550, 0.001);
@@ -747,14 +710,14 @@ static void test_tpu_thresholds(void) {
   near("the book's ~75,000 per pod", tdcn, 75000, 0.10);
   near("calibrated: x matmul_eff / coll_eff_max", cost_dp_threshold(&one, BIT(0), false),
        2550 * 0.95 / 0.95, 0.001);
-  truth("empty group", cost_dp_threshold(&one, 0, true) == 0);
-  end("TPU thresholds: DP 2550 / 850, TP F/Y > 2550, FSDP+TP 2 x 2550^2 / F, DCN ~75,000");
+  ut_true("empty group", cost_dp_threshold(&one, 0, true) == 0);
+  ut_end();
 }
 
 /* gpus.md: DP needs B/X > C / W_collective: 990e12/450e9 = 2200 in a node (x 7/8 exactly), and
  * 990e12/413e9 = 2397 across a 32-node SU (the book's precise leaf-level bandwidth; 2475 rough). */
 static void test_gpu_thresholds(void) {
-  begin();
+  ut_begin("GPU thresholds: DP ~2200 in a node, ~2400 across nodes; TP F/Y > C/W");
   Mesh node = mesh(&H100, 1, AX(gax("dp", 8)));
   double in = cost_dp_threshold(&node, BIT(0), true);
   near("in a node: C/W x 7/8", in, 9.9e14 / 4.5e11 * 7 / 8, 1e-9);
@@ -771,7 +734,7 @@ static void test_gpu_thresholds(void) {
        1e-9);
   /* TP in a node: Y < F W / C (F / 2200 in the book; x 8/7 exactly). */
   near("TP threshold in node", cost_tp_threshold(&node, BIT(0), true), 9.9e14 / 4.5e11 * 7 / 8, 1e-9);
-  end("GPU thresholds: DP ~2200 in a node, ~2400 across nodes; TP F/Y > C/W");
+  ut_end();
 }
 
 int main(void) {
@@ -805,6 +768,5 @@ int main(void) {
   test_tpu_thresholds();
   test_gpu_thresholds();
 
-  printf("%d passed, %d failed\n", npass, nfail);
-  return nfail ? 1 : 0;
+  return ut_summary();
 }

@@ -6,7 +6,6 @@
  * the error count, the messages and the size of what was printed. The contract under test: any
  * input gives a tree or located diagnostics, quickly, never a crash or a hang. Prints PASS/FAIL per
  * case and "N passed, N failed"; exits 1 on any failure. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +14,7 @@
 #include "ast.h"
 #include "diag.h"
 #include "parse.h"
-
-static int npass, nfail;
-static bool case_ok;
+#include "unit_test.h"
 
 /* ---- one parse, diagnostics captured ---- */
 
@@ -56,34 +53,23 @@ static void done(Result *r) { free(r->diags); }
 
 /* ---- checks ---- */
 
-static void check(bool ok, const char *fmt, ...) {
-  if (ok) return;
-  case_ok = false;
-  va_list ap;
-  va_start(ap, fmt);
-  printf("    ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
-
 static void expect_errors(const Result *r, int n) {
-  check(r->errors == n, "expected %d errors, got %d; diagnostics:\n%.2000s", n, r->errors, r->diags);
+  UT_CHECK(r->errors == n, "expected %d errors, got %d; diagnostics:\n%.2000s", n, r->errors, r->diags);
 }
 
 static void expect_diag(const Result *r, const char *text) {
-  check(r->diags && strstr(r->diags, text), "expected a diagnostic containing \"%s\"; got:\n%.2000s", text, r->diags);
+  UT_CHECK(r->diags && strstr(r->diags, text), "expected a diagnostic containing \"%s\"; got:\n%.2000s", text, r->diags);
 }
 
 static void expect_fast(const Result *r, double limit) {
-  check(r->seconds < limit, "took %.3f s (limit %.1f s)", r->seconds, limit);
+  UT_CHECK(r->seconds < limit, "took %.3f s (limit %.1f s)", r->seconds, limit);
 }
 
-#define CASE(name) for (int once_ = (case_ok = true, 1); once_; once_ = 0, report(name))
+/* A case: its block runs once, then the case ends and the arena starts afresh. */
+#define CASE(name) for (int once_ = (ut_begin(name), 1); once_; once_ = 0, case_end())
 
-static void report(const char *name) {
-  if (case_ok) npass++, printf("PASS %s\n", name);
-  else nfail++, printf("FAIL %s\n", name);
+static void case_end(void) {
+  ut_end();
   arena_free(&arena);
   arena_init(&arena);
 }
@@ -117,14 +103,14 @@ int main(void) {
   CASE("empty input is an empty program") {
     Result r = parse_mem("", 0, DIAG_MACHINE);
     expect_errors(&r, 0);
-    check(r.ast && r.ast->decls == NULL, "expected no declarations");
+    UT_CHECK(r.ast && r.ast->decls == NULL, "expected no declarations");
     done(&r);
   }
 
   CASE("whitespace, comments and CRLF only") {
     Result r = parse_str("# c\r\n\r\n \t\f\v # c\n#");
     expect_errors(&r, 0);
-    check(r.ndecls == 0, "expected no declarations, got %d", r.ndecls);
+    UT_CHECK(r.ndecls == 0, "expected no declarations, got %d", r.ndecls);
     done(&r);
   }
 
@@ -136,7 +122,7 @@ int main(void) {
     expect_fast(&r, 2.0);
     done(&r);
     r = parse_mem(s, strlen(s), DIAG_TEXT);
-    check(r.diags_len < 1000, "text diagnostic is %zu bytes", r.diags_len);
+    UT_CHECK(r.diags_len < 1000, "text diagnostic is %zu bytes", r.diags_len);
     done(&r);
     free(s);
   }
@@ -154,7 +140,7 @@ int main(void) {
     char *s = repeat("model m { fn f() -> t { return ", "g(x, ", PARSE_MAX_NESTING - 2, "1", ")", " } }\n");
     Result r = parse_str(s);
     expect_errors(&r, 0);
-    check(r.ndecls == 1, "expected 1 declaration, got %d", r.ndecls);
+    UT_CHECK(r.ndecls == 1, "expected 1 declaration, got %d", r.ndecls);
     done(&r);
     free(s);
   }
@@ -168,8 +154,8 @@ int main(void) {
     Result r = parse_mem(s, strlen(s), DIAG_TEXT);
     expect_errors(&r, 1);
     expect_diag(&r, "identifier too long (1048576 bytes; the limit is 1024)");
-    check(r.diags_len < 1000, "text diagnostic is %zu bytes", r.diags_len);
-    check(r.ndecls == 1, "the dim still parses (got %d declarations)", r.ndecls);
+    UT_CHECK(r.diags_len < 1000, "text diagnostic is %zu bytes", r.diags_len);
+    UT_CHECK(r.ndecls == 1, "the dim still parses (got %d declarations)", r.ndecls);
     expect_fast(&r, 2.0);
     done(&r);
     free(s);
@@ -185,7 +171,7 @@ int main(void) {
     p += sprintf(p, "\ndim b = 2\n");
     Result r = parse_mem(s, (size_t)(p - s), DIAG_MACHINE);
     expect_errors(&r, 0);
-    check(r.ndecls == 2, "expected 2 declarations, got %d", r.ndecls);
+    UT_CHECK(r.ndecls == 2, "expected 2 declarations, got %d", r.ndecls);
     done(&r);
     free(s);
   }
@@ -195,7 +181,7 @@ int main(void) {
     Result r = parse_mem(text, sizeof text - 1, DIAG_MACHINE);
     expect_errors(&r, 1);
     expect_diag(&r, "error|t.shard|1|10|unexpected NUL byte");
-    check(r.ndecls == 2, "expected 2 declarations, got %d", r.ndecls);
+    UT_CHECK(r.ndecls == 2, "expected 2 declarations, got %d", r.ndecls);
     done(&r);
   }
 
@@ -204,7 +190,7 @@ int main(void) {
     Result r = parse_mem(s, sizeof s, DIAG_MACHINE);
     expect_errors(&r, 2000);
     expect_diag(&r, "1950 more errors and warnings not shown");
-    check(r.diags_len < 5000, "printed %zu bytes", r.diags_len);
+    UT_CHECK(r.diags_len < 5000, "printed %zu bytes", r.diags_len);
     done(&r);
   }
 
@@ -231,8 +217,8 @@ int main(void) {
     const char *cases[] = {"dim a = 1e", "dim a = \"abc", "dim a = 4_", "model m { fn f(", "dim a = -", "x", "\""};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       Result r = parse_str(cases[i]);
-      check(r.errors >= 1, "'%s': expected an error", cases[i]);
-      check(r.errors <= 2, "'%s': %d errors", cases[i], r.errors);
+      UT_CHECK(r.errors >= 1, "'%s': expected an error", cases[i]);
+      UT_CHECK(r.errors <= 2, "'%s': %d errors", cases[i], r.errors);
       done(&r);
     }
   }
@@ -242,11 +228,11 @@ int main(void) {
                          "target t { n = -3  f = - 0.5 }\n");
     expect_errors(&r, 0);
     Node *a = r.ast->decls, *b = a->next, *c = b->next, *t = c->next;
-    check(a->value->kind == N_NUM && !a->value->num.is_float && a->value->num.i == 4096, "4_096");
-    check(b->value->num.i == INT64_MAX, "INT64_MAX");
-    check(c->value->num.is_float && c->value->num.f == 1.97e14, "1.97e14");
-    check(t->kvs->value->kind == N_NUM && t->kvs->value->num.i == -3, "-3 is one number");
-    check(t->kvs->next->value->num.f == -0.5, "- 0.5 is one number");
+    UT_CHECK(a->value->kind == N_NUM && !a->value->num.is_float && a->value->num.i == 4096, "4_096");
+    UT_CHECK(b->value->num.i == INT64_MAX, "INT64_MAX");
+    UT_CHECK(c->value->num.is_float && c->value->num.f == 1.97e14, "1.97e14");
+    UT_CHECK(t->kvs->value->kind == N_NUM && t->kvs->value->num.i == -3, "-3 is one number");
+    UT_CHECK(t->kvs->next->value->num.f == -0.5, "- 0.5 is one number");
     done(&r);
   }
 
@@ -291,7 +277,7 @@ int main(void) {
     r = parse_mem(s, strlen(s), DIAG_TEXT);
     expect_errors(&r, 1);
     expect_diag(&r, "t.shard:1:10001: error: unexpected character '$'");
-    check(r.diags_len < 600, "printed %zu bytes for a 20,000-byte line", r.diags_len);
+    UT_CHECK(r.diags_len < 600, "printed %zu bytes for a 20,000-byte line", r.diags_len);
     expect_diag(&r, "...");
     done(&r);
     free(s);
@@ -321,7 +307,7 @@ int main(void) {
       arena_free(&arena);
       arena_init(&arena);
     }
-    check(total_errors > 0, "random bytes gave no errors at all");
+    UT_CHECK(total_errors > 0, "random bytes gave no errors at all");
   }
 
   CASE("random token soup never crashes") {
@@ -355,8 +341,8 @@ int main(void) {
     FILE *f = open_memstream(&text, &len);
     ast_print(f, r.ast);
     fclose(f);
-    check(strstr(text, "(axis model @1:29\n") != NULL, "keyword `model` as an axis name:\n%s", text);
-    check(strstr(text, "(binary matmul @2:69\n") != NULL, "matmul node:\n%s", text);
+    UT_CHECK(strstr(text, "(axis model @1:29\n") != NULL, "keyword `model` as an axis name:\n%s", text);
+    UT_CHECK(strstr(text, "(binary matmul @2:69\n") != NULL, "matmul node:\n%s", text);
     free(text);
     done(&r);
   }
@@ -364,6 +350,5 @@ int main(void) {
   source_free_all();
   intern_reset();
   arena_free(&arena);
-  printf("%d passed, %d failed\n", npass, nfail);
-  return nfail ? 1 : 0;
+  return ut_summary();
 }

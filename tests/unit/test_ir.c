@@ -7,8 +7,6 @@
  * and invariants), inlining, flattened param paths, attention fusion (and its absence when an
  * intermediate escapes), and a located error for each mistake. Prints PASS/FAIL per case and
  * `N passed, N failed`; exits 1 on any failure. */
-#include <dirent.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +14,8 @@
 #include "diag.h"
 #include "ir.h"
 #include "parse.h"
+#include "unit_pipeline.h"
+#include "unit_test.h"
 
 #ifndef SHARDC_SOURCE_STDLIB
 #define SHARDC_SOURCE_STDLIB "stdlib"
@@ -29,55 +29,23 @@ static const char prelude[] =
   "dim group = heads / kv_heads, head = 8, vocab = 100, layers = 3, small = 5, pair = 2, qdim = 32\n"
   "dim embed2 = embed\n";
 
-static int passed, failed;
-static bool case_ok;
-static const char *case_name;
-
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (case_ok) printf("FAIL %s\n", case_name);
-  case_ok = false;
-  printf("    ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-}
-
-#define CHECK(cond, ...) \
-  do {                   \
-    if (!(cond)) fail(__VA_ARGS__); \
-  } while (0)
-
 /* ---- running the pipeline ---- */
 
-typedef struct Run {
-  Arena arena;
-  Program *p;
-  IrModule *m;
-  char *diags;
-  size_t ndiags;
-  FILE *df;
-  char *text; /* prelude + case */
-} Run;
-
-static Ast *parse_lib(Run *r, const char *rel) {
+static Ast *parse_lib(UnitRun *r, const char *rel) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", SHARDC_SOURCE_STDLIB, rel);
   Source *s = source_load(path);
   if (!s) {
-    fail("cannot read %s", path);
+    ut_fail("cannot read %s", path);
     return NULL;
   }
   return parse_source(&r->arena, s);
 }
 
-static IrModule *run(Run *r, const char *src, const char *entry, int libs) {
-  memset(r, 0, sizeof *r);
-  diag_reset();
-  r->df = open_memstream(&r->diags, &r->ndiags);
-  diag_configure(r->df, DIAG_MACHINE, false);
-  arena_init(&r->arena);
+/* The stdlib files `libs` asks for, then the prelude + `src` from memory (r->text), through sema
+ * and ir_build. */
+static IrModule *run(UnitRun *r, const char *src, const char *entry, int libs) {
+  unit_run_start(r);
   Ast *files[8];
   int n = 0;
   files[n++] = parse_lib(r, "targets.shard");
@@ -99,15 +67,6 @@ static IrModule *run(Run *r, const char *src, const char *entry, int libs) {
   return r->m;
 }
 
-static void run_free(Run *r) {
-  if (r->df) fclose(r->df);
-  free(r->diags);
-  free(r->text);
-  arena_free(&r->arena);
-  source_free_all();
-  intern_reset();
-}
-
 /* The source's line numbers count the prelude's lines too. */
 static int prelude_lines(void) {
   int n = 0;
@@ -125,22 +84,13 @@ static const char *ty(const Value *v) {
   return tensor_type_format(b, 256, &v->type);
 }
 
-static int count_ops(const IrFunc *f, OpKind k, bool deep) {
-  int n = 0;
-  for (const Op *o = f->first; o; o = o->next) {
-    n += o->kind == k;
-    if (deep && o->kind == OP_LOOP && o->body) n += count_ops(o->body, k, true);
-  }
-  return n;
-}
-
 static const Op *find_op(const IrFunc *f, OpKind k, int nth) {
   for (const Op *o = f->first; o; o = o->next) {
     if (o->kind == k && nth-- == 0) return o;
     if (o->kind == OP_LOOP && o->body) {
       const Op *r = find_op(o->body, k, nth);
       if (r) return r;
-      nth -= count_ops(o->body, k, true);
+      nth -= unit_count_ops(o->body, k, true);
     }
   }
   return NULL;
@@ -161,52 +111,37 @@ static const IrParam *param(const IrModule *m, const char *path) {
   return NULL;
 }
 
-static bool begin(const char *name) {
-  case_name = name;
-  case_ok = true;
-  return true;
-}
-
-static void end(void) {
-  if (case_ok) {
-    printf("PASS %s\n", case_name);
-    passed++;
-  } else {
-    failed++;
-  }
-}
-
 /* A program that must build; prints its diagnostics if it does not. */
-static IrModule *build_ok(Run *r, const char *src, const char *entry, int libs) {
+static IrModule *build_ok(UnitRun *r, const char *src, const char *entry, int libs) {
   IrModule *m = run(r, src, entry, libs);
-  if (!m) fail("did not build:\n%s", r->diags ? r->diags : "");
-  else if (!ir_verify(m, stdout)) fail("ir_verify failed");
+  if (!m) ut_fail("did not build:\n%s", r->diags ? r->diags : "");
+  else if (!ir_verify(m, stdout)) ut_fail("ir_verify failed");
   return m;
 }
 
 /* The main function's result must have this type; optionally the op that made it. */
 static void expect_result(const char *name, const char *src, const char *type, OpKind kind) {
-  begin(name);
-  Run r;
+  ut_begin(name);
+  UnitRun r;
   IrModule *m = build_ok(&r, src, NULL, 0);
   if (m) {
-    CHECK(m->main->noutputs == 1, "no output");
+    UT_CHECK(m->main->noutputs == 1, "no output");
     const Value *out = m->main->noutputs ? m->main->outputs[0] : NULL;
-    CHECK(out && strcmp(ty(out), type) == 0, "result %s, expected %s", ty(out), type);
-    if ((int)kind >= 0) CHECK(count_ops(m->main, kind, true) >= 1, "no %s op", ir_op_name(kind));
+    UT_CHECK(out && strcmp(ty(out), type) == 0, "result %s, expected %s", ty(out), type);
+    if ((int)kind >= 0) UT_CHECK(unit_count_ops(m->main, kind, true) >= 1, "no %s op", ir_op_name(kind));
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* A program whose ir_build must report an error containing `text` at source line `line` of the
  * case (1 = the case's first line). */
 static void expect_error(const char *name, const char *src, int line, const char *text, int libs) {
-  begin(name);
-  Run r;
+  ut_begin(name);
+  UnitRun r;
   IrModule *m = run(&r, src, NULL, libs);
-  CHECK(!m, "built without errors");
-  CHECK(r.p != NULL, "sema failed:\n%s", r.diags ? r.diags : "");
+  UT_CHECK(!m, "built without errors");
+  UT_CHECK(r.p != NULL, "sema failed:\n%s", r.diags ? r.diags : "");
   char want[64];
   snprintf(want, sizeof want, "error|test.shard|%d|", line + prelude_lines());
   bool found = false;
@@ -218,9 +153,9 @@ static void expect_error(const char *name, const char *src, int line, const char
     if (strncmp(buf, want, strlen(want)) == 0 && strstr(buf, text)) found = true;
     l = e ? e + 1 : l + n;
   }
-  CHECK(found, "no error '%s' at line %d; got:\n%s", text, line, r.diags ? r.diags : "");
-  run_free(&r);
-  end();
+  UT_CHECK(found, "no error '%s' at line %d; got:\n%s", text, line, r.diags ? r.diags : "");
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- expression forms ---- */
@@ -298,61 +233,61 @@ static void test_forms(void) {
                 FN1("a: f32[batch, seq]", "f32[seq, batch]", "    return a"), "f32[seq, batch]", OP_TRANSPOSE);
 
   /* folding: 2 * 3 is one constant 6 */
-  begin("literals fold");
-  Run r;
+  ut_begin("literals fold");
+  UnitRun r;
   IrModule *m = build_ok(&r, FN1("a: f32[batch]", "f32[batch]", "    return a + 2 * 3"), NULL, 0);
   if (m) {
-    CHECK(count_ops(m->main, OP_CONST, false) == 1, "expected one constant");
+    UT_CHECK(unit_count_ops(m->main, OP_CONST, false) == 1, "expected one constant");
     const Op *c = find_op(m->main, OP_CONST, 0);
-    CHECK(c && c->scalar == 6 && c->results[0]->type.dtype == DT_F32, "constant is not f32 6");
+    UT_CHECK(c && c->scalar == 6 && c->results[0]->type.dtype == DT_F32, "constant is not f32 6");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- names and boundaries ---- */
 
 static void test_names(void) {
-  Run r;
-  begin("rebinding in another order transposes back");
+  UnitRun r;
+  ut_begin("rebinding in another order transposes back");
   IrModule *m = build_ok(&r,
                          FN1("a: f32[batch, seq], b: f32[seq, batch]", "f32[batch, seq]",
                              "    let x = a\n    x = b * 2\n    return x"),
                          NULL, 0);
   if (m) {
-    CHECK(count_ops(m->main, OP_TRANSPOSE, false) == 1, "expected one transpose");
+    UT_CHECK(unit_count_ops(m->main, OP_TRANSPOSE, false) == 1, "expected one transpose");
     const Op *t = find_op(m->main, OP_TRANSPOSE, 0);
-    CHECK(t && strcmp(ty(t->results[0]), "f32[batch, seq]") == 0, "transpose gives %s", t ? ty(t->results[0]) : "-");
+    UT_CHECK(t && strcmp(ty(t->results[0]), "f32[batch, seq]") == 0, "transpose gives %s", t ? ty(t->results[0]) : "-");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
-  begin("typed let: transposed, carries its spec");
+  ut_begin("typed let: transposed, carries its spec");
   m = build_ok(&r,
                FN1("a: f32[batch, seq]", "f32[seq, batch]",
                    "    let h: f32[seq, batch@data] = a * 2\n    return h"),
                NULL, 0);
   if (m) {
     const Value *h = named(m->main, "h");
-    CHECK(h && strcmp(ty(h), "f32[seq, batch]") == 0, "h is %s", ty(h));
-    CHECK(h && h->spec && h->spec->nat[1] == 1, "h has no spec with the @");
+    UT_CHECK(h && strcmp(ty(h), "f32[seq, batch]") == 0, "h is %s", ty(h));
+    UT_CHECK(h && h->spec && h->spec->nat[1] == 1, "h has no spec with the @");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
-  begin("inputs, params and the result carry specs");
+  ut_begin("inputs, params and the result carry specs");
   m = build_ok(&r,
                "model t {\n  param w: bf16[embed, hidden]\n"
                "  fn forward(x: bf16[batch, embed]) -> bf16[batch, hidden] { return x @ w }\n}\n",
                NULL, 0);
   if (m) {
     const Op *in = find_op(m->main, OP_INPUT, 0), *pa = find_op(m->main, OP_PARAM, 0);
-    CHECK(in && in->results[0]->spec == &m->entry->args[0].type, "input spec");
-    CHECK(pa && pa->results[0]->spec == &m->params[0].spec, "param spec");
-    CHECK(m->main->outputs[0]->spec == &m->entry->ret, "result spec");
+    UT_CHECK(in && in->results[0]->spec == &m->entry->args[0].type, "input spec");
+    UT_CHECK(pa && pa->results[0]->spec == &m->params[0].spec, "param spec");
+    UT_CHECK(m->main->outputs[0]->spec == &m->entry->ret, "result spec");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- inlining, params, loops ---- */
@@ -365,16 +300,16 @@ static const char sub_models[] =
   "    x = x + a.forward(x)\n    return b.forward(x)\n  }\n}\n";
 
 static void test_inline_and_loops(void) {
-  Run r;
-  begin("inlining sub-model calls");
+  UnitRun r;
+  ut_begin("inlining sub-model calls");
   IrModule *m = build_ok(&r, sub_models, NULL, 0);
   if (m) {
-    CHECK(m->nparams == 2 && param(m, "a.w") && param(m, "b.w"), "params are not a.w, b.w");
-    CHECK(count_ops(m->main, OP_CONTRACT, true) == 2, "expected 2 contractions");
-    CHECK(count_ops(m->main, OP_LOOP, true) == 0, "no loop expected");
+    UT_CHECK(m->nparams == 2 && param(m, "a.w") && param(m, "b.w"), "params are not a.w, b.w");
+    UT_CHECK(unit_count_ops(m->main, OP_CONTRACT, true) == 2, "expected 2 contractions");
+    UT_CHECK(unit_count_ops(m->main, OP_LOOP, true) == 0, "no loop expected");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
   char src[4096];
   snprintf(src, sizeof src,
@@ -384,29 +319,29 @@ static void test_inline_and_loops(void) {
            "    for blk in blocks { let t = blk.forward(x) + pos\n x = t * y }\n"
            "    return x\n  }\n}\n",
            sub_models);
-  begin("a stacked loop: slices, carried, invariants");
+  ut_begin("a stacked loop: slices, carried, invariants");
   m = build_ok(&r, src, NULL, 0);
   if (m) {
     const IrParam *p = param(m, "blocks.a.w");
-    CHECK(p && p->stack_depth == 1 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, embed, embed2]") == 0,
-          "blocks.a.w is not bf16[layers, embed, embed] stacked once");
-    CHECK(p && p->spec.rank == 3 && p->spec.dims[0]->size == 3, "stacked spec");
-    CHECK(count_ops(m->main, OP_LOOP, false) == 1, "expected one loop");
+    UT_CHECK(p && p->stack_depth == 1 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, embed, embed2]") == 0,
+             "blocks.a.w is not bf16[layers, embed, embed] stacked once");
+    UT_CHECK(p && p->spec.rank == 3 && p->spec.dims[0]->size == 3, "stacked spec");
+    UT_CHECK(unit_count_ops(m->main, OP_LOOP, false) == 1, "expected one loop");
     const Op *loop = find_op(m->main, OP_LOOP, 0);
     if (loop) {
-      CHECK(loop->count == 3 && loop->stack_dim && strcmp(loop->stack_dim->name, "layers") == 0, "count/stack dim");
-      CHECK(loop->nslices == 2 && loop->ncarried == 1, "slices %d carried %d", loop->nslices, loop->ncarried);
-      CHECK(loop->noperands == 5, "invariants: %d operands (want slices 2, carried 1, pos and y)", loop->noperands);
-      CHECK(loop->body->ninputs == 5 && strcmp(ty(loop->body->inputs[0]), "bf16[embed, embed2]") == 0,
-            "slice input type %s", ty(loop->body->inputs[0]));
-      CHECK(count_ops(loop->body, OP_CONTRACT, false) == 2, "body holds the two contractions once");
-      CHECK(loop->results[0]->name && strcmp(loop->results[0]->name, "x") == 0, "result rebinds x");
-      CHECK(m->main->outputs[0] == loop->results[0] || m->main->outputs[0]->def->operands[0] == loop->results[0],
-            "the return is the loop's result");
+      UT_CHECK(loop->count == 3 && loop->stack_dim && strcmp(loop->stack_dim->name, "layers") == 0, "count/stack dim");
+      UT_CHECK(loop->nslices == 2 && loop->ncarried == 1, "slices %d carried %d", loop->nslices, loop->ncarried);
+      UT_CHECK(loop->noperands == 5, "invariants: %d operands (want slices 2, carried 1, pos and y)", loop->noperands);
+      UT_CHECK(loop->body->ninputs == 5 && strcmp(ty(loop->body->inputs[0]), "bf16[embed, embed2]") == 0,
+               "slice input type %s", ty(loop->body->inputs[0]));
+      UT_CHECK(unit_count_ops(loop->body, OP_CONTRACT, false) == 2, "body holds the two contractions once");
+      UT_CHECK(loop->results[0]->name && strcmp(loop->results[0]->name, "x") == 0, "result rebinds x");
+      UT_CHECK(m->main->outputs[0] == loop->results[0] || m->main->outputs[0]->def->operands[0] == loop->results[0],
+               "the return is the loop's result");
     }
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
   snprintf(src, sizeof src,
            "%smodel mid {\n  param subs: lin[pair]\n"
@@ -414,71 +349,71 @@ static void test_inline_and_loops(void) {
            "model top {\n  param blocks: mid[layers]\n"
            "  fn forward(x: bf16[batch, embed]) -> bf16[batch, embed] { for b in blocks { x = b.forward(x) }\n return x }\n}\n",
            sub_models);
-  begin("nested stacks: stack_depth 2, nested loops");
+  ut_begin("nested stacks: stack_depth 2, nested loops");
   m = build_ok(&r, src, NULL, 0);
   if (m) {
     const IrParam *p = param(m, "blocks.subs.w");
-    CHECK(p && p->stack_depth == 2 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, pair, embed, embed2]") == 0,
-          "blocks.subs.w is not bf16[layers, pair, embed, embed]");
+    UT_CHECK(p && p->stack_depth == 2 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, pair, embed, embed2]") == 0,
+             "blocks.subs.w is not bf16[layers, pair, embed, embed]");
     const Op *outer = find_op(m->main, OP_LOOP, 0);
-    CHECK(outer && outer->count == 3, "outer loop");
+    UT_CHECK(outer && outer->count == 3, "outer loop");
     const Op *inner = outer ? find_op(outer->body, OP_LOOP, 0) : NULL;
-    CHECK(inner && inner->count == 2 && inner->nslices == 1 && inner->ncarried == 1, "inner loop");
-    CHECK(inner && strcmp(ty(inner->body->inputs[0]), "bf16[embed, embed2]") == 0, "inner slice type");
-    CHECK(count_ops(m->main, OP_CONTRACT, true) == 1, "one contraction in all");
+    UT_CHECK(inner && inner->count == 2 && inner->nslices == 1 && inner->ncarried == 1, "inner loop");
+    UT_CHECK(inner && strcmp(ty(inner->body->inputs[0]), "bf16[embed, embed2]") == 0, "inner slice type");
+    UT_CHECK(unit_count_ops(m->main, OP_CONTRACT, true) == 1, "one contraction in all");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- the stdlib models and fusion ---- */
 
 static void test_models(void) {
-  Run r;
-  begin("llama: one loop over layers, fused gqa attention");
+  UnitRun r;
+  ut_begin("llama: one loop over layers, fused gqa attention");
   IrModule *m = build_ok(&r, "dim vocab2 = 7\n", "llama.forward", LIB_LLAMA);
   if (m) {
-    CHECK(count_ops(m->main, OP_LOOP, false) == 1 && count_ops(m->main, OP_LOOP, true) == 1, "expected one loop");
+    UT_CHECK(unit_count_ops(m->main, OP_LOOP, false) == 1 && unit_count_ops(m->main, OP_LOOP, true) == 1, "expected one loop");
     const Op *loop = find_op(m->main, OP_LOOP, 0);
     if (loop) {
-      CHECK(loop->count == 3, "count %lld", (long long)loop->count);
-      CHECK(loop->nslices == 9 && loop->ncarried == 1 && loop->noperands == 10, "slices %d carried %d operands %d",
-            loop->nslices, loop->ncarried, loop->noperands);
-      CHECK(count_ops(loop->body, OP_ATTENTION, false) == 1, "no fused attention in the body");
-      CHECK(count_ops(loop->body, OP_SOFTMAX, false) == 0, "softmax left unfused");
-      CHECK(count_ops(loop->body, OP_RMSNORM, false) == 2, "two norms per block");
+      UT_CHECK(loop->count == 3, "count %lld", (long long)loop->count);
+      UT_CHECK(loop->nslices == 9 && loop->ncarried == 1 && loop->noperands == 10, "slices %d carried %d operands %d",
+               loop->nslices, loop->ncarried, loop->noperands);
+      UT_CHECK(unit_count_ops(loop->body, OP_ATTENTION, false) == 1, "no fused attention in the body");
+      UT_CHECK(unit_count_ops(loop->body, OP_SOFTMAX, false) == 0, "softmax left unfused");
+      UT_CHECK(unit_count_ops(loop->body, OP_RMSNORM, false) == 2, "two norms per block");
       const Op *at = find_op(loop->body, OP_ATTENTION, 0);
       if (at) {
-        CHECK(strcmp(ty(at->results[0]), "bf16[batch, seq, kv_heads, group, head]") == 0, "attention type %s",
-              ty(at->results[0]));
-        CHECK(at->flag == 1 && at->scalar > 0.0883 && at->scalar < 0.0884, "causal/scale");
-        CHECK(at->ndims == 3 && strcmp(at->dims[0]->name, "head") == 0 && strcmp(at->dims[1]->name, "kseq") == 0 &&
-                  strcmp(at->dims[2]->name, "seq") == 0,
-              "attention dims");
-        CHECK(at->loc2.line > 0 && at->loc2.line == at->loc.line - 2, "loc2 line %d vs %d", at->loc2.line, at->loc.line);
+        UT_CHECK(strcmp(ty(at->results[0]), "bf16[batch, seq, kv_heads, group, head]") == 0, "attention type %s",
+                 ty(at->results[0]));
+        UT_CHECK(at->flag == 1 && at->scalar > 0.0883 && at->scalar < 0.0884, "causal/scale");
+        UT_CHECK(at->ndims == 3 && strcmp(at->dims[0]->name, "head") == 0 && strcmp(at->dims[1]->name, "kseq") == 0 &&
+                     strcmp(at->dims[2]->name, "seq") == 0,
+                 "attention dims");
+        UT_CHECK(at->loc2.line > 0 && at->loc2.line == at->loc.line - 2, "loc2 line %d vs %d", at->loc2.line, at->loc.line);
       }
     }
     const IrParam *p = param(m, "blocks.attn.wq");
-    CHECK(p && p->stack_depth == 1 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, embed, heads, head]") == 0,
-          "blocks.attn.wq");
-    CHECK(param(m, "embedding") && param(m, "norm.scale") && param(m, "blocks.ffn.w_down"), "param paths");
-    CHECK(m->nparams == 12, "%d params", m->nparams);
-    CHECK(strcmp(ty(m->main->outputs[0]), "f32[batch, seq, vocab]") == 0, "result %s", ty(m->main->outputs[0]));
+    UT_CHECK(p && p->stack_depth == 1 && strcmp(ty(&(Value){.type = p->type}), "bf16[layers, embed, heads, head]") == 0,
+             "blocks.attn.wq");
+    UT_CHECK(param(m, "embedding") && param(m, "norm.scale") && param(m, "blocks.ffn.w_down"), "param paths");
+    UT_CHECK(m->nparams == 12, "%d params", m->nparams);
+    UT_CHECK(strcmp(ty(m->main->outputs[0]), "f32[batch, seq, vocab]") == 0, "result %s", ty(m->main->outputs[0]));
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
-  begin("gpt: tied embedding, fused mha attention");
+  ut_begin("gpt: tied embedding, fused mha attention");
   m = build_ok(&r, "", "gpt.forward", LIB_GPT);
   if (m) {
-    CHECK(count_ops(m->main, OP_LOOP, false) == 1, "expected one loop");
-    CHECK(count_ops(m->main, OP_ATTENTION, true) == 1, "expected one attention");
+    UT_CHECK(unit_count_ops(m->main, OP_LOOP, false) == 1, "expected one loop");
+    UT_CHECK(unit_count_ops(m->main, OP_ATTENTION, true) == 1, "expected one attention");
     const Op *at = find_op(m->main, OP_ATTENTION, 0);
-    CHECK(at && strcmp(ty(at->results[0]), "bf16[batch, seq, heads, head]") == 0, "attention type");
-    CHECK(m->nparams == 14, "%d params", m->nparams);
+    UT_CHECK(at && strcmp(ty(at->results[0]), "bf16[batch, seq, heads, head]") == 0, "attention type");
+    UT_CHECK(m->nparams == 14, "%d params", m->nparams);
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
   const char *attn =
     "model t {\n  fn forward(q: bf16[batch, seq, heads, head], k: bf16[batch, kseq, heads, head],\n"
@@ -488,27 +423,27 @@ static void test_models(void) {
     "    return contract(p, v, over: kseq)%s\n  }\n}\n";
   char src[2048];
   snprintf(src, sizeof src, attn, "");
-  begin("fusion without causal: scale from a division");
+  ut_begin("fusion without causal: scale from a division");
   m = build_ok(&r, src, NULL, 0);
   if (m) {
     const Op *at = find_op(m->main, OP_ATTENTION, 0);
-    CHECK(at && at->scalar == 0.25 && at->flag == 0 && at->dims[2] && strcmp(at->dims[2]->name, "seq") == 0,
-          "attention scale/causal/query");
-    CHECK(count_ops(m->main, OP_CONTRACT, false) == 0 && count_ops(m->main, OP_CONST, false) == 0,
-          "the pattern's ops remain");
+    UT_CHECK(at && at->scalar == 0.25 && at->flag == 0 && at->dims[2] && strcmp(at->dims[2]->name, "seq") == 0,
+             "attention scale/causal/query");
+    UT_CHECK(unit_count_ops(m->main, OP_CONTRACT, false) == 0 && unit_count_ops(m->main, OP_CONST, false) == 0,
+             "the pattern's ops remain");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 
   snprintf(src, sizeof src, attn, " + sum(s, over: kseq)");
-  begin("no fusion when an intermediate is used elsewhere");
+  ut_begin("no fusion when an intermediate is used elsewhere");
   m = build_ok(&r, src, NULL, 0);
   if (m) {
-    CHECK(count_ops(m->main, OP_ATTENTION, true) == 0, "fused although s escapes");
-    CHECK(count_ops(m->main, OP_SOFTMAX, true) == 1, "softmax gone");
+    UT_CHECK(unit_count_ops(m->main, OP_ATTENTION, true) == 0, "fused although s escapes");
+    UT_CHECK(unit_count_ops(m->main, OP_SOFTMAX, true) == 1, "softmax gone");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* ---- errors ---- */
@@ -610,21 +545,21 @@ static void test_errors(void) {
 
 /* A mistake in an inlined body is reported once, however often the body is inlined. */
 static void test_once(void) {
-  begin("an error in an inlined body is reported once");
-  Run r;
+  ut_begin("an error in an inlined body is reported once");
+  UnitRun r;
   IrModule *m = run(&r,
                     "model lin {\n  fn forward(x: f32[batch]) -> f32[batch] { return x + nope }\n}\n"
                     "model t {\n  param a: lin  param b: lin\n"
                     "  fn forward(x: f32[batch]) -> f32[batch] { return a.forward(b.forward(x)) }\n}\n",
                     NULL, 0);
-  CHECK(!m, "built");
+  UT_CHECK(!m, "built");
   int n = 0;
   for (const char *c = r.diags; c && (c = strstr(c, "undefined name nope")); c++) n++;
-  CHECK(n == 1, "reported %d times:\n%s", n, r.diags ? r.diags : "");
-  run_free(&r);
-  end();
+  UT_CHECK(n == 1, "reported %d times:\n%s", n, r.diags ? r.diags : "");
+  unit_run_free(&r);
+  ut_end();
 
-  begin("ir_print is stable");
+  ut_begin("ir_print is stable");
   char *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
   for (int k = 0; k < 2; k++) {
@@ -632,19 +567,19 @@ static void test_once(void) {
     FILE *f = open_memstream(k ? &b : &a, k ? &nb : &na);
     if (mm) ir_print(f, mm);
     fclose(f);
-    run_free(&r);
+    unit_run_free(&r);
   }
-  CHECK(a && b && strcmp(a, b) == 0 && strstr(a, "attention") && strstr(a, "loop layers x3"), "dumps differ or lack ops");
+  UT_CHECK(a && b && strcmp(a, b) == 0 && strstr(a, "attention") && strstr(a, "loop layers x3"), "dumps differ or lack ops");
   if (getenv("TEST_IR_PRINT")) fputs(a ? a : "", stdout);
   free(a);
   free(b);
-  end();
+  ut_end();
 }
 
 /* sharding_format and local sizes on a hand-made sharding. */
 static void test_shardings(void) {
-  begin("sharding_format and local extents");
-  Run r;
+  ut_begin("sharding_format and local extents");
+  UnitRun r;
   IrModule *m = build_ok(&r, FN1("x: bf16[batch, seq]", "bf16[batch, seq]", "    return x"), NULL, 0);
   if (m) {
     const Mesh *mesh = r.p->mesh;
@@ -654,67 +589,46 @@ static void test_shardings(void) {
     s.naxes[1] = 2, s.axes[1][0] = 0, s.axes[1][1] = 1;
     char buf[128];
     sharding_format(buf, sizeof buf, &t, &s, mesh);
-    CHECK(strcmp(buf, "bf16[batch@data, seq@(data, model)]") == 0, "got %s", buf);
+    UT_CHECK(strcmp(buf, "bf16[batch@data, seq@(data, model)]") == 0, "got %s", buf);
     s.naxes[1] = 0;
     s.partial = 2;
     sharding_format(buf, sizeof buf, &t, &s, mesh);
-    CHECK(strcmp(buf, "bf16[batch@data, seq]{sum: model}") == 0, "got %s", buf);
+    UT_CHECK(strcmp(buf, "bf16[batch@data, seq]{sum: model}") == 0, "got %s", buf);
     s.partial = 3;
     sharding_format(buf, sizeof buf, &t, &s, mesh);
-    CHECK(strcmp(buf, "bf16[batch@data, seq]{sum: (data, model)}") == 0, "got %s", buf);
-    CHECK(sharding_local_extent(&t, &s, mesh, 0) == 4 && sharding_local_extent(&t, &s, mesh, 1) == 16, "extents");
-    CHECK(sharding_local_bytes(&t, &s, mesh) == 4 * 16 * 2, "local bytes");
-    CHECK(tensor_type_bytes(&t) == 8 * 16 * 2, "bytes");
+    UT_CHECK(strcmp(buf, "bf16[batch@data, seq]{sum: (data, model)}") == 0, "got %s", buf);
+    UT_CHECK(sharding_local_extent(&t, &s, mesh, 0) == 4 && sharding_local_extent(&t, &s, mesh, 1) == 16, "extents");
+    UT_CHECK(sharding_local_bytes(&t, &s, mesh) == 4 * 16 * 2, "local bytes");
+    UT_CHECK(tensor_type_bytes(&t) == 8 * 16 * 2, "bytes");
     char small[8];
     sharding_format(small, sizeof small, &t, &s, mesh);
-    CHECK(strlen(small) == 7, "truncation");
+    UT_CHECK(strlen(small) == 7, "truncation");
   }
-  run_free(&r);
-  end();
+  unit_run_free(&r);
+  ut_end();
 }
 
 /* Every sample and its imports build, verify, and fuse one attention per block. */
 static void test_samples(void) {
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/../samples", SHARDC_SOURCE_STDLIB);
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  char names[64][256];
-  int n = 0;
-  while ((e = readdir(d)) && n < 64) {
-    size_t l = strlen(e->d_name);
-    if (l > 6 && strcmp(e->d_name + l - 6, ".shard") == 0) snprintf(names[n++], 256, "%s", e->d_name);
-  }
-  closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  char dir[1024], names[64][256];
+  int n = unit_samples(dir, sizeof dir, names, 64);
   for (int i = 0; i < n; i++) {
     char title[300], path[1400];
     snprintf(title, sizeof title, "sample %s builds", names[i]);
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    begin(title);
-    Run r;
-    memset(&r, 0, sizeof r);
-    diag_reset();
-    r.df = open_memstream(&r.diags, &r.ndiags);
-    diag_configure(r.df, DIAG_MACHINE, false);
-    arena_init(&r.arena);
-    ParsedProgram *pp = parse_program(&r.arena, path, SHARDC_SOURCE_STDLIB);
-    if (pp && diag_error_count() == 0) {
-      SemaOptions so = {0};
-      r.p = sema_program(&r.arena, pp, &so);
-      if (diag_error_count() == 0 && r.p->entry) r.m = ir_build(&r.arena, r.p);
-    }
-    fflush(r.df);
-    CHECK(r.m, "did not build:\n%s", r.diags ? r.diags : "");
+    ut_begin(title);
+    UnitRun r;
+    unit_run_start(&r);
+    unit_run_file(&r, path, NULL, ir_build);
+    UT_CHECK(r.m, "did not build:\n%s", r.diags ? r.diags : "");
     if (r.m) {
-      CHECK(ir_verify(r.m, stdout), "ir_verify failed");
-      int loops = count_ops(r.m->main, OP_LOOP, true);
-      CHECK(count_ops(r.m->main, OP_ATTENTION, true) == loops, "%d loops but %d attentions", loops,
-            count_ops(r.m->main, OP_ATTENTION, true));
+      UT_CHECK(ir_verify(r.m, stdout), "ir_verify failed");
+      int loops = unit_count_ops(r.m->main, OP_LOOP, true);
+      UT_CHECK(unit_count_ops(r.m->main, OP_ATTENTION, true) == loops, "%d loops but %d attentions", loops,
+               unit_count_ops(r.m->main, OP_ATTENTION, true));
     }
-    run_free(&r);
-    end();
+    unit_run_free(&r);
+    ut_end();
   }
 }
 
@@ -727,6 +641,5 @@ int main(void) {
   test_once();
   test_shardings();
   test_samples();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return ut_summary();
 }

@@ -6,7 +6,6 @@
  * say: GPU minor axes fill the NVLink domain; TPU axes fill the torus dims minor-first; beyond one
  * slice the major axes count whole slices over DCN. Unformable meshes must be errors naming why.
  * Prints PASS/FAIL per case and "N passed, N failed"; exits 1 on any failure. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,51 +13,16 @@
 #include "diag.h"
 #include "parse.h"
 #include "program.h"
-
-static int npass, nfail;
-static bool case_ok;
-static char case_note[4096];
-
-static void begin(void) {
-  case_ok = true;
-  case_note[0] = 0;
-}
-
-static void note(const char *fmt, ...) {
-  size_t len = strlen(case_note);
-  if (len > sizeof case_note - 300) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(case_note + len, sizeof case_note - len, fmt, ap);
-  va_end(ap);
-}
-
-static void end(const char *name) {
-  if (case_ok) {
-    npass++;
-    printf("PASS %s\n", name);
-  } else {
-    nfail++;
-    printf("FAIL %s\n%s", name, case_note);
-  }
-}
+#include "unit_test.h"
 
 static void check_int(const char *what, long long got, long long want) {
   if (got == want) return;
-  case_ok = false;
-  note("  %s: got %lld, want %lld\n", what, got, want);
+  ut_fail("%s: got %lld, want %lld", what, got, want);
 }
 
 static void check_num(const char *what, double got, double want) {
   if (got == want) return;
-  case_ok = false;
-  note("  %s: got %g, want %g\n", what, got, want);
-}
-
-static void check_true(const char *what, bool ok) {
-  if (ok) return;
-  case_ok = false;
-  note("  %s: false\n", what);
+  ut_fail("%s: got %g, want %g", what, got, want);
 }
 
 /* The targets of hardware-and-costs.md (only the figures mesh forming reads matter here). */
@@ -98,18 +62,14 @@ static Program *check(const char *text) {
 
 static const Mesh *mesh(const Program *p, const char *name) {
   const Mesh *m = program_find_mesh(p, intern_cstr(name));
-  if (!m) {
-    case_ok = false;
-    note("  no mesh '%s'\n", name);
-  }
+  if (!m) ut_fail("no mesh '%s'", name);
   return m;
 }
 
 static const MeshAxis *axis(const Mesh *m, const char *name) {
   int i = m ? mesh_axis_index(m, intern_cstr(name)) : -1;
   if (i < 0) {
-    case_ok = false;
-    note("  no axis '%s'\n", name);
+    ut_fail("no axis '%s'", name);
     return NULL;
   }
   return &m->axes[i];
@@ -157,8 +117,7 @@ static void expect_gpu(const Mesh *m, const char *name, LinkKind link, int per_n
 
 static void expect_clean(void) {
   if (diag_error_count() == 0) return;
-  case_ok = false;
-  note("  unexpected errors:\n%s", diag_text ? diag_text : "");
+  ut_fail("unexpected errors:\n%s", diag_text ? diag_text : "");
 }
 
 /* The program has exactly one error, containing every fragment. */
@@ -166,15 +125,14 @@ static void expect_error(const char *frag1, const char *frag2) {
   check_int("errors", diag_error_count(), 1);
   const char *t = diag_text ? diag_text : "";
   if ((frag1 && !strstr(t, frag1)) || (frag2 && !strstr(t, frag2))) {
-    case_ok = false;
-    note("  the error should mention '%s' and '%s'; got:\n%s", frag1 ? frag1 : "", frag2 ? frag2 : "", t);
+    ut_fail("the error should mention '%s' and '%s'; got:\n%s", frag1 ? frag1 : "", frag2 ? frag2 : "", t);
   }
 }
 
 /* ---- cases ---- */
 
 static void test_v5e_full_slice(void) {
-  begin();
+  ut_begin("v5e [data:16, model:16]: both axes close their rings, one torus dim each");
   const Program *p = check("mesh pod = v5e[data: 16, model: 16]\n");
   expect_clean();
   const Mesh *m = mesh(p, "pod");
@@ -186,11 +144,11 @@ static void test_v5e_full_slice(void) {
     check_int("data.stride", m->axes[0].stride, 16);
     check_int("model.stride", m->axes[1].stride, 1);
   }
-  end("v5e [data:16, model:16]: both axes close their rings, one torus dim each");
+  ut_end();
 }
 
 static void test_v5e_small(void) {
-  begin();
+  ut_begin("v5e [data:4, model:2]: a 2x4 sub-slice, no wraparound");
   const Program *p = check("mesh pod = v5e[data: 4, model: 2]\n");
   expect_clean();
   const Mesh *m = mesh(p, "pod");
@@ -199,11 +157,11 @@ static void test_v5e_small(void) {
     expect_ici(m, "model", 2, 1, 1, 1, false);
     expect_ici(m, "data", 1, 4, 1, 1, false); /* each axis on its own torus dim: a 2x4 slice */
   }
-  end("v5e [data:4, model:2]: a 2x4 sub-slice, no wraparound");
+  ut_end();
 }
 
 static void test_v5e_span(void) {
-  begin();
+  ut_begin("v5e: an axis continuing onto the next torus dim spans two dims");
   const Program *p = check("mesh pod = v5e[data: 4, model: 8]\n mesh row = v5e[data: 32]\n");
   expect_clean();
   const Mesh *m = mesh(p, "pod");
@@ -213,11 +171,11 @@ static void test_v5e_span(void) {
   }
   m = mesh(p, "row");
   if (m) expect_ici(m, "data", 16, 2, 1, 2, false); /* 16 wraps, 2 does not: no wraparound */
-  end("v5e: an axis continuing onto the next torus dim spans two dims");
+  ut_end();
 }
 
 static void test_v5p_3d(void) {
-  begin();
+  ut_begin("v5p 3D torus: axes per torus dim, one spanning two dims, wraparound per multiple of 4");
   const Program *p = check("mesh full = v5p[data: 28, seq: 20, model: 16]\n"
                            "mesh cube = v5p[data: 4, model: 64]\n"
                            "mesh part = v5p[data: 2, model: 8]\n");
@@ -239,11 +197,11 @@ static void test_v5p_3d(void) {
     expect_ici(m, "model", 8, 1, 1, 1, true);
     expect_ici(m, "data", 1, 2, 1, 1, false); /* 2 along dim 1; 2 is not a multiple of 4 */
   }
-  end("v5p 3D torus: axes per torus dim, one spanning two dims, wraparound per multiple of 4");
+  ut_end();
 }
 
 static void test_v5e_two_slices(void) {
-  begin();
+  ut_begin("v5e two slices [dcn:2, data:16, model:16]: dcn rides DCN, the rest one full slice");
   const Program *p = check("mesh two = v5e[dcn: 2, data: 16, model: 16]\n");
   expect_clean();
   const Mesh *m = mesh(p, "two");
@@ -261,16 +219,16 @@ static void test_v5e_two_slices(void) {
     expect_ici(m, "model", 16, 1, 1, 1, true);
     expect_ici(m, "data", 1, 16, 1, 1, true);
   }
-  end("v5e two slices [dcn:2, data:16, model:16]: dcn rides DCN, the rest one full slice");
+  ut_end();
 }
 
 static void test_unformable(void) {
-  begin();
+  ut_begin("v5e [data:512]: one axis larger than a slice would straddle ICI and DCN");
   check("mesh big = v5e[data: 512]\n");
   expect_error("axis 'data' (512) is larger than", "would straddle ICI and DCN");
-  end("v5e [data:512]: one axis larger than a slice would straddle ICI and DCN");
+  ut_end();
 
-  begin();
+  ut_begin("v5e [data:3, model:128]: three 128-chip slices over DCN");
   const Program *p = check("mesh odd = v5e[data: 3, model: 128]\n");
   expect_clean();
   const Mesh *m = mesh(p, "odd");
@@ -280,21 +238,21 @@ static void test_unformable(void) {
     if (d) check_int("odd.data.link", d->link, LINK_DCN);
     expect_ici(m, "model", 16, 8, 1, 2, false); /* 16 wraps, 8 does not */
   }
-  end("v5e [data:3, model:128]: three 128-chip slices over DCN");
+  ut_end();
 
-  begin();
+  ut_begin("v5e [data:17]: a prime larger than any torus dim does not fit");
   check("mesh far = v5e[data: 17]\n");
   expect_error("axis 'data' (17)", "does not fit");
-  end("v5e [data:17]: a prime larger than any torus dim does not fit");
+  ut_end();
 
-  begin();
+  ut_begin("v5e [a:2, b:5, c:5, d:5]: no room left for 'b' beside 'c' and 'd' (5x5 on 16x16)");
   check("mesh wide = v5e[a: 2, b: 5, c: 5, d: 5]\n");
   expect_error("axis 'b' (5)", "does not fit");
-  end("v5e [a:2, b:5, c:5, d:5]: no room left for 'b' beside 'c' and 'd' (5x5 on 16x16)");
+  ut_end();
 }
 
 static void test_h100(void) {
-  begin();
+  ut_begin("h100: minor axes fill the 8-GPU NVLink node, an axis may straddle nodes");
   const Program *p = check("mesh a = h100[data: 4, model: 8]\n"
                            "mesh b = h100[data: 2, model: 16]\n"
                            "mesh c = h100[x: 2, y: 2, z: 4]\n");
@@ -316,11 +274,11 @@ static void test_h100(void) {
     expect_gpu(m, "y", LINK_NVLINK, 2, 4); /* stride 4 x size 2 = 8: still one node */
     expect_gpu(m, "x", LINK_NETWORK, 1, 8);
   }
-  end("h100: minor axes fill the 8-GPU NVLink node, an axis may straddle nodes");
+  ut_end();
 }
 
 static void test_base_and_reform(void) {
-  begin();
+  ut_begin("a target with `base`, and mesh_form on a changed copy");
   Program *p = check("mesh pod = small_v5e[data: 8, model: 16]\n");
   expect_clean();
   const Mesh *m = mesh(p, "pod");
@@ -331,18 +289,18 @@ static void test_base_and_reform(void) {
     /* memory.c re-forms a changed copy: doubling `data` makes the full slice, so it wraps. */
     Mesh big = *m;
     big.axes[0].size *= 2;
-    check_true("mesh_form(copy)", mesh_form(&big));
+    ut_true("mesh_form(copy)", mesh_form(&big));
     expect_ici(&big, "data", 1, 16, 1, 1, true);
     check_int("big.devices", big.devices, 256);
     big.axes[0].size = 1;
     big.axes[1].size = 1024; /* one axis of 1024 chips: larger than a slice */
     FILE *null = fopen("/dev/null", "w");
     diag_configure(null ? null : stderr, DIAG_MACHINE, false);
-    check_true("mesh_form(straddling copy) fails", !mesh_form(&big));
+    ut_true("mesh_form(straddling copy) fails", !mesh_form(&big));
     diag_configure(stderr, DIAG_TEXT, false);
     if (null) fclose(null);
   }
-  end("a target with `base`, and mesh_form on a changed copy");
+  ut_end();
 }
 
 int main(void) {
@@ -355,9 +313,9 @@ int main(void) {
   test_unformable();
   test_h100();
   test_base_and_reform();
-  printf("%d passed, %d failed\n", npass, nfail);
+  int rc = ut_summary();
   free(diag_text);
   arena_free(&arena);
   source_free_all();
-  return nfail ? 1 : 0;
+  return rc;
 }
