@@ -3,6 +3,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "step.h"
+
+IrModule *check_build_ir(Arena *arena, const Program *p) {
+  return p->step && p->step->kind == STEP_TRAIN ? step_build(arena, p) : ir_build(arena, p);
+}
 
 ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
   ParsedProgram *prog = parse_program(arena, o->input, stdlib_locate(o->argv0));
@@ -35,7 +40,7 @@ int check_load(const Options *o, Arena *arena, CheckedProgram *cp) {
     fprintf(stderr, "shardc: compiling a `serve` step is not implemented yet; use --entry model.fn\n");
     return EXIT_USAGE;
   }
-  cp->ir = ir_build(arena, cp->prog);
+  cp->ir = check_build_ir(arena, cp->prog);
   if (!cp->ir || diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
   return EXIT_OK;
 }

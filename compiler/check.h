@@ -13,6 +13,10 @@ typedef struct CheckedProgram {
   IrModule *ir;   /* NULL when the program has no entry (a declarations-only file) */
 } CheckedProgram;
 
+/* The IR a command analyses: the whole train step (step_build) when p's entry is one, else the
+ * entry's forward (ir_build). NULL after errors. */
+IrModule *check_build_ir(Arena *arena, const Program *p);
+
 /* Returns the exit code so far: EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics printed),
  * or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
 int check_load(const Options *o, Arena *arena, CheckedProgram *cp);

@@ -125,6 +125,25 @@ int cmd_check(const Options *o) {
   arena_init(&arena);
   CheckedProgram cp;
   int rc = check_load(o, &arena, &cp);
+  if (rc == EXIT_OK && !cp.ir) {
+    /* A declarations-only file (a target or layer library): it checks, and there is nothing to fit. */
+    const Program *p = cp.prog;
+    if (o->format == FORMAT_JSON) {
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddNullToObject(j, "entry");
+      cJSON_AddNumberToObject(j, "dims", p->ndims);
+      cJSON_AddNumberToObject(j, "targets", p->ntargets);
+      cJSON_AddNumberToObject(j, "meshes", p->nmeshes);
+      cJSON_AddNumberToObject(j, "layouts", p->nlayouts);
+      cJSON_AddNumberToObject(j, "models", p->nmodels);
+      char *text = cJSON_Print(j);
+      printf("%s\n", text);
+      free(text);
+      cJSON_Delete(j);
+    } else
+      printf("%s: declarations check (%d dims, %d targets, %d meshes, %d layouts, %d models); no function to "
+             "compile, so no memory fit\n", o->input, p->ndims, p->ntargets, p->nmeshes, p->nlayouts, p->nmodels);
+  }
   if (rc != EXIT_OK || !cp.ir) {
     arena_free(&arena);
     return rc;
@@ -153,6 +172,7 @@ int cmd_check(const Options *o) {
     if (r.recompute_flops > 0) fprintf(out, " (model %.4g + recomputation %.4g)", r.model_flops_per_step, r.recompute_flops);
     fputc('\n', out);
     if (o->shardings) print_shardings(out, &arena, p, m);
+    if (o->emit_ir) ir_print(out, m);
     if (!r.fits) {
       fprintf(out, "largest buffers per device:\n");
       for (int i = 0; i < r.nlargest; i++) {

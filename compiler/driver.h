@@ -31,6 +31,7 @@ typedef struct Options {
   const char *entry;       /* --entry model.fn, or NULL */
   OutputFormat format;     /* --format text|json */
   bool emit_llvm;          /* --emit-llvm */
+  bool emit_ir;            /* --emit-ir (check: print the IR, shardings included) */
   const char *output;      /* -o FILE, or NULL */
   const char *trace;       /* --trace FILE (sim), or NULL */
   bool ideal;              /* --ideal (sim: peak figures, no efficiency factors) */

@@ -41,11 +41,13 @@ static void print_help(FILE *f) {
           "  --mesh NAME            use this mesh (default: the first declared)\n"
           "  --entry model.fn       compile this function alone, with no train step\n"
           "  --format text|json     output format of check, explain and sim (default text)\n"
-          "  --emit-llvm            print the LLVM IR\n"
+          "  --emit-llvm            print the LLVM IR (run, build: not implemented yet)\n"
+          "  --emit-ir              print shardc's tensor IR after checking (check)\n"
           "  -o FILE                output file (build)\n"
           "  --trace FILE           write a trace of the simulated step (sim)\n"
           "  --ideal                use the targets' peak figures, no efficiency factors (sim)\n"
-          "  --shardings            show the sharding of every value (explain)\n"
+          "  --shardings            check: every param's and input's sharding and where it came\n"
+          "                         from; explain: every value's\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
@@ -117,6 +119,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       continue;
     }
     if (strcmp(a, "--emit-llvm") == 0) { o->emit_llvm = true; continue; }
+    if (strcmp(a, "--emit-ir") == 0) { o->emit_ir = true; continue; }
     if (strcmp(a, "--ideal") == 0) { o->ideal = true; continue; }
     if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
 

@@ -1,25 +1,25 @@
 /* memory.c: memory fit per device, FLOPs per step, and suggestions (see memory.h).
  *
- * The model, per device, after sharding:
+ * The model, per device, after sharding (language.md's memory keys):
  *   params       every flattened param's local bytes (its layout sharding; a stacked param's
  *                leading `layers` dim counts too, so `layers@stage` divides it).
  *   grads        training only: the params' bytes again (gradients have their param's dtype); with
  *                `zero = 2` further divided over the axes that shard `batch`.
  *   optimizer    adam: 8 bytes (two f32 moments) per local param element; sgd: none; a `master`
  *                copy adds 4 per element. With `zero >= 1` divided over the axes that shard `batch`.
- *   activations  training only: the tensors the forward saves for the backward (SAVED_* table below:
- *                what each op's backward reads), each counted once, per microbatch (a tensor with
- *                the `batch` dim is 1/microbatches of its full-batch size), times the microbatches
- *                in flight (1 without a pipeline; gpipe: all; 1f1b: up to the stage count). Under
- *                `remat = full` a stacked loop keeps only each iteration's carried input; under
- *                `dots` it keeps its contraction and attention outputs and its carried input.
- *   temporaries  gathered FSDP weights of one layer (or of the largest param used outside the
- *                loop), the recompute buffer of one layer when remat is on, the f32 gradient
- *                accumulator when microbatches > 1 (training), and twice the largest single
- *                intermediate (an op's output and, training, its gradient).
- * FLOPs (language.md): each contraction 2 x the product of its distinct dims, global; attention its
- * two contractions; a loop times its count; training 3x the forward plus recomputation (remat =
- * full re-runs each loop body's forward; fused attention always recomputes its scores). */
+ *   activations  training only, read from the step's IR (step.h): every value the backward reads
+ *                that the forward made (Value.saved; a stacked loop's residuals count each layer
+ *                its device holds), for one microbatch, times the microbatches in flight (1 without
+ *                a pipeline; gpipe: all; 1f1b: up to the stage count). What is saved follows the
+ *                remat policy, which the step builder applied to the IR.
+ *   temporaries  the gathered FSDP weights of one layer (or of the largest param used outside the
+ *                loop), the values one backward iteration recomputes under remat, the f32 gradient
+ *                accumulator when microbatches > 1, and twice the largest single value of the step
+ *                (an op's output and its gradient).
+ * Shardings are those propagation gives (shard.h) on p's mesh under p's layout. FLOPs are the
+ * step IR's (step_flops: contractions 2 x the product of their distinct dims, fused attention its
+ * two contractions, the backward as its ops state, recomputation counted separately). Without a
+ * train step the entry's forward is analysed, with no grads, optimizer state or activations. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,69 +29,24 @@
 #include "diag.h"
 #include "memory.h"
 #include "shard.h"
-
-/* What an op's backward reads, by op kind. SAVED_NONE for ops whose gradient needs only shapes. */
-enum {
-  SAVED_NONE = 0,
-  SAVED_OPERANDS = 1,  /* every tensor operand that is not a param */
-  SAVED_OPERAND0 = 2,  /* the first operand */
-  SAVED_RESULT = 4,    /* the op's output */
-  SAVED_STATS = 8,     /* f32 statistics: one per row reduced over dims[0] (norms, attention) */
-  SAVED_OPERAND1 = 16, /* the second operand (take: the indices) */
-};
-static int saved_kind(OpKind k) {
-  switch (k) {
-  case OP_CONTRACT: case OP_MUL: case OP_DIV: return SAVED_OPERANDS;
-  case OP_EXP: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_SOFTMAX:
-    return SAVED_RESULT;
-  case OP_LOG: case OP_RELU: case OP_GELU: case OP_SILU: return SAVED_OPERAND0;
-  case OP_MAX: return SAVED_OPERAND0 | SAVED_RESULT;
-  case OP_RMSNORM: case OP_LAYERNORM: return SAVED_OPERAND0 | SAVED_STATS;
-  case OP_TAKE: return SAVED_OPERAND1;
-  case OP_ATTENTION: return SAVED_OPERANDS | SAVED_RESULT | SAVED_STATS;
-  default: return SAVED_NONE;
-  }
-}
+#include "step.h"
+#include "check.h"
 
 typedef struct Walk {
   const Program *p;
   IrModule *m;
   const Dim *batch;     /* the dim named `batch`, or NULL */
-  int micro;            /* microbatches */
-  uint8_t *is_param;    /* by value id: a param or a stacked param's slice */
-  uint8_t *seen;        /* by value id: already counted in the current set */
+  uint8_t *is_param;    /* by value id: a param, or a stacked param's slice in a loop body */
   int64_t largest_value;
   const Value *largest_value_v;
 } Walk;
 
 static int64_t value_bytes(const Walk *w, const Value *v) {
-  int64_t b = sharding_local_bytes(&v->type, &v->sharding, w->p->mesh);
-  if (w->batch && w->micro > 1 && tensor_type_find(&v->type, w->batch) >= 0) b /= w->micro;
-  return b;
+  return sharding_local_bytes(&v->type, &v->sharding, w->p->mesh);
 }
 
-/* f32 statistics of a norm / attention: x's local elements without the reduced dim. */
-static int64_t stats_bytes(const Walk *w, const Op *op) {
-  const Value *x = op->kind == OP_ATTENTION ? op->results[0] : op->operands[0];
-  const Dim *over = op->ndims > 0 ? op->dims[0] : NULL;
-  int pos = over ? tensor_type_find(&x->type, over) : -1;
-  int64_t b = value_bytes(w, x) / dtype_bytes(x->type.dtype) * 4;
-  if (pos >= 0) {
-    int64_t ext = sharding_local_extent(&x->type, &x->sharding, w->p->mesh, pos);
-    if (ext > 0) b /= ext;
-  }
-  return b * (op->kind == OP_LAYERNORM ? 2 : 1);
-}
-
-static int64_t count_value(Walk *w, const Value *v) {
-  if (!v || w->is_param[v->id] || w->seen[v->id]) return 0;
-  if (v->def && v->def->kind == OP_CONST) return 0;
-  w->seen[v->id] = 1;
-  return value_bytes(w, v);
-}
-
-/* The stacked dim's trips that one device runs: count / the axes sharding the stacked operand's
- * leading dim (pipeline stages). */
+/* The stacked dim's trips one device runs: count / the axes sharding the stacked operand's leading
+ * dim (the pipeline stages, returned in *stages). */
 static int64_t loop_trips_per_device(const Walk *w, const Op *loop, int64_t *stages) {
   int64_t s = 1;
   if (loop->nslices > 0) {
@@ -114,89 +69,30 @@ static void track_largest(Walk *w, IrFunc *f) {
   }
 }
 
-/* Bytes saved by the ops of f (nested loops per their policy), for one microbatch. */
-static int64_t saved_in_func(Walk *w, IrFunc *f, RematKind remat, bool in_loop);
-
-static int64_t saved_by_op(Walk *w, const Op *op) {
-  int k = saved_kind(op->kind);
-  int64_t b = 0;
-  if (k & SAVED_OPERANDS)
-    for (int i = 0; i < op->noperands; i++) b += count_value(w, op->operands[i]);
-  if ((k & SAVED_OPERAND0) && op->noperands > 0) b += count_value(w, op->operands[0]);
-  if ((k & SAVED_OPERAND1) && op->noperands > 1) b += count_value(w, op->operands[1]);
-  if ((k & SAVED_RESULT) && op->nresults > 0) b += count_value(w, op->results[0]);
-  if (k & SAVED_STATS) b += stats_bytes(w, op);
-  return b;
-}
-
-static int64_t saved_by_loop(Walk *w, const Op *loop, RematKind remat) {
-  IrFunc *b = loop->body;
-  int64_t per_iter = 0;
-  if (remat == REMAT_NONE) {
-    per_iter = saved_in_func(w, b, remat, true);
-  } else {
-    /* full and dots keep each iteration's carried input (the block input) */
-    for (int i = loop->nslices; i < loop->nslices + loop->ncarried && i < b->ninputs; i++)
-      per_iter += value_bytes(w, b->inputs[i]);
-    if (remat == REMAT_DOTS)
-      for (Op *op = b->first; op; op = op->next)
-        if (op->kind == OP_CONTRACT || op->kind == OP_ATTENTION) per_iter += count_value(w, op->results[0]);
-  }
-  return per_iter * loop_trips_per_device(w, loop, NULL);
-}
-
-static int64_t saved_in_func(Walk *w, IrFunc *f, RematKind remat, bool in_loop) {
-  int64_t b = 0;
+/* What one iteration of a backward loop recomputes (remat): its PHASE_RECOMPUTE values. */
+static int64_t recompute_bytes(Walk *w, IrFunc *f, bool in_reverse) {
+  int64_t best = 0, here = 0;
   for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP && op->body) b += saved_by_loop(w, op, remat);
-    else if (!(in_loop && remat != REMAT_NONE)) b += saved_by_op(w, op);
-  }
-  return b;
-}
-
-/* ---- FLOPs ---- */
-/* The product of the distinct dims of a (without `drop`) and b, and `add`: a contraction's size. */
-static double prod_union(const TensorType *a, const TensorType *b, const Dim *drop, const Dim *add) {
-  const Dim *seen[2 * MAX_RANK + 1];
-  int n = 0;
-  double f = 1;
-  const TensorType *ts[2] = {a, b};
-  for (int t = 0; t < 2; t++)
-    for (int i = 0; i < ts[t]->rank; i++) {
-      const Dim *d = ts[t]->dims[i];
-      if (t == 0 && d == drop) continue; /* `drop` leaves the first tensor only */
-      bool dup = false;
-      for (int j = 0; j < n; j++) dup |= seen[j] == d;
-      if (!dup) { seen[n++] = d; f *= (double)d->size; }
-    }
-  if (add) {
-    bool dup = false;
-    for (int j = 0; j < n; j++) dup |= seen[j] == add;
-    if (!dup) f *= (double)add->size;
-  }
-  return f;
-}
-
-/* Forward FLOPs of f (global), and separately the score FLOPs of fused attention (recomputed in
- * the backward) and the FLOPs inside loop bodies (what full remat recomputes). */
-static void func_flops(IrFunc *f, double *total, double *attn_scores, double *in_loops, double scale) {
-  for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_CONTRACT && op->noperands == 2) {
-      *total += scale * 2 * prod_union(&op->operands[0]->type, &op->operands[1]->type, NULL, NULL);
-    } else if (op->kind == OP_ATTENTION && op->noperands == 3 && op->ndims >= 2) {
-      double qk = 2 * prod_union(&op->operands[0]->type, &op->operands[1]->type, NULL, NULL);
-      /* p = q's dims without head, plus the key dim; then p . v */
-      double pv = 2 * prod_union(&op->operands[0]->type, &op->operands[2]->type, op->dims[0], op->dims[1]);
-      *total += scale * (qk + pv);
-      *attn_scores += scale * qk;
-    } else if (op->kind == OP_LOOP && op->body) {
-      double t = 0, a = 0, l = 0;
-      func_flops(op->body, &t, &a, &l, scale * (double)op->count);
-      *total += t;
-      *attn_scores += a;
-      *in_loops += t;
+    if (op->kind == OP_LOOP && op->body) {
+      int64_t b = recompute_bytes(w, op->body, op->reverse);
+      if (b > best) best = b;
+    } else if (in_reverse && op->phase == PHASE_RECOMPUTE) {
+      for (int r = 0; r < op->nresults; r++) here += value_bytes(w, op->results[r]);
     }
   }
+  return here > best ? here : best;
+}
+
+/* The forward stacked loop: the first loop over stacked params that is not a backward loop
+ * (inside the microbatch loop when there is one). */
+static const Op *forward_stack_loop(IrFunc *f) {
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind != OP_LOOP || !op->body || op->reverse) continue;
+    if (op->nslices > 0) return op;
+    const Op *in = forward_stack_loop(op->body);
+    if (in) return in;
+  }
+  return NULL;
 }
 
 /* ---- params, grads, optimizer ---- */
@@ -249,12 +145,6 @@ static void mark_params(Walk *w, IrFunc *f) {
   }
 }
 
-static const Op *first_loop(IrFunc *f) {
-  for (Op *op = f->first; op; op = op->next)
-    if (op->kind == OP_LOOP && op->body) return op;
-  return NULL;
-}
-
 void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   memset(r, 0, sizeof *r);
   r->devices = p->mesh ? p->mesh->devices : 1;
@@ -264,16 +154,14 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
 
   const Step *st = p->step;
   r->training = st && st->kind == STEP_TRAIN;
-  Walk w = {.p = p, .m = m, .batch = program_find_dim(p, intern_cstr("batch")),
-            .micro = r->training && st->microbatches > 1 ? st->microbatches : 1};
+  Walk w = {.p = p, .m = m, .batch = program_find_dim(p, intern_cstr("batch"))};
   w.is_param = ARENA_ARRAY(m->arena, uint8_t, m->nvalues + 1);
-  w.seen = ARENA_ARRAY(m->arena, uint8_t, m->nvalues + 1);
   mark_params(&w, m->main);
   uint16_t bmask = batch_axes(&w);
 
   /* params, grads, optimizer */
   int64_t local_elems_total = 0, gathered_outside_max = 0, gathered_layer = 0;
-  const Op *loop = first_loop(m->main);
+  const Op *loop = forward_stack_loop(m->main);
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
     Sharding s;
@@ -311,34 +199,22 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   int64_t in_flight = 1, stages = 1;
   if (loop) loop_trips_per_device(&w, loop, &stages);
   if (r->training) {
-    RematKind remat = st->remat;
-    r->activations = saved_in_func(&w, m->main, remat, false);
-    /* the loss keeps the output (cross_entropy: its softmax, in f32) */
-    if (m->main->noutputs > 0) {
-      const Value *out = m->main->outputs[0];
-      int64_t ob = value_bytes(&w, out);
-      if (st->loss == LOSS_CROSS_ENTROPY) ob = ob / dtype_bytes(out->type.dtype) * 4;
-      if (!w.seen[out->id]) r->activations += ob;
-    }
+    r->activations = m->step ? step_saved_bytes(m, p->mesh) : 0;
     if (stages > 1) {
       in_flight = st->schedule == SCHED_GPIPE ? st->microbatches
                                               : (st->microbatches < stages ? st->microbatches : stages);
     }
     r->activations *= in_flight;
-    if (loop)
-      add_largest(r, arena_printf(m->arena, "activations saved by the stacked loop (x%lld layers)",
-                                  (long long)loop->count),
-                  loop->loc, r->activations);
+    add_largest(r, in_flight > 1 ? arena_printf(m->arena, "activations saved for the backward (%lld microbatches in flight)",
+                                                (long long)in_flight)
+                                   : "activations saved for the backward",
+                st->loc, r->activations);
   }
 
   /* temporaries */
   track_largest(&w, m->main);
   int64_t gathered = gathered_layer > gathered_outside_max ? gathered_layer : gathered_outside_max;
-  int64_t recompute = 0;
-  if (r->training && loop && st->remat != REMAT_NONE) {
-    memset(w.seen, 0, (size_t)m->nvalues + 1);
-    recompute = saved_in_func(&w, loop->body, REMAT_NONE, true);
-  }
+  int64_t recompute = r->training ? recompute_bytes(&w, m->main, false) : 0;
   int64_t accum = r->training && st->microbatches > 1 ? local_elems_total * 4 : 0;
   r->temporaries = gathered + recompute + accum + w.largest_value * (r->training ? 2 : 1);
   if (w.largest_value_v)
@@ -352,14 +228,12 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   r->fits = (double)r->total <= r->capacity;
 
   /* FLOPs */
-  double fwd = 0, scores = 0, in_loops = 0;
-  func_flops(m->main, &fwd, &scores, &in_loops, 1);
-  if (r->training) {
-    r->model_flops_per_step = 3 * fwd;
-    r->recompute_flops = scores + (st->remat == REMAT_FULL ? in_loops : 0);
-  } else {
-    r->model_flops_per_step = fwd;
-  }
+  /* language.md fixes the count: the backward is 2x the forward (even where the IR skips a
+   * gradient nobody needs, such as the input's), plus the recomputation the IR does. */
+  StepFlops fl;
+  step_flops(m, &fl);
+  r->model_flops_per_step = (r->training ? 3 : 1) * fl.forward;
+  r->recompute_flops = r->training ? fl.recompute : 0;
   r->flops_per_step = r->model_flops_per_step + r->recompute_flops;
 }
 
@@ -368,7 +242,11 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
 /* Re-estimate p changed by the caller, quietly (layout warnings belong to the real program). */
 static void estimate_quiet(const Program *q, IrModule *m, MemoryReport *r) {
   diag_push_quiet();
-  memory_estimate(q, m, r);
+  /* A changed step (remat, microbatches, zero) is a different IR; a changed layout or mesh only
+   * changes shardings, but propagation writes them into the IR: build afresh either way. */
+  IrModule *mq = check_build_ir(m->arena, q);
+  if (mq) memory_estimate(q, mq, r);
+  else memset(r, 0, sizeof *r), r->total = INT64_MAX;
   diag_pop_quiet();
 }
 
@@ -493,10 +371,13 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
     }
     /* 3. more microbatches */
     const Dim *batch = program_find_dim(p, intern_cstr("batch"));
+    Walk wb = {.p = p, .m = m, .batch = batch};
+    int64_t batch_shards = axes_product(p->mesh, batch_axes(&wb));
     for (int mul = 2; batch && mul <= 16; mul *= 2) {
       Step st = *p->step;
       st.microbatches = p->step->microbatches * mul;
-      if (batch->size % st.microbatches) break;
+      /* each microbatch's rows must still divide over the axes that shard `batch` */
+      if (batch->size % st.microbatches || (batch->size / st.microbatches) % batch_shards) break;
       Program q = *p;
       q.step = &st;
       MemoryReport rep;
@@ -543,7 +424,6 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
       push_suggestion(out, &n, max, &s);
     }
   }
-  memory_estimate(p, m, &(MemoryReport){0}); /* restore p's shardings on the IR */
   return n;
 }
 
