@@ -822,6 +822,10 @@ static void backprop_loop(Ctx *c, Op *L) {
   ir_append(c->out, R);
   for (int i = 0; i < nc; i++) add_grad(c, L->operands[lg->car_src.data[i]], R->results[i], L->loc);
   for (int i = 0; i < nk; i++) add_grad(c, L->operands[lg->stk_src.data[i]], R->results[nc + i], L->loc);
+  for (int i = 0; i < nk; i++) { /* a stacked param's gradient, named after it (explain's reasons) */
+    const Value *p = L->operands[lg->stk_src.data[i]];
+    if (p->name) R->results[nc + i]->name = intern_cstr(arena_printf(c->ad->m->arena, "grad.%s", p->name));
+  }
 }
 
 static void walk(Ctx *c) {

@@ -21,6 +21,7 @@
 #include "memory.h"
 #include "partition.h"
 #include "propagate.h"
+#include "step.h"
 
 typedef struct OpRow {
   const Op *op;
@@ -37,6 +38,7 @@ typedef struct CollRow {
   CollKind kind;
   CollCost cost;        /* one run */
   bool in_layer;        /* inside the stacked loop's body (not a pipeline transfer) */
+  bool in_pipe;         /* inside a pipelined loop's body: each stage runs it for its own layers */
 } CollRow;
 
 typedef struct Explain {
@@ -126,6 +128,32 @@ static const char *op_label(const Explain *E, const Op *op) {
   return ir_op_name(op->kind);
 }
 
+/* The part of a train step an op belongs to (Op.phase), as explain names it. */
+static const char *phase_name(int phase) {
+  switch (phase) {
+  case PHASE_FORWARD: return "forward";
+  case PHASE_LOSS: return "loss";
+  case PHASE_BACKWARD: return "backward";
+  case PHASE_RECOMPUTE: return "recompute";
+  case PHASE_ACCUMULATE: return "accumulate";
+  case PHASE_UPDATE: return "optimizer";
+  default: return "?";
+  }
+}
+
+/* What the step's text report calls each phase where a group of ops or collectives starts. */
+static const char *phase_heading(int phase) {
+  switch (phase) {
+  case PHASE_FORWARD: return "forward";
+  case PHASE_LOSS: return "loss";
+  case PHASE_BACKWARD: return "backward";
+  case PHASE_RECOMPUTE: return "backward (recomputing the forward)";
+  case PHASE_ACCUMULATE: return "microbatch accumulation";
+  case PHASE_UPDATE: return "optimizer update";
+  default: return "?";
+  }
+}
+
 /* ---- per-op figures ---- */
 
 /* The local extent of dim d in the op's computation (its plan's factor, else the result's). */
@@ -205,20 +233,21 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   if (r->kind == COLL_ALL_GATHER) bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh);
   r->count = mult;
   if (r->kind == COLL_PERMUTE && op->coll_period > 0) { /* a stage sends once per microbatch */
-    int mb = microbatches(E->p);
+    int mb = E->m->step && E->m->step->micro_loop ? 1 : microbatches(E->p); /* the loop counts them */
     bytes /= mb;
     r->count = E->loop_outer_mult * mb;
   }
   cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
 }
 
-static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer) {
+static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, bool in_pipe) {
   const Target *t = E->mesh->target;
   for (const Op *op = f->first; op; op = op->next) {
     if (ir_op_is_collective(op->kind)) {
       CollRow r = {.op = op, .depth = depth};
       coll_figures(E, op, mult, &r);
       r.in_layer = in_layer && op->coll_period == 0;
+      r.in_pipe = in_pipe && op->coll_period == 0;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
       if (r.in_layer) E->layer_comm_s += r.cost.time_s * r.count / mult;
@@ -234,14 +263,19 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
     }
     VEC_PUSH(E->a, E->ops, row);
     if (op->kind == OP_LOOP && op->body) {
-      bool layer = !E->layer_loop;
-      if (layer) E->layer_loop = op;
-      /* per device: under a pipeline a device runs only its stage's share of the iterations */
+      /* "a layer": an iteration of the first loop over stacked params (not a step's microbatches),
+       * with the iteration of the backward's loop over the same stacked dim */
+      bool layer = !(E->m->step && E->m->step->micro_loop == op) &&
+                   (!E->layer_loop || (op->stack_dim && op->stack_dim == E->layer_loop->stack_dim && !in_layer));
+      if (layer && !E->layer_loop) E->layer_loop = op;
+      /* per device: under a pipeline a device runs only its stage's share of the iterations (the
+       * forward's loop and the backward's) */
       double trips = (double)(op->count > 0 ? op->count : 1);
-      if (E->has_pipe && E->pipe.loop == op) trips /= (double)E->pipe.stages;
+      int64_t stages = sharding_axes_product(E->mesh, partition_stage_axes(op));
+      if (stages > 1) trips /= (double)stages;
       double save = E->loop_outer_mult;
       E->loop_outer_mult = mult;
-      collect(E, op->body, depth + 1, mult * trips, layer || in_layer);
+      collect(E, op->body, depth + 1, mult * trips, layer || in_layer, in_pipe || stages > 1);
       E->loop_outer_mult = save;
     }
   }
@@ -272,6 +306,7 @@ static bool is_param_value(const Value *v) {
 static void strategy_func(const Explain *E, const IrFunc *f, Strategy *s) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) strategy_func(E, op->body, s);
+    if (op->phase != PHASE_FORWARD) continue; /* a step's backward mirrors its forward */
     if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0])) s->fsdp |= op->axes;
     if (op->kind == OP_CONTRACT && op->plan && op->plan->factored && op->plan->made_partial) {
       s->tp |= op->plan->made_partial;
@@ -312,7 +347,10 @@ static void print_header(FILE *out, const Explain *E) {
           p->entry->name, E->mesh->name, E->mesh->target->name, mesh, (long long)E->mesh->devices,
           p->layout ? p->layout->name : "(none)");
   fprintf(out, "times are ideal: peak FLOP/s, HBM and link bandwidth (shardc sim applies efficiencies)\n");
-  fprintf(out, "the forward pass%s\n", p->step && p->step->kind == STEP_TRAIN ? " of the training step" : "");
+  if (E->m->step)
+    fprintf(out, "the whole training step, grouped by phase: forward, loss, backward, optimizer update\n");
+  else
+    fprintf(out, "the forward pass\n");
   fprintf(out, "memory per device: %s of %s: %s\n", fmt_bytes(E->a, (double)E->mem.total),
           fmt_bytes(E->a, E->mem.capacity), E->mem.fits ? "fits" : "does not fit");
 }
@@ -320,15 +358,20 @@ static void print_header(FILE *out, const Explain *E) {
 static void print_ops(FILE *out, const Explain *E) {
   fprintf(out, "\nops (per device):\n");
   fprintf(out, "  %-22s %-30s %-52s %-28s %9s %9s\n", "where", "op", "sharding", "local shape", "FLOPs", "time");
+  int phase = -1;
   for (int i = 0; i < E->ops.len; i++) {
     const OpRow *r = &E->ops.data[i];
     const Op *op = r->op;
     char ind[32];
     snprintf(ind, sizeof ind, "%*s", 2 * r->depth, "");
+    if (E->m->step && op->kind != OP_INPUT && op->kind != OP_PARAM && op->phase != phase) {
+      phase = op->phase;
+      fprintf(out, "  %s-- %s --\n", ind, phase_heading(phase));
+    }
     if (op->kind == OP_LOOP) {
       fprintf(out, "  %-22s %sloop over %s, %lld iterations%s:\n", where(E, op->loc), ind,
               op->stack_dim ? op->stack_dim->name : "?", (long long)op->count,
-              E->has_pipe && E->pipe.loop == op ? " (pipelined, see below)" : "");
+              sharding_axes_product(E->mesh, partition_stage_axes(op)) > 1 ? " (pipelined, see below)" : "");
       continue;
     }
     const Value *v = op->results[0];
@@ -342,14 +385,19 @@ static void print_ops(FILE *out, const Explain *E) {
 static void print_colls(FILE *out, const Explain *E) {
   fprintf(out, "\ncollectives (%d):\n", E->colls.len);
   if (E->colls.len == 0) fprintf(out, "  none: every op runs on the shards it has\n");
+  int phase = -1;
   for (int i = 0; i < E->colls.len; i++) {
     const CollRow *r = &E->colls.data[i];
     const Op *op = r->op;
     const Value *x = op->operands[0];
+    if (E->m->step && op->phase != phase) {
+      phase = op->phase;
+      fprintf(out, "  -- %s --\n", phase_heading(phase));
+    }
     fprintf(out, "  %d. %s%s over %s at %s", i + 1, coll_kind_name(r->kind), op->reduce_max ? " (max)" : "",
             axes_names(E, op->axes, true), where(E, op->loc));
     if (r->count != 1) fprintf(out, ", x%s per step", fmt_count(E->a, r->count));
-    if (E->has_pipe && r->depth > 0 && op->coll_period == 0) fprintf(out, " (this stage's layers)");
+    if (r->in_pipe) fprintf(out, " (this stage's layers)");
     fputc('\n', out);
     fprintf(out, "     %s -> %s\n", sharding_text(E, x), sharding_text(E, op->results[0]));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
@@ -373,6 +421,21 @@ static void print_summary(FILE *out, const Explain *E) {
     if (n[k] > 0)
       fprintf(out, "    %-20s %8s runs %12s per device %12s\n", coll_kind_name((CollKind)k), fmt_count(E->a, n[k]),
               fmt_bytes(E->a, b[k]), fmt_time(E->a, t[k]));
+  if (E->m->step) {
+    fprintf(out, "  by phase:\n");
+    for (int ph = PHASE_FORWARD; ph <= PHASE_UPDATE; ph++) {
+      double cn = 0, cb = 0, ct = 0;
+      for (int j = 0; j < E->colls.len; j++) {
+        const CollRow *r = &E->colls.data[j];
+        if (r->op->phase != ph) continue;
+        cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
+      }
+      if (cn > 0)
+        fprintf(out, "    %-20s %8s runs %12s per device %12s\n", phase_name(ph), fmt_count(E->a, cn),
+                fmt_bytes(E->a, cb), fmt_time(E->a, ct));
+    }
+    if (E->colls.len == 0) fprintf(out, "    (none)\n");
+  }
   fprintf(out, "  by axes:\n");
   uint16_t seen[64];
   int ns = 0;
@@ -396,8 +459,8 @@ static void print_summary(FILE *out, const Explain *E) {
           E->comm_s == 0 ? "no communication"
           : E->comm_s <= E->compute_s ? "compute-bound (communication can hide behind compute)" : "communication-bound");
   if (E->layer_loop) {
-    fprintf(out, "  per layer (one iteration of the loop at %s): compute %s, communication %s: %s\n",
-            where(E, E->layer_loop->loc), fmt_time(E->a, E->layer_compute_s), fmt_time(E->a, E->layer_comm_s),
+    fprintf(out, "  per layer (one iteration of the loop at %s%s): compute %s, communication %s: %s\n",
+            where(E, E->layer_loop->loc), E->m->step ? ", forward and backward" : "", fmt_time(E->a, E->layer_compute_s), fmt_time(E->a, E->layer_comm_s),
             E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
   }
   Strategy s;
@@ -504,6 +567,7 @@ static cJSON *json_report(const Explain *E) {
     const CollRow *r = &E->colls.data[i];
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "kind", coll_kind_name(r->kind));
+    cJSON_AddStringToObject(c, "phase", phase_name(r->op->phase));
     cJSON_AddItemToObject(c, "axes", axes_json(E, r->op->axes));
     cJSON_AddNumberToObject(c, "bytes_per_device", r->cost.bytes_per_device);
     cJSON_AddNumberToObject(c, "time_s", r->cost.time_s);
@@ -525,6 +589,7 @@ static cJSON *json_report(const Explain *E) {
     const Op *op = r->op;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
+    cJSON_AddStringToObject(j, "phase", phase_name(op->phase));
     cJSON_AddNumberToObject(j, "line", op->loc.line);
     if (op->loc.file && op->loc.file != E->p->main_file) cJSON_AddStringToObject(j, "file", file_name(E, op->loc));
     if (op->kind == OP_LOOP) {
@@ -616,7 +681,7 @@ int cmd_explain(const Options *o) {
   }
   E.has_pipe = partition_pipeline(m, &E.pipe);
   E.loop_outer_mult = 1;
-  collect(&E, m->main, 0, 1, false);
+  collect(&E, m->main, 0, 1, false, false);
   if (o->format == FORMAT_JSON) {
     cJSON *j = json_report(&E);
     char *s = cJSON_Print(j);

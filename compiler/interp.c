@@ -329,9 +329,11 @@ static bool eval_loop(Interp *I, const Op *op) {
   int64_t per = st ? op->count / stages : op->count;
   int nv = nc + ns > 0 ? nc + ns : 1;
   Tensor **car = calloc((size_t)(nd * nv), sizeof *car); /* [d * nv + i]: carried, then stacked */
+  uint8_t *car_stale = calloc((size_t)(nd * nv), 1);       /* a carried value computed from stale ones */
   bool *saved = malloc(sizeof(bool) * (size_t)nd), *ran = malloc(sizeof(bool) * (size_t)nd);
-  if (!car || !saved || !ran) {
+  if (!car || !saved || !ran || !car_stale) {
     free(car);
+    free(car_stale);
     free(saved);
     free(ran);
     return interp_fail(I, op, "out of memory");
@@ -379,6 +381,8 @@ static bool eval_loop(Interp *I, const Op *op) {
           if (!x) ok = interp_fail(I, op, "invariant operand %d has no value", i);
         }
         interp_set(I, d, b->inputs[i], x);
+        if (i >= op->nslices && i < op->nslices + nc && car_stale[d * nv + i - op->nslices])
+          interp_mark_stale(I, d, b->inputs[i]);
       }
     }
     if (!ok || !eval_func(I, b)) {
@@ -392,6 +396,7 @@ static bool eval_loop(Interp *I, const Op *op) {
         if (!y) ok = interp_fail(I, op, "body output %d has no value on device %d", i, d);
         tensor_free(car[d * nv + i]);
         car[d * nv + i] = y;
+        car_stale[d * nv + i] = interp_stale(I, d, b->outputs[i]); /* a pipeline nested in the body */
       }
       for (int j = 0; j < ns && ok && ran[d]; j++) {
         const Tensor *y = interp_val(I, d, b->outputs[nc + j]);
@@ -413,9 +418,11 @@ static bool eval_loop(Interp *I, const Op *op) {
         continue;
       }
       interp_set(I, d, op->results[i], car[d * nv + i]);
+      if (i < nc && car_stale[d * nv + i]) interp_mark_stale(I, d, op->results[i]);
       if (i < nc && st && spmd_stage_of(I, op, d) != last) interp_mark_stale(I, d, op->results[i]);
     }
   free(car);
+  free(car_stale);
   free(saved);
   free(ran);
   return ok;

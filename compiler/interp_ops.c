@@ -820,6 +820,65 @@ static Tensor *k_cross_entropy(Interp *I, const Op *op, Tensor *const *x) {
   return r;
 }
 
+/* (x, idx) along d: x's element at idx per position, 0 where idx falls outside the block of d
+ * held here (a vocab-parallel cross entropy's picked logits: a partial sum over d's axes). */
+static Tensor *k_pick(Interp *I, const Op *op, Tensor *x, Tensor *idx) {
+  const Dim *d = op->dims[0];
+  int p = tensor_type_find(&x->type, d);
+  if (p < 0) return interp_fail(I, op, "pick: x has no dim %s", d->name), NULL;
+  Tensor *xs[2] = {x, idx};
+  for (int i = 0; i < idx->type.rank; i++) {
+    int64_t s, e;
+    if (dim_block(I, op, idx->type.dims[i], xs, 2, &s, &e) <= 0) return NULL;
+  }
+  Tensor *r = result_by_name(I, op, &op->results[0]->type, &idx, 1);
+  if (!r) return NULL;
+  int64_t sd[3];
+  Tensor *ts[3] = {x, idx, r};
+  Nest N;
+  rows_over(&N, ts, 3, d, sd);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double v = idx->data[N.off[1]];
+    if (!(v >= 0 && v < (double)d->size)) {
+      tensor_free(r);
+      return interp_fail(I, op, "pick: index %.0f out of range [0, %lld) of %s", v, (long long)d->size, d->name), NULL;
+    }
+    int64_t local = (int64_t)v - x->start[p];
+    r->data[N.off[2]] = local >= 0 && local < x->shape[p] ? x->data[N.off[0] + local * sd[0]] : 0;
+  }
+  return r;
+}
+
+/* (idx) -> 1 where the index along d equals idx, else 0: d whole here (an SPMD run slices it),
+ * the other dims idx's blocks. */
+static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
+  const TensorType *rt = &op->results[0]->type;
+  const Dim *d = op->dims[0];
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  for (int i = 0; i < rt->rank; i++) {
+    int p = tensor_type_find(&idx->type, rt->dims[i]);
+    st[i] = p < 0 ? 0 : idx->start[p];
+    sh[i] = p < 0 ? rt->dims[i]->size : idx->shape[p];
+  }
+  Tensor *r = tensor_new_block(rt, st, sh);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int64_t sd = stride_of(r, d);
+  Tensor *ts[2] = {idx, r};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < idx->type.rank; i++) nest_dim(&N, idx->type.dims[i], idx->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double v = idx->data[N.off[0]];
+    if (!(v >= 0 && v < (double)d->size)) {
+      tensor_free(r);
+      return interp_fail(I, op, "onehot: index %.0f out of range [0, %lld) of %s", v, (long long)d->size, d->name),
+             NULL;
+    }
+    r->data[N.off[1] + (int64_t)v * sd] = 1;
+  }
+  return r;
+}
+
 /* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
  * scale * contract(q, k, over: head), causally masked; *st gets their type. */
 static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
@@ -959,6 +1018,8 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_SGD_UPDATE: r = k_map(I, op, x, 2, f_sgd); break;
   case OP_ADAM_MOMENT: r = k_map(I, op, x, 2, f_adam_moment); break;
   case OP_ADAM_UPDATE: r = k_map(I, op, x, 4, f_adam_update); break;
+  case OP_PICK: r = k_pick(I, op, x[0], x[1]); break;
+  case OP_ONEHOT: r = k_onehot(I, op, x[0]); break;
   /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
    * kernel is a -Wswitch warning) */
   case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:

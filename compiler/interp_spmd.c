@@ -279,6 +279,9 @@ static int summed_dims(const Op *op, const Dim **out) {
   case OP_TAKE: /* the table's rows: a masked local gather */
     if (op->operands[0]->type.rank > 0) out[n++] = op->operands[0]->type.dims[0];
     return n;
+  case OP_PICK: /* the picked dim: a masked local pick */
+    if (op->ndims > 0) out[n++] = op->dims[0];
+    return n;
   case OP_TAKE_GRAD: /* the index positions */
     for (int i = 0; i < op->operands[0]->type.rank; i++) out[n++] = op->operands[0]->type.dims[i];
     return n;
@@ -299,7 +302,7 @@ static int summed_dims(const Op *op, const Dim **out) {
 static int linear_operand(OpKind k) {
   switch (k) {
   case OP_NEG: case OP_CAST: case OP_TRANSPOSE: case OP_RENAME: case OP_SPLIT: case OP_MERGE: case OP_CAUSAL:
-  case OP_SUM: case OP_MEAN: case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_TAKE:
+  case OP_SUM: case OP_MEAN: case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_TAKE: case OP_PICK:
     return 0;
   case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SOFTMAX_GRAD: case OP_TAKE_GRAD:
     return 1;
@@ -420,6 +423,10 @@ bool spmd_op(Interp *I, const Op *op) {
   uint16_t partial;
   bool is_max;
   if (!derive_partial(I, op, eff, &partial, &is_max)) return false;
+  /* zeros (a constant 0, or one broadcast) are a partial sum of zeros over any axes: a step's
+   * microbatch accumulators start so */
+  const Op *z = op->kind == OP_BROADCAST && op->operands[0]->def ? op->operands[0]->def : op;
+  if (!partial && z->kind == OP_CONST && z->scalar == 0 && !res->partial_max) partial = real_axes(I, res->sharding.partial);
   char b1[128], b2[128];
   if (partial != real_axes(I, res->sharding.partial) || (partial && is_max != res->partial_max))
     return interp_fail(I, op, "computes %s over %s, but its result is declared %s over %s",
@@ -730,12 +737,19 @@ bool spmd_collective(Interp *I, const Op *op) {
 /* ---- runs ---- */
 
 /* The main-level pipeline, whose last stage holds the values after its loop. */
-static const Op *main_pipeline(const Interp *I, int64_t *stages) {
-  for (const Op *op = I->m->main->first; op; op = op->next)
-    if (op->kind == OP_LOOP && spmd_stage_axes(I, op, stages)) return op;
+/* The pipelined loop of f or of a loop body in it (a step's microbatch loop holds its pipeline). */
+static const Op *find_pipeline(const Interp *I, const IrFunc *f, int64_t *stages) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind != OP_LOOP) continue;
+    if (spmd_stage_axes(I, op, stages)) return op;
+    const Op *in = op->body ? find_pipeline(I, op->body, stages) : NULL;
+    if (in) return in;
+  }
   *stages = 1;
   return NULL;
 }
+
+static const Op *main_pipeline(const Interp *I, int64_t *stages) { return find_pipeline(I, I->m->main, stages); }
 
 /* Output v assembled from the devices' blocks (see interp.h). */
 static Tensor *reassemble(Interp *I, const Value *v) {

@@ -117,7 +117,21 @@
   X(OP_ADAM_UPDATE, "adam_update", 4) /* (p, m, v, t): p - scalar mh / (sqrt(vh) + IR_ADAM_EPS),  \
                                      mh = m / (1 - IR_ADAM_BETA1^t), vh = v / (1 -               \
                                      IR_ADAM_BETA2^t); t: rank-0 f32 step count (1 on the first \
-                                     step); scalar = lr; in f32; p's type */
+                                     step); scalar = lr; in f32; p's type */                    \
+  /* ---- partitioning (partition.c): the pieces of a cross entropy whose class dim is sharded  \
+     (Megatron's vocab-parallel loss: local statistics and small AllReduces, never the logits) */ \
+  X(OP_PICK, "pick", 2)           /* (x, idx) along dims[0], a dim of x: per position, x's element \
+                                     at index idx: result[p] = x[p, idx[p]] (p: x's other dims); \
+                                     idx: integer, exactly x's dims without dims[0]; the result: \
+                                     x's dtype, idx's dims in x's order. An index outside [0,     \
+                                     |dims[0]|) is a run-time error. With dims[0] sharded, each   \
+                                     device picks from the block it holds and gives 0 where the  \
+                                     index is outside it: a partial sum over those axes */       \
+  X(OP_ONEHOT, "onehot", 1)       /* (idx) -> 1 where the index along dims[0] equals idx, else 0: \
+                                     result[p, c] = (idx[p] == c); the result type's dtype, idx's \
+                                     dims plus dims[0] (in the result type's order); an index    \
+                                     outside [0, |dims[0]|) is a run-time error. With dims[0]    \
+                                     sharded, each device makes the block it holds (global c) */
 
 /* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
 #define IR_ADAM_BETA1 0.9

@@ -106,7 +106,7 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   switch (op->kind) {
   case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
   case OP_MAX_GRAD: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_GRAD:
+  case OP_CROSS_ENTROPY_GRAD: case OP_PICK: case OP_ONEHOT:
     fputs(" over ", out);
     print_dims(out, op->dims, op->ndims);
     break;

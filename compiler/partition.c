@@ -9,24 +9,31 @@
  * program order:
  *   - each operand is resharded to what the plan computes with (partition_plan.c's reshard_plan:
  *     partial sums reduced, AllToAll, AllGather; slices are local and left implicit, recorded in
- *     Op.in_shard). A value resharded the same way twice in one function is resharded once.
- *   - the op's own collectives: the AllReduce(max) after a max over a sharded dim; a softmax or
- *     norm over a sharded dim becomes its statistics (local max / sums, AllReduced, exact).
+ *     Op.in_shard). A value resharded the same way twice in one function, for the same phase of a
+ *     train step (forward and loss, backward, optimizer), is resharded once.
+ *   - the op's own collectives: the AllReduce(max) after a max over a sharded dim; a softmax, a
+ *     norm, their gradients or a cross entropy over a sharded dim becomes its statistics (local
+ *     max / sums, AllReduced, exact; the cross entropy's gradient reuses its logsumexp).
  *   - the result: if its sharding differs from what the op produces (a written type, or a
  *     propagation pin), the collectives follow the op and take over the result's uses. A written
  *     type that gathers a dim the op produced sharded is a warning (never a silent replication).
  *   - split / merge whose operand's sharding cannot be kept: a located error.
  *   - loops: carried and invariant values are resharded before the loop to the body's sharding,
- *     body outputs at the end of the body to the carried sharding (one sharding every iteration);
+ *     body outputs at the end of the body to the carried sharding (one sharding every iteration)
+ *     and to their stacked result's row (a layer's gradient reduced as the backward makes it);
  *     under a pipeline (the stacked params' leading dim sharded over stage axes) the carried
- *     activations go to the next stage by a CollectivePermute at each stage boundary.
- * A collective inside a loop body runs once per iteration: its count is the loop's trips. */
+ *     activations go to the next stage by a CollectivePermute at each stage boundary (a backward
+ *     loop's gradients to the previous one).
+ * A collective inside a loop body runs once per iteration: its count is the loop's trips. Every
+ * collective takes the phase (Op.phase) of the op it serves; its reason names a param's gradient
+ * where it reduces one. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "diag.h"
 #include "partition.h"
+#include "step.h"
 
 #define NORM_EPSILON 1e-5 /* rmsnorm / layernorm epsilon in their statistics form */
 
@@ -34,8 +41,11 @@ typedef struct Cached {
   const Value *v;
   Sharding to;
   Value *out;
+  int phase;            /* phase_class of the op that asked for it */
 } Cached;
 typedef VEC(Cached) CacheVec;
+
+struct LseKept;
 
 typedef struct Walk {
   IrModule *m;
@@ -46,7 +56,30 @@ typedef struct Walk {
   Arena *tmp;           /* per walk (dry runs); reasons go to the module's arena */
   int errors;           /* reported (apply) */
   VEC(SrcLoc) warned;   /* places already warned about */
+  int phase;            /* OpPhase of the op being partitioned: the collectives made for it get it */
+  const char *subject;  /* what the value being resharded is, when the walk knows better than the
+                           value ("the gradient of blocks.ffn.w_up, one layer's row"), or NULL */
+  VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
+  const Value *orig[2]; /* the op being partitioned: its first two operands as written */
 } Walk;
+
+/* A cross entropy over a sharded class dim keeps its logsumexp (labels-shaped, f32) for its
+ * gradient, which then needs no statistics of its own: keyed by the op's logits and labels as
+ * written (before any reshard), the function, and the sharding the statistic has. */
+typedef struct LseKept {
+  const Value *logits, *labels;
+  const IrFunc *f;
+  Sharding s;
+  Value *lse;           /* NULL in a dry run */
+} LseKept;
+
+/* A train step's forward (and loss), backward, and optimizer update: a reshard made for one is not
+ * reused by another. A weight gathered for the forward is gathered again for the backward (FSDP:
+ * gathered weights are temporaries, not kept for the backward), as an activation is. */
+static int phase_class(int phase) {
+  if (phase == PHASE_FORWARD || phase == PHASE_LOSS) return 0;
+  return phase == PHASE_UPDATE ? 2 : 1;
+}
 
 /* ---- text for reasons ---- */
 
@@ -141,6 +174,33 @@ static const char *dim_origin(const Walk *W, const Value *v, int d) {
   return origin_text(W, v->dim_src[d], v->dim_loc[d]);
 }
 
+/* The names of a plan's summed dims that are sharded: "batch, seq". */
+static const char *sum_dim_names(const Walk *W, const OpPlan *pl) {
+  const char *t = "";
+  for (int f = 0; f < pl->nf; f++)
+    if (pl->fkind[f] == FK_SUM && pl->nax[f])
+      t = arena_printf(W->m->arena, "%s%s%s", t, *t ? ", " : "", pl->fdim[f]->name);
+  return t;
+}
+
+/* "the gradient of w_in" when v is a param's gradient (a step's grad.PATH value, or the row of a
+ * stacked gradient a backward loop is about to stack: W->subject), else NULL. */
+static const char *grad_subject(const Walk *W, const Value *v) {
+  if (W->subject) return W->subject;
+  if (v->name && strncmp(v->name, "grad.", 5) == 0)
+    return arena_printf(W->m->arena, "the gradient of %s", v->name + 5);
+  const IrFunc *b = v->func; /* a backward loop's body output it stacks as a param's gradient */
+  for (const Op *o = b && b->parent ? b->parent->first : NULL; o; o = o->next) {
+    if (o->kind != OP_LOOP || o->body != b) continue;
+    for (int r = o->ncarried; r < o->nresults && r < b->noutputs; r++) {
+      const Name n = o->results[r]->name;
+      if (b->outputs[r] == v && n && strncmp(n, "grad.", 5) == 0)
+        return arena_printf(W->m->arena, "the gradient of %s (one layer's row)", n + 5);
+    }
+  }
+  return NULL;
+}
+
 /* Why the partial sum v exists: the op that made it and where its summed axes came from. */
 static const char *partial_text(const Walk *W, const Value *v) {
   const Op *maker = NULL;
@@ -152,8 +212,18 @@ static const char *partial_text(const Walk *W, const Value *v) {
     else break;
   }
   const char *ax = axes_text(W, v->sharding.partial);
-  if (!maker)
-    return arena_printf(W->m->arena, "%s is a partial sum over %s", value_text(W, v), ax);
+  if (!maker) {
+    const Op *acc = NULL; /* a loop that accumulated it unreduced (a step's microbatches) */
+    for (const Value *x = v; x && x->def && !acc; x = x->def->noperands == 1 ? x->def->operands[0] : NULL)
+      if (x->def->kind == OP_LOOP) acc = x->def;
+    const char *grad = grad_subject(W, v);
+    if (acc)
+      return arena_printf(W->m->arena,
+                          "%s is a partial sum over %s: the loop at %s sums every microbatch's %s unreduced (each "
+                          "device's covers only its own shard of the batch), so it is reduced once, here",
+                          grad ? grad : value_text(W, v), ax, where(W, acc->loc), grad ? "gradient" : "value");
+    return arena_printf(W->m->arena, "%s is a partial sum over %s", grad ? grad : value_text(W, v), ax);
+  }
   const OpPlan *pl = maker->plan;
   const char *dims = "";
   for (int f = 0; f < pl->nf; f++) {
@@ -163,18 +233,27 @@ static const char *partial_text(const Walk *W, const Value *v) {
       org = dim_origin(W, maker->operands[pl->src[f]], pl->src_dim[f]);
     dims = arena_printf(W->m->arena, "%s%s%s (%s)", dims, *dims ? ", " : "", pl->fdim[f]->name, org);
   }
+  const char *grad = grad_subject(W, v);
+  if (grad && maker->phase != PHASE_FORWARD && maker->phase != PHASE_LOSS)
+    return arena_printf(W->m->arena,
+                        "%s is a partial sum over %s: the %s at %s (in the backward) sums over %s, sharded over %s, "
+                        "so each device's %s covers only its own shard of %s",
+                        grad, ax, maker->kind == OP_CONTRACT ? "contraction" : ir_op_name(maker->kind),
+                        where(W, maker->loc), dims, ax, maker->kind == OP_TAKE_GRAD ? "scatter" : "sum",
+                        sum_dim_names(W, pl));
   if (maker->kind == OP_TAKE)
     return arena_printf(W->m->arena,
                         "take at %s gathers rows of %s, which are sharded over %s by %s: each device "
                         "gathers the rows it holds (a masked local gather) and the pieces are summed",
                         where(W, maker->loc), value_text(W, maker->operands[0]), ax, dims);
+  const char *bwd = maker->phase == PHASE_BACKWARD || maker->phase == PHASE_RECOMPUTE ? " (in the backward)" : "";
   if (maker->kind == OP_CONTRACT)
     return arena_printf(W->m->arena,
-                        "the contraction at %s sums over %s, sharded over %s in both operands "
+                        "the contraction at %s%s sums over %s, sharded over %s in both operands "
                         "(matmul case 3), so %s is a partial sum over %s",
-                        where(W, maker->loc), dims, ax, v->name ? v->name : "its result", ax);
-  return arena_printf(W->m->arena, "the %s at %s sums over %s, sharded over %s, so %s is a partial sum",
-                      ir_op_name(maker->kind), where(W, maker->loc), dims, ax, value_text(W, v));
+                        where(W, maker->loc), bwd, dims, ax, v->name ? v->name : "its result", ax);
+  return arena_printf(W->m->arena, "the %s at %s%s sums over %s, sharded over %s, so %s is a partial sum",
+                      ir_op_name(maker->kind), where(W, maker->loc), bwd, dims, ax, value_text(W, v));
 }
 
 static const char *time_text(const Walk *W, double s) {
@@ -251,6 +330,19 @@ static const char *lost_text(const Walk *W, const Op *op, int i, int d, uint16_t
   return arena_printf(W->m->arena, "the %s at %s takes %s without %s on %s (from %s)", opn, line, vn, an, dn, org);
 }
 
+/* v is a param, or a loop body's slice or invariant standing for one (what FSDP gathers). */
+static bool is_param(const Value *v) {
+  if (v->def) return v->def->kind == OP_PARAM || (v->def->kind == OP_TRANSPOSE && v->spec && is_param(v->def->operands[0]));
+  const IrFunc *b = v->func;
+  if (!b || !b->parent) return false;
+  for (const Op *o = b->parent->first; o; o = o->next) {
+    if (o->kind != OP_LOOP || o->body != b) continue;
+    for (int i = 0; i < b->ninputs && i < o->noperands; i++)
+      if (b->inputs[i] == v) return (i < o->nslices && o->operands[i]->spec) || is_param(o->operands[i]);
+  }
+  return false;
+}
+
 /* The reason of one reshard step of value v toward what `who` needs (already a phrase). */
 static const char *step_reason(const Walk *W, const ReshardStep *s, const Value *v, const Op *op, int operand,
                                const char *who) {
@@ -281,6 +373,9 @@ static const char *step_reason(const Walk *W, const ReshardStep *s, const Value 
                                                           dim_origin(W, v, d));
       parts = arena_printf(W->m->arena, "%s%s%s", parts, *parts ? "; " : "", one);
     }
+    if (phase_class(W->phase) == 1 && is_param(v))
+      parts = arena_printf(W->m->arena, "%s (gathered again for the backward: gathered weights are not kept "
+                           "from the forward)", parts);
     return parts;
   }
   default: return who;
@@ -303,6 +398,7 @@ static OpKind coll_op(CollKind k) {
 static Op *coll_new(Walk *W, IrFunc *f, OpKind kind, SrcLoc loc, Value *x, const Sharding *after, uint16_t axes,
                     const char *reason) {
   Op *c = ir_op_new(W->m, f, kind, loc, &x, 1, &x->type, 1);
+  c->phase = (uint8_t)W->phase;
   c->axes = axes;
   c->reason = reason;
   c->partitioned = true;
@@ -357,7 +453,9 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
   for (int i = 0; i < cache->len; i++)
-    if (cache->data[i].v == v && sharding_equal(&cache->data[i].to, to, v->type.rank)) return cache->data[i].out;
+    if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
+        sharding_equal(&cache->data[i].to, to, v->type.rank))
+      return cache->data[i].out;
   Reshard rs;
   if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
   charge(W, rs.time_s, rs.n, mult);
@@ -366,7 +464,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
     Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
     splice_before(f, pos, first);
   }
-  Cached c = {v, *to, out};
+  Cached c = {v, *to, out, phase_class(W->phase)};
   VEC_PUSH(W->tmp, *cache, c);
   return out;
 }
@@ -376,6 +474,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
 static Value *emit_before(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Value **ops, int n, TensorType t,
                           const Sharding *s, Dim **dims, int ndims) {
   Op *o = ir_op_new(W->m, f, k, loc, ops, n, &t, 1);
+  o->phase = (uint8_t)W->phase;
   o->partitioned = true;
   if (ndims > 0) {
     o->dims = ARENA_ARRAY(W->m->arena, Dim *, ndims);
@@ -420,6 +519,22 @@ static Value *reduce_all(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Valu
   return c->results[0];
 }
 
+/* pick(x, idx) along d with d sharded over `axes` (each device picks from its block, zero
+ * elsewhere), then its AllReduce: the picked values, replicated over `axes`. */
+static Value *pick_all(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, Value *x, const Sharding *xs, Value *idx, Dim *d,
+                       uint16_t axes, const char *why) {
+  Sharding rs;
+  TensorType t = without_dim(&x->type, d, x->type.dtype, xs, &rs);
+  Sharding raw = rs;
+  raw.partial = axes;
+  Value *ops[2] = {x, idx};
+  Value *part = emit_before(W, f, pos, OP_PICK, loc, ops, 2, t, &raw, &d, 1);
+  part->partial_loc = loc;
+  Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
+  ir_insert_before(f, pos, c);
+  return c->results[0];
+}
+
 static Value *scalar_const(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, double x) {
   TensorType t = {.dtype = DT_F32, .rank = 0};
   Value *v = emit_before(W, f, pos, OP_CONST, loc, NULL, 0, t, NULL, NULL, 0);
@@ -427,11 +542,87 @@ static Value *scalar_const(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, double x) {
   return v;
 }
 
-/* softmax / rmsnorm / layernorm over a sharded dim, in statistics form (exact, in f32):
- *   softmax:   m = max(x) [AllReduce max]; e = exp(x - m); s = sum(e) [AllReduce]; e / s
- *   rmsnorm:   ms = mean(x * x) [AllReduce]; x * rsqrt(ms + eps) * scale
- *   layernorm: mu = mean(x) [AllReduce]; c = x - mu; var = mean(c * c) [AllReduce];
- *              c * rsqrt(var + eps) * scale + bias
+/* A binary elementwise op before `pos`, of type t and sharding s. */
+static Value *bin_before(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Value *a, Value *b, const TensorType *t,
+                         const Sharding *s) {
+  Value *ops[2] = {a, b};
+  return emit_before(W, f, pos, k, loc, ops, 2, *t, s, NULL, 0);
+}
+
+/* x in f32 (a cast before `pos` unless it is f32 already). */
+static Value *f32_before(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, Value *x, const Sharding *s) {
+  if (x->type.dtype == DT_F32) return x;
+  TensorType t = x->type;
+  t.dtype = DT_F32;
+  return emit_before(W, f, pos, OP_CAST, loc, &x, 1, t, s, NULL, 0);
+}
+
+/* rsqrt(v + eps) of a statistic v. */
+static Value *rsqrt_eps(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, Value *v) {
+  Value *eps = scalar_const(W, f, pos, loc, NORM_EPSILON);
+  Value *ve = bin_before(W, f, pos, OP_ADD, loc, v, eps, &v->type, &v->sharding);
+  return emit_before(W, f, pos, OP_RSQRT, loc, &ve, 1, ve->type, &v->sharding, NULL, 0);
+}
+
+/* What a cross entropy kept for the gradient being partitioned (W->orig: its logits and labels as
+ * written), with its statistics sharded s. */
+static LseKept *lse_find(Walk *W, const IrFunc *f, const Sharding *s, int rank) {
+  for (int i = 0; i < W->lse.len; i++) {
+    LseKept *k = &W->lse.data[i];
+    if (k->f == f && k->logits == W->orig[0] && k->labels == W->orig[1] && sharding_equal(&k->s, s, rank)) return k;
+  }
+  return NULL;
+}
+
+/* The logsumexp over the sharded class dim of a cross entropy's logits xf (f32, sharded xs):
+ * kept from the cross entropy for its gradient, else m = max [AR max], s = sum(exp(xf - m)) [AR],
+ * m + log(s). */
+static Value *ce_lse(Walk *W, IrFunc *f, Op *op, Value *xf, const Sharding *xs, const char *why) {
+  Dim *d = op->dims[0];
+  uint16_t ax = op->plan->stats_axes;
+  SrcLoc loc = op->loc;
+  Sharding ss;
+  TensorType st = without_dim(&xf->type, d, DT_F32, xs, &ss);
+  LseKept *k = lse_find(W, f, &ss, st.rank);
+  if (op->kind == OP_CROSS_ENTROPY_GRAD && k && k->lse) return k->lse;
+  Value *m = reduce_all(W, f, op, OP_MAX, loc, xf, xs, d, ax, why);
+  Value *z = bin_before(W, f, op, OP_SUB, loc, xf, m, &xf->type, xs);
+  Value *e = emit_before(W, f, op, OP_EXP, loc, &z, 1, xf->type, xs, NULL, 0);
+  Value *s = reduce_all(W, f, op, OP_SUM, loc, e, xs, d, ax, why);
+  Value *ls = emit_before(W, f, op, OP_LOG, loc, &s, 1, s->type, &s->sharding, NULL, 0);
+  Value *lse = bin_before(W, f, op, OP_ADD, loc, m, ls, &m->type, &m->sharding);
+  if (k && op->kind == OP_CROSS_ENTROPY) k->lse = lse;
+  return lse;
+}
+
+/* How many statistics AllReduces op's statistics form makes: its plan's, but a cross entropy's
+ * gradient reuses the logsumexp its cross entropy kept (none), or makes its own (2). A cross
+ * entropy records what it keeps (dry runs too: their costs must match). */
+static int stats_count(Walk *W, const IrFunc *f, const Op *op) {
+  const OpPlan *pl = op->plan;
+  if (op->kind != OP_CROSS_ENTROPY && op->kind != OP_CROSS_ENTROPY_GRAD) return pl->nstats;
+  Sharding ss;
+  TensorType st = without_dim(&op->operands[0]->type, op->dims[0], DT_F32, &pl->req[0], &ss);
+  if (op->kind == OP_CROSS_ENTROPY_GRAD) return lse_find(W, f, &ss, st.rank) ? 0 : 2;
+  LseKept k = {W->orig[0], W->orig[1], f, ss, NULL};
+  VEC_PUSH(W->tmp, W->lse, k);
+  return pl->nstats;
+}
+
+/* softmax / rmsnorm / layernorm and their gradients over a sharded dim d, in statistics form
+ * (exact, in f32; [AR]: an AllReduce over the dim's axes of a value without d):
+ *   softmax:        m = max(x) [AR max]; e = exp(x - m); s = sum(e) [AR]; e / s
+ *   rmsnorm:        ms = mean(x * x) [AR]; x * rsqrt(ms + eps) * scale
+ *   layernorm:      mu = mean(x) [AR]; c = x - mu; var = mean(c * c) [AR];
+ *                   c * rsqrt(var + eps) * scale + bias
+ *   softmax_grad:   t = sum(dy * y) [AR]; y * (dy - t)
+ *   rmsnorm_grad:   r = rsqrt(mean(x * x) [AR] + eps); xh = x r; e = dy * scale;
+ *                   (e - xh * mean(e * xh) [AR]) * r
+ *   layernorm_grad: c = x - mean(x) [AR]; r = rsqrt(mean(c * c) [AR] + eps); xh = c r;
+ *                   e = dy * scale; (e - mean(e) [AR] - xh * mean(e * xh) [AR]) * r
+ *   cross_entropy:  lse = max(x) [AR max] + log(sum(exp(x - max)) [AR]); lse - pick(x, labels) [AR]
+ *                   (pick: the label's logit where this device holds it, else 0)
+ *   cross_entropy_grad: (exp(x - lse) - onehot(labels)) * dl, lse kept from the cross entropy
  * The op is replaced; its result's uses go to the last value. */
 static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   const OpPlan *pl = op->plan;
@@ -440,10 +631,24 @@ static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   SrcLoc loc = op->loc;
   uint16_t ax = pl->stats_axes;
   const char *an = axes_text(W, ax);
-  const char *why = arena_printf(W->m->arena,
-                                 "the %s at %s normalises over %s, sharded over %s (from %s): each device "
+  bool grad = op->kind == OP_SOFTMAX_GRAD || op->kind == OP_RMSNORM_GRAD || op->kind == OP_LAYERNORM_GRAD;
+  const char *why = op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD
+    ? arena_printf(W->m->arena,
+                   "the %s at %s reduces over the classes %s, sharded over %s (from %s): each device takes the "
+                   "max and the sum of exponentials of its shard of the logits%s, and small AllReduces of "
+                   "per-position f32 statistics combine them (Megatron's vocab-parallel cross entropy: the "
+                   "logits are never gathered)%s",
+                   ir_op_name(op->kind), where(W, loc), d->name, an,
+                   dim_origin(W, x, tensor_type_find(&x->type, d)),
+                   op->kind == OP_CROSS_ENTROPY ? " and picks the labels' logits it holds" : "",
+                   pl->alt_time_s >= 0 ? arena_printf(W->m->arena, "; %s against %s to gather them",
+                                                      time_text(W, pl->time_s), time_text(W, pl->alt_time_s))
+                                       : "")
+    : arena_printf(W->m->arena,
+                                 "the %s at %s %s over %s, sharded over %s (from %s): each device "
                                  "reduces its shard and the statistics are all-reduced (exact, f32)%s",
-                                 ir_op_name(op->kind), where(W, loc), d->name, an,
+                                 ir_op_name(op->kind), where(W, loc),
+                                 grad ? "(the backward of a normalisation) reduces" : "normalises", d->name, an,
                                  dim_origin(W, x, tensor_type_find(&x->type, d)),
                                  pl->alt_time_s >= 0 ? arena_printf(W->m->arena, "; %s against %s to gather it",
                                                                     time_text(W, pl->time_s), time_text(W, pl->alt_time_s))
@@ -451,42 +656,79 @@ static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   TensorType tf = x->type;
   tf.dtype = DT_F32;
   Sharding sx = pl->req[0]; /* the shards the op computes with (x's own, or a local slice of it) */
-  Value *xf = x;
   Op *mark = op; /* the ops made below sit between the previous op and `op` */
   Op *prev = NULL;
   for (Op *o = f->first; o && o != op; o = o->next) prev = o;
-  if (x->type.dtype != DT_F32) xf = emit_before(W, f, op, OP_CAST, loc, &x, 1, tf, &sx, NULL, 0);
+  Value *xf = f32_before(W, f, op, loc, x, &sx);
   Value *y;
-  if (op->kind == OP_SOFTMAX) {
+  switch (op->kind) {
+  case OP_SOFTMAX: {
     Value *m = reduce_all(W, f, op, OP_MAX, loc, xf, &sx, d, ax, why);
-    Value *a[2] = {xf, m};
-    Value *z = emit_before(W, f, op, OP_SUB, loc, a, 2, tf, &sx, NULL, 0);
+    Value *z = bin_before(W, f, op, OP_SUB, loc, xf, m, &tf, &sx);
     Value *e = emit_before(W, f, op, OP_EXP, loc, &z, 1, tf, &sx, NULL, 0);
     Value *s = reduce_all(W, f, op, OP_SUM, loc, e, &sx, d, ax, why);
-    Value *b[2] = {e, s};
-    y = emit_before(W, f, op, OP_DIV, loc, b, 2, tf, &sx, NULL, 0);
-  } else {
+    y = bin_before(W, f, op, OP_DIV, loc, e, s, &tf, &sx);
+    break;
+  }
+  case OP_SOFTMAX_GRAD: { /* (y, dy): xf is y */
+    Value *dyf = f32_before(W, f, op, loc, op->operands[1], &pl->req[1]);
+    Value *p = bin_before(W, f, op, OP_MUL, loc, dyf, xf, &tf, &sx);
+    Value *t = reduce_all(W, f, op, OP_SUM, loc, p, &sx, d, ax, why);
+    Value *u = bin_before(W, f, op, OP_SUB, loc, dyf, t, &tf, &sx);
+    y = bin_before(W, f, op, OP_MUL, loc, xf, u, &tf, &sx);
+    break;
+  }
+  case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: { /* (x, scale, dy) */
+    Value *c = xf;
+    if (op->kind == OP_LAYERNORM_GRAD) {
+      Value *mu = reduce_all(W, f, op, OP_MEAN, loc, xf, &sx, d, ax, why);
+      c = bin_before(W, f, op, OP_SUB, loc, xf, mu, &tf, &sx);
+    }
+    Value *c2 = bin_before(W, f, op, OP_MUL, loc, c, c, &tf, &sx);
+    Value *r = rsqrt_eps(W, f, op, loc, reduce_all(W, f, op, OP_MEAN, loc, c2, &sx, d, ax, why));
+    Value *xh = bin_before(W, f, op, OP_MUL, loc, c, r, &tf, &sx);
+    Value *sf = f32_before(W, f, op, loc, op->operands[1], &pl->req[1]);
+    Value *dyf = f32_before(W, f, op, loc, op->operands[2], &pl->req[2]);
+    Value *e = bin_before(W, f, op, OP_MUL, loc, dyf, sf, &tf, &sx);
+    Value *exh = bin_before(W, f, op, OP_MUL, loc, e, xh, &tf, &sx);
+    Value *m2 = reduce_all(W, f, op, OP_MEAN, loc, exh, &sx, d, ax, why);
+    Value *t = bin_before(W, f, op, OP_MUL, loc, xh, m2, &tf, &sx);
+    Value *u = e;
+    if (op->kind == OP_LAYERNORM_GRAD) {
+      Value *m1 = reduce_all(W, f, op, OP_MEAN, loc, e, &sx, d, ax, why);
+      u = bin_before(W, f, op, OP_SUB, loc, e, m1, &tf, &sx);
+    }
+    u = bin_before(W, f, op, OP_SUB, loc, u, t, &tf, &sx);
+    y = bin_before(W, f, op, OP_MUL, loc, u, r, &tf, &sx);
+    break;
+  }
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: { /* (logits, labels[, dl]) */
+    Value *lse = ce_lse(W, f, op, xf, &sx, why);
+    if (op->kind == OP_CROSS_ENTROPY) {
+      Value *pk = pick_all(W, f, op, loc, xf, &sx, op->operands[1], d, ax, why);
+      y = bin_before(W, f, op, OP_SUB, loc, lse, pk, &lse->type, &lse->sharding);
+      break;
+    }
+    Value *z = bin_before(W, f, op, OP_SUB, loc, xf, lse, &tf, &sx);
+    Value *p = emit_before(W, f, op, OP_EXP, loc, &z, 1, tf, &sx, NULL, 0);
+    Value *oh = emit_before(W, f, op, OP_ONEHOT, loc, &op->operands[1], 1, tf, &sx, &d, 1);
+    Value *q = bin_before(W, f, op, OP_SUB, loc, p, oh, &tf, &sx);
+    y = bin_before(W, f, op, OP_MUL, loc, q, f32_before(W, f, op, loc, op->operands[2], &pl->req[2]), &tf, &sx);
+    break;
+  }
+  default: { /* rmsnorm, layernorm */
     Value *c = xf;
     if (op->kind == OP_LAYERNORM) {
       Value *mu = reduce_all(W, f, op, OP_MEAN, loc, xf, &sx, d, ax, why);
-      Value *a[2] = {xf, mu};
-      c = emit_before(W, f, op, OP_SUB, loc, a, 2, tf, &sx, NULL, 0);
+      c = bin_before(W, f, op, OP_SUB, loc, xf, mu, &tf, &sx);
     }
-    Value *sq[2] = {c, c};
-    Value *c2 = emit_before(W, f, op, OP_MUL, loc, sq, 2, tf, &sx, NULL, 0);
-    Value *var = reduce_all(W, f, op, OP_MEAN, loc, c2, &sx, d, ax, why);
-    Value *eps = scalar_const(W, f, op, loc, NORM_EPSILON);
-    Value *a2[2] = {var, eps};
-    Value *ve = emit_before(W, f, op, OP_ADD, loc, a2, 2, var->type, &var->sharding, NULL, 0);
-    Value *r = emit_before(W, f, op, OP_RSQRT, loc, &ve, 1, ve->type, &var->sharding, NULL, 0);
-    Value *a3[2] = {c, r};
-    Value *n = emit_before(W, f, op, OP_MUL, loc, a3, 2, tf, &sx, NULL, 0);
-    Value *a4[2] = {n, op->operands[1]};
-    y = emit_before(W, f, op, OP_MUL, loc, a4, 2, tf, &sx, NULL, 0);
-    if (op->kind == OP_LAYERNORM && op->noperands > 2) {
-      Value *a5[2] = {y, op->operands[2]};
-      y = emit_before(W, f, op, OP_ADD, loc, a5, 2, tf, &sx, NULL, 0);
-    }
+    Value *c2 = bin_before(W, f, op, OP_MUL, loc, c, c, &tf, &sx);
+    Value *r = rsqrt_eps(W, f, op, loc, reduce_all(W, f, op, OP_MEAN, loc, c2, &sx, d, ax, why));
+    Value *n = bin_before(W, f, op, OP_MUL, loc, c, r, &tf, &sx);
+    y = bin_before(W, f, op, OP_MUL, loc, n, op->operands[1], &tf, &sx);
+    if (op->kind == OP_LAYERNORM && op->noperands > 2) y = bin_before(W, f, op, OP_ADD, loc, y, op->operands[2], &tf, &sx);
+    break;
+  }
   }
   if (res->type.dtype != DT_F32) y = emit_before(W, f, op, OP_CAST, loc, &y, 1, res->type, &sx, NULL, 0);
   /* the new ops that read the original operands read them as the plan has them (local slices) */
@@ -560,15 +802,50 @@ static void raw_origins(Value *r, const Op *op) {
 
 /* r holds `nat` (what its op produced) but must have the sharding r carries now (a written type
  * or a propagation pin): the collectives follow `after` and take over r's uses; r keeps `nat`. */
+/* The op computes only the block of its result r's sharding asks for, finer than what its plan
+ * produces: each operand dim that is a result dim it keeps is read sliced alike (Op.in_shard); a
+ * dim it reduces over (a norm's) is computed whole and its result sliced. */
+static void slice_operands_to(Walk *W, Op *op, const Value *r) {
+  if (!op->plan || !op->plan->factored || op->results[0] != r) return;
+  const Sharding *R = &r->sharding;
+  for (int i = 0; i < op->noperands; i++) {
+    const Value *v = op->operands[i];
+    Sharding s = op->in_shard ? op->in_shard[i] : v->sharding;
+    bool changed = false;
+    for (int d = 0; d < v->type.rank; d++) {
+      const Dim *dim = v->type.dims[d];
+      for (int j = 0; op->kind == OP_RENAME && j + 1 < op->ndims; j += 2)
+        if (op->dims[j] == dim) dim = op->dims[j + 1];
+      int e = tensor_type_find(&r->type, dim), f = 0;
+      while (f < op->plan->nf && op->plan->fdim[f] != dim) f++;
+      if (f == op->plan->nf || op->plan->fkind[f] != FK_KEEP) continue; /* reduced over: computed whole */
+      if (e < 0 || s.naxes[d] >= R->naxes[e] || memcmp(s.axes[d], R->axes[e], s.naxes[d]) != 0) continue;
+      s.naxes[d] = R->naxes[e];
+      memcpy(s.axes[d], R->axes[e], sizeof s.axes[d]);
+      changed = true;
+    }
+    if (!changed) continue;
+    if (!op->in_shard) {
+      op->in_shard = ARENA_ARRAY(W->m->arena, Sharding, op->noperands);
+      for (int k = 0; k < op->noperands; k++) op->in_shard[k] = op->operands[k]->sharding;
+    }
+    op->in_shard[i] = s;
+  }
+}
+
 static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Sharding *nat, double mult) {
   if (sharding_equal(nat, &r->sharding, r->type.rank)) return;
   Reshard rs;
   if (!reshard_plan(W->mesh, &r->type, nat, &r->sharding, &rs)) return;
   charge(W, rs.time_s, rs.n, mult);
+  if (W->apply && rs.n == 0 && r->def) slice_operands_to(W, r->def, r);
   if (!W->apply || rs.n == 0) return; /* only a slice: the op computes its part directly */
   const Op *op = r->def ? r->def : after;
   Sharding want = r->sharding;
+  const char *grad = r->spec ? NULL : grad_subject(W, r);
   const char *who = r->spec ? arena_printf(W->m->arena, "%s, %s,", spec_text(W, r->spec), shard_text(W, &r->type, &want))
+                    : grad  ? arena_printf(W->m->arena, "its stacked gradient's sharding, %s (propagation's choice),",
+                                           shard_text(W, &r->type, &want))
                             : arena_printf(W->m->arena, "propagation's choice for %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want));
   Value saved = *r;
@@ -587,9 +864,18 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   last->shard_loc = saved.shard_loc;
   r->spec = NULL;
   r->shard_source = SHARD_PROPAGATED;
-  /* never replicate silently: a written type that gathers a dim the op produced sharded */
+  /* never replicate silently: a written type that gathers a dim the op produced sharded (but the
+   * optimizer's update of a param, run on its sharded state's shard (ZeRO), is gathered back by
+   * design) */
   for (int i = 0; i < rs.n; i++) {
     if (rs.step[i].kind != COLL_ALL_GATHER || !last->spec) continue;
+    if (op->phase == PHASE_UPDATE) {
+      first->reason = arena_printf(W->m->arena,
+                                   "%s: the optimizer state is sharded further than the param (zero), so the "
+                                   "update runs on the state's shard and the updated param is gathered back",
+                                   first->reason);
+      continue;
+    }
     SrcLoc at = last->spec->loc.file ? last->spec->loc : op->loc;
     first->reason = arena_printf(W->m->arena, "%s [a warning: %s replicates a value its op produced sharded]",
                                  first->reason, spec_text(W, last->spec));
@@ -642,6 +928,8 @@ static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
 
 static void walk_factored(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   OpPlan *pl = op->plan;
+  W->orig[0] = op->noperands > 0 ? op->operands[0] : NULL;
+  W->orig[1] = op->noperands > 1 ? op->operands[1] : NULL;
   const char *who = "";
   if (W->apply && op->kind == OP_TRANSPOSE && op->results[0]->spec) /* a boundary's copy (ir_build) */
     who = spec_text(W, op->results[0]->spec);
@@ -672,11 +960,12 @@ static void walk_factored(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cac
     max_allreduce(W, f, op, mult);
     return;
   }
-  if (pl->stats_axes && pl->nstats && sharding_axes_product(W->mesh, pl->stats_axes) > 1) {
+  if (pl->stats_axes && pl->stats_factor >= 0 && sharding_axes_product(W->mesh, pl->stats_axes) > 1) {
     Sharding ss;
     TensorType st = without_dim(rt, pl->fdim[pl->stats_factor], DT_F32, &pl->natural, &ss);
     double b = (double)sharding_local_bytes(&st, &ss, W->mesh);
-    charge(W, pl->nstats * cost_collective(W->mesh, COLL_ALL_REDUCE, pl->stats_axes, b, true, NULL), pl->nstats, mult);
+    int nst = stats_count(W, f, op);
+    charge(W, nst * cost_collective(W->mesh, COLL_ALL_REDUCE, pl->stats_axes, b, true, NULL), nst, mult);
     if (!W->apply) {
       reshard_result(W, f, op, op->results[0], &pl->natural, mult);
       return;
@@ -755,6 +1044,22 @@ static uint16_t stage_axes(const Op *loop) {
 
 static int microbatches(const Program *p) { return p->step && p->step->microbatches > 1 ? p->step->microbatches : 1; }
 
+/* The microbatches a pipeline's transfers are counted over here: a step's microbatch loop holds the
+ * pipeline and its trips count them already (1); a forward alone stands for all of them. */
+static int pipe_microbatches(const Walk *W) {
+  return W->m->step && W->m->step->micro_loop ? 1 : microbatches(W->p);
+}
+
+uint16_t partition_stage_axes(const Op *loop) { return stage_axes(loop); }
+
+/* "the gradient of blocks.attn.wq (one layer's row)" when stacked result r of loop op is a stacked
+ * param's gradient, else NULL. */
+static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
+  const char *name = loop->results[r]->name; /* autodiff names them grad.PATH */
+  if (!W->apply || !name || strncmp(name, "grad.", 5) != 0) return NULL;
+  return arena_printf(W->m->arena, "the gradient of %s (one layer's row)", name + 5);
+}
+
 static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
   if (!b) return;
@@ -771,6 +1076,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
   }
   CacheVec inner = {0};
   walk_func(W, b, mult * trips, &inner);
+  W->phase = op->phase; /* the body's end: carried and stacked values as the loop holds them */
   uint16_t st = stage_axes(op);
   int64_t stages = sharding_axes_product(W->mesh, st);
   for (int r = 0; r < op->ncarried && r < b->noutputs; r++) {
@@ -781,18 +1087,19 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
     Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, &inner, NULL, -1, who, op->loc);
     if (W->apply) b->outputs[r] = nv;
     if (stages > 1) { /* pipeline: the activations move to the next stage at each stage boundary */
-      int mb = microbatches(W->p);
-      double bytes = (double)sharding_local_bytes(&in->type, &in->sharding, W->mesh) / mb;
-      double transfers = (double)(stages - 1) * mb;
+      int mb = microbatches(W->p), pmb = pipe_microbatches(W);
+      double bytes = (double)sharding_local_bytes(&in->type, &in->sharding, W->mesh) / pmb;
+      double transfers = (double)(stages - 1) * pmb;
       charge(W, cost_collective(W->mesh, COLL_PERMUTE, st, bytes, true, NULL), 1, mult * transfers);
       if (W->apply) {
         int64_t per = op->count / stages > 0 ? op->count / stages : 1;
         const char *why = arena_printf(
             W->m->arena,
             "pipeline: the loop's params shard %s over %s (%lld stages of %lld layers); the carried %s moves to "
-            "the next stage after every %lld layers, %lld transfers per microbatch, %d microbatch%s",
+            "the %s stage after every %lld layers, %lld transfers per microbatch, %d microbatch%s",
             op->stack_dim ? op->stack_dim->name : "the stacked dim", axes_text(W, st), (long long)stages,
-            (long long)per, value_text(W, in), (long long)per, (long long)(stages - 1), mb, mb == 1 ? "" : "es");
+            (long long)per, op->reverse ? arena_printf(W->m->arena, "gradient %s", value_text(W, in)) : value_text(W, in),
+            op->reverse ? "previous" : "next", (long long)per, (long long)(stages - 1), mb, mb == 1 ? "" : "es");
         Value *cur = b->outputs[r];
         Op *c = coll_new(W, b, OP_PERMUTE, op->loc, cur, &cur->sharding, st, why);
         c->coll_period = per;
@@ -802,6 +1109,27 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
       }
     }
   }
+  /* stacked outputs: each iteration's row as the stacked result holds it (a partial sum is
+   * reduced here, once per iteration: a layer's gradient is all-reduced or reduce-scattered as
+   * soon as the backward has made it) */
+  for (int r = op->ncarried; r < op->nresults && r < b->noutputs; r++) {
+    Value *res = op->results[r], *out = b->outputs[r];
+    Sharding want;
+    memset(&want, 0, sizeof want);
+    for (int d = 1; d < res->type.rank; d++) {
+      want.naxes[d - 1] = res->sharding.naxes[d];
+      memcpy(want.axes[d - 1], res->sharding.axes[d], sizeof want.axes[0]);
+    }
+    want.partial = res->sharding.partial;
+    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the loop at %s, which stacks every iteration's %s into %s%s%s,",
+                                   where(W, op->loc), res->name ? "row" : value_text(W, out),
+                                   res->name ? res->name : "its result", W->apply ? ", " : "",
+                                   W->apply ? shard_text(W, &res->type, &res->sharding) : "");
+    W->subject = stacked_grad_subject(W, op, r);
+    Value *nv = reshard_value(W, b, NULL, out, &want, mult * trips, &inner, NULL, -1, who, op->loc);
+    W->subject = NULL;
+    if (W->apply) b->outputs[r] = nv;
+  }
   op->partitioned = W->apply;
 }
 
@@ -810,6 +1138,7 @@ static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
   for (Op *op = f->first; op; op = next) {
     next = op->next;
     if (op->partitioned || ir_op_is_collective(op->kind)) continue;
+    W->phase = op->phase;
     if (op->kind == OP_LOOP) {
       walk_loop(W, f, op, mult, cache);
       continue;
@@ -822,7 +1151,9 @@ static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
 }
 
 /* The entry's outputs take its written return type (ir_build already made them carry it; this
- * only matters for values the search pinned). */
+ * only matters for values the search pinned). A train step's outputs carry their written types
+ * (params, optimizer state) but the loss: every device returns it whole, so a partial loss (a mean
+ * over a sharded batch) is all-reduced here, one scalar. */
 static void walk_outputs(Walk *W, CacheVec *cache) {
   IrFunc *f = W->m->main;
   const FnDecl *fn = W->p->entry;
@@ -830,6 +1161,16 @@ static void walk_outputs(Walk *W, CacheVec *cache) {
   for (int i = 0; i < f->noutputs; i++) {
     Value *v = f->outputs[i];
     if (!v || v->spec) continue;
+    W->phase = v->def ? v->def->phase : PHASE_FORWARD;
+    if (W->m->step) {
+      Sharding none;
+      memset(&none, 0, sizeof none);
+      const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the step's output %s (every device returns it whole)",
+                                     value_text(W, v));
+      Value *nv = reshard_value(W, f, NULL, v, &none, 1, cache, NULL, -1, who, v->def ? v->def->loc : fn->loc);
+      if (W->apply) f->outputs[i] = nv;
+      continue;
+    }
     Sharding s, t;
     ShardOrigin o;
     if (!layout_apply(W->p, &fn->ret, &s, &o)) continue;
@@ -870,19 +1211,26 @@ bool partition_module(IrModule *m, const Program *p) {
   return W.errors == 0;
 }
 
+/* The first pipelined loop of f or of a loop body in it (a step's microbatch loop holds the
+ * forward's; the backward's reverse loop over the same stages follows it). */
+static const Op *find_pipeline(const IrFunc *f, const Mesh *mesh) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind != OP_LOOP) continue;
+    if (sharding_axes_product(mesh, stage_axes(op)) > 1) return op;
+    const Op *in = op->body ? find_pipeline(op->body, mesh) : NULL;
+    if (in) return in;
+  }
+  return NULL;
+}
+
 bool partition_pipeline(const IrModule *m, Pipeline *out) {
   memset(out, 0, sizeof *out);
   if (!m || !m->main || !m->prog || !m->prog->mesh) return false;
-  for (const Op *op = m->main->first; op; op = op->next) {
-    if (op->kind != OP_LOOP) continue;
-    uint16_t st = stage_axes(op);
-    int64_t n = sharding_axes_product(m->prog->mesh, st);
-    if (n <= 1) continue;
-    out->loop = op;
-    out->axes = st;
-    out->stages = n;
-    out->layers = op->count;
-    return true;
-  }
-  return false;
+  const Op *op = find_pipeline(m->main, m->prog->mesh);
+  if (!op) return false;
+  out->loop = op;
+  out->axes = stage_axes(op);
+  out->stages = sharding_axes_product(m->prog->mesh, out->axes);
+  out->layers = op->count;
+  return true;
 }

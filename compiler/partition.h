@@ -60,7 +60,7 @@ void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *
 /* ---- op plans ---- */
 
 #define PLAN_MAX_FACTORS 24   /* three operands of rank MAX_RANK, all dims distinct */
-#define PLAN_MAX_OPERANDS 4
+#define PLAN_MAX_OPERANDS 5   /* attention_grad: q, k, v, o, do */
 #define PLAN_MAX_ALTS 6
 
 typedef enum {
@@ -176,9 +176,19 @@ bool partition_module(IrModule *m, const Program *p);
  *     only the rows its device holds (zeros elsewhere);
  *   - softmax / rmsnorm / layernorm over a sharded dim never occur: partition rewrites them into
  *     their statistics form (primitive ops and AllReduces; rmsnorm and layernorm with epsilon
- *     1e-5). */
+ *     1e-5); so are their gradients and cross_entropy(_grad) (OP_PICK: each device picks the
+ *     labels' logits from its block, a partial sum; OP_ONEHOT: each device makes its block);
+ *   - the training ops pass partial sums through the operand they are linear in (the incoming
+ *     gradient); take_grad and attention_grad's dk, dv sum over their positions (partial where
+ *     sharded); take_grad with a row-sharded result scatters into the rows its device holds;
+ *   - zeros (a constant 0, or its broadcast) may be declared partial over any axes: a step's
+ *     microbatch accumulators start so;
+ *   - a loop's stacked result is its body outputs stacked, the stacking dim sharded over the loop's
+ *     stage axes (a pipeline's, or none); a train step's backward loop over a pipeline runs the
+ *     stages in reverse, its CollectivePermute handing the carried gradient to the previous one. */
 
-/* The pipeline of m's stacked loop, if its stacked params shard the stacking dim (layers@stage). */
+/* The pipeline of m's stacked loop, if its stacked params shard the stacking dim (layers@stage):
+ * the first such loop in main or in a loop body (a step's microbatch loop holds it). */
 typedef struct Pipeline {
   const Op *loop;
   uint16_t axes;        /* the stage axes */
@@ -186,5 +196,8 @@ typedef struct Pipeline {
   int64_t layers;       /* the loop's trips */
 } Pipeline;
 bool partition_pipeline(const IrModule *m, Pipeline *out);
+/* A loop's stage axes: its stacked slices' leading-dim axes (none: not a pipeline). A step's
+ * backward loop over the same layers is pipelined over the same stages, in reverse. */
+uint16_t partition_stage_axes(const Op *loop);
 
 #endif

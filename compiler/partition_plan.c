@@ -217,7 +217,7 @@ bool reshard_plan(const Mesh *m, const TensorType *t, const Sharding *from, cons
 
 /* ---- op rules ---- */
 
-typedef enum { PASS_NONE, PASS_UNARY, PASS_SAME, PASS_ONE, PASS_FIRST } PassRule;
+typedef enum { PASS_NONE, PASS_UNARY, PASS_SAME, PASS_ONE, PASS_FIRST, PASS_LIN } PassRule;
 
 typedef struct Rule {
   int nf;
@@ -227,6 +227,7 @@ typedef struct Rule {
   int8_t omap[PLAN_MAX_OPERANDS][MAX_RANK]; /* operand dim -> factor */
   int8_t rmap[MAX_RANK];                    /* result dim -> factor */
   PassRule pass;
+  int lin;      /* PASS_LIN: the one operand partial sums may pass through */
   bool sums;    /* FK_SUM factors leave a partial sum */
   int nstats;   /* AllReduces of statistics when the FK_STATS factor is sharded */
 } Rule;
@@ -263,16 +264,52 @@ static void rule_map_operand(Rule *r, const Op *op, int i, Dim *const *from, Dim
 
 static bool is_unary_elementwise(OpKind k) { return k >= OP_NEG && k <= OP_SILU; }
 
+/* Operand dims the result lacks get `k` (a contraction's dims, attention_grad's summed dims), unless
+ * the rule already gave them a kind. */
+static void rule_missing_dims(Rule *r, const Op *op, int i, FactorKind k) {
+  const Value *v = op->operands[i];
+  const TensorType *rt = &op->results[0]->type;
+  for (int d = 0; d < v->type.rank; d++) {
+    const Dim *dim = v->type.dims[d];
+    bool known = tensor_type_find(rt, dim) >= 0;
+    for (int g = 0; g < r->nf && !known; g++) known = r->fdim[g] == dim;
+    if (!known) rule_factor(r, dim, k);
+  }
+}
+
+/* The ops with a factor rule. Forward ops: elementwise (a factor per dim, kept), contractions and
+ * reductions (their summed dims), softmax and the norms (statistics over their dim), take (the
+ * table's rows summed: a masked local gather), attention (head and key dims whole). Training ops
+ * (autodiff.c, step.c) keep the dims of their forward counterparts:
+ *   broadcast          x's dims kept; the added dims are the result's alone (a device makes its
+ *                      block of them, no communication);
+ *   relu/gelu/silu_grad, causal_grad, max_grad, sgd_update, adam_moment, adam_update
+ *                      elementwise (max_grad's reduced dims kept: ties are counted per block);
+ *   softmax_grad, rmsnorm_grad, layernorm_grad
+ *                      statistics over dims[0], as their forward ops (1, 2 and 4 sums);
+ *   take_grad          the index positions summed (a partial sum when sharded); the table's rows
+ *                      are the result's alone: with a row-sharded table each device scatters into
+ *                      the rows it holds;
+ *   attention_grad     dims[0], dims[1] and the value's own dims whole (as the forward); the dims of
+ *                      q its result lacks (the query dim, a group dim) summed;
+ *   cross_entropy(_grad) statistics over the class dim: Megatron's vocab-parallel loss (3 small
+ *                      AllReduces; the gradient reuses the cross entropy's logsumexp).
+ * Partial sums pass through the operand an op is linear in (interp_spmd.c's linear_operand). */
 static bool rule_build(const Op *op, Rule *r) {
   memset(r, 0, sizeof *r);
   memset(r->omap, -1, sizeof r->omap);
   memset(r->rmap, -1, sizeof r->rmap);
+  r->lin = -1;
   if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) return false;
   const TensorType *rt = &op->results[0]->type;
   switch (op->kind) {
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CAUSAL: case OP_CAST: case OP_TRANSPOSE:
   case OP_RENAME: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM:
   case OP_LAYERNORM: case OP_TAKE: case OP_CONTRACT: case OP_ATTENTION:
+  case OP_BROADCAST: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_MAX_GRAD:
+  case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_TAKE_GRAD: case OP_CAUSAL_GRAD:
+  case OP_ATTENTION_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_SGD_UPDATE:
+  case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
     break;
   default:
     if (!is_unary_elementwise(op->kind)) return false;
@@ -285,9 +322,12 @@ static bool rule_build(const Op *op, Rule *r) {
   case OP_ADD: case OP_SUB: r->pass = PASS_SAME; break;
   case OP_MUL: r->pass = PASS_ONE; break;
   case OP_DIV: r->pass = PASS_FIRST; break;
-  case OP_NEG: case OP_TRANSPOSE: r->pass = PASS_UNARY; break;
-  case OP_CAST: /* summing a widened value costs more bytes: reduce before widening */
-    r->pass = dtype_bytes(rt->dtype) > dtype_bytes(op->operands[0]->type.dtype) ? PASS_NONE : PASS_UNARY;
+  case OP_NEG: case OP_TRANSPOSE: case OP_BROADCAST: case OP_CAUSAL_GRAD: r->pass = PASS_UNARY; break;
+  case OP_CAST: /* summing a widened value costs more bytes: reduce before widening; but a step's
+                  * microbatch accumulation widens each microbatch's gradient to f32 and reduces
+                  * the sum once, after its loop */
+    r->pass = dtype_bytes(rt->dtype) > dtype_bytes(op->operands[0]->type.dtype) && op->phase != PHASE_ACCUMULATE
+                  ? PASS_NONE : PASS_UNARY;
     break;
   case OP_RENAME:
     for (int j = 0; j + 1 < op->ndims && nren < MAX_RANK; j += 2) {
@@ -308,11 +348,22 @@ static bool rule_build(const Op *op, Rule *r) {
     if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
     r->nstats = op->kind == OP_RMSNORM ? 1 : 2; /* softmax: max and sum; layernorm: mean, variance */
     break;
+  case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD:
+    if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
+    /* softmax_grad: sum(dy y); rmsnorm_grad: mean(x^2), mean(e xh); layernorm_grad: mean(x),
+     * var(x), mean(e), mean(e xh) */
+    r->nstats = op->kind == OP_SOFTMAX_GRAD ? 1 : op->kind == OP_RMSNORM_GRAD ? 2 : 4;
+    break;
   case OP_TAKE:
     if (op->noperands == 2 && op->operands[0]->type.rank > 0) {
       rule_set_kind(r, op->operands[0]->type.dims[0], FK_SUM); /* masked local gather of the rows held */
       r->sums = true;
     }
+    break;
+  case OP_TAKE_GRAD: /* (idx, dy): the positions summed; the table's rows are the result's own */
+    for (int d = 0; d < op->operands[0]->type.rank; d++) rule_set_kind(r, op->operands[0]->type.dims[d], FK_SUM);
+    r->sums = true;
+    r->pass = PASS_LIN, r->lin = 1;
     break;
   case OP_CONTRACT:
     for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
@@ -322,7 +373,26 @@ static bool rule_build(const Op *op, Rule *r) {
   case OP_ATTENTION:
     for (int j = 0; j < 2 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
     break;
-  default: break; /* the other unary elementwise functions: not linear */
+  case OP_ATTENTION_GRAD:
+    for (int j = 0; j < 2 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
+    if (op->noperands == 5) {
+      const TensorType *q = &op->operands[0]->type, *v = &op->operands[2]->type;
+      for (int d = 0; d < v->rank; d++) /* the value's own dims: the forward's PV output dims */
+        if (tensor_type_find(q, v->dims[d]) < 0) rule_set_kind(r, v->dims[d], FK_WHOLE);
+      rule_missing_dims(r, op, 0, FK_SUM); /* dk, dv: summed over the query dim (and groups) */
+      rule_missing_dims(r, op, 1, FK_WHOLE);
+      r->sums = true;
+    }
+    break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
+    /* the class dim sharded: local max, sum of exponentials and picked logits, all-reduced (3);
+     * the gradient reuses the logsumexp its cross entropy kept (0) */
+    if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
+    r->nstats = op->kind == OP_CROSS_ENTROPY ? 3 : 0;
+    break;
+  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: r->pass = PASS_LIN, r->lin = 1; break;
+  case OP_MAX_GRAD: r->pass = PASS_LIN, r->lin = 2; break;
+  default: break; /* the other unary elementwise functions and the optimizer: not linear */
   }
   for (int i = 0; i < op->noperands; i++) rule_map_operand(r, op, i, ren_from, ren_to, nren);
   for (int d = 0; d < rt->rank; d++)
@@ -345,6 +415,10 @@ static uint16_t rule_passed(const Rule *r, const Sharding *const *opnd, int n) {
       if (opnd[i]->partial != opnd[0]->partial) return 0;
     return opnd[0]->partial;
   }
+  case PASS_LIN:
+    for (int i = 0; i < n; i++)
+      if (i != r->lin && opnd[i]->partial) return 0;
+    return r->lin >= 0 && r->lin < n ? opnd[r->lin]->partial : 0;
   case PASS_ONE: case PASS_FIRST: {
     int who = -1;
     for (int i = 0; i < n; i++) {
@@ -455,6 +529,14 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     k->ncoll += r->nstats;
   }
   k->choose_s = k->time_s;
+  if (op->kind == OP_CROSS_ENTROPY && op->phase == PHASE_LOSS && !k->statsax && op->ndims > 0) {
+    /* a train step's loss: gathering the logits leaves the gradient, which reads them sharded, to
+     * make the statistics the vocab-parallel form would have kept (2 more AllReduces) */
+    int cd = tensor_type_find(&op->operands[0]->type, op->dims[0]);
+    uint16_t ax = cd >= 0 ? dim_mask(opnd[0], cd) : 0;
+    if (ax && sharding_axes_product(m, ax) > 1)
+      k->choose_s += 2 * cost_collective(m, COLL_ALL_REDUCE, ax, stats_bytes(m, rt, nat, op->dims[0]), true, NULL);
+  }
   if (target) {
     Reshard rs;
     if (!reshard_plan(m, rt, nat, target, &rs)) {

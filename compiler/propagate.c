@@ -3,9 +3,11 @@
  * Values fall in four kinds. FIXED: a written type decides (layout_apply), or, when the module was
  * partitioned already, the sharding it has. TIED: follows another value by structure: a loop
  * body's stacked-param slice (its stacked value minus the leading dim), a loop invariant (its
- * outer value), a loop result (its carried body input). FREE: inferred: the natural result of its
- * op's plan, or a carried body input without a written type (its initial value's sharding), unless
- * the search pinned it. CONST: scalars.
+ * outer value), a loop's carried result (its carried body input). FREE: inferred: the natural
+ * result of its op's plan (a rank-0 result too: a mean over a sharded batch is a partial sum), a
+ * carried body input without a written type (its initial value's sharding), a loop's stacked
+ * result (its body output's, the stacking dim over the stage axes), unless the search pinned it.
+ * CONST: constants.
  *
  * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
  * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
@@ -16,6 +18,7 @@
 
 #include "partition.h"
 #include "propagate.h"
+#include "step.h"
 
 enum { V_FREE, V_FIXED, V_TIED, V_CONST };
 
@@ -137,10 +140,13 @@ static void setup_func(Prop *P, IrFunc *f, bool incremental) {
       if (!v) continue;
       if (incremental && v->shard_source != SHARD_FREE) {
         note_value(P, v, V_FIXED);
-      } else if (op->kind == OP_CONST || v->type.rank == 0) {
+      } else if (op->kind == OP_CONST || (v->type.rank == 0 && op->noperands == 0)) {
         note_value(P, v, V_CONST);
-      } else if (op->kind == OP_LOOP) {
+      } else if (op->kind == OP_LOOP && r < op->ncarried) {
         note_value(P, v, V_TIED);
+      } else if (op->kind == OP_LOOP) { /* a stacked result: free, its natural from the body */
+        note_value(P, v, V_FREE);
+        VEC_PUSH(P->a, P->order, v);
       } else if (v->spec) {
         note_value(P, v, V_FIXED);
         set_hard(P, v);
@@ -219,14 +225,56 @@ static Sharding strip(const Sharding *s, int rank, uint16_t axes) {
 
 static void derive_func(Prop *P, IrFunc *f, uint16_t blocked);
 
-/* The pipeline's stage axes: the leading (stacking) dim's axes of the loop's slices. */
-static uint16_t loop_stage_axes(const Op *op) {
-  uint16_t m = 0;
+/* v is zeros (a constant 0, or one broadcast) that only one loop reads as its carried initial
+ * value: a microbatch loop's accumulators and loss. Zeros are a partial sum over any axes, so
+ * such a value may start the loop partial (each device's gradients then accumulate unreduced,
+ * and are reduced once, after the loop). */
+static bool zero_for(const Prop *P, const Value *v) {
+  const Op *d = v->def;
+  if (d && d->kind == OP_BROADCAST && d->noperands == 1) d = d->operands[0]->def;
+  return d && d->kind == OP_CONST && d->scalar == 0 && v->id < P->nvalues && P->uses[v->id].len == 1;
+}
+
+/* The pipeline's stage axes: the leading (stacking) dim's axes of the loop's stacked params (its
+ * slices with a written type), in their order; *n of them. The other slices (a backward loop's
+ * residuals, a microbatch loop's inputs) follow: their leading dim takes exactly these axes. */
+static uint16_t loop_stage_list(const Op *op, int8_t *ax, int *n) {
+  *n = 0;
   for (int i = 0; i < op->nslices && i < op->noperands; i++) {
-    const Sharding *s = &op->operands[i]->sharding;
-    for (int k = 0; k < s->naxes[0]; k++) m |= (uint16_t)(1u << s->axes[0][k]);
+    const Value *v = op->operands[i];
+    if (!v->spec || v->type.rank < 1 || !v->sharding.naxes[0]) continue;
+    uint16_t m = 0;
+    for (int k = 0; k < v->sharding.naxes[0]; k++) {
+      ax[k] = v->sharding.axes[0][k];
+      m |= (uint16_t)(1u << ax[k]);
+    }
+    *n = v->sharding.naxes[0];
+    return m;
   }
-  return m;
+  return 0;
+}
+
+static uint16_t loop_stage_axes(const Op *op) {
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n;
+  return loop_stage_list(op, ax, &n);
+}
+
+/* A stacked value (a slice operand, a stacked result) of the loop: `body` (its sharding in one
+ * iteration) with the stacking dim in front, sharded over the loop's stage axes. */
+static Sharding stacked_sharding(const Op *loop, const Sharding *body, int body_rank) {
+  Sharding s;
+  memset(&s, 0, sizeof s);
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n;
+  loop_stage_list(loop, ax, &n);
+  memcpy(s.axes[0], ax, (size_t)n);
+  s.naxes[0] = (uint8_t)n;
+  for (int d = 0; d < body_rank && d + 1 < MAX_RANK; d++) {
+    s.naxes[d + 1] = body->naxes[d];
+    memcpy(s.axes[d + 1], body->axes[d], sizeof s.axes[d]);
+  }
+  return s;
 }
 
 static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
@@ -247,21 +295,40 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
       }
     } else if (P->pinned[in->id]) {
       s = P->pin[in->id];
+      if (s.partial & ~outer->sharding.partial) { /* a partial carried value must start partial */
+        if (zero_for(P, outer)) outer->sharding = s; /* zeros are a partial sum of zeros */
+        else s.partial &= outer->sharding.partial;
+      }
     } else {
       s = strip(&outer->sharding, outer->type.rank, inner);
       for (int d = 0; d < outer->type.rank; d++) origin_copy_dim(in, d, outer, d);
     }
+    if (i >= op->nslices && P->kind[outer->id] == V_CONST && zero_for(P, outer) && !(s.partial & outer->sharding.partial))
+      outer->sharding.partial = 0; /* a constant zero a pin made partial and no pin keeps so */
     for (int d = 0; d < in->type.rank; d++)
       if (!s.naxes[d]) in->dim_src[d] = SHARD_FREE;
     set_derived(in, &s, op->loc);
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
   }
   derive_func(P, b, inner);
-  for (int r = 0; r < op->nresults && op->nslices + r < b->ninputs; r++) {
+  /* carried results: the carried body input's sharding (one for every iteration) */
+  for (int r = 0; r < op->ncarried && r < op->nresults && op->nslices + r < b->ninputs; r++) {
     Value *res = op->results[r], *in = b->inputs[op->nslices + r];
     if (P->kind[res->id] == V_FIXED) continue;
     set_derived(res, &in->sharding, op->loc);
     for (int d = 0; d < res->type.rank; d++) origin_copy_dim(res, d, in, d);
+  }
+  /* stacked results (residuals, stacked gradients): the body output's sharding, reduced (a partial
+   * sum is reduced in the body, once per iteration), the stacking dim over the stage axes */
+  for (int r = op->ncarried; r < op->nresults && r < b->noutputs; r++) {
+    Value *res = op->results[r], *out = b->outputs[r];
+    if (P->kind[res->id] == V_FIXED) continue;
+    Sharding s = stacked_sharding(op, &out->sharding, out->type.rank);
+    if (P->pinned[res->id]) s = P->pin[res->id];
+    set_derived(res, &s, op->loc);
+    origin_clear(res);
+    for (int d = 1; d < res->type.rank; d++)
+      if (s.naxes[d]) origin_copy_dim(res, d, out, d - 1);
   }
   OpPlan *pl = op_plan(P, op);
   memset(pl, 0, sizeof *pl);
@@ -405,10 +472,39 @@ static int64_t work_split(const Prop *P, const Value *v, const Sharding *s) {
   return sharding_axes_product(P->mesh, (uint16_t)(sharding_axes_used(s, v->type.rank) | s->partial));
 }
 
+/* The stacking dim of a stacked value (a loop's slice operand, a loop's stacked result) is sharded
+ * over exactly the loop's stage axes: a pipeline's, or none (a microbatch loop is no pipeline). */
+static bool dim0_is(const Sharding *s, const Op *loop) {
+  int8_t ax[MAX_AXES_PER_DIM];
+  int n;
+  loop_stage_list(loop, ax, &n);
+  return s->naxes[0] == n && memcmp(s->axes[0], ax, (size_t)n) == 0;
+}
+
+static bool stacking_ok(const Prop *P, const Value *v, const Sharding *s) {
+  if (v->def && v->def->kind == OP_LOOP) {
+    for (int r = v->def->ncarried; r < v->def->nresults; r++)
+      if (v->def->results[r] == v && !dim0_is(s, v->def)) return false;
+  }
+  for (int u = 0; u < P->uses[v->id].len; u++) {
+    Use use = P->uses[v->id].data[u];
+    if (use.op->kind == OP_LOOP && use.operand < use.op->nslices && !dim0_is(s, use.op)) return false;
+  }
+  return true;
+}
+
+/* A partial-sum candidate is offered only where it holds no more bytes per device than v does
+ * now: leaving data-parallel gradients unreduced across microbatches costs no memory, leaving
+ * FSDP's (sharded once reduced) would hold them whole. */
+static bool no_bigger(const Prop *P, const Value *v, const Sharding *s) {
+  return sharding_local_bytes(&v->type, s, P->mesh) <= sharding_local_bytes(&v->type, &v->sharding, P->mesh);
+}
+
 /* Pins never make a value less sharded than it is: that would trade communication for replicated
  * compute, which the collectives' time cannot see (and replicate silently). */
 static void cand_add_checked(const Prop *P, Cands *c, const Value *v, const Sharding *s) {
-  if (cand_fits(P, v, s) && work_split(P, v, s) >= work_split(P, v, &v->sharding)) cand_add(c, v, s);
+  if (cand_fits(P, v, s) && work_split(P, v, s) >= work_split(P, v, &v->sharding) && stacking_ok(P, v, s))
+    cand_add(c, v, s);
 }
 
 /* The shardings v's neighbours suggest: its op's other candidates, what each user takes (as it
@@ -432,15 +528,43 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
     if (loop && idx >= loop->nslices && idx - loop->nslices < b->noutputs) {
       Sharding s = strip(&loop->operands[idx]->sharding, rank, blocked);
       cand_add_checked(P, out, v, &s);
-      s = strip(&b->outputs[idx - loop->nslices]->sharding, rank, blocked);
+      const Value *bo = b->outputs[idx - loop->nslices];
+      s = strip(&bo->sharding, rank, blocked);
       cand_add_checked(P, out, v, &s);
+      s.partial = (uint16_t)(bo->sharding.partial & ~blocked); /* accumulate unreduced, from zeros */
+      if (s.partial && zero_for(P, loop->operands[idx]) && no_bigger(P, v, &s)) cand_add_checked(P, out, v, &s);
+      for (int u = 0; u < P->uses[v->id].len && zero_for(P, loop->operands[idx]); u++) {
+        const Op *add = P->uses[v->id].data[u].op; /* as partial as what is added to it */
+        if (add->kind != OP_ADD || add->noperands != 2) continue;
+        const Value *other = add->operands[add->operands[0] == v ? 1 : 0];
+        s = v->sharding;
+        s.partial = (uint16_t)(other->sharding.partial & ~blocked);
+        if (s.partial && no_bigger(P, v, &s)) cand_add_checked(P, out, v, &s);
+      }
+    }
+  }
+  const StepInfo *si = P->m->step;
+  if (v->def && v->def->kind == OP_LOOP && v->def->body && si && si->micro_loop && v->func == si->micro_loop->body) {
+    /* a stacked result a microbatch loop accumulates: its rows left unreduced (reduced once, after
+     * the microbatches); elsewhere each layer's gradient is reduced as the backward makes it */
+    const Op *loop = v->def;
+    for (int r = loop->ncarried; r < loop->nresults && r < loop->body->noutputs; r++) {
+      const Value *bo = loop->body->outputs[r];
+      if (loop->results[r] != v || !bo->sharding.partial) continue;
+      Sharding s = stacked_sharding(loop, &bo->sharding, bo->type.rank);
+      s.partial = (uint16_t)(bo->sharding.partial & ~blocked);
+      if (no_bigger(P, v, &s)) cand_add_checked(P, out, v, &s);
     }
   }
   PlanCtx c = plan_ctx(P, blocked);
   for (int u = 0; u < P->uses[v->id].len; u++) {
     Use use = P->uses[v->id].data[u];
     Op *op = use.op;
-    if (op->kind == OP_LOOP && op->body && use.operand < op->body->ninputs) {
+    if (op->kind == OP_LOOP && op->body && use.operand < op->nslices && use.operand < op->body->ninputs) {
+      const Value *in = op->body->inputs[use.operand];
+      Sharding s = stacked_sharding(op, &in->sharding, in->type.rank);
+      cand_add_checked(P, out, v, &s);
+    } else if (op->kind == OP_LOOP && op->body && use.operand < op->body->ninputs) {
       Sharding s = strip(&op->body->inputs[use.operand]->sharding, rank, 0);
       cand_add_checked(P, out, v, &s);
     } else if ((op->kind == OP_SPLIT || op->kind == OP_MERGE) && op->nresults == 1) {

@@ -17,7 +17,14 @@
  * (partition_cost: time on the mesh's target with hop latency, ideal figures) get strictly
  * cheaper, or as cheap with fewer collectives, or as cheap and as many but closer to the layout's
  * mapping; candidates are tried in program order, so ties go to source order. It stops at a fixed
- * point (no pin improves) or after a few rounds. */
+ * point (no pin improves) or after a few rounds.
+ *
+ * Train steps (docs/training.md, section 9) are one function like any other, with: rank-0 values
+ * free (a loss may be a partial mean), a loop's stacked results (residuals, stacked gradients)
+ * inferred from their body outputs with the stacking dim over the loop's stage axes (only stacked
+ * params, slices with a written type, make a pipeline: a microbatch loop never is), and microbatch
+ * accumulators that may stay partial sums across the loop where that costs no memory (they start
+ * as zeros, a partial sum of zeros). */
 #ifndef SHARDC_PROPAGATE_H
 #define SHARDC_PROPAGATE_H
 

@@ -553,7 +553,7 @@ int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh) {
   return m && m->main ? saved_in(m->main, mesh) : 0;
 }
 
-/* 2 x the product of the distinct dims of a and b, plus `add` when given, without `drop`. */
+/* 2 x the product of the distinct dims of a (without `drop`) and b, plus `add` when given. */
 static double prod2(const TensorType *a, const TensorType *b, const Dim *drop, const Dim *add) {
   const Dim *seen[2 * MAX_RANK + 1];
   int n = 0;
@@ -562,7 +562,7 @@ static double prod2(const TensorType *a, const TensorType *b, const Dim *drop, c
   for (int t = 0; t < 2; t++)
     for (int i = 0; i < ts[t]->rank; i++) {
       const Dim *d = ts[t]->dims[i];
-      bool dup = d == drop;
+      bool dup = t == 0 && d == drop; /* `drop` leaves the first tensor only (q's head, not v's) */
       for (int j = 0; j < n; j++) dup |= seen[j] == d;
       if (!dup) seen[n++] = d, f *= (double)d->size;
     }

@@ -1,8 +1,8 @@
 /* test_partition.c: a reference check of partitioned IR that cannot lie.
  *
  * For every .shard file named on the command line (directories are searched recursively), under
- * every mesh and every layout the file declares, the program is lowered, propagated and
- * partitioned, and the result is checked against the definitions alone (none of partition_plan.c's
+ * every mesh and every layout the file declares, the program is lowered (a `train` step whole:
+ * forward, loss, backward and optimizer update, step_build), propagated and partitioned, and the result is checked against the definitions alone (none of partition_plan.c's
  * code is used to decide what is right):
  *   - every collective: AllGather over X removes exactly X from the tails of the dims it gathers,
  *     multiplying each such dim's local extent by the sizes removed from it; ReduceScatter removes
@@ -11,12 +11,16 @@
  *     CollectivePermute keeps the sharding; none runs over axes of total size 1;
  *   - every other op computes on consistent shards: a dim shared by operands and result has the same
  *     axes everywhere (after the op's local slices, which may only add axes); summed dims' axes
- *     become exactly the result's new partial axes; nonlinear ops never read a partial sum; add/sub
- *     read equally partial operands, mul/div and contract at most one; the dims softmax, the norms
- *     and attention reduce over are whole; a reshape keeps each device's element count;
+ *     become exactly the result's new partial axes; nonlinear ops never read a partial sum (the
+ *     training ops only in the operand they are linear in: an incoming gradient); add/sub read
+ *     equally partial operands, mul/div and contract at most one; the dims softmax, the norms,
+ *     attention, their gradients and cross entropy reduce over are whole; a reshape keeps each
+ *     device's element count; zeros alone may be declared partial;
  *   - every value: no mesh axis twice, every sharded dim divisible by its axes;
  *   - loops: carried values have one sharding (outer, body input, body output, result), slices are
- *     their stacked value minus the leading dim; the entry's outputs are not partial sums;
+ *     their stacked value minus the leading dim, stacked results their body output plus one (every
+ *     stacked value's leading dim over the same axes: a pipeline's stages, or none); the entry's
+ *     outputs are not partial sums;
  *   - running propagation (through memory_estimate) and partitioning again changes nothing.
  * Prints PASS/FAIL (or SKIP for programs that do not compile, as error tests do) per configuration
  * and "N passed, N failed"; exits 1 on any failure. */
@@ -33,6 +37,7 @@
 #include "memory.h"
 #include "partition.h"
 #include "propagate.h"
+#include "step.h"
 
 static int npass, nfail, nskip;
 static char note_buf[8192];
@@ -195,20 +200,49 @@ static bool nonlinear(OpKind k) {
          k == OP_CAUSAL || k == OP_ATTENTION || k == OP_TAKE || k == OP_MAX;
 }
 
+/* The training ops (ir.h's definitions): the one operand each is linear in, which alone may be a
+ * partial sum (-1: none may; -2: not a training op). */
+static int training_linear_operand(OpKind k) {
+  switch (k) {
+  case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_PICK: return 0;
+  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SOFTMAX_GRAD: case OP_TAKE_GRAD: return 1;
+  case OP_MAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY_GRAD: return 2;
+  case OP_ATTENTION_GRAD: case OP_CROSS_ENTROPY: case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
+  case OP_ONEHOT:
+    return -1;
+  default: return -2;
+  }
+}
+
 /* The dims op sums over (their axes become partial) and the dims it needs whole. */
 static bool summed_dim(const Op *op, const Dim *d) {
   if (op->kind == OP_CONTRACT || op->kind == OP_SUM || op->kind == OP_MEAN || op->kind == OP_MAX)
     for (int j = 0; j < op->ndims; j++)
       if (op->dims[j] == d) return true;
   if (op->kind == OP_TAKE) return op->operands[0]->type.rank > 0 && op->operands[0]->type.dims[0] == d;
+  if (op->kind == OP_TAKE_GRAD) return tensor_type_find(&op->operands[0]->type, d) >= 0; /* the positions */
+  if (op->kind == OP_PICK) return op->ndims > 0 && op->dims[0] == d;
+  if (op->kind == OP_ATTENTION_GRAD && (op->index == 1 || op->index == 2) && op->ndims > 0) /* dk, dv */
+    return d != op->dims[0] && tensor_type_find(&op->operands[0]->type, d) >= 0 &&
+           tensor_type_find(&op->results[0]->type, d) < 0;
   return false;
 }
 
 static bool whole_dim(const Op *op, const Dim *d) {
-  if ((op->kind == OP_SOFTMAX || op->kind == OP_RMSNORM || op->kind == OP_LAYERNORM) && op->ndims > 0)
-    return op->dims[0] == d;
-  if (op->kind == OP_ATTENTION) return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
-  return false;
+  switch (op->kind) {
+  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
+  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
+    return op->ndims > 0 && op->dims[0] == d; /* sharded, partitioning rewrites them (statistics) */
+  case OP_ATTENTION: case OP_ATTENTION_GRAD:
+    return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
+  default: return false;
+  }
+}
+
+/* Zeros (a constant 0, or its broadcast): a partial sum of zeros over any axes. */
+static bool zeros(const Op *op) {
+  const Op *z = op->kind == OP_BROADCAST && op->operands[0]->def ? op->operands[0]->def : op;
+  return z->kind == OP_CONST && z->scalar == 0;
 }
 
 static const Dim *renamed(const Op *op, const Dim *d) {
@@ -250,12 +284,18 @@ static bool check_op(Ctx *c, const Op *op) {
   for (int i = 0; i < n; i++) npartial += in[i].partial != 0;
   if (nonlinear(op->kind) && npartial)
     ok = false, note("%s at line %d reads a partial sum", ir_op_name(op->kind), op->loc.line);
+  int lin = training_linear_operand(op->kind);
+  for (int i = 0; lin > -2 && i < n; i++)
+    if (in[i].partial && i != lin)
+      ok = false, note("%s at line %d reads a partial sum as operand %d, which it is not linear in", ir_op_name(op->kind),
+                       op->loc.line, i);
   if ((op->kind == OP_ADD || op->kind == OP_SUB) && n == 2 && in[0].partial != in[1].partial)
     ok = false, note("%s at line %d adds unequally partial operands", ir_op_name(op->kind), op->loc.line);
   if ((op->kind == OP_MUL || op->kind == OP_CONTRACT || op->kind == OP_DIV) && npartial > 1)
     ok = false, note("%s at line %d multiplies two partial sums", ir_op_name(op->kind), op->loc.line);
   if (op->kind == OP_DIV && n == 2 && in[1].partial) ok = false, note("div at line %d divides by a partial sum", op->loc.line);
-  if (op->kind == OP_CAST && in[0].partial && dtype_bytes(r->type.dtype) > dtype_bytes(op->operands[0]->type.dtype))
+  if (op->kind == OP_CAST && in[0].partial && dtype_bytes(r->type.dtype) > dtype_bytes(op->operands[0]->type.dtype) &&
+      op->phase != PHASE_ACCUMULATE) /* the microbatch accumulators sum unreduced gradients in f32 */
     ok = false, note("cast at line %d widens a partial sum", op->loc.line);
   /* shared dims agree; summed dims' axes become the new partial axes */
   uint16_t summed = 0, passed = 0;
@@ -268,7 +308,8 @@ static bool check_op(Ctx *c, const Op *op) {
         ok = false, note("%s at line %d: %s's %s must be whole", ir_op_name(op->kind), op->loc.line, vname(v), dim->name);
       if (summed_dim(op, v->type.dims[d])) summed |= dim_mask(&in[i], d);
       int e = tensor_type_find(&r->type, dim);
-      if (e >= 0 && !dims_same(&in[i], d, R, e))
+      bool result_slice = whole_dim(op, v->type.dims[d]) && e >= 0 && prefix(&in[i], d, R, e); /* computed whole */
+      if (e >= 0 && !dims_same(&in[i], d, R, e) && !result_slice)
         ok = false, note("%s at line %d: %s's %s disagrees with the result", ir_op_name(op->kind), op->loc.line, vname(v),
                          dim->name);
       for (int j = 0; j < n; j++) { /* the same dim in another operand */
@@ -279,7 +320,9 @@ static bool check_op(Ctx *c, const Op *op) {
       }
     }
   }
-  if (op->kind == OP_MAX) {
+  if (zeros(op) && !summed && !passed) {
+    /* zeros may be declared partial (a microbatch loop's accumulators start so) */
+  } else if (op->kind == OP_MAX) {
     if (R->partial != summed || (summed && !r->partial_max))
       ok = false, note("max at line %d: partial %#x for summed axes %#x", op->loc.line, R->partial, summed);
   } else if (summed || R->partial) {
@@ -314,6 +357,26 @@ static bool check_func(Ctx *c, const IrFunc *f) {
           !sharding_equal(&in->sharding, &res->sharding, in->type.rank))
         ok = false, note("loop at line %d: carried value %d changes sharding", op->loc.line, r);
     }
+    /* stacked results: each iteration's body output is one row, sharded alike; the stacking dim of
+     * every stacked value (slices and stacked results) has the same axes: the pipeline's stages */
+    uint16_t stages = 0;
+    bool first = true;
+    for (int i = 0; i < op->nslices + op->nresults; i++) {
+      bool slice = i < op->nslices;
+      int r = i - op->nslices;
+      if (!slice && r < op->ncarried) continue;
+      const Value *v = slice ? op->operands[i] : op->results[r];
+      if (!slice && r < b->noutputs) {
+        const Value *out = b->outputs[r];
+        bool same = out->sharding.partial == v->sharding.partial;
+        for (int d = 1; d < v->type.rank; d++) same &= dims_same(&v->sharding, d, &out->sharding, d - 1);
+        if (!same) ok = false, note("loop at line %d: stacked result %d differs from its body output", op->loc.line, r);
+      }
+      uint16_t m = v->type.rank > 0 ? dim_mask(&v->sharding, 0) : 0;
+      if (!first && m != stages)
+        ok = false, note("loop at line %d: stacked values shard the stacking dim differently", op->loc.line);
+      stages = m, first = false;
+    }
     ok &= check_func(c, b);
   }
   return ok;
@@ -338,7 +401,7 @@ static int run_config(const char *path, const char *mesh, const char *layout, ch
     SemaOptions so = {.mesh = mesh, .layout = layout};
     Program *p = sema_program(&a, pp, &so);
     if (!p->usage_error && diag_error_count() == 0 && p->entry && p->mesh) {
-      IrModule *m = ir_build(&a, p);
+      IrModule *m = step_build(&a, p); /* a train step whole; else the entry alone */
       if (m && diag_error_count() == 0) {
         propagate_module(m, p);
         bool parted = partition_module(m, p);

@@ -1,0 +1,240 @@
+/* test_step_spmd.c: a sharded training step computes what the unsharded step computes.
+ *
+ * Each case loads a program's `train` step (step_build: forward, loss, backward, optimizer update),
+ * evaluates it globally in the reference interpreter (every value whole), then propagates and
+ * partitions it for a mesh and layout and evaluates it device by device (interp_run_spmd: each
+ * device holds its blocks, collectives exchange them, and every op checks that it computed the
+ * block and the partial sums its sharding says). Every output -- the loss, each updated param,
+ * each updated optimizer moment -- must agree within 1e-4 of the reference's scale (f32).
+ *
+ * Beyond the numbers, each case states what the book says the step's collectives are (the
+ * phases of docs/training.md): data parallelism all-reduces the gradients, FSDP gathers weights
+ * in the forward and again in the backward and reduce-scatters the gradients, tensor parallelism
+ * mirrors its activation collectives in the backward, and a vocab-sharded cross entropy never
+ * gathers the logits.
+ *
+ *   test_step_spmd                      every case
+ *   test_step_spmd NAME                 the cases whose name contains NAME, with each output's error
+ *   test_step_spmd FILE MESH LAYOUT     one program, verbosely, with no claims about collectives */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+#include "partition.h"
+#include "step.h"
+#include "unit_test.h"
+
+#ifndef STEP_SPMD_DIR
+#define STEP_SPMD_DIR "tests/unit/step_spmd"
+#endif
+#ifndef SHARDC_SAMPLES
+#define SHARDC_SAMPLES "samples"
+#endif
+#ifndef STEP_MLP
+#define STEP_MLP "tests/explain/step_mlp.shard"
+#endif
+
+#define TOLERANCE 1e-4
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *only; /* argv[1]: run the matching cases, verbosely */
+
+/* ---- counting collectives ---- */
+
+/* Collectives by kind (OP_ALL_GATHER ..) and phase class (0 forward and loss, 1 backward, 2
+ * optimizer), over f and its loop bodies, each counted once (not times its trips). */
+typedef struct Census {
+  int n[3][5];
+  int logits_gathers; /* all_gathers of the cross entropy's logits over their class dim */
+} Census;
+
+static int coll_index(OpKind k) {
+  switch (k) {
+  case OP_ALL_GATHER: return 0;
+  case OP_REDUCE_SCATTER: return 1;
+  case OP_ALL_REDUCE: return 2;
+  case OP_ALL_TO_ALL: return 3;
+  case OP_PERMUTE: return 4;
+  default: return -1;
+  }
+}
+
+static int phase_class(int ph) {
+  if (ph == PHASE_FORWARD || ph == PHASE_LOSS) return 0;
+  return ph == PHASE_UPDATE ? 2 : 1;
+}
+
+static void census(const IrFunc *f, const TensorType *logits, Census *c) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) census(op->body, logits, c);
+    int k = coll_index(op->kind);
+    if (k < 0) continue;
+    c->n[phase_class(op->phase)][k]++;
+    const TensorType *t = &op->results[0]->type;
+    int d = logits ? tensor_type_find(t, logits->dims[logits->rank - 1]) : -1;
+    if (op->kind == OP_ALL_GATHER && d >= 0 && tensor_type_same_dims(t, logits) &&
+        op->results[0]->sharding.naxes[d] < op->operands[0]->sharding.naxes[d])
+      c->logits_gathers++;
+  }
+}
+
+/* The type of the logits the step's cross_entropy reads (its class dim last), if it has one. */
+static const TensorType *logits_type(const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_CROSS_ENTROPY && op->noperands > 0) return &op->operands[0]->type;
+    if (op->kind == OP_LOOP && op->body) {
+      const TensorType *t = logits_type(op->body);
+      if (t) return t;
+    }
+  }
+  return NULL;
+}
+
+/* ---- the cases ---- */
+
+/* What the book says about a case's collectives. `exact`: the collectives of the forward (with the
+ * loss) and of the backward, as AllGather, ReduceScatter, AllReduce, AllToAll counts (each op once,
+ * not times its trips); NULL: only the bounds below. */
+typedef struct Expect {
+  const int *exact;                                         /* [8]: forward AG RS AR A2A, backward ... */
+  int fwd_gathers, bwd_gathers, bwd_scatters, bwd_reduces; /* at least this many */
+  int max_bwd_gathers;                                      /* at most (-1: no claim) */
+  bool no_logits_gather;
+} Expect;
+
+typedef struct Case {
+  const char *file;
+  const char *const *defs;
+  int ndefs;
+  const char *mesh, *layout;
+  Expect e;
+} Case;
+
+static const char *mlp_small[] = {"batch=8", "seq=4", "embed=16", "hidden=32"};
+static const char *none[] = {"seq=4"};
+static const char *step_small[] = {"batch=8", "seq=4", "embed=16", "hidden=32", "layers=2"};
+
+static const char *output_name(const IrModule *m, int i) {
+  const Value *v = m->main->outputs[i];
+  return v && v->name ? v->name : "?";
+}
+
+static void run_case(const Case *c) {
+  char name[256];
+  const char *base = strrchr(c->file, '/') ? strrchr(c->file, '/') + 1 : c->file;
+  snprintf(name, sizeof name, "step.%.*s.%s.%s", (int)(strlen(base) - 6), base, c->mesh, c->layout);
+  if (only && !strstr(name, only)) return;
+  ut_begin(name);
+  InterpProgram ip;
+  if (interp_load(&ip, c->file, c->defs, c->ndefs, c->layout, c->mesh, NULL) != EXIT_OK || !ip.cp.ir) {
+    ut_fail("%s does not load", c->file);
+    ut_end();
+    return;
+  }
+  IrModule *m = ip.cp.ir;
+  UT_CHECK(m->step != NULL, "%s has no train step", c->file);
+  Tensor **in = interp_random_inputs(m, 11), **pa = interp_random_params(m, 11);
+  int n = interp_noutputs(m);
+  Tensor **ref = calloc((size_t)n, sizeof *ref);
+  InterpOptions o = {.precision = INTERP_F32};
+  InterpStats st;
+  if (!m->step) {
+  } else if (!interp_run(m, &o, in, pa, ref, &st)) {
+    ut_fail("the global run fails: %s", st.error);
+  } else if (!interp_partition(&ip)) {
+    ut_fail("propagation and partitioning fail");
+  } else {
+    if (getenv("STEP_SPMD_DUMP")) ir_print(stdout, m);
+    InterpCheck chk;
+    bool ran = interp_check_spmd(m, ip.cp.prog->mesh, &o, in, pa, ref, &chk);
+    UT_CHECK(ran, "the SPMD run fails: %s", chk.stats.error);
+    if (ran) {
+      for (int i = 0; i < chk.noutputs; i++) {
+        if (only) printf("    %-28s max rel %.3g, max abs %.3g\n", output_name(m, i), chk.max_rel[i], chk.max_abs[i]);
+        UT_CHECK(chk.max_rel[i] <= TOLERANCE, "output %d (%s) differs from the unsharded step by %.3g (relative)", i,
+                 output_name(m, i), chk.max_rel[i]);
+      }
+      UT_CHECK(chk.stats.replica_diff <= TOLERANCE, "replicated outputs differ between devices by %g",
+               chk.stats.replica_diff);
+    }
+    interp_check_free(&chk);
+    Census cs;
+    memset(&cs, 0, sizeof cs);
+    census(m->main, logits_type(m->main), &cs);
+    if (only)
+      printf("    forward AG %d RS %d AR %d A2A %d; backward AG %d RS %d AR %d A2A %d; update AG %d RS %d AR %d\n",
+             cs.n[0][0], cs.n[0][1], cs.n[0][2], cs.n[0][3], cs.n[1][0], cs.n[1][1], cs.n[1][2], cs.n[1][3], cs.n[2][0],
+             cs.n[2][1], cs.n[2][2]);
+    const Expect *e = &c->e;
+    static const char *kinds[] = {"all_gathers", "reduce_scatters", "all_reduces", "all_to_alls"};
+    for (int k = 0; e->exact && k < 8; k++)
+      UT_CHECK(cs.n[k / 4][k % 4] == e->exact[k], "%d %s in the %s, expected %d", cs.n[k / 4][k % 4], kinds[k % 4],
+               k < 4 ? "forward and loss" : "backward", e->exact[k]);
+    UT_CHECK(cs.n[0][0] >= e->fwd_gathers, "%d all_gathers in the forward, expected at least %d", cs.n[0][0],
+             e->fwd_gathers);
+    UT_CHECK(cs.n[1][0] >= e->bwd_gathers, "%d all_gathers in the backward, expected at least %d", cs.n[1][0],
+             e->bwd_gathers);
+    UT_CHECK(e->max_bwd_gathers < 0 || cs.n[1][0] <= e->max_bwd_gathers,
+             "%d all_gathers in the backward, expected at most %d", cs.n[1][0], e->max_bwd_gathers);
+    UT_CHECK(cs.n[1][1] >= e->bwd_scatters, "%d reduce_scatters in the backward, expected at least %d", cs.n[1][1],
+             e->bwd_scatters);
+    UT_CHECK(cs.n[1][2] >= e->bwd_reduces, "%d all_reduces in the backward, expected at least %d", cs.n[1][2],
+             e->bwd_reduces);
+    UT_CHECK(!e->no_logits_gather || cs.logits_gathers == 0, "the logits are gathered over their class dim (%d times)",
+             cs.logits_gathers);
+  }
+  interp_free_tensors(in, interp_ninputs(m));
+  interp_free_tensors(pa, m->nparams);
+  interp_free_tensors(ref, n);
+  interp_unload(&ip);
+  ut_end();
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4) {
+    only = "step.";
+    Case c = {argv[1], NULL, 0, argv[2], argv[3], {.max_bwd_gathers = -1}};
+    run_case(&c);
+    return ut_summary();
+  }
+  if (argc > 1) only = argv[1];
+  static const char *llama = STEP_SPMD_DIR "/llama_tiny.shard";
+  static const char *llama_mb = STEP_SPMD_DIR "/llama_tiny_mb.shard";
+  static const char *mlp = SHARDC_SAMPLES "/mlp.shard";
+  static const char *step_mlp = STEP_MLP;
+  const Case cases[] = {
+    /* mlp on pod = [data: 4, model: 2] (x needs no gradient, so the backward reads w_out for dh
+     * and not w_in; the loss's AllReduce counts with the forward):
+     *   dp       gradients AllReduced over (data, model)
+     *   fsdp     w_in, w_out gathered; w_out gathered again; both gradients reduce-scattered
+     *   tp       the output's AllReduce over model (its type is replicated over model); the
+     *            gradients AllReduced over data
+     *   fsdp_tp  fsdp's gathers over data and tp's AllReduce; gradients reduce-scattered */
+    {mlp, mlp_small, 4, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}},
+    {mlp, mlp_small, 4, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}},
+    {mlp, mlp_small, 4, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 2, 0}, .max_bwd_gathers = -1}},
+    {mlp, mlp_small, 4, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}},
+    /* the stacked residual MLP of tests/explain/step_mlp.shard (the book's per-layer table there):
+     * every layer's input needs its gradient, so the backward gathers both weights again under
+     * FSDP and mirrors the forward's AllReduce under TP */
+    {step_mlp, step_small, 5, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}},
+    {step_mlp, step_small, 5, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 2, 2, 0, 0}, .max_bwd_gathers = -1}},
+    {step_mlp, step_small, 5, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 3, 0}, .max_bwd_gathers = -1}},
+    {step_mlp, step_small, 5, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 2, 2, 1, 0}, .max_bwd_gathers = -1}},
+    /* the tiny LLaMA */
+    {llama, none, 1, "pod", "fsdp_tp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1, .max_bwd_gathers = -1,
+                                       .no_logits_gather = true}},
+    {llama, none, 1, "pod", "fsdp_tp_sp", {.max_bwd_gathers = -1, .no_logits_gather = true}},
+    {llama, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}},
+    {llama, none, 1, "pod", "fsdp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1, .max_bwd_gathers = -1}},
+    {llama, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+    /* two microbatches, full remat */
+    {llama_mb, none, 1, "pod", "fsdp_tp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1,
+                                          .max_bwd_gathers = -1, .no_logits_gather = true}},
+    {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}},
+    {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
+  return ut_summary();
+}
