@@ -804,7 +804,7 @@ static Tensor *k_cross_entropy(Interp *I, const Op *op, Tensor *const *x) {
   rows_over(&N, ts, 4, d, sd);
   for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
     const double *row = logits->data + N.off[0];
-    double label = labels->data[N.off[1]], lse;
+    double label = labels->data[N.off[1]], lse = 0;
     if (!ce_row(I, op, row, n, sd[0], label, &lse)) {
       tensor_free(r);
       return NULL;

@@ -420,8 +420,8 @@ bool spmd_op(Interp *I, const Op *op) {
     if (real_axes(I, eff[i].partial) != real_axes(I, op->operands[i]->sharding.partial))
       return interp_fail(I, op, "in_shard changes operand %d's partial axes", i);
   }
-  uint16_t partial;
-  bool is_max;
+  uint16_t partial = 0;
+  bool is_max = false;
   if (!derive_partial(I, op, eff, &partial, &is_max)) return false;
   /* zeros (a constant 0, or one broadcast) are a partial sum of zeros over any axes: a step's
    * microbatch accumulators start so */

@@ -1097,21 +1097,15 @@ typedef struct SpmdRun {
 static const struct {
   const char *name, *reason;
 } known_gaps[] = {
-  {"mlp_sgd_mb.shard.pod.fsdp_tp",
-   "propagation shards the microbatch loop's slices over data (microbatch@data), which makes the loop a "
-   "pipeline over data; the gradients after it are then gathered across its stages"},
-  {"mlp_sgd_mb.shard.pod.dp", "the same: the microbatch loop becomes a pipeline over data, whose body all-gathers "
-                              "over its own stage axis"},
-  {"llama_small.shard.pod.fsdp_tp.step", "the layers loop inside the microbatch loop gets a carried operand "
-                                         "bf16[batch, seq, embed] not resharded to its body input's batch@data"},
-  {"llama_small.shard.pod.vocab_tp.step", "a stacked loop's residuals (stacked results) get no sharding while the "
-                                          "body outputs they stack are sharded"},
-  {"llama_small.shard.pipe.pp.step", "as above: stacked results unsharded, body outputs sharded"},
+  /* Cases that fail for a known reason elsewhere in the compiler, with the reason. Empty now: the
+   * step propagation fixed the microbatch-loop, nested-carry and stacked-result gaps. A case that
+   * starts failing again must be fixed, not listed here without a reason. */
+  {NULL, NULL},
 };
 
 static const char *known_gap(const char *name) {
   for (size_t i = 0; i < ARRAY_LEN(known_gaps); i++)
-    if (strstr(name, known_gaps[i].name)) return known_gaps[i].reason;
+    if (known_gaps[i].name && strstr(name, known_gaps[i].name)) return known_gaps[i].reason;
   return NULL;
 }
 
