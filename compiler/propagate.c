@@ -14,6 +14,8 @@
  * partition_cost() better. Only pins persist between derivations, so the result depends on
  * nothing but the IR, the program and the (deterministic) order of the search. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "partition.h"
@@ -29,6 +31,37 @@ typedef VEC(Value *) ValueVec;
 typedef struct Use { Op *op; int operand; } Use;
 typedef VEC(Use) UseVec;
 
+/* plan_op memo: plan_op is a pure function of (program, mesh, blocked axes, op, its operands'
+ * shardings, the target), so within a run each distinct call is computed once. The key holds the
+ * full bytes of every sharding (a stricter key than needed: at worst a miss, never a wrong hit). */
+typedef struct PlanKey {
+  const Op *op;
+  uint16_t blocked;
+  uint8_t has_target, n;
+  Sharding in[PLAN_MAX_OPERANDS];
+  Sharding target;
+} PlanKey;
+
+typedef struct PlanEntry {
+  PlanKey key;
+  uint64_t hash;
+  bool ok;
+  OpPlan plan;
+} PlanEntry;
+
+/* The entry an op's own plan (Op.plan) was last copied from: a repeated call skips the copy. */
+typedef struct LastPlan {
+  const Op *op;
+  const PlanEntry *e;
+} LastPlan;
+
+typedef struct PlanMemo {
+  PlanEntry **slot;     /* open addressing, power-of-two size */
+  size_t cap, len;
+  LastPlan *last;       /* open addressing by op, power-of-two size */
+  size_t lcap, llen;
+} PlanMemo;
+
 typedef struct Prop {
   IrModule *m;
   const Program *p;
@@ -43,6 +76,7 @@ typedef struct Prop {
   UseVec *uses;         /* by value id: the ops reading it */
   bool *is_output;      /* by value id: an output of its function */
   ValueVec order;       /* FREE values in program order: the search's order */
+  PlanMemo memo;
 } Prop;
 
 typedef struct Score {
@@ -172,6 +206,112 @@ static PlanCtx plan_ctx(const Prop *P, uint16_t blocked) {
 }
 
 static bool is_free(const Prop *P, const Value *v) { return P->kind[v->id] == V_FREE; }
+
+static uint64_t key_hash(const PlanKey *k) {
+  _Static_assert(sizeof(PlanKey) % 8 == 0, "PlanKey hashed by words");
+  const unsigned char *b = (const unsigned char *)k;
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < sizeof *k; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return h ^ (h >> 29);
+}
+
+static void memo_grow(PlanMemo *M) {
+  size_t ncap = M->cap ? M->cap * 2 : 1024;
+  PlanEntry **ns = calloc(ncap, sizeof *ns);
+  if (!ns) abort();
+  for (size_t i = 0; i < M->cap; i++) {
+    PlanEntry *e = M->slot[i];
+    if (!e) continue;
+    size_t j = (size_t)e->hash & (ncap - 1);
+    while (ns[j]) j = (j + 1) & (ncap - 1);
+    ns[j] = e;
+  }
+  free(M->slot);
+  M->slot = ns;
+  M->cap = ncap;
+}
+
+static size_t ptr_hash(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  return (size_t)(x ^ (x >> 29));
+}
+
+static LastPlan *last_slot(PlanMemo *M, const Op *op) {
+  if (2 * (M->llen + 1) > M->lcap) {
+    size_t ncap = M->lcap ? M->lcap * 2 : 1024;
+    LastPlan *ns = calloc(ncap, sizeof *ns);
+    if (!ns) abort();
+    for (size_t i = 0; i < M->lcap; i++) {
+      if (!M->last[i].op) continue;
+      size_t j = ptr_hash(M->last[i].op) & (ncap - 1);
+      while (ns[j].op) j = (j + 1) & (ncap - 1);
+      ns[j] = M->last[i];
+    }
+    free(M->last);
+    M->last = ns;
+    M->lcap = ncap;
+  }
+  size_t j = ptr_hash(op) & (M->lcap - 1);
+  while (M->last[j].op && M->last[j].op != op) j = (j + 1) & (M->lcap - 1);
+  if (!M->last[j].op) M->last[j].op = op, M->llen++;
+  return &M->last[j];
+}
+
+static bool key_matches(const PlanKey *k, const Op *op, uint16_t blocked, const Sharding *const *operands,
+                        const Sharding *target) {
+  if (k->op != op || k->blocked != blocked || k->n != op->noperands || k->has_target != (target != NULL))
+    return false;
+  for (int i = 0; i < op->noperands; i++)
+    if (memcmp(&k->in[i], operands[i], sizeof(Sharding)) != 0) return false;
+  return !target || memcmp(&k->target, target, sizeof(Sharding)) == 0;
+}
+
+/* plan_op, memoised for the run (see PlanKey). */
+static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *const *operands,
+                      const Sharding *target, OpPlan *out) {
+  if (op->noperands > PLAN_MAX_OPERANDS) return plan_op(c, op, operands, target, out);
+  PlanMemo *M = &P->memo;
+  LastPlan *lp = out == op->plan ? last_slot(M, op) : NULL;
+  if (lp && lp->e && key_matches(&lp->e->key, op, c->blocked, operands, target)) return lp->e->ok;
+  PlanKey k;
+  memset(&k, 0, sizeof k);
+  k.op = op;
+  k.blocked = c->blocked;
+  k.n = (uint8_t)op->noperands;
+  for (int i = 0; i < op->noperands; i++) k.in[i] = *operands[i];
+  if (target) k.has_target = 1, k.target = *target;
+  uint64_t h = key_hash(&k);
+  PlanEntry *e = NULL;
+  if (M->cap) {
+    for (size_t j = (size_t)h & (M->cap - 1); M->slot[j]; j = (j + 1) & (M->cap - 1)) {
+      PlanEntry *x = M->slot[j];
+      if (x->hash == h && memcmp(&x->key, &k, sizeof k) == 0) {
+        e = x;
+        break;
+      }
+    }
+  }
+  if (!e) {
+    if (2 * (M->len + 1) > M->cap) memo_grow(M);
+    e = ARENA_NEW(P->a, PlanEntry);
+    e->key = k;
+    e->hash = h;
+    e->ok = plan_op(c, op, operands, target, &e->plan);
+    size_t j = (size_t)h & (M->cap - 1);
+    while (M->slot[j]) j = (j + 1) & (M->cap - 1);
+    M->slot[j] = e;
+    M->len++;
+  }
+  memcpy(out, &e->plan, sizeof *out);
+  if (lp) lp->e = e;
+  return e->ok;
+}
 
 static OpPlan *op_plan(Prop *P, Op *op) {
   if (!op->plan) op->plan = ARENA_NEW(P->plans, OpPlan);
@@ -391,10 +531,10 @@ static void derive_func(Prop *P, IrFunc *f, uint16_t blocked) {
     if (P->kind[r->id] == V_FIXED) target = &r->sharding;
     else if (P->pinned[r->id]) target = &P->pin[r->id];
     OpPlan *pl = op_plan(P, op);
-    if (target && target->partial && P->pinned[r->id] && plan_op(&c, op, in, NULL, pl) &&
+    if (target && target->partial && P->pinned[r->id] && plan_memo(P, &c, op, in, NULL, pl) &&
         (target->partial & ~pl->natural.partial))
       target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
-    if (!plan_op(&c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
+    if (!plan_memo(P, &c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
       if (is_free(P, r)) {
         Sharding none;
         memset(&none, 0, sizeof none);
@@ -579,7 +719,7 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
       OpPlan alone;
       const Value *r = op->results[0];
       const Sharding *target = P->kind[r->id] == V_FIXED || P->pinned[r->id] ? &r->sharding : NULL;
-      if (plan_op(&c, op, in, target, &alone)) {
+      if (plan_memo(P, &c, op, in, target, &alone)) {
         s = strip(&alone.req[use.operand], rank, 0);
         cand_add_checked(P, out, v, &s);
       }
@@ -662,5 +802,7 @@ void propagate_module(IrModule *m, const Program *p) {
   P.plans = m->arena;
   setup_func(&P, m->main, incremental);
   search(&P);
+  free(P.memo.slot);
+  free(P.memo.last);
   arena_free(&a);
 }
