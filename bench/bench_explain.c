@@ -6,7 +6,8 @@
  * time:
  *   front end    parse the file and its imports, check the declarations (parse_program,
  *                sema_program)
- *   lower        the entry to IR (ir_build, with the attention fusion)
+ *   lower        the entry to IR as explain builds it (check_build_ir: the whole train step,
+ *                forward, loss, backward and update, where the entry is one)
  *   memory+prop  memory_estimate, which runs propagation (shard_assign -> propagate_module)
  *   partition    partition_module: the collectives inserted, with their reasons
  *   total        the sum of the four (printing is not timed; `time shardc explain` adds process
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "diag.h"
 #include "ir.h"
 #include "memory.h"
@@ -30,6 +32,16 @@ static double now_seconds(void) {
 }
 
 enum { ST_FRONT, ST_LOWER, ST_PROP, ST_PART, ST__COUNT };
+/* Collectives inserted anywhere in f, loop bodies included (each counted once, not per trip). */
+static int count_collectives(const IrFunc *f) {
+  int n = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    n += ir_op_is_collective(op->kind);
+    if (op->kind == OP_LOOP && op->body) n += count_collectives(op->body);
+  }
+  return n;
+}
+
 static const char *const stage_name[] = {"front end", "lower", "memory+prop", "partition"};
 
 /* One run of the stages; fills t[] (seconds). Returns false if the program does not compile. */
@@ -48,7 +60,7 @@ static bool run_once(const char *path, const char *stdlib, const char *mesh, con
   }
   double t1 = now_seconds();
   if (p && !p->usage_error && p->entry && p->mesh && diag_error_count() == 0) {
-    IrModule *m = ir_build(&a, p);
+    IrModule *m = check_build_ir(&a, p);
     double t2 = now_seconds();
     if (m) {
       MemoryReport r;
@@ -57,12 +69,7 @@ static bool run_once(const char *path, const char *stdlib, const char *mesh, con
       ok = partition_module(m, p) && diag_error_count() == 0;
       double t4 = now_seconds();
       t[ST_FRONT] = t1 - t0, t[ST_LOWER] = t2 - t1, t[ST_PROP] = t3 - t2, t[ST_PART] = t4 - t3;
-      *ncoll = 0;
-      for (const Op *op = m->main->first; op; op = op->next) {
-        *ncoll += ir_op_is_collective(op->kind);
-        if (op->kind == OP_LOOP && op->body)
-          for (const Op *o = op->body->first; o; o = o->next) *ncoll += ir_op_is_collective(o->kind);
-      }
+      *ncoll = count_collectives(m->main);
     }
   }
   arena_free(&a);
