@@ -12,10 +12,11 @@
  *                its device holds), for one microbatch, times the microbatches in flight (1 without
  *                a pipeline; gpipe: all; 1f1b: up to the stage count). What is saved follows the
  *                remat policy, which the step builder applied to the IR.
- *   temporaries  the gathered FSDP weights of one layer (or of the largest param used outside the
- *                loop), the values one backward iteration recomputes under remat, the f32 gradient
- *                accumulator when microbatches > 1, and twice the largest single value of the step
- *                (an op's output and its gradient).
+ *   temporaries  the peak, over the step's program order, of the bytes of values alive at once
+ *                that no other key counts (peak_temporaries): gathered FSDP weights of a layer,
+ *                what a backward iteration recomputes under remat, the f32 microbatch gradient
+ *                accumulators, the logits and their gradient, each at its local size, read from
+ *                the IR after the collectives are inserted.
  * Shardings are those propagation gives (shard.h) on p's mesh under p's layout. FLOPs are the
  * step IR's (step_flops: contractions 2 x the product of their distinct dims, fused attention its
  * two contractions, the backward as its ops state, recomputation counted separately). Without a
@@ -31,14 +32,17 @@
 #include "shard.h"
 #include "step.h"
 #include "check.h"
+#include "partition.h"
 
 typedef struct Walk {
   const Program *p;
   IrModule *m;
   const Dim *batch;     /* the dim named `batch`, or NULL */
   uint8_t *is_param;    /* by value id: a param, or a stacked param's slice in a loop body */
-  int64_t largest_value;
-  const Value *largest_value_v;
+  uint8_t *counted;     /* by value id: counted under another key (saved activation, grad,
+                           optimizer state, the step's inputs and outputs): not a temporary */
+  int *last_use;        /* by value id: index of the last op of its function that reads it */
+  const Value *peak_v;  /* the largest temporary live at the peak, for the report */
 } Walk;
 
 static int64_t value_bytes(const Walk *w, const Value *v) {
@@ -57,30 +61,80 @@ static int64_t loop_trips_per_device(const Walk *w, const Op *loop, int64_t *sta
   return s > 0 ? (loop->count + s - 1) / s : loop->count;
 }
 
-static void track_largest(Walk *w, IrFunc *f) {
+/* Peak temporaries: the most bytes of values that are alive at once and counted under no other
+ * key, walking f in program order. A value is alive from the op that makes it to the last op of
+ * its function that reads it (a loop reads every value its body uses: regions are isolated), or to
+ * the end if f returns it. At a loop op, its body's own peak (one iteration) adds to what is alive
+ * around it. So the gathered FSDP weights of one layer, the values a backward iteration recomputes
+ * under remat, the microbatch gradient accumulators, and the logits and their gradient all appear
+ * as what they are: values alive together. */
+static int64_t peak_temporaries(Walk *w, IrFunc *f, const Op *loop) {
+  /* A loop body's carried outputs are written over the carried buffers the enclosing function
+   * holds (a loop's state is updated in place): counted there, not here. */
+  for (int i = 0; loop && i < loop->ncarried && i < f->noutputs; i++) w->counted[f->outputs[i]->id] = 1;
+  int n = 0;
   for (Op *op = f->first; op; op = op->next) {
+    for (int i = 0; i < op->noperands; i++) w->last_use[op->operands[i]->id] = n;
+    n++;
+  }
+  for (int i = 0; i < f->noutputs; i++) w->last_use[f->outputs[i]->id] = n;
+  int64_t live = 0, peak = 0;
+  /* values of f that die at op index k, freed after it: a small list per index */
+  typedef VEC(const Value *) ValVec;
+  ValVec *dies = ARENA_ARRAY(w->m->arena, ValVec, n + 1);
+  int k = 0;
+  for (Op *op = f->first; op; op = op->next, k++) {
+    int64_t made = 0;
+    const Value *big = NULL;
     for (int r = 0; r < op->nresults; r++) {
       const Value *v = op->results[r];
-      if (w->is_param[v->id] || op->kind == OP_LOOP) continue;
+      if (w->is_param[v->id] || w->counted[v->id]) continue;
       int64_t b = value_bytes(w, v);
-      if (b > w->largest_value) { w->largest_value = b; w->largest_value_v = v; }
+      made += b;
+      if (!big || b > value_bytes(w, big)) big = v;
+      int last = w->last_use[v->id] >= k ? w->last_use[v->id] : k;
+      VEC_PUSH(w->m->arena, dies[last], v);
     }
-    if (op->kind == OP_LOOP && op->body) track_largest(w, op->body);
+    int64_t inner = op->kind == OP_LOOP && op->body ? peak_temporaries(w, op->body, op) : 0;
+    /* An elementwise op may write its result over an operand this op is the last to read (buffer
+     * reuse, as XLA's assignment does: a gradient accumulator `acc = acc + g` needs no new
+     * buffer). Only the peak at this op changes: the operand dies here either way. */
+    int64_t reused = 0;
+    if (op->kind == OP_LOOP) {
+      /* carried results reuse the carried operands this loop is the last to read */
+      for (int r = 0; r < op->ncarried && r < op->nresults; r++) {
+        const Value *in = op->operands[op->nslices + r], *out = op->results[r];
+        if (!w->is_param[out->id] && !w->counted[out->id] && !w->is_param[in->id] && !w->counted[in->id] &&
+            w->last_use[in->id] == k)
+          reused += value_bytes(w, out);
+      }
+    } else if (made > 0 && op->nresults == 1 && (ir_op_is_elementwise(op->kind) || op->kind == OP_CAST)) {
+      int64_t rb = value_bytes(w, op->results[0]);
+      for (int i = 0; i < op->noperands && !reused; i++) {
+        const Value *v = op->operands[i];
+        if (v->func == f && w->last_use[v->id] == k && !w->is_param[v->id] && !w->counted[v->id] &&
+            value_bytes(w, v) >= rb)
+          reused = rb;
+      }
+    }
+    if (live + made - reused + inner > peak) {
+      peak = live + made - reused + inner;
+      if (big) w->peak_v = big;
+    }
+    live += made;
+    for (int i = 0; i < dies[k].len; i++) live -= value_bytes(w, dies[k].data[i]);
   }
+  return peak;
 }
 
-/* What one iteration of a backward loop recomputes (remat): its PHASE_RECOMPUTE values. */
-static int64_t recompute_bytes(Walk *w, IrFunc *f, bool in_reverse) {
-  int64_t best = 0, here = 0;
+/* What the other memory keys already count: values the backward reads (activations), gradients,
+ * and the step's inputs (data, labels, optimizer state) and outputs (updated params and state). */
+static void mark_counted(Walk *w, IrFunc *f) {
   for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP && op->body) {
-      int64_t b = recompute_bytes(w, op->body, op->reverse);
-      if (b > best) best = b;
-    } else if (in_reverse && op->phase == PHASE_RECOMPUTE) {
-      for (int r = 0; r < op->nresults; r++) here += value_bytes(w, op->results[r]);
-    }
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r]->saved) w->counted[op->results[r]->id] = 1;
+    if (op->kind == OP_LOOP && op->body) mark_counted(w, op->body);
   }
-  return here > best ? here : best;
 }
 
 /* The forward stacked loop: the first loop over stacked params that is not a backward loop
@@ -160,7 +214,6 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   uint16_t bmask = batch_axes(&w);
 
   /* params, grads, optimizer */
-  int64_t local_elems_total = 0, gathered_outside_max = 0, gathered_layer = 0;
   const Op *loop = forward_stack_loop(m->main);
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
@@ -173,7 +226,6 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     int64_t lb = sharding_local_bytes(&ip->type, &s, p->mesh);
     int64_t le = lb / dtype_bytes(ip->type.dtype);
     r->params += lb;
-    local_elems_total += le;
     uint16_t used = sharding_axes(&s, ip->type.rank);
     int64_t zero_div = axes_product(p->mesh, (uint16_t)(bmask & ~used));
     if (r->training) {
@@ -182,17 +234,6 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
       r->optimizer += (st->zero >= 1 ? le / zero_div : le) * per;
     }
     add_largest(r, arena_printf(m->arena, "param %s", ip->path), ip->loc, lb);
-    /* FSDP: a param sharded over an axis that also shards the batch is gathered before use. */
-    int64_t fsdp = axes_product(p->mesh, (uint16_t)(used & bmask));
-    if (fsdp > 1) {
-      int64_t gathered = lb * fsdp;
-      if (ip->stack_depth > 0) {
-        int64_t lay = sharding_local_extent(&ip->type, &s, p->mesh, 0);
-        gathered_layer += lay > 0 ? gathered / lay : gathered;
-      } else if (gathered > gathered_outside_max) {
-        gathered_outside_max = gathered;
-      }
-    }
   }
 
   /* activations */
@@ -212,16 +253,21 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   }
 
   /* temporaries */
-  track_largest(&w, m->main);
-  int64_t gathered = gathered_layer > gathered_outside_max ? gathered_layer : gathered_outside_max;
-  int64_t recompute = r->training ? recompute_bytes(&w, m->main, false) : 0;
-  int64_t accum = r->training && st->microbatches > 1 ? local_elems_total * 4 : 0;
-  r->temporaries = gathered + recompute + accum + w.largest_value * (r->training ? 2 : 1);
-  if (w.largest_value_v)
-    add_largest(r, w.largest_value_v->name
-                       ? arena_printf(m->arena, "intermediate '%s'", w.largest_value_v->name)
-                       : "largest intermediate",
-                w.largest_value_v->def ? w.largest_value_v->def->loc : (SrcLoc){0}, w.largest_value);
+  /* The collectives propagation implies are inserted (partition.h: idempotent, and it freezes
+   * the shardings): their results, such as gathered weights, are temporaries like any value. */
+  partition_module(m, p);
+  w.counted = ARENA_ARRAY(m->arena, uint8_t, m->nvalues + 1);
+  w.last_use = ARENA_ARRAY(m->arena, int, m->nvalues + 1);
+  mark_counted(&w, m->main);
+  for (int i = 0; i < m->main->ninputs; i++) w.counted[m->main->inputs[i]->id] = 1;
+  for (int i = 0; i < m->main->noutputs; i++) w.counted[m->main->outputs[i]->id] = 1;
+  for (int i = 0; m->step && i < m->step->nparams; i++)
+    if (m->step->params[i].grad) w.counted[m->step->params[i].grad->id] = 1;
+  r->temporaries = peak_temporaries(&w, m->main, NULL);
+  if (w.peak_v)
+    add_largest(r, w.peak_v->name ? arena_printf(m->arena, "temporaries at their peak (around '%s')", w.peak_v->name)
+                                  : "temporaries at their peak",
+                w.peak_v->def ? w.peak_v->def->loc : (SrcLoc){0}, r->temporaries);
   if (r->training) add_largest(r, "optimizer state", st->loc, r->optimizer);
 
   r->total = r->params + r->grads + r->optimizer + r->activations + r->temporaries;
