@@ -63,10 +63,8 @@ static Value *value_new(IrModule *m, IrFunc *f, TensorType t) {
   return v;
 }
 
-/* A region input: def is NULL; the caller (loop building) says what it stands for. */
-Value *ir_func_add_input(IrModule *m, IrFunc *f, TensorType t, Name name) {
-  Value *v = value_new(m, f, t);
-  v->name = name;
+/* Appends v to f's inputs (growing the array in the arena). */
+void ir_func_push_input(IrModule *m, IrFunc *f, Value *v) {
   if (f->ninputs == f->cap_inputs) {
     int ncap = f->cap_inputs ? f->cap_inputs * 2 : 8;
     Value **nd = ARENA_ARRAY(m->arena, Value *, ncap);
@@ -75,6 +73,13 @@ Value *ir_func_add_input(IrModule *m, IrFunc *f, TensorType t, Name name) {
     f->cap_inputs = ncap;
   }
   f->inputs[f->ninputs++] = v;
+}
+
+/* A region input: def is NULL; the caller (loop building) says what it stands for. */
+Value *ir_func_add_input(IrModule *m, IrFunc *f, TensorType t, Name name) {
+  Value *v = value_new(m, f, t);
+  v->name = name;
+  ir_func_push_input(m, f, v);
   return v;
 }
 

@@ -288,6 +288,7 @@ typedef struct IrModule {
 IrModule *ir_module_new(Arena *a, const Program *p);
 IrFunc *ir_func_new(IrModule *m, Name name, IrFunc *parent);
 Value *ir_func_add_input(IrModule *m, IrFunc *f, TensorType t, Name name);
+void ir_func_push_input(IrModule *m, IrFunc *f, Value *v); /* append v (an OP_INPUT's result) */
 Op *ir_emit(IrModule *m, IrFunc *f, OpKind kind, SrcLoc loc, Value **operands, int n, TensorType result);
 Value *ir_result(const Op *op); /* results[0] */
 /* Lower-level pieces for passes: an op with `nresults` fresh results, not yet in any list (the

@@ -55,14 +55,7 @@ static Value *add_input(IrModule *m, IrFunc *f, Name name, TensorType t, const T
   Value *v = op->results[0];
   v->name = name;
   v->spec = spec;
-  if (f->ninputs == f->cap_inputs) {
-    int ncap = f->cap_inputs ? f->cap_inputs * 2 : 8;
-    Value **nd = ARENA_ARRAY(m->arena, Value *, ncap);
-    if (f->ninputs) memcpy(nd, f->inputs, sizeof(Value *) * (size_t)f->ninputs);
-    f->inputs = nd;
-    f->cap_inputs = ncap;
-  }
-  f->inputs[f->ninputs++] = v;
+  ir_func_push_input(m, f, v);
   return v;
 }
 

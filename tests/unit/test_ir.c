@@ -614,8 +614,8 @@ static void test_samples(void) {
   int n = unit_samples(dir, sizeof dir, names, 64);
   for (int i = 0; i < n; i++) {
     char title[300], path[1400];
-    snprintf(title, sizeof title, "sample %s builds", names[i]);
-    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    snprintf(title, sizeof title, "sample %.255s builds", names[i]);
+    snprintf(path, sizeof path, "%.1023s/%.255s", dir, names[i]);
     ut_begin(title);
     UnitRun r;
     unit_run_start(&r);
