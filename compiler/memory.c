@@ -359,7 +359,6 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
   if (!p->mesh || max <= 0) return 0;
   Walk w = {.p = p, .m = m};
   (void)w;
-  char b[32];
 
   /* 1. shard a param dim over a mesh axis: one more layout rule */
   const Layout *L = p->layout;
@@ -449,26 +448,24 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
     }
   }
 
-  /* 5. a bigger mesh: twice the most-major axis, if the target can form it */
-  if (p->mesh->naxes > 0) {
+  /* 5. a bigger mesh: each axis doubled in turn, where the target can form the result */
+  for (int a = 0; a < p->mesh->naxes; a++) {
     Mesh big = *p->mesh;
-    big.axes[0].size *= 2;
+    big.axes[a].size *= 2;
     diag_push_quiet();
     bool ok = mesh_form(&big);
     diag_pop_quiet();
-    if (ok) {
-      Program q = *p;
-      q.mesh = &big;
-      MemoryReport rep;
-      estimate_quiet(&q, m, &rep);
-      MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-      snprintf(s.text, sizeof s.text, "double mesh axis '%s' to %d (%lld devices)", big.axes[0].name,
-               big.axes[0].size, (long long)big.devices);
-      fmt_bytes(b, sizeof b, (double)base->params);
-      snprintf(s.comm, sizeof s.comm, "collectives over '%s' span twice the devices (%s)", big.axes[0].name,
-               cost_link_name(big.axes[0].link));
-      push_suggestion(out, &n, max, &s);
-    }
+    if (!ok) continue;
+    Program q = *p;
+    q.mesh = &big;
+    MemoryReport rep;
+    estimate_quiet(&q, m, &rep);
+    MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
+    snprintf(s.text, sizeof s.text, "double mesh axis '%s' to %d (%lld devices)", big.axes[a].name, big.axes[a].size,
+             (long long)big.devices);
+    snprintf(s.comm, sizeof s.comm, "collectives over '%s' span twice the devices (%s)", big.axes[a].name,
+             cost_link_name(big.axes[a].link));
+    push_suggestion(out, &n, max, &s);
   }
   return n;
 }

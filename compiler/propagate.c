@@ -417,6 +417,26 @@ static Sharding stacked_sharding(const Op *loop, const Sharding *body, int body_
   return s;
 }
 
+/* A backward loop's stacked result (a stacked gradient) whose row is a partial sum over some axes
+ * is reduced in the body, once per iteration. Where the layout shards one of its dims over those
+ * axes (FSDP's `embed: data`), the row is reduce-scattered onto that dim rather than all-reduced
+ * whole: so a layer's gradient is reduced and sharded as soon as the backward makes it, and the
+ * unreduced gradients of every layer never exist at once (what FSDP does, and the only plan that
+ * fits memory; collective time alone does not see the difference). */
+static void reduce_scatter_where_preferred(const Prop *P, const Value *res, const Sharding *row, Sharding *s) {
+  const Sharding *pref = &P->pref[res->id];
+  uint16_t used = sharding_axes_used(s, res->type.rank);
+  for (int d = 1; d < res->type.rank; d++) {
+    if (s->naxes[d] || !pref->naxes[d]) continue;
+    uint16_t want = 0;
+    for (int k = 0; k < pref->naxes[d]; k++) want |= (uint16_t)(1u << pref->axes[d][k]);
+    if ((want & row->partial) != want || (want & used)) continue;
+    s->naxes[d] = pref->naxes[d];
+    memcpy(s->axes[d], pref->axes[d], sizeof s->axes[d]);
+    used |= want;
+  }
+}
+
 static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
   IrFunc *b = op->body;
   uint16_t stages = loop_stage_axes(op);
@@ -464,6 +484,7 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
     Value *res = op->results[r], *out = b->outputs[r];
     if (P->kind[res->id] == V_FIXED) continue;
     Sharding s = stacked_sharding(op, &out->sharding, out->type.rank);
+    if (op->reverse) reduce_scatter_where_preferred(P, res, &out->sharding, &s);
     if (P->pinned[res->id]) s = P->pin[res->id];
     set_derived(res, &s, op->loc);
     origin_clear(res);

@@ -114,6 +114,22 @@ int main(void) {
   unload(&L);
   ut_end();
 
+  /* FSDP by appending `embed: data` to data parallelism over (data, model): per device, one
+   * sequence of 8192 tokens. Reduced per layer, the temporaries hold at most a layer's unreduced
+   * gradient (0.856e9 params x 2 B = 1.7 GB), the f32 logits and their gradient (8192 x 128256 x 4 B
+   * = 4.2 GB each) and a layer's recomputed activations; left unreduced until after the backward
+   * loop they would hold every layer's: 68.5e9 x 2 B = 137 GB. */
+  ut_begin("llama3_70b dp + `embed: data`: each layer's gradient reduced in the backward loop");
+  load(&L, "tests/check/llama3_70b_fsdp_grads.shard", NULL, NULL, quiet);
+  if (L.ok) {
+    if ((double)L.r.temporaries > 1.7e9 + 2 * 4.2e9 + 6e9)
+      ut_fail("temporaries %.4g B: more than a layer's gradient, the logits and their gradient, and a layer's "
+              "recompute", (double)L.r.temporaries);
+    if (!L.r.fits) ut_fail("does not fit: total %.4g B", (double)L.r.total);
+  }
+  unload(&L);
+  ut_end();
+
   /* Remat on a stack of MLP blocks: N = 2 x embed x hidden matmul params per layer.
    * none: 6 N per token; full: 8 N (one more forward); dots: no matmul recomputed.
    * Activations kept per layer and device (batch/4 x seq rows, bf16), what each backward reads:
