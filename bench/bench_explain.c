@@ -8,8 +8,9 @@
  *                sema_program)
  *   lower        the entry to IR as explain builds it (check_build_ir: the whole train step,
  *                forward, loss, backward and update, where the entry is one)
- *   memory+prop  memory_estimate, which runs propagation (shard_assign -> propagate_module)
- *   partition    partition_module: the collectives inserted, with their reasons
+ *   memory+prop  memory_estimate, which runs propagation (shard_assign -> propagate_module) and
+ *                inserts the collectives (partition_module) to find the peak temporaries
+ *   partition    explain's own partition_module call, which finds every op already partitioned
  *   total        the sum of the four (printing is not timed; `time shardc explain` adds process
  *                start and output)
  * Goal (the project's): under 100 ms in all. Exit 1 if the program does not compile cleanly or the
