@@ -15,9 +15,13 @@ ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
 }
 
 int check_load(const Options *o, Arena *arena, CheckedProgram *cp) {
+  return check_parsed(o, arena, driver_load_program(o, arena), cp);
+}
+
+int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedProgram *cp) {
   memset(cp, 0, sizeof *cp);
-  cp->parsed = driver_load_program(o, arena);
-  if (!cp->parsed) return EXIT_PROGRAM_ERROR;
+  cp->parsed = parsed;
+  if (!cp->parsed || cp->parsed->nfiles == 0) return EXIT_PROGRAM_ERROR;
   if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
 
   SemaOptions so = {.mesh = o->mesh, .layout = o->layout, .entry = o->entry};

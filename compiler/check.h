@@ -20,4 +20,7 @@ IrModule *check_build_ir(Arena *arena, const Program *p);
 /* Returns the exit code so far: EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics printed),
  * or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
 int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
+/* check_load's work after loading, on a program already parsed (parse_program_source: the fuzzer).
+ * NULL or an empty program is EXIT_PROGRAM_ERROR. */
+int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedProgram *cp);
 #endif

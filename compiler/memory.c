@@ -368,6 +368,9 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
     for (int a = 0; a < p->mesh->naxes; a++) {
       const MeshAxis *ax = &p->mesh->axes[a];
       if (ax->size <= 1 || layout_has_rule(L, d->name, ax->name)) continue;
+      /* layout_apply skips a rule whose axis does not divide the dim (and every dim named so
+       * divides d's size), so the changed program would be this one: no need to re-estimate it. */
+      if (d->size > 0 && d->size % ax->size != 0) continue;
       Layout nl = {.name = L ? L->name : intern_cstr("suggested"), .loc = L ? L->loc : (SrcLoc){0}};
       nl.nrules = (L ? L->nrules : 0) + 1;
       nl.rules = ARENA_ARRAY(m->arena, LayoutRule, nl.nrules);

@@ -236,7 +236,7 @@ Ast *parse_source(Arena *arena, const Source *src) {
 /* ---- a program: the main file and its imports ---- */
 
 typedef struct LoadedFile {
-  char *key;       /* real path: the file's identity */
+  const char *key;      /* real path: the file's identity */
   const char *shown; /* path as the program names it, for cycle messages */
   bool done;       /* false while its imports are being loaded */
 } LoadedFile;
@@ -305,6 +305,7 @@ static char *resolve_import(Loader *L, const char *from, const char *spec) {
 }
 
 static void load_file(Loader *L, const char *path, const Node *import);
+static void load_source(Loader *L, const char *key, Source *src);
 
 /* The chain of files being loaded, from the one `key` names to the newest: "a -> b -> a". */
 static const char *cycle_text(Loader *L, const char *key) {
@@ -346,8 +347,13 @@ static void load_file(Loader *L, const char *path, const Node *import) {
   }
   char *k = arena_strndup(L->arena, key, strlen(key));
   free(key);
+  load_source(L, k, src);
+}
+
+/* Parse src (identified by key), then its imports; then append it to the program. */
+static void load_source(Loader *L, const char *key, Source *src) {
   int index = L->files.len;
-  VEC_PUSH(L->arena, L->files, ((LoadedFile){k, src->path, false}));
+  VEC_PUSH(L->arena, L->files, ((LoadedFile){key, src->path, false}));
 
   Ast *ast = parse_source(L->arena, src);
   for (Node *d = ast->decls; d; d = d->next) {
@@ -364,6 +370,16 @@ static void load_file(Loader *L, const char *path, const Node *import) {
 ParsedProgram *parse_program(Arena *arena, const char *path, const char *stdlib_dir) {
   Loader L = {arena, stdlib_dir, {0}, {0}};
   load_file(&L, path, NULL);
+  ParsedProgram *prog = ARENA_NEW(arena, ParsedProgram);
+  prog->files = L.asts.data;
+  prog->nfiles = L.asts.len;
+  return prog;
+}
+
+ParsedProgram *parse_program_source(Arena *arena, Source *main, const char *stdlib_dir) {
+  Loader L = {arena, stdlib_dir, {0}, {0}};
+  /* Not a real path, so it can never equal an import's realpath: importing it is "not found". */
+  load_source(&L, arena_printf(arena, "<memory>/%s", main->path), main);
   ParsedProgram *prog = ARENA_NEW(arena, ParsedProgram);
   prog->files = L.asts.data;
   prog->nfiles = L.asts.len;

@@ -22,6 +22,10 @@ typedef struct ParsedProgram {
  * importing file's directory. Import cycles and missing files are diagnostics. */
 ParsedProgram *parse_program(Arena *arena, const char *path, const char *stdlib_dir);
 
+/* The same with the main file already in memory (the fuzzer; tests): its relative imports resolve
+ * against main->path's directory, and nothing is read for the main file itself. */
+ParsedProgram *parse_program_source(Arena *arena, Source *main, const char *stdlib_dir);
+
 /* The stdlib directory: $SHARDC_STDLIB, else next to the executable (../share/shardc/stdlib, or the
  * build tree's copy of the source stdlib/). NULL if none found. */
 const char *stdlib_locate(const char *argv0);

@@ -442,6 +442,10 @@ static void splice_before(IrFunc *f, Op *pos, Op *first) {
   }
 }
 
+/* A reshard's `who` phrase (only a partitioning walk uses it: a dry run neither formats it nor
+ * evaluates its arguments, which allocate in the module's arena). */
+#define WHO(W, ...) ((W)->apply ? arena_printf((W)->m->arena, __VA_ARGS__) : "")
+
 /* Adds a reshard's cost (times mult). */
 static void charge(Walk *W, double time, double n, double mult) {
   W->cost.time_s += time * mult;
@@ -1067,7 +1071,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     bool carried = i < op->nslices + op->ncarried;
-    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp,
+    const char *who = WHO(W,
                                    "the loop at %s (its %s value %s has one sharding for every iteration: %s)",
                                    where(W, op->loc), carried ? "carried" : "invariant", value_text(W, in),
                                    W->apply ? shard_text(W, &in->type, &in->sharding) : "");
@@ -1081,7 +1085,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
   int64_t stages = sharding_axes_product(W->mesh, st);
   for (int r = 0; r < op->ncarried && r < b->noutputs; r++) {
     Value *in = b->inputs[op->nslices + r], *out = b->outputs[r];
-    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp,
+    const char *who = WHO(W,
                                    "the next iteration of the loop at %s (carried %s: %s)", where(W, op->loc),
                                    value_text(W, in), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
     Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, &inner, NULL, -1, who, op->loc);
@@ -1121,7 +1125,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
       memcpy(want.axes[d - 1], res->sharding.axes[d], sizeof want.axes[0]);
     }
     want.partial = res->sharding.partial;
-    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the loop at %s, which stacks every iteration's %s into %s%s%s,",
+    const char *who = WHO(W, "the loop at %s, which stacks every iteration's %s into %s%s%s,",
                                    where(W, op->loc), res->name ? "row" : value_text(W, out),
                                    res->name ? res->name : "its result", W->apply ? ", " : "",
                                    W->apply ? shard_text(W, &res->type, &res->sharding) : "");
@@ -1165,7 +1169,7 @@ static void walk_outputs(Walk *W, CacheVec *cache) {
     if (W->m->step) {
       Sharding none;
       memset(&none, 0, sizeof none);
-      const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the step's output %s (every device returns it whole)",
+      const char *who = WHO(W, "the step's output %s (every device returns it whole)",
                                      value_text(W, v));
       Value *nv = reshard_value(W, f, NULL, v, &none, 1, cache, NULL, -1, who, v->def ? v->def->loc : fn->loc);
       if (W->apply) f->outputs[i] = nv;
@@ -1178,7 +1182,7 @@ static void walk_outputs(Walk *W, CacheVec *cache) {
     for (int a = 0; a < v->type.rank; a++)
       for (int b = 0; b < fn->ret.rank; b++)
         if (fn->ret.dims[b] == v->type.dims[a]) t.naxes[a] = s.naxes[b], memcpy(t.axes[a], s.axes[b], sizeof s.axes[b]);
-    const char *who = arena_printf(W->apply ? W->m->arena : W->tmp, "the return type (%s)", where(W, fn->ret.loc));
+    const char *who = WHO(W, "the return type (%s)", where(W, fn->ret.loc));
     Value *nv = reshard_value(W, f, NULL, v, &t, 1, cache, NULL, -1, who, fn->ret.loc);
     if (W->apply) f->outputs[i] = nv;
   }
