@@ -56,12 +56,6 @@ void *arena_alloc(Arena *a, size_t size) {
   return p;
 }
 
-void *arena_dup(Arena *a, const void *p, size_t size) {
-  void *q = arena_alloc(a, size);
-  if (size) memcpy(q, p, size);
-  return q;
-}
-
 char *arena_strndup(Arena *a, const char *s, size_t n) {
   char *q = arena_alloc(a, n + 1);
   memcpy(q, s, n);

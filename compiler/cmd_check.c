@@ -16,13 +16,6 @@
 
 #define MAX_SUGGESTIONS 5
 
-static void fmt_bytes(char *buf, size_t n, double b) {
-  const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (b >= 1000 && u < 5) { b /= 1000; u++; }
-  snprintf(buf, n, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
-}
-
 static const char *origin_text(Arena *a, OriginKind k, SrcLoc loc) {
   if (k == ORIGIN_NONE || !loc.file) return "";
   return arena_printf(a, "%s at %s:%d", k == ORIGIN_ANNOTATION ? "@" : "layout rule", loc.file->path, loc.line);
@@ -165,7 +158,7 @@ int cmd_check(const Options *o) {
   } else {
     print_header(out, p, m);
     char b[32];
-    fmt_bytes(b, sizeof b, (double)r.param_bytes);
+    memory_format_bytes(b, sizeof b, (double)r.param_bytes);
     fprintf(out, "params: %lld (%s)\n", (long long)r.param_count, b);
     memory_print_text(out, p, &r);
     fprintf(out, "flops per step: %.4g", r.flops_per_step);
@@ -176,7 +169,7 @@ int cmd_check(const Options *o) {
     if (!r.fits) {
       fprintf(out, "largest buffers per device:\n");
       for (int i = 0; i < r.nlargest; i++) {
-        fmt_bytes(b, sizeof b, (double)r.largest[i].bytes);
+        memory_format_bytes(b, sizeof b, (double)r.largest[i].bytes);
         fprintf(out, "  %10s  %s", b, r.largest[i].what);
         if (r.largest[i].loc.file) fprintf(out, " (%s:%d)", r.largest[i].loc.file->path, r.largest[i].loc.line);
         fputc('\n', out);
@@ -184,8 +177,8 @@ int cmd_check(const Options *o) {
       fprintf(out, nsug ? "suggestions, most bytes saved first:\n" : "no single change found that saves memory\n");
       for (int i = 0; i < nsug; i++) {
         char t[32];
-        fmt_bytes(b, sizeof b, (double)sug[i].saved);
-        fmt_bytes(t, sizeof t, (double)sug[i].new_total);
+        memory_format_bytes(b, sizeof b, (double)sug[i].saved);
+        memory_format_bytes(t, sizeof t, (double)sug[i].new_total);
         fprintf(out, "  %d. %s: saves %s per device (total %s, %s)\n     adds: %s\n", i + 1, sug[i].text, b, t,
                 sug[i].fits ? "fits" : "still does not fit", sug[i].comm);
       }
@@ -193,8 +186,8 @@ int cmd_check(const Options *o) {
   }
   if (!r.fits) {
     char t[32], c[32];
-    fmt_bytes(t, sizeof t, (double)r.total);
-    fmt_bytes(c, sizeof c, r.capacity);
+    memory_format_bytes(t, sizeof t, (double)r.total);
+    memory_format_bytes(c, sizeof c, r.capacity);
     diag_error(p->step ? p->step->loc : p->entry->loc,
                "does not fit: %s per device on %s, which has %s of HBM", t, p->mesh->target->name, c);
   }

@@ -20,7 +20,6 @@ typedef struct Arena {
 
 void arena_init(Arena *a);
 void *arena_alloc(Arena *a, size_t size);          /* zeroed, 16-byte aligned; aborts on OOM */
-void *arena_dup(Arena *a, const void *p, size_t size);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);

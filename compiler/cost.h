@@ -42,7 +42,7 @@ typedef enum {
 const char *coll_kind_name(CollKind k);                /* "all_gather", ...; "?" if out of range */
 bool coll_kind_from_name(const char *s, CollKind *out); /* false if s names no kind */
 /* The display name of a link class in explain's and check's text: "ICI", "DCN", "NVLink",
- * "network" (program.h's link_kind_name gives the lower-case identifiers). */
+ * "network". */
 const char *cost_link_name(LinkKind k);
 
 /* What cost_collective computed, for explain and sim. */

@@ -23,12 +23,12 @@ static struct {
   FILE *out;
   DiagFormat format;
   bool color;
-  int errors, warnings;
+  int errors;
   int limit;          /* errors printed at most; 0 = no limit */
   int hidden;         /* errors and warnings counted but not printed */
   bool last_shown;    /* was the last error/warning printed (so its notes are too)? */
   int quiet;          /* diag_push_quiet depth: > 0 drops everything */
-} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, true, 0};
+} D = {NULL, DIAG_TEXT, false, 0, DIAG_DEFAULT_LIMIT, 0, true, 0};
 
 void diag_configure(FILE *out, DiagFormat fmt, bool color) {
   D.out = out;
@@ -37,13 +37,12 @@ void diag_configure(FILE *out, DiagFormat fmt, bool color) {
 }
 
 void diag_reset(void) {
-  D.errors = D.warnings = D.hidden = D.quiet = 0;
+  D.errors = D.hidden = D.quiet = 0;
   D.last_shown = true;
 }
 
 void diag_set_error_limit(int n) { D.limit = n < 0 ? 0 : n; }
 int diag_error_count(void) { return D.errors; }
-int diag_warning_count(void) { return D.warnings; }
 
 static FILE *diag_out(void) { return D.out ? D.out : stderr; }
 
@@ -116,7 +115,6 @@ void diag_pop_quiet(void) {
 static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list ap) {
   if (D.quiet) return;
   if (level == DIAG_ERROR) D.errors++;
-  if (level == DIAG_WARNING) D.warnings++;
   if (level != DIAG_NOTE) {
     D.last_shown = !(D.limit > 0 && D.errors - (level == DIAG_ERROR) >= D.limit);
     if (!D.last_shown) D.hidden++;
@@ -144,13 +142,6 @@ static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list a
   fprintf(f, "%s%s:%d:%d:%s %s%s:%s %s%s%s\n", bold, loc.file->path, loc.line, loc.col, reset, lc,
           level_names[level], reset, bold, msg, reset);
   diag_print_snippet(f, loc);
-}
-
-void diag_report(DiagLevel level, SrcLoc loc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  diag_vreport(level, loc, fmt, ap);
-  va_end(ap);
 }
 
 void diag_error(SrcLoc loc, const char *fmt, ...) {

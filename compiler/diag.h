@@ -21,9 +21,7 @@ void diag_reset(void); /* forget counts (tests, fuzzer) */
 void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void diag_report(DiagLevel level, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int diag_error_count(void);
-int diag_warning_count(void);
 /* Stop printing after this many errors (a flood helps nobody); counts keep going. Default 50;
  * 0 means no limit. */
 void diag_set_error_limit(int n);

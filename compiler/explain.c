@@ -61,10 +61,9 @@ typedef struct Explain {
 /* ---- formatting ---- */
 
 static const char *fmt_bytes(Arena *a, double b) {
-  const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (b >= 1000 && u < 5) b /= 1000, u++;
-  return u == 0 ? arena_printf(a, "%.0f B", b) : arena_printf(a, "%.2f %s", b, unit[u]);
+  char buf[32];
+  memory_format_bytes(buf, sizeof buf, b);
+  return arena_printf(a, "%s", buf);
 }
 
 static const char *fmt_time(Arena *a, double s) {

@@ -162,20 +162,6 @@ static uint16_t batch_axes(const Walk *w) {
   return mask;
 }
 
-static int64_t axes_product(const Mesh *m, uint16_t mask) {
-  int64_t n = 1;
-  for (int a = 0; a < m->naxes; a++)
-    if (mask & (1u << a)) n *= m->axes[a].size;
-  return n;
-}
-
-static uint16_t sharding_axes(const Sharding *s, int rank) {
-  uint16_t mask = 0;
-  for (int i = 0; i < rank; i++)
-    for (int k = 0; k < s->naxes[i]; k++) mask |= (uint16_t)(1u << s->axes[i][k]);
-  return mask;
-}
-
 static void add_largest(MemoryReport *r, const char *what, SrcLoc loc, int64_t bytes) {
   if (bytes <= 0) return;
   int i = r->nlargest < MEM_MAX_LARGEST ? r->nlargest++ : MEM_MAX_LARGEST - 1;
@@ -226,8 +212,8 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     int64_t lb = sharding_local_bytes(&ip->type, &s, p->mesh);
     int64_t le = lb / dtype_bytes(ip->type.dtype);
     r->params += lb;
-    uint16_t used = sharding_axes(&s, ip->type.rank);
-    int64_t zero_div = axes_product(p->mesh, (uint16_t)(bmask & ~used));
+    uint16_t used = sharding_axes_used(&s, ip->type.rank);
+    int64_t zero_div = sharding_axes_product(p->mesh, (uint16_t)(bmask & ~used));
     if (r->training) {
       r->grads += st->zero >= 2 ? lb / zero_div : lb;
       int64_t per = (st->optimizer == OPT_ADAM ? 8 : 0) + (st->master != DT_NONE ? 4 : 0);
@@ -324,7 +310,7 @@ static void push_suggestion(MemSuggestion *all, int *n, int max, const MemSugges
   }
 }
 
-static void fmt_bytes(char *buf, size_t n, double b) {
+void memory_format_bytes(char *buf, size_t n, double b) {
   const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
   int u = 0;
   double x = b < 0 ? -b : b;
@@ -348,7 +334,7 @@ static void fsdp_comm(const Program *q, const IrModule *m, const Dim *d, int axi
   cost_collective(q->mesh, COLL_ALL_GATHER, (uint16_t)(1u << axis), gathered, true, &ag);
   cost_collective(q->mesh, COLL_REDUCE_SCATTER, (uint16_t)(1u << axis), gathered, true, &rs);
   char b[32];
-  fmt_bytes(b, sizeof b, 2 * ag.bytes_per_device + rs.bytes_per_device);
+  memory_format_bytes(b, sizeof b, 2 * ag.bytes_per_device + rs.bytes_per_device);
   snprintf(out, n, "AllGather of those weights over '%s' in forward and backward, ReduceScatter of "
            "their gradients: %s sent per device per step, about %.3g s on %s",
            q->mesh->axes[axis].name, b, 2 * ag.time_s + rs.time_s, ag.link_name);
@@ -420,7 +406,7 @@ int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemS
     /* 3. more microbatches */
     const Dim *batch = program_find_dim(p, intern_cstr("batch"));
     Walk wb = {.p = p, .m = m, .batch = batch};
-    int64_t batch_shards = axes_product(p->mesh, batch_axes(&wb));
+    int64_t batch_shards = sharding_axes_product(p->mesh, batch_axes(&wb));
     for (int mul = 2; batch && mul <= 16; mul *= 2) {
       Step st = *p->step;
       st.microbatches = p->step->microbatches * mul;
@@ -481,12 +467,12 @@ void memory_print_text(FILE *out, const Program *p, const MemoryReport *r) {
       {"activations", r->activations}, {"temporaries", r->temporaries}};
   fprintf(out, "memory per device:\n");
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-    fmt_bytes(b, sizeof b, (double)rows[i].v);
+    memory_format_bytes(b, sizeof b, (double)rows[i].v);
     fprintf(out, "  %-12s %12s\n", rows[i].k, b);
   }
-  fmt_bytes(b, sizeof b, (double)r->total);
+  memory_format_bytes(b, sizeof b, (double)r->total);
   char c[32];
-  fmt_bytes(c, sizeof c, r->capacity);
+  memory_format_bytes(c, sizeof c, r->capacity);
   fprintf(out, "  %-12s %12s of %s HBM (%.1f%%): %s\n", "total", b, c,
           r->capacity > 0 ? 100.0 * (double)r->total / r->capacity : 0.0, r->fits ? "fits" : "DOES NOT FIT");
 }

@@ -48,4 +48,7 @@ typedef struct MemSuggestion {
 int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemSuggestion *out, int max);
 
 void memory_print_text(FILE *out, const Program *p, const MemoryReport *r);
+/* "512 B", "1.50 GB": decimal units (1 KB = 1000 B), two decimals above B, the sign kept. The one
+ * byte format of check's and explain's reports and of the suggestions. */
+void memory_format_bytes(char *buf, size_t n, double b);
 #endif

@@ -24,16 +24,6 @@
 
 #include "sema_int.h"
 
-const char *link_kind_name(LinkKind k) {
-  switch (k) {
-  case LINK_ICI: return "ici";
-  case LINK_DCN: return "dcn";
-  case LINK_NVLINK: return "nvlink";
-  case LINK_NETWORK: return "network";
-  }
-  return "?";
-}
-
 int mesh_axis_index(const Mesh *m, Name axis) {
   if (!m) return -1;
   for (int i = 0; i < m->naxes; i++)

@@ -266,7 +266,4 @@ Target *program_find_target(const Program *p, Name n);
 Mesh *program_find_mesh(const Program *p, Name n);
 Layout *program_find_layout(const Program *p, Name n);
 FnDecl *model_find_fn(const Model *m, Name n);
-ParamDecl *model_find_param(const Model *m, Name n);
-const char *step_key_name(StepKey k);
-const char *link_kind_name(LinkKind k); /* "ici", "dcn", "nvlink", "network" */
 #endif

@@ -670,11 +670,6 @@ static const char *const step_key_names[] = {
 #undef X
 };
 
-const char *step_key_name(StepKey k) {
-  if ((int)k < 0 || k >= SK__COUNT) return "?";
-  return step_key_names[k];
-}
-
 /* The index of word w among the NULL-terminated words, or -1. */
 static int word_index(Name w, const char *const *words) {
   if (!w) return -1;
@@ -803,7 +798,7 @@ static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
 
 /* train model.fn { key = value ... }: known keys once each, loss and optimizer required. A serve
  * step is recorded with its function; its keys are not read (compiling it is not implemented). */
-static Step *step_build(Sema *s, const Node *n) {
+static Step *sema_step(Sema *s, const Node *n) {
   Step *st = ARENA_NEW(s->a, Step);
   st->kind = n->flag == STEP_SERVE ? STEP_SERVE : STEP_TRAIN;
   st->loc = n->value && n->value->loc.file ? n->value->loc : n->loc;
@@ -1107,7 +1102,7 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
   p->steps = ARENA_ARRAY(a, Step *, s.step_nodes.len > 0 ? s.step_nodes.len : 1);
   const Step *first_train = NULL;
   for (int i = 0; i < s.step_nodes.len; i++) {
-    Step *st = step_build(&s, s.step_nodes.data[i]);
+    Step *st = sema_step(&s, s.step_nodes.data[i]);
     if (st->kind == STEP_TRAIN) {
       if (first_train) {
         diag_error(st->loc, "a program has one train step (compile another function with --entry model.fn)");
@@ -1176,8 +1171,3 @@ FnDecl *model_find_fn(const Model *m, Name n) {
   return NULL;
 }
 
-ParamDecl *model_find_param(const Model *m, Name n) {
-  for (int i = 0; m && i < m->nparams; i++)
-    if (m->params[i].name == n) return &m->params[i];
-  return NULL;
-}
