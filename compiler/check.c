@@ -23,17 +23,22 @@ int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedP
   cp->parsed = parsed;
   if (!cp->parsed || cp->parsed->nfiles == 0) return EXIT_PROGRAM_ERROR;
   if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
-
   SemaOptions so = {.mesh = o->mesh, .layout = o->layout, .entry = o->entry};
   so.overrides = ARENA_ARRAY(arena, DimOverride, o->ndims + 1);
   for (int i = 0; i < o->ndims; i++)
     so.overrides[so.noverrides++] = (DimOverride){intern_cstr(o->dims[i].name), o->dims[i].value};
-  cp->prog = sema_program(arena, cp->parsed, &so);
+  return check_program(arena, parsed, &so, cp);
+}
+
+int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp) {
+  int before = diag_error_count();
+  cp->parsed = parsed;
+  cp->prog = sema_program(arena, cp->parsed, so);
   if (cp->prog->usage_error) {
     fprintf(stderr, "shardc: %s\n", cp->prog->usage_error);
     return EXIT_USAGE;
   }
-  if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
+  if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   if (!cp->prog->entry) return EXIT_OK;
   if (!cp->prog->mesh) {
     diag_error(cp->prog->entry->loc, "no mesh is declared: declare one (mesh pod = tpu_v5e[data: 4, model: 2]) "
@@ -45,6 +50,6 @@ int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedP
     return EXIT_USAGE;
   }
   cp->ir = check_build_ir(arena, cp->prog);
-  if (!cp->ir || diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
+  if (!cp->ir || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   return EXIT_OK;
 }

@@ -23,4 +23,9 @@ int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
 /* check_load's work after loading, on a program already parsed (parse_program_source: the fuzzer).
  * NULL or an empty program is EXIT_PROGRAM_ERROR. */
 int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedProgram *cp);
+
+/* The part after parsing that check_parsed and the interpreter's loader share: declarations
+ * (sema) with these command-line choices, then the entry's IR. Errors are those reported since
+ * the call. Same exit codes. */
+int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp);
 #endif

@@ -632,24 +632,7 @@ int interp_load(InterpProgram *ip, const char *path, const char *const *defines,
   }
   cp->parsed = parse_program(&ip->arena, path, stdlib_locate(NULL));
   if (!cp->parsed || cp->parsed->nfiles == 0 || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
-  cp->prog = sema_program(&ip->arena, cp->parsed, &so);
-  if (cp->prog->usage_error) {
-    fprintf(stderr, "shardc: %s\n", cp->prog->usage_error);
-    return EXIT_USAGE;
-  }
-  if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
-  if (!cp->prog->entry) return EXIT_OK;
-  if (!cp->prog->mesh) {
-    diag_error(cp->prog->entry->loc, "no mesh is declared");
-    return EXIT_PROGRAM_ERROR;
-  }
-  if (cp->prog->step && cp->prog->step->kind == STEP_SERVE) {
-    fprintf(stderr, "shardc: a `serve` step cannot be interpreted yet; use --entry model.fn\n");
-    return EXIT_USAGE;
-  }
-  cp->ir = step_build(&ip->arena, cp->prog); /* the forward alone when there is no train step */
-  if (!cp->ir || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
-  return EXIT_OK;
+  return check_program(&ip->arena, cp->parsed, &so, cp);
 }
 
 void interp_unload(InterpProgram *ip) {
