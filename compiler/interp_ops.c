@@ -321,6 +321,17 @@ static void rows_over(Nest *N, Tensor *const *ts, int nt, const Dim *d, int64_t 
   for (int t = 0; t < nt; t++) sd[t] = ts[t] ? stride_of(ts[t], d) : 0;
 }
 
+/* The max of a row of n values at stride sd (NaN if any is NaN) and, in *sum, the sum of
+ * exp(x - max): where softmax and cross entropy's logsumexp both start. */
+static double row_max_sumexp(const double *row, int64_t n, int64_t sd, double *sum) {
+  double m = -INFINITY, s = 0;
+  for (int64_t j = 0; j < n; j++)
+    if (row[j * sd] > m || isnan(row[j * sd])) m = isnan(m) ? m : row[j * sd];
+  for (int64_t j = 0; j < n; j++) s += exp(row[j * sd] - m);
+  *sum = s;
+  return m;
+}
+
 static Tensor *softmax_of(Interp *I, const Op *op, Tensor *x, const Dim *d) {
   if (!need_whole(I, op, x, d, "softmax")) return NULL;
   Tensor *r = tensor_new_block(&x->type, x->start, x->shape);
@@ -333,17 +344,11 @@ static Tensor *softmax_of(Interp *I, const Op *op, Tensor *x, const Dim *d) {
   for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
     const double *xr = x->data + N.off[0];
     double *rr = r->data + N.off[1];
-    double m = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-      double v = xr[j * sd[0]];
-      if (v > m || isnan(v)) m = isnan(m) ? m : v;
-    }
+    double s, m = row_max_sumexp(xr, n, sd[0], &s);
     if (m == -INFINITY) { /* every position masked: nothing to attend to */
       for (int64_t j = 0; j < n; j++) rr[j * sd[1]] = 0;
       continue;
     }
-    double s = 0;
-    for (int64_t j = 0; j < n; j++) s += exp(xr[j * sd[0]] - m);
     for (int64_t j = 0; j < n; j++) rr[j * sd[1]] = exp(xr[j * sd[0]] - m) / s;
   }
   return r;
@@ -777,10 +782,7 @@ static Tensor *k_causal_grad(Interp *I, const Op *op, const Tensor *dy) {
 static bool ce_row(Interp *I, const Op *op, const double *row, int64_t n, int64_t sd, double label, double *lse) {
   if (!(label >= 0 && label < (double)n))
     return interp_fail(I, op, "label %.0f out of range [0, %lld) of %s", label, (long long)n, op->dims[0]->name);
-  double m = -INFINITY, s = 0;
-  for (int64_t j = 0; j < n; j++)
-    if (row[j * sd] > m || isnan(row[j * sd])) m = row[j * sd];
-  for (int64_t j = 0; j < n; j++) s += exp(row[j * sd] - m);
+  double s, m = row_max_sumexp(row, n, sd, &s);
   *lse = m + log(s);
   return true;
 }
