@@ -4,7 +4,7 @@
 
 #include <llvm-c/Core.h>
 
-#include "driver.h"
+#include "lower.h"
 
 const char *lower_llvm_version(void) {
   static char buf[32];

@@ -5,17 +5,7 @@
 #define SHARDC_CHECK_H
 
 #include "driver.h"
-#include "ir.h"
-
-typedef struct CheckedProgram {
-  ParsedProgram *parsed;
-  Program *prog;
-  IrModule *ir;   /* NULL when the program has no entry (a declarations-only file) */
-} CheckedProgram;
-
-/* The IR a command analyses: the whole train step (step_build) when p's entry is one, else the
- * entry's forward (ir_build). NULL after errors. */
-IrModule *check_build_ir(Arena *arena, const Program *p);
+#include "pipeline.h"
 
 /* Returns the exit code so far: EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics printed),
  * or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
@@ -24,8 +14,4 @@ int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
  * NULL or an empty program is EXIT_PROGRAM_ERROR. */
 int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedProgram *cp);
 
-/* The part after parsing that check_parsed and the interpreter's loader share: declarations
- * (sema) with these command-line choices, then the entry's IR. Errors are those reported since
- * the call. Same exit codes. */
-int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp);
 #endif

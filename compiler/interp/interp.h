@@ -23,7 +23,7 @@
 
 #include <stdio.h>
 
-#include "check.h"
+#include "pipeline.h"
 #include "ir.h"
 
 /* ---- tensors ----

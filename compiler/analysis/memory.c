@@ -31,7 +31,7 @@
 #include "memory.h"
 #include "shard.h"
 #include "step.h"
-#include "check.h"
+#include "pipeline.h"
 #include "partition.h"
 
 typedef struct Walk {

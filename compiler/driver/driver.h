@@ -9,8 +9,8 @@
 
 #include "diag.h"
 #include "parse.h"
-
-enum { EXIT_OK = 0, EXIT_PROGRAM_ERROR = 1, EXIT_USAGE = 2 };
+#include "lower.h"
+#include "pipeline.h"
 
 typedef enum { FORMAT_TEXT, FORMAT_JSON } OutputFormat;
 
@@ -49,8 +49,5 @@ int cmd_explain(const Options *o);   /* explain.c */
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check
  * diag_error_count()). */
 ParsedProgram *driver_load_program(const Options *o, Arena *arena);
-
-/* The LLVM version linked in, "19.1.7" (lower_version.c: the LLVM-C API lives in lower*.c). */
-const char *lower_llvm_version(void);
 
 #endif

@@ -1,0 +1,27 @@
+/* pipeline.h: the compiler's front half as every command and tool runs it: the parsed program's
+ * declarations checked (sema) with the command line's choices, and the entry lowered to IR (the
+ * whole train step when the entry is one). Commands (driver/), the interpreter's loader and the
+ * tests start here. */
+#ifndef SHARDC_PIPELINE_H
+#define SHARDC_PIPELINE_H
+
+#include "ir.h"
+#include "parse.h"
+
+enum { EXIT_OK = 0, EXIT_PROGRAM_ERROR = 1, EXIT_USAGE = 2 };
+
+typedef struct CheckedProgram {
+  ParsedProgram *parsed;
+  Program *prog;
+  IrModule *ir;   /* NULL when the program has no entry (a declarations-only file) */
+} CheckedProgram;
+
+/* The IR a command analyses: the whole train step (step_build) when p's entry is one, else the
+ * entry's forward (ir_build). NULL after errors. */
+IrModule *check_build_ir(Arena *arena, const Program *p);
+
+/* Declarations (sema) with these command-line choices, then the entry's IR. Errors are those
+ * reported since the call. Returns EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics
+ * printed), or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
+int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp);
+#endif
