@@ -190,7 +190,7 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   r->devices = p->mesh ? p->mesh->devices : 1;
   r->capacity = p->mesh ? p->mesh->target->hbm : 0;
   if (!p->mesh || !m || !m->main) return;
-  shard_assign(m, p);
+  pipeline_run(m, p); /* the caller ran it and saw its errors; it does nothing then */
 
   const Step *st = p->step;
   r->training = st && st->kind == STEP_TRAIN;
@@ -241,7 +241,6 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   /* temporaries */
   /* The collectives propagation implies are inserted (partition.h: idempotent, and it freezes
    * the shardings): their results, such as gathered weights, are temporaries like any value. */
-  partition_module(m, p);
   w.counted = ARENA_ARRAY(m->arena, uint8_t, m->nvalues + 1);
   w.last_use = ARENA_ARRAY(m->arena, int, m->nvalues + 1);
   mark_counted(&w, m->main);

@@ -2,7 +2,10 @@
 #include <stdio.h>
 
 #include "diag.h"
+#include "localize.h"
+#include "partition.h"
 #include "pipeline.h"
+#include "propagate.h"
 #include "step.h"
 
 IrModule *check_build_ir(Arena *arena, const Program *p) {
@@ -31,4 +34,17 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
   cp->ir = check_build_ir(arena, cp->prog);
   if (!cp->ir || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   return EXIT_OK;
+}
+
+bool pipeline_run(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return true;
+  if (m->localized) return true;
+  int before = diag_error_count();
+  propagate_module(m, p);
+  if (!partition_module(m, p) || diag_error_count() > before) return false;
+  if (!ir_verify(m, stderr)) {
+    diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the partitioned IR does not verify");
+    return false;
+  }
+  return localize_module(m, p) && diag_error_count() == before;
 }

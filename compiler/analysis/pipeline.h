@@ -24,4 +24,14 @@ IrModule *check_build_ir(Arena *arena, const Program *p);
  * reported since the call. Returns EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics
  * printed), or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
 int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp);
+/* The passes after the IR is built, in this order, run once on a module (each requires the ones
+ * before it; the commands, the interpreter and the tests only read what they leave):
+ *   propagate  a sharding for every value (shard/propagate.h)
+ *   partition  the collectives those shardings imply, each with its reason (shard/partition.h)
+ *   verify     the IR's structural invariants (ir_verify)
+ *   localize   the per-device program: local extents, explicit slices, offsets, divisors, each
+ *              collective's runtime facts (shard/localize.h)
+ * Errors are reported (located); returns false after any. Running it again on a module it has
+ * run on does nothing. */
+bool pipeline_run(IrModule *m, const Program *p);
 #endif

@@ -143,6 +143,10 @@ int cmd_check(const Options *o) {
   }
   const Program *p = cp.prog;
   IrModule *m = cp.ir;
+  if (!pipeline_run(m, p)) {
+    arena_free(&arena);
+    return EXIT_PROGRAM_ERROR;
+  }
   MemoryReport r;
   memory_estimate(p, m, &r);
   MemSuggestion sug[MAX_SUGGESTIONS];

@@ -663,20 +663,15 @@ int cmd_explain(const Options *o) {
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   Explain E = {.o = o, .p = p, .m = m, .mesh = p->mesh, .a = &arena};
-  memory_estimate(p, m, &E.mem); /* propagates first (shard_assign) */
+  if (!pipeline_run(m, p) || diag_error_count() > 0) {
+    arena_free(&arena);
+    return EXIT_PROGRAM_ERROR;
+  }
+  memory_estimate(p, m, &E.mem);
   if (!E.mem.fits) {
     diag_warning(p->step ? p->step->loc : p->entry->loc,
                  "does not fit: %s per device on %s, which has %s of HBM (explain goes on)",
                  fmt_bytes(&arena, (double)E.mem.total), p->mesh->target->name, fmt_bytes(&arena, E.mem.capacity));
-  }
-  if (!partition_module(m, p) || diag_error_count() > 0) {
-    arena_free(&arena);
-    return EXIT_PROGRAM_ERROR;
-  }
-  if (!ir_verify(m, stderr)) {
-    fprintf(stderr, "shardc: internal error: the partitioned IR does not verify\n");
-    arena_free(&arena);
-    return EXIT_PROGRAM_ERROR;
   }
   E.has_pipe = partition_pipeline(m, &E.pipe);
   E.loop_outer_mult = 1;

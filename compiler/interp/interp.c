@@ -642,8 +642,5 @@ void interp_unload(InterpProgram *ip) {
 
 bool interp_partition(InterpProgram *ip) {
   if (!ip->cp.ir || !ip->cp.prog) return false;
-  int before = diag_error_count();
-  propagate_module(ip->cp.ir, ip->cp.prog);
-  if (!partition_module(ip->cp.ir, ip->cp.prog) || diag_error_count() > before) return false;
-  return ir_verify(ip->cp.ir, stderr);
+  return pipeline_run(ip->cp.ir, ip->cp.prog);
 }

@@ -32,6 +32,11 @@ typedef struct Interp {
   const Op *pipe_loop;  /* a loop whose stacked operands shard the stacking dim; NULL when none */
   int64_t owner;        /* the stage running this trip */
   int64_t next_owner;   /* the stage running the next trip; -1 after the last */
+  /* the block of its result the op being evaluated must make (SPMD: its result's sharding on the
+   * device; the dims an op makes of its own -- a broadcast's, onehot's, take_grad's rows -- are
+   * made only there); want_set false: whole */
+  bool want_set;
+  int64_t want_start[MAX_RANK], want_shape[MAX_RANK];
 } Interp;
 
 /* interp.c: set up for `mesh` (NULL: a global run, one device), bind the entry's inputs and

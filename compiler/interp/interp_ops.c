@@ -91,6 +91,13 @@ static bool need_whole(Interp *I, const Op *op, const Tensor *t, const Dim *d, c
                      (long long)t->start[p], (long long)(t->start[p] + t->shape[p]), (long long)d->size);
 }
 
+/* The block an op makes of result dim i, a dim no operand holds: the wanted one in an SPMD run,
+ * else whole. */
+static void made_block(const Interp *I, const TensorType *rt, int i, int64_t *start, int64_t *shape) {
+  if (I->want_set) *start = I->want_start[i], *shape = I->want_shape[i];
+  else *start = 0, *shape = rt->dims[i]->size;
+}
+
 /* ---- nests: odometers over named dims that keep one offset per tensor ---- */
 
 #define NEST_DIMS (2 * MAX_RANK)
@@ -307,7 +314,7 @@ static Tensor *k_reduce(Interp *I, const Op *op, Tensor *x) {
       if (op->kind != OP_MAX) s += v;
       else if (v > s || isnan(v)) s = isnan(s) ? s : v;
     }
-    r->data[outer.off[0]] = op->kind == OP_MEAN ? s / count : s;
+    r->data[outer.off[0]] = op->kind == OP_MEAN ? s / (op->divisor > 0 ? op->divisor : count) : s;
   }
   return r;
 }
@@ -620,8 +627,8 @@ static Tensor *k_broadcast(Interp *I, const Op *op, Tensor *x) {
   int64_t st[MAX_RANK], sh[MAX_RANK];
   for (int i = 0; i < rt->rank; i++) {
     int p = tensor_type_find(&x->type, rt->dims[i]);
-    st[i] = p < 0 ? 0 : x->start[p];
-    sh[i] = p < 0 ? rt->dims[i]->size : x->shape[p];
+    if (p < 0) made_block(I, rt, i, &st[i], &sh[i]);
+    else st[i] = x->start[p], sh[i] = x->shape[p];
   }
   Tensor *r = tensor_new_block(rt, st, sh);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
@@ -738,7 +745,7 @@ static Tensor *k_take_grad(Interp *I, const Op *op, Tensor *idx, Tensor *dy) {
   if (rt->rank < 1) return interp_fail(I, op, "the table type has no rows"), NULL;
   const Dim *rows = rt->dims[0];
   int64_t st[MAX_RANK], sh[MAX_RANK];
-  st[0] = 0, sh[0] = rows->size;
+  made_block(I, rt, 0, &st[0], &sh[0]);
   for (int i = 1; i < rt->rank; i++) {
     int p = tensor_type_find(&dy->type, rt->dims[i]);
     if (p < 0) return interp_fail(I, op, "dy has no dim %s", rt->dims[i]->name), NULL;
@@ -765,7 +772,9 @@ static Tensor *k_take_grad(Interp *I, const Op *op, Tensor *idx, Tensor *dy) {
       return interp_fail(I, op, "take: index %.0f out of range [0, %lld) of %s", v, (long long)rows->size,
                          rows->name), NULL;
     }
-    int64_t base[3] = {(int64_t)v * row_stride, 0, outer.off[2]};
+    int64_t local = (int64_t)v - r->start[0];
+    if (local < 0 || local >= r->shape[0]) continue; /* a row another device holds */
+    int64_t base[3] = {local * row_stride, 0, outer.off[2]};
     for (nest_begin(&inner, base); !inner.done; nest_next(&inner)) r->data[inner.off[0]] += dy->data[inner.off[2]];
   }
   return r;
@@ -859,12 +868,13 @@ static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
   int64_t st[MAX_RANK], sh[MAX_RANK];
   for (int i = 0; i < rt->rank; i++) {
     int p = tensor_type_find(&idx->type, rt->dims[i]);
-    st[i] = p < 0 ? 0 : idx->start[p];
-    sh[i] = p < 0 ? rt->dims[i]->size : idx->shape[p];
+    if (p < 0) made_block(I, rt, i, &st[i], &sh[i]);
+    else st[i] = idx->start[p], sh[i] = idx->shape[p];
   }
   Tensor *r = tensor_new_block(rt, st, sh);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
-  int64_t sd = stride_of(r, d);
+  int pd = tensor_type_find(rt, d);
+  int64_t sd = stride_of(r, d), d0 = pd >= 0 ? r->start[pd] : 0, dn = pd >= 0 ? r->shape[pd] : d->size;
   Tensor *ts[2] = {idx, r};
   Nest N;
   nest_init(&N, 2);
@@ -876,7 +886,7 @@ static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
       return interp_fail(I, op, "onehot: index %.0f out of range [0, %lld) of %s", v, (long long)d->size, d->name),
              NULL;
     }
-    r->data[N.off[1] + (int64_t)v * sd] = 1;
+    if ((int64_t)v >= d0 && (int64_t)v < d0 + dn) r->data[N.off[1] + ((int64_t)v - d0) * sd] = 1;
   }
   return r;
 }
@@ -1021,6 +1031,10 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_ADAM_MOMENT: r = k_map(I, op, x, 2, f_adam_moment); break;
   case OP_ADAM_UPDATE: r = k_map(I, op, x, 4, f_adam_update); break;
   case OP_PICK: r = k_pick(I, op, x[0], x[1]); break;
+  case OP_SLICE: /* the device's block (an SPMD run wants it); a global run holds it all */
+    r = I->want_set ? iop_slice(x[0], I->want_start, I->want_shape) : tensor_copy(x[0]);
+    if (!r) return interp_fail(I, op, "slice: the operand does not hold the block"), NULL;
+    break;
   case OP_ONEHOT: r = k_onehot(I, op, x[0]); break;
   /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
    * kernel is a -Wswitch warning) */

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "interp_int.h"
+#include "localize.h"
 #include "partition.h"
 
 /* ---- devices and axes ---- */
@@ -302,6 +303,7 @@ static int summed_dims(const Op *op, const Dim **out) {
 static int linear_operand(OpKind k) {
   switch (k) {
   case OP_NEG: case OP_CAST: case OP_TRANSPOSE: case OP_RENAME: case OP_SPLIT: case OP_MERGE: case OP_CAUSAL:
+  case OP_SLICE:
   case OP_SUM: case OP_MEAN: case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_TAKE: case OP_PICK:
     return 0;
   case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SOFTMAX_GRAD: case OP_TAKE_GRAD:
@@ -408,8 +410,42 @@ static Tensor *slice_to_result(Interp *I, const Op *op, Tensor *x, const int64_t
   return need ? iop_slice(x, st, sh) : x;
 }
 
+/* The offsets localisation wrote (Op.offs) are the blocks this device holds: each one's global
+ * start (an OP_SLICE's: within its operand's block) and extent, against the blocks the run
+ * tracks. The lowering computes global indices from these alone. */
+static bool check_offsets(Interp *I, const Op *op, int dev, Tensor *const *x, const int64_t *rs, const int64_t *rsh) {
+  const TensorType *rt = &op->results[0]->type;
+  for (int k = 0; k < op->noffs; k++) {
+    const DimIndex *di = &op->offs[k];
+    int64_t off = di->extent * localize_block_number(I->mesh, di->axes, di->naxes, dev);
+    int64_t start = -1, ext = -1;
+    int p = tensor_type_find(rt, di->dim);
+    if (op->kind == OP_SLICE) {
+      int q = tensor_type_find(&x[0]->type, di->dim);
+      if (p < 0 || q < 0) return interp_fail(I, op, "slice: offset of a dim it does not have");
+      off += x[0]->start[q];
+      start = rs[p], ext = rsh[p];
+    } else if (p >= 0 && op->kind != OP_TAKE && op->kind != OP_PICK) {
+      start = rs[p], ext = rsh[p];
+    } else {
+      for (int i = 0; i < op->noperands && start < 0; i++) {
+        int q = tensor_type_find(&x[i]->type, di->dim);
+        if (q >= 0) start = x[i]->start[q], ext = x[i]->shape[q];
+      }
+    }
+    if (start < 0) return interp_fail(I, op, "an offset names dim %s, which it does not hold", di->dim->name);
+    if (start != off || ext != di->extent)
+      return interp_fail(I, op, "on device %d the offset of %s is %lld (extent %lld), but the block held starts at "
+                         "%lld (extent %lld)", dev, di->dim->name, (long long)off, (long long)di->extent,
+                         (long long)start, (long long)ext);
+  }
+  return true;
+}
+
 bool spmd_op(Interp *I, const Op *op) {
   int n = op->noperands;
+  if (I->m->localized && op->in_shard)
+    return interp_fail(I, op, "reads an operand sliced (in_shard) in a localised module: an implicit slice");
   const Value *res = op->results[0];
   if (n > 16) return interp_fail(I, op, "too many operands (%d)", n);
   if (op->nresults != 1) return interp_fail(I, op, "expected one result");
@@ -433,7 +469,7 @@ bool spmd_op(Interp *I, const Op *op) {
                        is_max ? "unreduced maxima" : "a partial sum", axes_text(I, partial, b1, sizeof b1),
                        res->partial_max ? "unreduced maxima" : "a partial sum",
                        axes_text(I, real_axes(I, res->sharding.partial), b2, sizeof b2));
-  bool by_name = op->kind != OP_SPLIT && op->kind != OP_MERGE && op->kind != OP_CONST;
+  bool by_name = op->kind != OP_SPLIT && op->kind != OP_MERGE && op->kind != OP_CONST && op->kind != OP_SLICE;
   for (int d = 0; d < I->ndev; d++) {
     if (!I->active[d]) continue;
     int64_t rs[MAX_RANK], rsh[MAX_RANK];
@@ -465,6 +501,12 @@ bool spmd_op(Interp *I, const Op *op) {
           ok = false;
           break;
         }
+        if (sliced && I->m->localized) {
+          tensor_free(y);
+          ok = interp_fail(I, op, "reads operand %d sliced to its result's block: an implicit slice (localisation "
+                           "should have made it an OP_SLICE)", i);
+          break;
+        }
         if (sliced) {
           if (d == 0 && getenv("SHARDC_INTERP_DEBUG"))
             fprintf(stderr, "interp: %s at line %d reads operand %d sliced\n", ir_op_name(op->kind), op->loc.line, i);
@@ -474,9 +516,19 @@ bool spmd_op(Interp *I, const Op *op) {
         }
       }
     }
+    if (ok && I->m->localized && !check_offsets(I, op, d, x, rs, rsh)) ok = false;
+    I->want_set = true;
+    memcpy(I->want_start, rs, sizeof rs);
+    memcpy(I->want_shape, rsh, sizeof rsh);
     Tensor *r = ok ? iop_eval(I, op, x) : NULL;
+    I->want_set = false;
     for (int i = 0; i < n; i++) tensor_free(own[i]);
     if (!r) return false;
+    if (!same_block(r, rs, rsh) && I->m->localized) {
+      tensor_free(r);
+      return interp_fail(I, op, "computes another block than its result's on device %d: an implicit slice "
+                         "(localisation should have made it an OP_SLICE)", d);
+    }
     if (!same_block(r, rs, rsh)) {
       if (!holds(r, rs, rsh)) {
         tensor_free(r);

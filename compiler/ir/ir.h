@@ -131,7 +131,13 @@
                                      result[p, c] = (idx[p] == c); the result type's dtype, idx's \
                                      dims plus dims[0] (in the result type's order); an index    \
                                      outside [0, |dims[0]|) is a run-time error. With dims[0]    \
-                                     sharded, each device makes the block it holds (global c) */
+                                     sharded, each device makes the block it holds (global c) */ \
+  /* ---- localisation (shard/localize.c): the per-device program states every slice */      \
+  X(OP_SLICE, "slice", 1)         /* x -> the device's block of x under the result's sharding, \
+                                     which refines x's: on each dim listed in Op.offs, the     \
+                                     result's axes extend x's tuple (the extra axes, in order); \
+                                     the device keeps the block at Op.offs[i] (relative to the \
+                                     block it holds); no communication */
 
 /* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
 #define IR_ADAM_BETA1 0.9
@@ -147,6 +153,42 @@ typedef enum {
 const char *ir_op_name(OpKind k);
 bool ir_op_is_collective(OpKind k);
 bool ir_op_is_elementwise(OpKind k); /* unary functions and the four binary arithmetic ops */
+
+/* Where a device's block of a dim starts (localize.c; the lowering and the interpreter compute
+ * global indices from it): offset = extent x the device's block number over `axes` (its
+ * coordinates on them read as a mixed-radix number, the first axis most significant). For OP_SLICE
+ * the offset is within the operand's local block; everywhere else it is the global index of the
+ * block's first element along `dim`. Axes of size 1 are left out. */
+typedef struct DimIndex {
+  const struct Dim *dim;
+  int8_t axes[MAX_AXES_PER_DIM];
+  uint8_t naxes;
+  int64_t extent;       /* the local extent of the block along dim */
+} DimIndex;
+
+/* What a collective does, per device, in the terms a runtime call takes (localize.c). The group
+ * of a device is the devices that differ from it only on the collective's axes; `parts` say
+ * which dims change and the rank order:
+ *   AllGather      each part: a dim whose tuple loses `axes` (a suffix of the operand's tuple, in
+ *                  tuple order): the group's blocks are concatenated along it in the rank order
+ *                  the mixed-radix reading of `axes` gives
+ *   ReduceScatter  each part: a dim whose tuple gains `axes` (appended): the sum is split along it,
+ *                  rank r keeping block r
+ *   AllReduce      no parts: sum (or max, Op.reduce_max) of the whole buffer
+ *   AllToAll       parts[0] the dim that gains `axes` (split: block j goes to rank j), parts[1] the
+ *                  dim that loses them (concat: the blocks received, in rank order)
+ *   Permute        `shift` along the ring of parts[0].axes (+1: rank r sends to rank r+1 mod n),
+ *                  or, in a pipeline, the stage-to-stage transfer of Op.coll_period */
+typedef struct CollDim {
+  int8_t dim;           /* position in the operand's type (AllToAll parts[0]: in the result's) */
+  int8_t axes[MAX_AXES_PER_DIM];
+  uint8_t naxes;
+} CollDim;
+typedef struct CollSpec {
+  CollDim parts[MAX_RANK];
+  int nparts;
+  int shift;            /* Permute */
+} CollSpec;
 
 typedef struct TensorType {
   DType dtype;
@@ -184,6 +226,8 @@ typedef struct Value {
    * step_saved_bytes counts these). A stacked loop's saved residuals are its stacked results
    * (they carry the stacking dim); values inside stacked bodies are never marked. */
   bool saved;
+  /* localize.c: the per-device (local) extent of each dim under the sharding; 0 before */
+  int64_t local[MAX_RANK];
   const Op *saved_attention; /* saved and the output of this OP_ATTENTION (or its stacked rows):
                                 the attention's f32 softmax statistics are kept beside it */
 } Value;
@@ -247,6 +291,13 @@ struct Op {
   bool reverse;         /* OP_LOOP: iterates the slices from last to first (iteration k reads, and
                            writes stacked outputs at, row count-1-k): the backward of a loop */
   uint8_t phase;        /* OpPhase: which part of a train step the op belongs to */
+  /* localisation (localize.c): the facts a device needs beyond its operands' local blocks */
+  DimIndex *offs;       /* global offsets of the dims whose global index the op reads (causal's
+                           and attention's query and key, take's table rows, take_grad's and
+                           onehot's result rows, pick's dim), or OP_SLICE's block; NULL: all 0 */
+  int noffs;
+  double divisor;       /* OP_MEAN: the global element count it divides by; 0 before localize */
+  CollSpec *coll;       /* collectives: what the runtime call does; NULL before localize */
 };
 
 /* Which part of a train step an op belongs to (Op.phase; step.c sets it). A stacked loop's ops
@@ -282,6 +333,8 @@ typedef struct IrModule {
   const FnDecl *entry;  /* what main was built from */
   struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
                             NULL for a forward only */
+  bool localized;       /* localize.c ran: every value has its local extents, every slice is an
+                           OP_SLICE, every collective its CollSpec */
 } IrModule;
 
 /* ---- building ---- */

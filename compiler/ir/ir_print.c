@@ -15,8 +15,10 @@
  *     return %70
  *
  * One op per line: `%id = name operands attributes : result type  @line:col  (source name)`;
- * types show shardings once propagation has set them (sharding_format); loop bodies are indented
- * under their loop, inputs first. Constants print the shortest text that reads back exactly. */
+ * types show shardings once propagation has set them (sharding_format), and once localisation has
+ * run each value's per-device extents (`<4x2048x4096>`) and each op's per-device facts (offsets,
+ * divisors, a collective's parts: print_local_facts); loop bodies are indented under their loop,
+ * inputs first. Constants print the shortest text that reads back exactly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,11 @@ static void print_type(FILE *out, const IrModule *m, const Value *v) {
   const Mesh *mesh = m->prog ? m->prog->mesh : NULL;
   sharding_format(buf, sizeof buf, &v->type, &v->sharding, mesh);
   fputs(buf, out);
+  if (m->localized) { /* the per-device type: each dim's local extent */
+    fputs(" <", out);
+    for (int i = 0; i < v->type.rank; i++) fprintf(out, "%s%lld", i ? "x" : "", (long long)v->local[i]);
+    fputc('>', out);
+  }
 }
 
 static void print_dims(FILE *out, Dim *const *dims, int n) {
@@ -71,6 +78,53 @@ static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+
+static void print_axis_list(FILE *out, const IrModule *m, const int8_t *axes, int n) {
+  const Mesh *mesh = m->prog ? m->prog->mesh : NULL;
+  fputc('(', out);
+  for (int k = 0; k < n; k++) {
+    if (k) fputs(", ", out);
+    if (mesh && axes[k] >= 0 && axes[k] < mesh->naxes) fputs(mesh->axes[axes[k]].name, out);
+    else fprintf(out, "#%d", axes[k]);
+  }
+  fputc(')', out);
+}
+
+/* What localisation states (localize.h): offsets `at(seq: (model) x512)` (a block of 512 starting
+ * at 512 x the device's block number over (model)), a mean's global divisor, a collective's parts
+ * in rank order (`gather dim 1 (data)`, `scatter`, `split`/`concat`, a permute's shift), its
+ * reduction. */
+static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
+  if (op->noffs) {
+    fputs(" at(", out);
+    for (int k = 0; k < op->noffs; k++) {
+      const DimIndex *d = &op->offs[k];
+      fprintf(out, "%s%s: ", k ? ", " : "", d->dim ? d->dim->name : "?");
+      print_axis_list(out, m, d->axes, d->naxes);
+      fprintf(out, " x%lld", (long long)d->extent);
+    }
+    fputc(')', out);
+  }
+  if (op->divisor > 0) {
+    fputs(" divisor ", out);
+    print_number(out, op->divisor);
+  }
+  if (op->kind == OP_ALL_REDUCE) fputs(op->reduce_max ? " max" : " sum", out);
+  if (op->kind == OP_REDUCE_SCATTER) fputs(" sum", out);
+  if (op->coll) {
+    static const char *const verb[] = {"gather", "scatter", "", "split", "shift"};
+    for (int k = 0; k < op->coll->nparts; k++) {
+      const CollDim *p = &op->coll->parts[k];
+      const char *v = op->kind == OP_ALL_GATHER ? verb[0] : op->kind == OP_REDUCE_SCATTER ? verb[1]
+                      : op->kind == OP_ALL_TO_ALL ? (k == 0 ? verb[3] : "concat") : verb[4];
+      if (op->kind == OP_PERMUTE) fprintf(out, " %s %+d ring", v, op->coll->shift);
+      else fprintf(out, " %s dim %d", v, p->dim);
+      fputc(' ', out);
+      print_axis_list(out, m, p->axes, p->naxes);
+    }
+    if (op->coll_period > 0) fprintf(out, " every %lld trips (pipeline)", (long long)op->coll_period);
+  }
+}
 
 static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   indent(out, depth);
@@ -169,12 +223,14 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
     fputs(" over ", out);
     print_axes(out, m, op->axes);
+    if (op->coll) break; /* localised: print_local_facts gives every part */
     if (op->dim_index >= 0) fprintf(out, " dim %d", op->dim_index);
     if (op->kind == OP_ALL_TO_ALL && op->dim_index2 >= 0) fprintf(out, " to %d", op->dim_index2);
     break;
   default:
     break;
   }
+  print_local_facts(out, m, op);
   if (op->nresults) {
     fputs(" : ", out);
     for (int i = 0; i < op->nresults; i++) {

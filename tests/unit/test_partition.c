@@ -34,6 +34,7 @@
 
 #include "diag.h"
 #include "ir.h"
+#include "localize.h"
 #include "memory.h"
 #include "partition.h"
 #include "propagate.h"
@@ -58,6 +59,7 @@ typedef struct Ctx {
   const Program *p;
   const Mesh *mesh;
   int collectives;
+  bool localized;       /* after localize_module: no in_shard, every collective has its CollSpec */
 } Ctx;
 
 static int axis_size(const Ctx *c, int a) { return c->mesh->axes[a].size; }
@@ -132,6 +134,31 @@ static bool check_collective(Ctx *c, const Op *op) {
     return false;
   }
   int rank = x->type.rank;
+  if (c->localized) {
+    /* the CollSpec names exactly the axes the collective runs over (those with more than one
+     * device), each once, and a part's dim where the shardings say it changes */
+    const CollSpec *cs = op->coll;
+    if (!cs) return note("%s at line %d has no CollSpec after localisation", ir_op_name(op->kind), op->loc.line), false;
+    uint16_t named = 0, real = 0;
+    for (int a = 0; a < c->mesh->naxes; a++)
+      if ((X >> a & 1) && axis_size(c, a) > 1) real |= (uint16_t)(1u << a);
+    for (int k = 0; k < cs->nparts; k++)
+      for (int j = 0; j < cs->parts[k].naxes; j++) {
+        uint16_t bit = (uint16_t)(1u << cs->parts[k].axes[j]);
+        if ((named & bit) && !(op->kind == OP_ALL_TO_ALL && k == 1))
+          return note("%s at line %d names an axis twice", ir_op_name(op->kind), op->loc.line), false;
+        named |= bit;
+      }
+    if (op->kind != OP_ALL_REDUCE && named != real)
+      return note("%s at line %d: its CollSpec names axes %#x, it runs over %#x", ir_op_name(op->kind), op->loc.line,
+                  named, real), false;
+    for (int k = 0; op->kind != OP_PERMUTE && k < cs->nparts; k++) {
+      int d = cs->parts[k].dim;
+      if (d < 0 || d >= rank || dims_same(A, d, B, d))
+        return note("%s at line %d: CollSpec part %d names dim %d, which does not change", ir_op_name(op->kind),
+                    op->loc.line, k, d), false;
+    }
+  }
   switch (op->kind) {
   case OP_ALL_GATHER: {
     if (A->partial != B->partial) return note("all_gather at line %d changes partial", op->loc.line), false;
@@ -265,6 +292,7 @@ static bool check_op(Ctx *c, const Op *op) {
   Sharding in[8];
   int n = op->noperands < 8 ? op->noperands : 8;
   bool ok = true;
+  if (c->localized && op->in_shard) ok = false, note("%s at line %d still reads through in_shard", ir_op_name(op->kind), op->loc.line);
   for (int i = 0; i < n; i++) {
     const Value *v = op->operands[i];
     in[i] = op->in_shard ? op->in_shard[i] : v->sharding;
@@ -272,6 +300,14 @@ static bool check_op(Ctx *c, const Op *op) {
     for (int d = 0; d < v->type.rank; d++)
       if (!prefix(&v->sharding, d, &in[i], d))
         ok = false, note("%s at line %d: a local slice of %s removes axes", ir_op_name(op->kind), op->loc.line, vname(v));
+  }
+  if (op->kind == OP_SLICE) { /* localisation's explicit slice: a finer block of what it reads */
+    for (int d = 0; d < r->type.rank; d++)
+      if (!prefix(&in[0], d, R, d))
+        ok = false, note("slice at line %d: the result does not refine %s's %s", op->loc.line, vname(op->operands[0]),
+                         r->type.dims[d]->name);
+    if (in[0].partial != R->partial) ok = false, note("slice at line %d changes partial", op->loc.line);
+    return ok;
   }
   if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
     if (local_elems(c, op->operands[0], &in[0]) != local_elems(c, r, R))
@@ -308,7 +344,8 @@ static bool check_op(Ctx *c, const Op *op) {
         ok = false, note("%s at line %d: %s's %s must be whole", ir_op_name(op->kind), op->loc.line, vname(v), dim->name);
       if (summed_dim(op, v->type.dims[d])) summed |= dim_mask(&in[i], d);
       int e = tensor_type_find(&r->type, dim);
-      bool result_slice = whole_dim(op, v->type.dims[d]) && e >= 0 && prefix(&in[i], d, R, e); /* computed whole */
+      bool result_slice = !c->localized && whole_dim(op, v->type.dims[d]) && e >= 0 && prefix(&in[i], d, R, e);
+      /* (computed whole and sliced after; localised, that slice is an OP_SLICE of its own) */
       if (e >= 0 && !dims_same(&in[i], d, R, e) && !result_slice)
         ok = false, note("%s at line %d: %s's %s disagrees with the result", ir_op_name(op->kind), op->loc.line, vname(v),
                          dim->name);
@@ -414,16 +451,20 @@ static int run_config(const char *path, const char *mesh, const char *layout, ch
           ok &= check_func(&c, m->main);
           for (int i = 0; i < m->main->noutputs; i++)
             if (m->main->outputs[i]->sharding.partial) ok = false, note("an output is a partial sum");
-          /* run again (as later stages will, after appending ops): nothing may change */
+          /* localised: no implicit slice is left, every collective states its runtime facts, and
+           * every op computes on operands held exactly as it computes with them */
           int before = c.collectives;
-          MemoryReport mr;
-          memory_estimate(p, m, &mr); /* propagates again (shard_assign) */
-          if (!partition_module(m, p)) ok = false, note("partitioning again reports errors");
+          if (!localize_module(m, p)) ok = false, note("localisation reports an error");
+          int implicit = localize_count_implicit(m);
+          if (implicit) ok = false, note("localisation left %d implicit slices, collectives or extents", implicit);
           c.collectives = 0;
+          c.localized = true;
           ok &= check_func(&c, m->main);
           if (c.collectives != before)
-            ok = false, note("partitioning again changed the collectives: %d -> %d", before, c.collectives);
-          if (!ir_verify(m, NULL)) ok = false, note("ir_verify fails after running again");
+            ok = false, note("localisation changed the collectives: %d -> %d", before, c.collectives);
+          if (!ir_verify(m, NULL)) ok = false, note("ir_verify fails after localisation");
+          MemoryReport mr;
+          memory_estimate(p, m, &mr); /* reads the localised module */
           size_t len = strlen(label);
           snprintf(label + len, nlabel - len, " (%d collectives)", c.collectives);
           res = ok ? 1 : 0;
