@@ -6,6 +6,7 @@
 #include "partition.h"
 #include "pipeline.h"
 #include "propagate.h"
+#include "stages.h"
 #include "step.h"
 
 IrModule *check_build_ir(Arena *arena, const Program *p) {
@@ -46,5 +47,10 @@ bool pipeline_run(IrModule *m, const Program *p) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the partitioned IR does not verify");
     return false;
   }
-  return localize_module(m, p) && diag_error_count() == before;
+  if (!localize_module(m, p) || !stages_module(m, p)) return false;
+  if (!ir_verify(m, stderr)) {
+    diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the pipelined IR does not verify");
+    return false;
+  }
+  return diag_error_count() == before;
 }

@@ -31,6 +31,8 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
  *   verify     the IR's structural invariants (ir_verify)
  *   localize   the per-device program: local extents, explicit slices, offsets, divisors, each
  *              collective's runtime facts (shard/localize.h)
+ *   stages     a pipelined step's per-stage regions, transfers and schedule, and where each op
+ *              of main runs (shard/stages.h)
  * Errors are reported (located); returns false after any. Running it again on a module it has
  * run on does nothing. */
 bool pipeline_run(IrModule *m, const Program *p);

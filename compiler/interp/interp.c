@@ -25,6 +25,7 @@
 #include "interp_int.h"
 #include "partition.h"
 #include "propagate.h"
+#include "stages.h"
 #include "step.h"
 
 /* ---- tensors ---- */
@@ -191,15 +192,6 @@ void interp_set(Interp *I, int dev, const Value *v, Tensor *t) {
   }
   tensor_free(I->vals[dev][v->id]);
   I->vals[dev][v->id] = t;
-  I->stale[dev][v->id] = 0;
-}
-
-bool interp_stale(const Interp *I, int dev, const Value *v) {
-  return v && v->id >= 0 && v->id < I->nvalues && I->stale[dev][v->id];
-}
-
-void interp_mark_stale(Interp *I, int dev, const Value *v) {
-  if (v && v->id >= 0 && v->id < I->nvalues) I->stale[dev][v->id] = 1;
 }
 
 bool interp_setup(Interp *I, const IrModule *m, const Mesh *mesh, const InterpOptions *o, InterpStats *st) {
@@ -215,15 +207,18 @@ bool interp_setup(Interp *I, const IrModule *m, const Mesh *mesh, const InterpOp
   if (!m->main) return interp_fail(I, NULL, "the module has no entry function");
   if (I->ndev < 1 || I->ndev > 4096) return interp_fail(I, NULL, "cannot simulate %d devices", I->ndev);
   I->vals = calloc((size_t)I->ndev, sizeof *I->vals);
-  I->stale = calloc((size_t)I->ndev, sizeof *I->stale);
   I->active = calloc((size_t)I->ndev, sizeof *I->active);
-  I->received = calloc((size_t)I->ndev, sizeof *I->received);
-  if (!I->vals || !I->stale || !I->active || !I->received) return interp_fail(I, NULL, "out of memory");
+  if (!I->vals || !I->active) return interp_fail(I, NULL, "out of memory");
+  if (I->spmd && m->pipeline && m->pipeline->pipe) {
+    I->pipe = m->pipeline->pipe;
+    I->stage = calloc((size_t)I->ndev, sizeof(int));
+    if (!I->stage) return interp_fail(I, NULL, "out of memory");
+    for (int d = 0; d < I->ndev; d++) I->stage[d] = stages_of_device(I->pipe, mesh, d);
+  }
   for (int d = 0; d < I->ndev; d++) {
     I->active[d] = true;
     I->vals[d] = calloc((size_t)(I->nvalues > 0 ? I->nvalues : 1), sizeof(Tensor *));
-    I->stale[d] = calloc((size_t)(I->nvalues > 0 ? I->nvalues : 1), 1);
-    if (!I->vals[d] || !I->stale[d]) return interp_fail(I, NULL, "out of memory");
+    if (!I->vals[d]) return interp_fail(I, NULL, "out of memory");
   }
   return true;
 }
@@ -234,15 +229,12 @@ void interp_teardown(Interp *I) {
     for (int i = 0; i < I->nvalues; i++) tensor_free(I->vals[d][i]);
     free(I->vals[d]);
   }
-  for (int d = 0; I->stale && d < I->ndev; d++) free(I->stale[d]);
-  free(I->stale);
   free(I->vals);
   free(I->active);
-  free(I->received);
+  free(I->stage);
+  I->stage = NULL;
   I->vals = NULL;
-  I->stale = NULL;
   I->active = NULL;
-  I->received = NULL;
 }
 
 /* Every OP_INPUT / OP_PARAM of main takes its whole tensor (checked against the value's type),
@@ -270,7 +262,9 @@ bool interp_bind(Interp *I, Tensor *const *inputs, Tensor *const *params) {
       if (I->spmd) {
         int64_t st[MAX_RANK], sh[MAX_RANK];
         if (!spmd_block(I, op, v, d, st, sh)) return false;
-        t = iop_slice(w, st, sh);
+        Tensor *ws = interp_pipe_permute(I->pipe, w, true); /* an interleaved pipeline's storage order */
+        t = ws ? iop_slice(ws, st, sh) : NULL;
+        tensor_free(ws);
       } else {
         t = tensor_copy(w);
       }
@@ -312,40 +306,23 @@ static bool put_row(Interp *I, const Op *op, Tensor *t, const Tensor *y, int64_t
   return true;
 }
 
-/* Trip by trip, in lockstep over the devices (see the file comment). Iteration k reads row
- * k of the stacked operands (count-1-k for a reverse loop) and writes that row of the stacked
- * results. */
+/* Trip by trip, in lockstep over the active devices. Iteration k reads row k of the stacked
+ * operands (count-1-k for a reverse loop) and writes that row of the stacked results. */
 static bool eval_loop(Interp *I, const Op *op) {
   const IrFunc *b = op->body;
   int nc = op->ncarried, ns = op->nstacked, nd = I->ndev;
   if (!b || b->ninputs != op->noperands || ns < 0 || b->noutputs != nc + ns || op->nresults != nc + ns)
     return interp_fail(I, op, "malformed loop");
   if (I->spmd && !spmd_loop_check(I, op)) return false;
-  int64_t stages = 1;
-  uint16_t st = I->spmd ? spmd_stage_axes(I, op, &stages) : 0;
-  if (st && (op->count % stages != 0))
-    return interp_fail(I, op, "%lld trips do not divide into %lld pipeline stages", (long long)op->count,
-                       (long long)stages);
-  int64_t per = st ? op->count / stages : op->count;
   int nv = nc + ns > 0 ? nc + ns : 1;
   Tensor **car = calloc((size_t)(nd * nv), sizeof *car); /* [d * nv + i]: carried, then stacked */
-  uint8_t *car_stale = calloc((size_t)(nd * nv), 1);       /* a carried value computed from stale ones */
-  bool *saved = malloc(sizeof(bool) * (size_t)nd), *ran = malloc(sizeof(bool) * (size_t)nd);
-  if (!car || !saved || !ran || !car_stale) {
-    free(car);
-    free(car_stale);
-    free(saved);
-    free(ran);
-    return interp_fail(I, op, "out of memory");
-  }
-  memcpy(saved, I->active, sizeof(bool) * (size_t)nd);
-  const Op *save_pipe = I->pipe_loop;
-  int64_t save_owner = I->owner, save_next = I->next_owner;
+  if (!car) return interp_fail(I, op, "out of memory");
   bool ok = true;
   for (int d = 0; d < nd && ok; d++) {
+    if (!I->active[d]) continue;
     for (int i = 0; i < nc && ok; i++) {
       Tensor *x = interp_val(I, d, op->operands[op->nslices + i]);
-      if (saved[d] && !x) ok = interp_fail(I, op, "carried operand %d has no value", i);
+      if (!x) ok = interp_fail(I, op, "carried operand %d has no value", i);
       car[d * nv + i] = x ? tensor_copy(x) : NULL;
     }
     for (int j = 0; j < ns && ok; j++) {
@@ -356,16 +333,8 @@ static bool eval_loop(Interp *I, const Op *op) {
         ok = interp_fail(I, op, "out of memory");
     }
   }
-  if (st) I->pipe_loop = op;
   for (int64_t k = 0; k < op->count && ok; k++) {
     int64_t row = op->reverse ? op->count - 1 - k : k;
-    int64_t next = op->reverse ? row - 1 : row + 1;
-    I->owner = row / per;
-    I->next_owner = k + 1 < op->count ? next / per : -1;
-    for (int d = 0; d < nd; d++) {
-      I->active[d] = ran[d] = saved[d] && (!st || spmd_stage_of(I, op, d) == I->owner);
-      I->received[d] = false;
-    }
     for (int d = 0; d < nd && ok; d++) {
       if (!I->active[d]) continue;
       for (int i = 0; i < b->ninputs && ok; i++) {
@@ -381,8 +350,6 @@ static bool eval_loop(Interp *I, const Op *op) {
           if (!x) ok = interp_fail(I, op, "invariant operand %d has no value", i);
         }
         interp_set(I, d, b->inputs[i], x);
-        if (i >= op->nslices && i < op->nslices + nc && car_stale[d * nv + i - op->nslices])
-          interp_mark_stale(I, d, b->inputs[i]);
       }
     }
     if (!ok || !eval_func(I, b)) {
@@ -390,41 +357,26 @@ static bool eval_loop(Interp *I, const Op *op) {
       break;
     }
     for (int d = 0; d < nd && ok; d++) {
-      if (!ran[d] && !I->received[d]) continue;
+      if (!I->active[d]) continue;
       for (int i = 0; i < nc && ok; i++) {
         Tensor *y = tensor_copy(interp_val(I, d, b->outputs[i]));
         if (!y) ok = interp_fail(I, op, "body output %d has no value on device %d", i, d);
         tensor_free(car[d * nv + i]);
         car[d * nv + i] = y;
-        car_stale[d * nv + i] = interp_stale(I, d, b->outputs[i]); /* a pipeline nested in the body */
       }
-      for (int j = 0; j < ns && ok && ran[d]; j++) {
+      for (int j = 0; j < ns && ok; j++) {
         const Tensor *y = interp_val(I, d, b->outputs[nc + j]);
         ok = y ? put_row(I, op, car[d * nv + nc + j], y, row)
                : interp_fail(I, op, "stacked body output %d has no value on device %d", j, d);
       }
     }
   }
-  memcpy(I->active, saved, sizeof(bool) * (size_t)nd);
-  for (int d = 0; d < nd; d++) I->received[d] = false;
-  I->pipe_loop = save_pipe, I->owner = save_owner, I->next_owner = save_next;
-  /* a pipeline's carried values end on the stage that ran the last trip; elsewhere they (and
-   * what is computed from them) are stale */
-  int64_t last = op->count > 0 ? (op->reverse ? 0 : op->count - 1) / per : 0;
   for (int d = 0; d < nd; d++)
     for (int i = 0; i < nc + ns; i++) {
-      if (!ok) {
-        tensor_free(car[d * nv + i]);
-        continue;
-      }
-      interp_set(I, d, op->results[i], car[d * nv + i]);
-      if (i < nc && car_stale[d * nv + i]) interp_mark_stale(I, d, op->results[i]);
-      if (i < nc && st && spmd_stage_of(I, op, d) != last) interp_mark_stale(I, d, op->results[i]);
+      if (ok && I->active[d]) interp_set(I, d, op->results[i], car[d * nv + i]);
+      else tensor_free(car[d * nv + i]);
     }
   free(car);
-  free(car_stale);
-  free(saved);
-  free(ran);
   return ok;
 }
 
@@ -436,6 +388,7 @@ static bool eval_op(Interp *I, const Op *op) {
       if (I->active[d] && !interp_val(I, d, op->results[0])) return interp_fail(I, op, "not bound");
     return true;
   case OP_LOOP: return eval_loop(I, op);
+  case OP_PIPELINE: return interp_pipeline(I, op);
   default: break;
   }
   if (ir_op_is_collective(op->kind)) {
@@ -450,10 +403,21 @@ static bool eval_op(Interp *I, const Op *op) {
 }
 
 static bool eval_func(Interp *I, const IrFunc *f) {
-  for (const Op *op = f->first; op; op = op->next)
-    if (!eval_op(I, op)) return false;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (!op->place || !I->spmd || !I->pipe) {
+      if (!eval_op(I, op)) return false;
+      continue;
+    }
+    /* an op of main placed on some pipeline stages runs on their devices alone */
+    for (int d = 0; d < I->ndev; d++) I->active[d] = stages_runs_on(op->place, I->stage[d], I->pipe->stages);
+    bool ok = eval_op(I, op);
+    for (int d = 0; d < I->ndev; d++) I->active[d] = true;
+    if (!ok) return false;
+  }
   return true;
 }
+
+bool interp_eval_func(Interp *I, const IrFunc *f) { return eval_func(I, f); }
 
 bool interp_exec(Interp *I) { return !I->failed && eval_func(I, I->m->main); }
 

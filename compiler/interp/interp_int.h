@@ -23,15 +23,10 @@ typedef struct Interp {
   int ndev;
   int nvalues;
   Tensor ***vals;       /* [device][value id]: the device's block of the value, or NULL */
-  uint8_t **stale;      /* [device][value id]: computed from a pipeline's carried results on a
-                           stage other than the one that ran the last trip (garbage by design:
-                           ops after a pipeline run on its last stage) */
-  bool *active;         /* [device]: evaluates ops now (false: an idle pipeline stage) */
-  bool *received;       /* [device]: an idle stage handed the carried values this trip */
-  /* the innermost pipelined loop being run (its CollectivePermute reads it) */
-  const Op *pipe_loop;  /* a loop whose stacked operands shard the stacking dim; NULL when none */
-  int64_t owner;        /* the stage running this trip */
-  int64_t next_owner;   /* the stage running the next trip; -1 after the last */
+  bool *active;         /* [device]: evaluates ops now (false: another pipeline stage's turn) */
+  /* pipelines (interp_pipe.c) */
+  const PipeInfo *pipe; /* the module's pipeline (m->pipeline), or NULL */
+  int *stage;           /* [device]: its stage along the pipeline's stage axes */
   /* the block of its result the op being evaluated must make (SPMD: its result's sharding on the
    * device; the dims an op makes of its own -- a broadcast's, onehot's, take_grad's rows -- are
    * made only there); want_set false: whole */
@@ -51,10 +46,7 @@ bool interp_fail(Interp *I, const Op *op, const char *fmt, ...) __attribute__((f
 
 /* The device's block of value v (NULL with an error when unset). */
 Tensor *interp_val(Interp *I, int dev, const Value *v);
-void interp_set(Interp *I, int dev, const Value *v, Tensor *t); /* clears its stale mark */
-bool interp_stale(const Interp *I, int dev, const Value *v);
-void interp_mark_stale(Interp *I, int dev, const Value *v);
-
+void interp_set(Interp *I, int dev, const Value *v, Tensor *t); /* frees what v held */
 /* Rounds every element to what t's dtype holds under the options (interp_round_value). */
 void interp_round(const Interp *I, Tensor *t);
 
@@ -70,12 +62,14 @@ Tensor *iop_unstack(const Tensor *t, int64_t i);
 bool spmd_op(Interp *I, const Op *op);           /* one non-collective op on every active device */
 bool spmd_collective(Interp *I, const Op *op);   /* a collective on every active device */
 bool spmd_loop_check(Interp *I, const Op *op);   /* the loop's shardings agree with its body's */
-/* Pipelines: the stage axes of a loop (its slices' leading dim, major to minor; 0 when none),
- * a device's stage index along them, and the device at another stage with the same other
- * coordinates. */
-uint16_t spmd_stage_axes(const Interp *I, const Op *loop, int64_t *stages);
-int64_t spmd_stage_of(const Interp *I, const Op *loop, int dev);
-int spmd_at_stage(const Interp *I, const Op *loop, int dev, int64_t stage);
+/* interp_pipe.c: an OP_PIPELINE, its stages in the schedule's order; the walk of a function
+ * (interp.c), which it runs each region with. */
+bool interp_pipeline(Interp *I, const Op *op);
+/* A copy of t (a main input or output, global) with its stacked dim moved to the pipeline's storage
+ * order (to_storage) or back: only when the pipeline interleaves V > 1 chunks and t leads with its
+ * stacked dim; else a plain copy. */
+Tensor *interp_pipe_permute(const PipeInfo *pi, const Tensor *t, bool to_storage);
+bool interp_eval_func(Interp *I, const IrFunc *f);
 /* The block of v that device dev holds under v's sharding (false with an error if a sharded dim
  * does not divide, or an input or param is partial). */
 bool spmd_block(Interp *I, const Op *op, const Value *v, int dev, int64_t *start, int64_t *shape);

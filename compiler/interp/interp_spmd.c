@@ -161,56 +161,11 @@ static bool same_block(const Tensor *t, const int64_t *start, const int64_t *sha
   return true;
 }
 
-/* ---- pipelines ---- */
-
-/* The stage axes of a loop, in the order its first sharded slice lists them on the stacking dim. */
-static int stage_list(const Interp *I, const Op *loop, int8_t *ax) {
-  for (int i = 0; i < loop->nslices && i < loop->noperands; i++) {
-    const Sharding *s = &loop->operands[i]->sharding;
-    int n = 0;
-    for (int k = 0; k < s->naxes[0] && k < MAX_AXES_PER_DIM; k++)
-      if (I->mesh->axes[s->axes[0][k]].size > 1) ax[n++] = s->axes[0][k];
-    if (n) return n;
-  }
-  return 0;
-}
-
-uint16_t spmd_stage_axes(const Interp *I, const Op *loop, int64_t *stages) {
-  int8_t ax[MAX_AXES_PER_DIM];
-  int n = stage_list(I, loop, ax);
-  uint16_t m = 0;
-  *stages = 1;
-  for (int k = 0; k < n; k++) m |= (uint16_t)(1u << ax[k]), *stages *= I->mesh->axes[ax[k]].size;
-  return m;
-}
-
-int64_t spmd_stage_of(const Interp *I, const Op *loop, int dev) {
-  int8_t ax[MAX_AXES_PER_DIM];
-  int n = stage_list(I, loop, ax);
-  int64_t s = 0;
-  for (int k = 0; k < n; k++) s = s * I->mesh->axes[ax[k]].size + coord(I, dev, ax[k]);
-  return s;
-}
-
-int spmd_at_stage(const Interp *I, const Op *loop, int dev, int64_t stage) {
-  int8_t ax[MAX_AXES_PER_DIM];
-  int n = stage_list(I, loop, ax);
-  int64_t d = dev;
-  for (int k = n - 1; k >= 0; k--) {
-    int a = ax[k], size = I->mesh->axes[a].size;
-    d += ((int64_t)(stage % size) - coord(I, dev, a)) * axis_stride(I->mesh, a);
-    stage /= size;
-  }
-  return (int)d;
-}
-
 /* Slices take the stacked operand minus its leading dim; carried values keep one sharding from
- * the operand through the body to the result; invariants enter as they are. Stage axes (on the
- * stacking dim) make the loop a pipeline: the slices must then agree on them. */
+ * the operand through the body to the result; invariants enter as they are. No loop shards its
+ * stacking dim: a pipeline's layers run in its chunk regions (interp_pipe.c), a chunk at a time. */
 bool spmd_loop_check(Interp *I, const Op *op) {
   const IrFunc *b = op->body;
-  int64_t stages;
-  uint16_t st = spmd_stage_axes(I, op, &stages);
   for (int i = 0; i < op->noperands; i++) {
     const Value *x = op->operands[i], *in = b->inputs[i];
     if (!valid_sharding(I, op, x) || !valid_sharding(I, op, in)) return false;
@@ -227,8 +182,9 @@ bool spmd_loop_check(Interp *I, const Op *op) {
         sharding_format(c, sizeof c, &in->type, &in->sharding, I->mesh);
         return interp_fail(I, op, "stacked operand %d is %s, but its slice in the body is %s", i, a, c);
       }
-      if (dim_axes(I, &x->sharding, 0) && dim_axes(I, &x->sharding, 0) != st)
-        return interp_fail(I, op, "stacked operands shard the stacking dim over different axes");
+      if (dim_axes(I, &x->sharding, 0))
+        return interp_fail(I, op, "a stacked operand shards the stacking dim (a pipeline's loop outside its "
+                           "pipeline op)");
       continue;
     }
     if (!same_sharding(I, &x->sharding, &in->sharding, x->type.rank)) {
@@ -542,8 +498,6 @@ bool spmd_op(Interp *I, const Op *op) {
       I->st->implicit_slices++;
     }
     interp_set(I, d, res, r);
-    for (int i = 0; i < n; i++)
-      if (interp_stale(I, d, op->operands[i])) interp_mark_stale(I, d, res);
     I->st->ops++;
   }
   return true;
@@ -556,6 +510,18 @@ static bool same_group(const Interp *I, int a, int b, uint16_t axes) {
   for (int x = 0; x < I->mesh->naxes; x++)
     if (!(axes >> x & 1) && coord(I, a, x) != coord(I, b, x)) return false;
   return true;
+}
+
+/* A collective with a group (a tied param's first and last stage) reduces among the devices whose
+ * index along its axes is in the group; every device runs it only where the op is placed. */
+static bool in_coll_group(const Interp *I, const Op *op, uint16_t A, int e) {
+  if (!op->coll || !op->coll->ngroup) return true;
+  int64_t j = 0;
+  for (int a = 0; a < I->mesh->naxes; a++)
+    if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, e, a);
+  for (int g = 0; g < op->coll->ngroup; g++)
+    if (op->coll->group[g] == j) return true;
+  return false;
 }
 
 /* Applies x onto r where their blocks overlap: copy (mode 0), add (1), max (2); marks covered. */
@@ -623,58 +589,30 @@ static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
   }
 }
 
-/* The pipeline's stage handoff (see the file comment), or a ring shift by one over A. */
+/* A ring shift by one over A: the device at index j along A (mixed radix, mesh order) receives
+ * from index j - 1. */
 static bool permute(Interp *I, const Op *op, uint16_t A) {
   const Value *x = op->operands[0], *res = op->results[0];
+  if (op->coll_period > 0) return interp_fail(I, op, "a pipeline transfer outside its pipeline op");
   int nd = I->ndev;
   Tensor **out = calloc((size_t)nd, sizeof *out);
-  bool *recv = calloc((size_t)nd, sizeof *recv);
-  uint8_t *stale_src = calloc((size_t)nd, 1);
-  if (!out || !recv || !stale_src) {
-    free(out);
-    free(recv);
-    free(stale_src);
-    return interp_fail(I, op, "out of memory");
-  }
+  if (!out) return interp_fail(I, op, "out of memory");
   bool ok = true;
-  if (op->coll_period > 0 && I->pipe_loop) {
-    bool handoff = I->next_owner >= 0 && I->next_owner != I->owner;
-    for (int d = 0; d < nd && ok; d++) {
-      int src = -1;
-      if (I->active[d]) src = d;
-      else if (handoff && spmd_stage_of(I, I->pipe_loop, d) == I->next_owner)
-        src = spmd_at_stage(I, I->pipe_loop, d, I->owner);
-      if (src < 0) continue;
-      Tensor *v = interp_val(I, src, x);
-      if (!v || !I->active[src]) {
-        ok = interp_fail(I, op, "device %d has nothing to hand to device %d", src, d);
-        break;
-      }
-      out[d] = tensor_copy(v);
-      recv[d] = !I->active[d];
+  for (int d = 0; d < nd && ok; d++) {
+    if (!I->active[d]) continue;
+    int64_t j = 0, n = 1;
+    for (int a = 0; a < I->mesh->naxes; a++)
+      if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, d, a), n *= I->mesh->axes[a].size;
+    int64_t from = (j + n - 1) % n, src = d;
+    for (int a = I->mesh->naxes - 1; a >= 0; a--) {
+      if (!(A >> a & 1)) continue;
+      int size = I->mesh->axes[a].size;
+      src += ((from % size) - coord(I, d, a)) * axis_stride(I->mesh, a);
+      from /= size;
     }
-  } else {
-    /* ring: the device at index j along A (mixed radix, major first) receives from index j - 1 */
-    for (int d = 0; d < nd && ok; d++) {
-      if (!I->active[d]) continue;
-      int64_t j = 0, n = 1;
-      for (int a = 0; a < I->mesh->naxes; a++)
-        if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, d, a), n *= I->mesh->axes[a].size;
-      int64_t from = (j + n - 1) % n, src = d;
-      for (int a = I->mesh->naxes - 1; a >= 0; a--) {
-        if (!(A >> a & 1)) continue;
-        int size = I->mesh->axes[a].size;
-        src += ((from % size) - coord(I, d, a)) * axis_stride(I->mesh, a);
-        from /= size;
-      }
-      Tensor *v = interp_val(I, (int)src, x);
-      if (!v || !I->active[src]) ok = interp_fail(I, op, "device %lld has no operand to send", (long long)src);
-      else if (interp_stale(I, (int)src, x) != interp_stale(I, d, x))
-        ok = interp_fail(I, op, "mixes values of a pipeline's last stage with the stale ones of other stages");
-      else out[d] = tensor_copy(v);
-      recv[d] = false;
-      if (ok && interp_stale(I, d, x)) stale_src[d] = 1;
-    }
+    Tensor *v = interp_val(I, (int)src, x);
+    if (!v || !I->active[src]) ok = interp_fail(I, op, "device %lld has no operand to send", (long long)src);
+    else out[d] = tensor_copy(v);
   }
   /* what arrives is the receiver's block of the result: same shape, the receiver's offsets */
   for (int d = 0; d < nd && ok; d++) {
@@ -692,16 +630,12 @@ static bool permute(Interp *I, const Op *op, uint16_t A) {
   for (int d = 0; d < nd; d++) {
     if (ok && out[d]) {
       interp_set(I, d, res, out[d]);
-      if (stale_src[d]) interp_mark_stale(I, d, res);
-      if (recv[d]) I->received[d] = true; /* the next stage takes the carried values */
       I->st->ops++;
     } else {
       tensor_free(out[d]);
     }
   }
   free(out);
-  free(recv);
-  free(stale_src);
   return ok;
 }
 
@@ -715,12 +649,7 @@ bool spmd_collective(Interp *I, const Op *op) {
   int mode = !reduce ? 0 : op->reduce_max ? 2 : 1;
   int nd = I->ndev;
   Tensor **out = calloc((size_t)nd, sizeof *out);
-  uint8_t *stale_out = calloc((size_t)nd, 1);
-  if (!out || !stale_out) {
-    free(out);
-    free(stale_out);
-    return interp_fail(I, op, "out of memory");
-  }
+  if (!out) return interp_fail(I, op, "out of memory");
   bool ok = true;
   for (int d = 0; d < nd && ok; d++) {
     if (!I->active[d]) continue;
@@ -737,19 +666,8 @@ bool spmd_collective(Interp *I, const Op *op) {
       ok = interp_fail(I, op, "out of memory");
       break;
     }
-    int nstale = 0, nmembers = 0;
-    for (int e = 0; e < nd; e++)
-      if (same_group(I, d, e, A)) nmembers++, nstale += interp_stale(I, e, x);
-    if (nstale && nstale < nmembers) {
-      ok = interp_fail(I, op, "mixes values of a pipeline's last stage with the stale ones of other stages "
-                              "(ops after a pipeline run on its last stage)");
-      tensor_free(r);
-      free(covered);
-      break;
-    }
-    if (nstale) stale_out[d] = 1;
     for (int e = 0; e < nd && ok; e++) {
-      if (!same_group(I, d, e, A)) continue;
+      if (!same_group(I, d, e, A) || !in_coll_group(I, op, A, e)) continue;
       const Tensor *v = interp_val(I, e, x);
       if (!I->active[e] || !v) {
         ok = interp_fail(I, op, "device %d of the group has no operand (an idle pipeline stage?)", e);
@@ -775,42 +693,24 @@ bool spmd_collective(Interp *I, const Op *op) {
   for (int d = 0; d < nd; d++) {
     if (ok && out[d]) {
       interp_set(I, d, res, out[d]);
-      if (stale_out[d]) interp_mark_stale(I, d, res);
       I->st->ops++;
     } else {
       tensor_free(out[d]);
     }
   }
   free(out);
-  free(stale_out);
   return ok;
 }
 
 /* ---- runs ---- */
 
-/* The main-level pipeline, whose last stage holds the values after its loop. */
-/* The pipelined loop of f or of a loop body in it (a step's microbatch loop holds its pipeline). */
-static const Op *find_pipeline(const Interp *I, const IrFunc *f, int64_t *stages) {
-  for (const Op *op = f->first; op; op = op->next) {
-    if (op->kind != OP_LOOP) continue;
-    if (spmd_stage_axes(I, op, stages)) return op;
-    const Op *in = op->body ? find_pipeline(I, op->body, stages) : NULL;
-    if (in) return in;
-  }
-  *stages = 1;
-  return NULL;
-}
-
-static const Op *main_pipeline(const Interp *I, int64_t *stages) { return find_pipeline(I, I->m->main, stages); }
-
-/* Output v assembled from the devices' blocks (see interp.h). */
+/* Output v assembled from the devices' blocks (see interp.h). A device that does not hold v (a
+ * value of a pipeline stage it is not on) is skipped; of the copies of a replicated block, the one
+ * of the lowest-numbered device holding it is taken and the others compared with it. */
 static Tensor *reassemble(Interp *I, const Value *v) {
   int rank = v->type.rank;
   const Sharding *s = &v->sharding;
   uint16_t P = real_axes(I, s->partial), used = used_axes(I, s, rank);
-  int64_t stages;
-  const Op *pipe = main_pipeline(I, &stages);
-  uint16_t st = pipe ? spmd_stage_axes(I, pipe, &stages) : 0;
   uint16_t rep = real_axes(I, (uint16_t)((1u << I->mesh->naxes) - 1)) & ~P & ~used;
   Tensor *g = tensor_new(&v->type);
   unsigned char *covered = g ? calloc((size_t)(g->n > 0 ? g->n : 1), 1) : NULL;
@@ -823,38 +723,23 @@ static Tensor *reassemble(Interp *I, const Value *v) {
   int mode = !P ? 0 : v->partial_max ? 2 : 1;
   for (int d = 0; d < I->ndev; d++) {
     const Tensor *x = interp_val(I, d, v);
-    if (!x) {
-      interp_fail(I, NULL, "an output has no value on device %d", d);
-      break;
-    }
-    /* the copy this device's block is compared with: replicated axes at 0; over a pipeline's
-     * stage axes, the last stage whose copy is not stale (the one that ran the last trip) */
+    if (!x) continue;
     int r = d;
-    for (int a = 0; a < I->mesh->naxes; a++)
-      if ((rep >> a & 1) && !(st >> a & 1)) r -= coord(I, d, a) * (int)axis_stride(I->mesh, a);
-    if (pipe && (st & rep)) {
-      int base = r;
-      for (int64_t s = stages - 1; s >= 0; s--) {
-        r = spmd_at_stage(I, pipe, base, s);
-        if (!interp_stale(I, r, v)) break;
+    for (int e = 0; e < d; e++)
+      if (same_group(I, d, e, rep) && interp_val(I, e, v)) {
+        r = e;
+        break;
       }
-    }
-    if (r == d && interp_stale(I, d, v)) {
-      interp_fail(I, NULL, "an output is stale on device %d, the copy it is read from (an idle pipeline stage)", d);
-      break;
-    }
     if (r == d) {
       overlap(g, x, mode, covered);
-    } else if (interp_stale(I, d, v)) {
       continue;
+    }
+    double da, dr;
+    const Tensor *y = interp_val(I, r, v);
+    if (y && tensor_diff(x, y, &da, &dr)) {
+      if (da > I->st->replica_diff) I->st->replica_diff = da;
     } else {
-      double da, dr;
-      const Tensor *y = interp_val(I, r, v);
-      if (y && tensor_diff(x, y, &da, &dr)) {
-        if (da > I->st->replica_diff) I->st->replica_diff = da;
-      } else {
-        I->st->replica_diff = INFINITY;
-      }
+      I->st->replica_diff = INFINITY;
     }
   }
   for (int64_t i = 0; !I->failed && i < g->n; i++)
@@ -875,7 +760,9 @@ bool interp_run_spmd(const IrModule *m, const Mesh *mesh, const InterpOptions *o
   Interp I;
   bool ok = interp_setup(&I, m, mesh, o, st) && interp_bind(&I, inputs, params) && interp_exec(&I);
   for (int i = 0; ok && i < m->main->noutputs; i++) {
-    outputs[i] = reassemble(&I, m->main->outputs[i]);
+    Tensor *st = reassemble(&I, m->main->outputs[i]);
+    outputs[i] = st ? interp_pipe_permute(I.pipe, st, false) : NULL; /* back from storage order */
+    tensor_free(st);
     ok = outputs[i] != NULL;
   }
   interp_teardown(&I);

@@ -379,7 +379,28 @@ static void verify_func(Verify *v, const IrFunc *f) {
       else if (x->func != f) vfail(v, f, op, "operand %d comes from another region", i);
       else if (!vdefined(v, x)) vfail(v, f, op, "operand %d is used before its definition", i);
     }
-    if (op->kind != OP_LOOP && op->nresults != 1) vfail(v, f, op, "has %d results", op->nresults);
+    if (op->kind != OP_LOOP && op->kind != OP_PIPELINE && op->nresults != 1)
+      vfail(v, f, op, "has %d results", op->nresults);
+    if (op->kind == OP_PIPELINE) {
+      const PipeInfo *pi = op->pipe;
+      if (!pi) vfail(v, f, op, "pipeline without its info%.0d", 0);
+      for (int r = 0; pi && r < PR__COUNT; r++) {
+        const IrFunc *R = pi->region[r];
+        if (!R) continue;
+        if (R->parent != f) vfail(v, f, op, "region %d's parent is not the function", r);
+        for (int i = 0; i < R->ninputs; i++) {
+          PipeSlot sl = pi->in[r][i];
+          if ((sl.kind == PIN_ENV || sl.kind == PIN_CHUNK) && (sl.index < 0 || sl.index >= op->noperands))
+            vfail(v, f, op, "a region input names operand %d", sl.index);
+        }
+        for (int i = 0; i < R->noutputs; i++) {
+          PipeSlot sl = pi->out[r][i];
+          if ((sl.kind == POUT_ACC || sl.kind == POUT_RESULT) && (sl.index < 0 || sl.index >= op->nresults))
+            vfail(v, f, op, "a region output names result %d", sl.index);
+        }
+        verify_func(v, R);
+      }
+    }
     if (op->kind == OP_LOOP) {
       const IrFunc *body = op->body;
       if (!body) {

@@ -137,7 +137,11 @@
                                      which refines x's: on each dim listed in Op.offs, the     \
                                      result's axes extend x's tuple (the extra axes, in order); \
                                      the device keeps the block at Op.offs[i] (relative to the \
-                                     block it holds); no communication */
+                                     block it holds); no communication */ \
+  /* ---- pipelines (shard/stages.c): a pipelined step's microbatch loop, made explicit */     \
+  X(OP_PIPELINE, "pipeline", -1)  /* operands and results as the microbatch loop it replaces \
+                                     (slices, carried accumulators, invariants); runs Op.pipe: \
+                                     per stage, its regions in the schedule's order */
 
 /* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
 #define IR_ADAM_BETA1 0.9
@@ -188,7 +192,90 @@ typedef struct CollSpec {
   CollDim parts[MAX_RANK];
   int nparts;
   int shift;            /* Permute */
+  int group[2];         /* a collective among some devices of its axes (a tied param's first and
+                           last stage): their indices along the axes, mixed radix; ngroup 0: all */
+  int ngroup;
 } CollSpec;
+
+typedef struct Op Op;
+typedef struct IrFunc IrFunc;
+
+/* ---- pipelines (shard/stages.c, shard/schedule.c) ----
+ * Under `layers@stage` a train step's microbatch loop (or a forward's body) becomes one
+ * OP_PIPELINE whose regions are the pieces each stage runs; its schedule lists, per stage, the
+ * actions in the order the stage runs them (gpipe, 1f1b or interleaved(V)). The stacked params are
+ * held as p stages x V chunks x Lc layers (stage s holds chunks c = 0..V-1, which are the model's
+ * layer chunks c p + s: the storage order of a stacked dim under interleaving, see
+ * docs/pipelines.md); a chunk region runs Lc layers. Every value crossing stages is an explicit
+ * transfer action; every other value stays on its stage. */
+typedef enum {
+  PR_FIRST,             /* stage 0, once per microbatch: what feeds the first layer (embedding) */
+  PR_CHUNK_FWD,         /* one chunk of layers, forward */
+  PR_LAST,              /* the last stage, once per microbatch: what follows the last layer, the
+                           loss and its gradient (a forward alone: the function's result) */
+  PR_CHUNK_BWD,         /* one chunk of layers, backward */
+  PR_FIRST_BWD,         /* stage 0: the gradient of what PR_FIRST computed */
+  PR__COUNT
+} PipeRegion;
+
+typedef enum {
+  PIN_ENV,              /* pipeline operand `index` (a slice: the microbatch's row; an invariant) */
+  PIN_ACT,              /* the activation (forward) or its gradient (backward) arriving */
+  PIN_CHUNK,            /* the chunk's Lc rows of stacked pipeline operand `index` */
+  PIN_SAVED             /* output `index` of the forward chunk region of this microbatch and chunk */
+} PipeInKind;
+typedef enum {
+  POUT_ACT,             /* the activation (or gradient) leaving for the next region */
+  POUT_SAVE,            /* kept on the stage for the backward of this microbatch and chunk */
+  POUT_ACC,             /* added, in f32, into carried result `index` (a chunk region's: into the
+                           chunk's rows) */
+  POUT_RESULT           /* a forward alone: pipeline result `index` */
+} PipeOutKind;
+typedef struct PipeSlot {
+  uint8_t kind;         /* PipeInKind / PipeOutKind */
+  int index;
+} PipeSlot;
+
+typedef enum {
+  PA_FIRST, PA_FWD, PA_LAST, PA_BWD, PA_FIRST_BWD, /* run that region */
+  PA_SEND, PA_RECV                                 /* a transfer to / from stage `peer` */
+} PipeActionKind;
+typedef struct PipeAction {
+  uint8_t kind;         /* PipeActionKind */
+  bool backward;        /* PA_SEND / PA_RECV: a gradient (backward) rather than an activation */
+  int mb;               /* microbatch */
+  int chunk;            /* the model's chunk (0 .. pV-1): layers [chunk Lc, (chunk+1) Lc) */
+  int peer;             /* PA_SEND / PA_RECV: the other stage */
+} PipeAction;
+
+typedef struct PipeInfo {
+  int stages;           /* p: the product of the stage axes' sizes */
+  int8_t stage_axes[MAX_AXES_PER_DIM]; /* the stacked dim's axes, major first (a stage's index is
+                           its coordinates on them, mixed radix) */
+  int nstage_axes;
+  int chunks;           /* V: chunks per stage (interleaved(V); 1 otherwise) */
+  int microbatches;     /* N */
+  int64_t layers;       /* L */
+  int64_t chunk_layers; /* Lc = L / (p V) */
+  int schedule;         /* ScheduleKind */
+  struct Dim *chunk_dim;/* the stacking dim of a chunk region's loop (size Lc) */
+  struct Dim *stack_dim;/* the stacked params' leading dim (layers) */
+  int nslices;          /* operands [0, nslices): microbatched inputs; then `ncarried` carried
+                           accumulators (results one to one); the rest invariants */
+  int ncarried;
+  IrFunc *region[PR__COUNT];   /* NULL where a forward alone has none (the backward ones) */
+  PipeSlot *in[PR__COUNT];     /* per region input */
+  PipeSlot *out[PR__COUNT];    /* per region output */
+  uint8_t *result_place;       /* per result: the stages holding it (PLACE_*) */
+  PipeAction *actions;         /* every stage's actions, stage 0's first */
+  int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]) */
+  int in_flight_max[2];        /* the schedule's peak of microbatch-chunks whose forward ran and backward
+                                  did not, on the first and the last stage (activation memory) */
+} PipeInfo;
+
+/* Where an op of main runs once a pipeline exists (Op.place): 0 every device; otherwise the
+ * devices of the stages whose bits are set. */
+enum { PLACE_ALL = 0, PLACE_FIRST = 1, PLACE_MID = 2, PLACE_LAST = 4 };
 
 typedef struct TensorType {
   DType dtype;
@@ -199,8 +286,6 @@ typedef struct TensorType {
 /* Where a value's sharding came from, so explain can say why (propagation fills it). */
 typedef enum { SHARD_FREE, SHARD_ANNOTATION, SHARD_LAYOUT, SHARD_PROPAGATED } ShardSource;
 
-typedef struct Op Op;
-typedef struct IrFunc IrFunc;
 
 typedef struct Value {
   int id;
@@ -298,6 +383,8 @@ struct Op {
   int noffs;
   double divisor;       /* OP_MEAN: the global element count it divides by; 0 before localize */
   CollSpec *coll;       /* collectives: what the runtime call does; NULL before localize */
+  PipeInfo *pipe;       /* OP_PIPELINE */
+  uint8_t place;        /* PLACE_*: the stages that run it (an op of main once a pipeline exists) */
 };
 
 /* Which part of a train step an op belongs to (Op.phase; step.c sets it). A stacked loop's ops
@@ -333,6 +420,7 @@ typedef struct IrModule {
   const FnDecl *entry;  /* what main was built from */
   struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
                             NULL for a forward only */
+  Op *pipeline;         /* the step's OP_PIPELINE (stages.c), or NULL */
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
 } IrModule;

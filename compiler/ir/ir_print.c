@@ -78,6 +78,8 @@ static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth);
+static void print_op(FILE *out, const IrModule *m, const Op *op, int depth);
 
 static void print_axis_list(FILE *out, const IrModule *m, const int8_t *axes, int n) {
   const Mesh *mesh = m->prog ? m->prog->mesh : NULL;
@@ -123,6 +125,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
       print_axis_list(out, m, p->axes, p->naxes);
     }
     if (op->coll_period > 0) fprintf(out, " every %lld trips (pipeline)", (long long)op->coll_period);
+    if (op->coll->ngroup) fprintf(out, " group {%d, %d}", op->coll->group[0], op->coll->group[1]);
   }
 }
 
@@ -247,9 +250,75 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
       break;
     }
   if (op->phase == PHASE_RECOMPUTE) fputs("  [recompute]", out);
+  if (op->place) /* on some stages only (shard/stages.c) */
+    fprintf(out, "  [on %s%s%s]", op->place & PLACE_FIRST ? "first" : "",
+            op->place & PLACE_MID ? (op->place & PLACE_FIRST ? ", middle" : "middle") : "",
+            op->place & PLACE_LAST ? (op->place & (PLACE_FIRST | PLACE_MID) ? ", last" : "last") : "");
   if (op->reason) fprintf(out, "  # %s", op->reason);
   fputc('\n', out);
   if (op->kind == OP_LOOP && op->body) print_func(out, m, op->body, depth + 1);
+  if (op->kind == OP_PIPELINE && op->pipe) print_pipeline(out, m, op->pipe, depth + 1);
+}
+
+/* A pipeline's regions with their wiring, then each stage's schedule:
+ *   region chunk_fwd
+ *     in %41 : ...  (env #3)          an operand of the pipeline (a microbatch's row of a slice)
+ *     in %42 : ...  (act)             the activation or gradient arriving
+ *     in %43 : ...  (chunk #5)        the chunk's rows of stacked operand #5
+ *     in %44 : ...  (saved #1)        what the forward of this chunk kept
+ *     ...
+ *     yield %50 (act), %51 (save #1), %52 (acc #3)
+ *   stage 0: first(0) fwd(0.0) send(0.1>1) ...   (microbatch.chunk; > the peer stage) */
+static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth) {
+  static const char *const rname[PR__COUNT] = {"first", "chunk_fwd", "last", "chunk_bwd", "first_bwd"};
+  static const char *const iname[] = {"env", "act", "chunk", "saved"};
+  static const char *const oname[] = {"act", "save", "acc", "result"};
+  indent(out, depth);
+  fprintf(out, "stages %d over ", pi->stages);
+  print_axis_list(out, m, pi->stage_axes, pi->nstage_axes);
+  fprintf(out, ", %d chunk%s of %lld layers each, %d microbatch%s, in flight %d on the first stage, %d on the "
+          "last\n", pi->chunks, pi->chunks == 1 ? "" : "s", (long long)pi->chunk_layers, pi->microbatches,
+          pi->microbatches == 1 ? "" : "es", pi->in_flight_max[0], pi->in_flight_max[1]);
+  for (int r = 0; r < PR__COUNT; r++) {
+    const IrFunc *R = pi->region[r];
+    if (!R) continue;
+    indent(out, depth);
+    fprintf(out, "region %s\n", rname[r]);
+    for (int i = 0; i < R->ninputs; i++) {
+      const Value *v = R->inputs[i];
+      PipeSlot sl = pi->in[r][i];
+      indent(out, depth + 1);
+      fprintf(out, "in %%%d : ", v->id);
+      print_type(out, m, v);
+      fprintf(out, "  (%s", iname[sl.kind]);
+      if (sl.kind != PIN_ACT) fprintf(out, " #%d", sl.index);
+      if (v->name) fprintf(out, " %s", v->name);
+      fputs(")\n", out);
+    }
+    for (const Op *op = R->first; op; op = op->next) print_op(out, m, op, depth + 1);
+    indent(out, depth + 1);
+    fputs("yield", out);
+    for (int i = 0; i < R->noutputs; i++) {
+      PipeSlot sl = pi->out[r][i];
+      fprintf(out, "%s %%%d (%s", i ? "," : "", R->outputs[i]->id, oname[sl.kind]);
+      if (sl.kind != POUT_ACT) fprintf(out, " #%d", sl.index);
+      fputc(')', out);
+    }
+    fputc('\n', out);
+  }
+  static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
+  for (int st = 0; pi->first_action && st < pi->stages; st++) {
+    indent(out, depth);
+    fprintf(out, "stage %d:", st);
+    for (int i = pi->first_action[st]; i < pi->first_action[st + 1]; i++) {
+      const PipeAction *a = &pi->actions[i];
+      fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb,
+              a->chunk);
+      if (a->kind >= PA_SEND) fprintf(out, "%s%d", a->kind == PA_SEND ? ">" : "<", a->peer);
+      fputc(')', out);
+    }
+    fputc('\n', out);
+  }
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth) {

@@ -311,6 +311,20 @@ static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, 
 
 /* ---- the step ---- */
 
+/* A layout that shards a stacked param's stacking dim over devices pipelines the layers: the step
+ * then runs as microbatches (one or more) that a pipeline schedules (shard/stages.c). */
+static bool pipelined(const IrModule *m, const Program *p) {
+  for (int i = 0; p->mesh && i < m->nparams; i++) {
+    const IrParam *ip = &m->params[i];
+    Sharding s;
+    if (!ip->stack_depth || !layout_apply(p, &ip->spec, &s, NULL)) continue;
+    int64_t n = 1;
+    for (int k = 0; k < s.naxes[0]; k++) n *= p->mesh->axes[s.axes[0][k]].size;
+    if (n > 1) return true;
+  }
+  return false;
+}
+
 static Name pname(IrModule *m, const char *prefix, Name path) {
   return intern_cstr(arena_printf(m->arena, "%s%s", prefix, path));
 }
@@ -408,7 +422,7 @@ bool step_build_module(IrModule *m, const Program *p) {
   /* forward, loss, backward */
   Value **grads = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   Value *loss;
-  if (st->microbatches > 1) {
+  if (st->microbatches > 1 || pipelined(m, p)) {
     if (!build_micro(m, p, st, fw, nfw, y, labels, &loss, grads)) return false;
     for (int i = 0; i < m->nparams; i++) {
       Value *g = grads[i];

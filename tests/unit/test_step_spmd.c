@@ -68,6 +68,8 @@ static int phase_class(int ph) {
 static void census(const IrFunc *f, const TensorType *logits, Census *c) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) census(op->body, logits, c);
+    for (int r = 0; op->kind == OP_PIPELINE && r < PR__COUNT; r++)
+      if (op->pipe->region[r]) census(op->pipe->region[r], logits, c);
     int k = coll_index(op->kind);
     if (k < 0) continue;
     c->n[phase_class(op->phase)][k]++;
@@ -109,6 +111,8 @@ typedef struct Case {
   int ndefs;
   const char *mesh, *layout;
   Expect e;
+  int schedule;         /* a pipeline's schedule in place of the file's: 1 + ScheduleKind (0: as written) */
+  int interleave;       /* V for interleaved(V) */
 } Case;
 
 static const char *mlp_small[] = {"batch=8", "seq=4", "embed=16", "hidden=32"};
@@ -123,7 +127,8 @@ static const char *output_name(const IrModule *m, int i) {
 static void run_case(const Case *c) {
   char name[256];
   const char *base = strrchr(c->file, '/') ? strrchr(c->file, '/') + 1 : c->file;
-  snprintf(name, sizeof name, "step.%.*s.%s.%s", (int)(strlen(base) - 6), base, c->mesh, c->layout);
+  static const char *const sched[] = {"", ".gpipe", ".1f1b", ".interleaved"};
+  snprintf(name, sizeof name, "step.%.*s.%s.%s%s", (int)(strlen(base) - 6), base, c->mesh, c->layout, sched[c->schedule]);
   if (only && !strstr(name, only)) return;
   ut_begin(name);
   InterpProgram ip;
@@ -134,6 +139,10 @@ static void run_case(const Case *c) {
   }
   IrModule *m = ip.cp.ir;
   UT_CHECK(m->step != NULL, "%s has no train step", c->file);
+  if (c->schedule && ip.cp.prog->step) { /* read by the pipeline pass (interp_partition) */
+    ip.cp.prog->step->schedule = (ScheduleKind)(c->schedule - 1);
+    ip.cp.prog->step->interleave = c->interleave;
+  }
   Tensor **in = interp_random_inputs(m, 11), **pa = interp_random_params(m, 11);
   int n = interp_noutputs(m);
   Tensor **ref = calloc((size_t)n, sizeof *ref);
@@ -146,6 +155,7 @@ static void run_case(const Case *c) {
     ut_fail("propagation and partitioning fail");
   } else {
     if (getenv("STEP_SPMD_DUMP")) ir_print(stdout, m);
+    UT_CHECK(!c->schedule || m->pipeline, "the layout made no pipeline");
     InterpCheck chk;
     bool ran = interp_check_spmd(m, ip.cp.prog->mesh, &o, in, pa, ref, &chk);
     UT_CHECK(ran, "the SPMD run fails: %s", chk.stats.error);
@@ -202,6 +212,8 @@ int main(int argc, char **argv) {
   static const char *llama = STEP_SPMD_DIR "/llama_tiny.shard";
   static const char *llama_mb = STEP_SPMD_DIR "/llama_tiny_mb.shard";
   static const char *mlp = SHARDC_SAMPLES "/mlp.shard";
+  static const char *gpt = STEP_SPMD_DIR "/gpt_tiny.shard";
+  static const char *four_layers[] = {"seq=4", "layers=4"};
   static const char *step_mlp = STEP_MLP;
   const Case cases[] = {
     /* mlp on pod = [data: 4, model: 2] (x needs no gradient, so the backward reads w_out for dh
@@ -234,6 +246,12 @@ int main(int argc, char **argv) {
                                           .max_bwd_gathers = -1, .no_logits_gather = true}},
     {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+    /* the same pipeline under each schedule (interleaved(2): 4 layers, 2 chunks of 1 per stage) */
+    {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_GPIPE, 1},
+    {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_1F1B, 1},
+    {llama_mb, four_layers, 2, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_INTERLEAVED, 2},
+    /* a tied embedding on both ends of the pipeline */
+    {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
   };
   for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
   return ut_summary();
