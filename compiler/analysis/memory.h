@@ -17,6 +17,13 @@ typedef struct MemBuffer {
 } MemBuffer;
 
 #define MEM_MAX_LARGEST 6
+/* One pipeline stage's device (language.md's per_stage; the whole mesh without a pipeline). */
+typedef struct MemStage {
+  int stage;
+  int64_t params, grads, optimizer, activations, temporaries, total;
+  int in_flight;             /* microbatch chunks whose residuals are kept at the peak */
+} MemStage;
+
 typedef struct MemoryReport {
   bool training;
   int64_t devices;
@@ -31,9 +38,13 @@ typedef struct MemoryReport {
   double recompute_flops;
   MemBuffer largest[MEM_MAX_LARGEST]; /* largest buffers, largest first */
   int nlargest;
+  /* under a pipeline, each stage's device (per_device above is the largest of them) */
+  MemStage *stages;
+  int nstages;               /* 0 without a pipeline */
 } MemoryReport;
 
-/* Fills shardings (shard.h) for p's mesh and layout, then computes the report. */
+/* Runs the pass pipeline (pipeline.h) if it has not run, then reads the report off the buffer plan
+ * (bufplan.h): per device the plan's peak and its split by class; under a pipeline per stage. */
 void memory_estimate(const Program *p, IrModule *m, MemoryReport *out);
 
 typedef struct MemSuggestion {

@@ -85,6 +85,22 @@ static cJSON *json_report(const Program *p, const MemoryReport *r, const MemSugg
   cJSON_AddNumberToObject(pd, "activations", (double)r->activations);
   cJSON_AddNumberToObject(pd, "temporaries", (double)r->temporaries);
   cJSON_AddNumberToObject(pd, "total", (double)r->total);
+  if (r->nstages > 0) { /* a pipeline: each stage's device */
+    cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
+    for (int s = 0; s < r->nstages; s++) {
+      const MemStage *m = &r->stages[s];
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddNumberToObject(e, "stage", m->stage);
+      cJSON_AddNumberToObject(e, "params", (double)m->params);
+      cJSON_AddNumberToObject(e, "grads", (double)m->grads);
+      cJSON_AddNumberToObject(e, "optimizer", (double)m->optimizer);
+      cJSON_AddNumberToObject(e, "activations", (double)m->activations);
+      cJSON_AddNumberToObject(e, "temporaries", (double)m->temporaries);
+      cJSON_AddNumberToObject(e, "total", (double)m->total);
+      cJSON_AddNumberToObject(e, "in_flight", m->in_flight);
+      cJSON_AddItemToArray(ps, e);
+    }
+  }
   cJSON_AddNumberToObject(mem, "capacity", r->capacity);
   cJSON_AddBoolToObject(mem, "fits", r->fits);
   cJSON_AddNumberToObject(o, "flops_per_step", r->flops_per_step);

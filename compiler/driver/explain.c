@@ -19,6 +19,9 @@
 #include "check.h"
 #include "cost.h"
 #include "memory.h"
+#include "opcost.h"
+#include "schedule.h"
+#include "stages.h"
 #include "partition.h"
 #include "propagate.h"
 #include "step.h"
@@ -26,19 +29,29 @@
 typedef struct OpRow {
   const Op *op;
   int depth;            /* loop nesting */
-  double count;         /* runs per step */
+  double count;         /* runs per step, per device (averaged over the devices, so that flops x count x
+                           devices adds up to check's flops_per_step) */
   double flops;         /* per device, one run */
   double time_s;        /* roofline, one run */
+  const char *stages;   /* the pipeline stages that run it ("first stage"), NULL: every device */
+  const char *heading;  /* a pipeline region starts here: its heading */
 } OpRow;
 
 typedef struct CollRow {
-  const Op *op;
+  const Op *op;         /* the collective; NULL for a pipeline's transfers (the schedule's sends) */
   int depth;
-  double count;         /* runs per step */
+  double count;         /* runs per step, per device (averaged over the devices: a collective only
+                           the first stage runs counts 1/p per run) */
   CollKind kind;
   CollCost cost;        /* one run */
   bool in_layer;        /* inside the stacked loop's body (not a pipeline transfer) */
-  bool in_pipe;         /* inside a pipelined loop's body: each stage runs it for its own layers */
+  const char *stages;   /* "first stage", "last stage": the stages that run it; NULL every device */
+  /* what the report prints (the op's, or a transfer's) */
+  uint16_t axes;
+  int phase;
+  SrcLoc loc;
+  const char *reason;
+  const Value *x, *y;
 } CollRow;
 
 typedef struct Explain {
@@ -54,7 +67,7 @@ typedef struct Explain {
   double loop_outer_mult;          /* runs per step of the loop being collected */
   double layer_compute_s, layer_comm_s;
   MemoryReport mem;
-  Pipeline pipe;
+  const PipeInfo *pipe; /* the step's pipeline (m->pipeline), or NULL */
   bool has_pipe;
 } Explain;
 
@@ -75,7 +88,7 @@ static const char *fmt_time(Arena *a, double s) {
 }
 
 static const char *fmt_count(Arena *a, double n) {
-  if (n >= 1e15) return arena_printf(a, "%.3g", n);
+  if (n >= 1e15 || n != floor(n)) return arena_printf(a, "%.3g", n); /* a pipeline's averages: 0.25 */
   return arena_printf(a, "%.0f", n);
 }
 
@@ -153,63 +166,18 @@ static const char *phase_heading(int phase) {
   }
 }
 
-/* ---- per-op figures ---- */
+/* ---- per-op figures (opcost.h: the one cost function of check, explain and sim) ---- */
 
-/* The local extent of dim d in the op's computation (its plan's factor, else the result's). */
-static double factor_extent(const Explain *E, const Op *op, const Dim *d) {
-  const OpPlan *pl = op->plan;
-  if (pl && pl->factored)
-    for (int f = 0; f < pl->nf; f++)
-      if (pl->fdim[f] == d) {
-        int64_t n = 1;
-        for (int k = 0; k < pl->nax[f]; k++) n *= E->mesh->axes[pl->ax[f][k]].size;
-        return (double)d->size / (double)n;
-      }
-  return (double)d->size;
+static double op_flops(const Op *op) {
+  OpCost c;
+  opcost(op, true, &c);
+  return c.flops;
 }
 
-static double prod_dims(const Explain *E, const Op *op, const TensorType *a, const TensorType *b, const Dim *extra) {
-  const Dim *seen[3 * MAX_RANK];
-  int n = 0;
-  double p = 1;
-  const TensorType *ts[2] = {a, b};
-  for (int t = 0; t < 2; t++)
-    for (int d = 0; ts[t] && d < ts[t]->rank; d++) {
-      bool dup = false;
-      for (int i = 0; i < n; i++) dup |= seen[i] == ts[t]->dims[d];
-      if (dup) continue;
-      seen[n++] = ts[t]->dims[d];
-      p *= factor_extent(E, op, ts[t]->dims[d]);
-    }
-  if (extra) {
-    bool dup = false;
-    for (int i = 0; i < n; i++) dup |= seen[i] == extra;
-    if (!dup) p *= factor_extent(E, op, extra);
-  }
-  return p;
-}
-
-/* FLOPs per device (language.md: a contraction 2 x the product of its distinct dims; attention its
- * two contractions; elementwise ops count zero). */
-static double op_flops(const Explain *E, const Op *op) {
-  if (op->kind == OP_CONTRACT && op->noperands == 2)
-    return 2 * prod_dims(E, op, &op->operands[0]->type, &op->operands[1]->type, NULL);
-  if (op->kind == OP_ATTENTION && op->noperands == 3 && op->ndims >= 2)
-    return 2 * prod_dims(E, op, &op->operands[0]->type, &op->operands[1]->type, NULL) +
-           2 * prod_dims(E, op, &op->results[0]->type, &op->operands[2]->type, op->dims[1]);
-  return 0;
-}
-
-static double op_bytes(const Explain *E, const Op *op) {
-  double b = 0;
-  for (int i = 0; i < op->noperands; i++) {
-    const Value *v = op->operands[i];
-    const Sharding *s = op->in_shard ? &op->in_shard[i] : &v->sharding;
-    b += (double)sharding_local_bytes(&v->type, s, E->mesh);
-  }
-  for (int r = 0; r < op->nresults; r++)
-    b += (double)sharding_local_bytes(&op->results[r]->type, &op->results[r]->sharding, E->mesh);
-  return b;
+static double op_bytes(const Op *op) {
+  OpCost c;
+  opcost(op, true, &c);
+  return c.bytes;
 }
 
 static CollKind coll_kind_of(OpKind k) {
@@ -222,8 +190,6 @@ static CollKind coll_kind_of(OpKind k) {
   }
 }
 
-static int microbatches(const Program *p) { return p->step && p->step->microbatches > 1 ? p->step->microbatches : 1; }
-
 /* One collective's figures: the bytes cost_collective takes for its kind, and the runs per step. */
 static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   const Value *x = op->operands[0], *y = op->results[0];
@@ -231,50 +197,125 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh);
   if (r->kind == COLL_ALL_GATHER) bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh);
   r->count = mult;
-  if (r->kind == COLL_PERMUTE && op->coll_period > 0) { /* a stage sends once per microbatch */
-    int mb = E->m->step && E->m->step->micro_loop ? 1 : microbatches(E->p); /* the loop counts them */
-    bytes /= mb;
-    r->count = E->loop_outer_mult * mb;
-  }
+  r->axes = op->axes;
+  r->phase = op->phase;
+  r->loc = op->loc;
+  r->reason = op->reason;
+  r->x = x, r->y = y;
   cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
 }
 
-static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, bool in_pipe) {
+/* "first stage", "last stage", "first and last stages" for an op of main placed on those. */
+static const char *place_text(uint8_t place) {
+  switch (place) {
+  case PLACE_FIRST: return "first stage";
+  case PLACE_LAST: return "last stage";
+  case PLACE_FIRST | PLACE_LAST: return "first and last stages";
+  default: return NULL;
+  }
+}
+
+/* The fraction of the pipeline's stages an op placed `place` runs on. */
+static double place_fraction(const Explain *E, uint8_t place) {
+  if (!E->pipe || !place) return 1;
+  int n = 0;
+  for (int s = 0; s < E->pipe->stages; s++) n += stages_runs_on(place, s, E->pipe->stages);
+  return (double)n / E->pipe->stages;
+}
+
+static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
+                    const char *stages);
+
+/* A pipeline's regions (each as many times as a step runs it on a stage that runs it), and its
+ * transfers: one collective_permute entry for the activations sent forward, one for the
+ * gradients sent back. */
+static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
+  const PipeInfo *pi = op->pipe;
+  static const char *const names[PR__COUNT] = {
+      "before the layers", "a chunk of layers, forward", "after the layers (the loss and its gradient)",
+      "a chunk of layers, backward", "the gradient of what comes before the layers"};
+  for (int r = 0; r < PR__COUNT; r++) {
+    const IrFunc *R = pi->region[r];
+    if (!R) continue;
+    bool every = r == PR_CHUNK_FWD || r == PR_CHUNK_BWD;
+    double runs = opcost_region_runs(pi, r, false);
+    const char *on = every ? "every stage" : r == PR_LAST ? "the last stage" : "the first stage";
+    OpRow h = {.op = op, .depth = depth, .count = runs,
+               .heading = arena_printf(E->a, "pipeline region: %s, x%s per step on %s", names[r],
+                                       fmt_count(E->a, runs), on)};
+    if (R->first) VEC_PUSH(E->a, E->ops, h); /* (an empty region: nothing to list) */
+    collect(E, R, depth + 1, mult * runs, false, every ? 1 : 1.0 / pi->stages,
+            every ? NULL : r == PR_LAST ? "last stage" : "first stage");
+  }
+  /* the schedule's transfers */
+  uint16_t st = 0;
+  for (int k = 0; k < pi->nstage_axes; k++) st |= (uint16_t)(1u << pi->stage_axes[k]);
+  for (int dir = 0; dir < 2; dir++) {
+    int r = dir ? PR_LAST : PR_FIRST;
+    const IrFunc *R = pi->region[r];
+    if (!R || (dir && !pi->region[PR_CHUNK_BWD])) continue;
+    const Value *act = NULL;
+    for (int i = 0; i < R->noutputs; i++)
+      if (pi->out[r][i].kind == POUT_ACT) act = R->outputs[i];
+    if (!act) continue;
+    double sends = 0; /* over every stage, per step */
+    for (int i = 0; i < pi->first_action[pi->stages]; i++)
+      sends += pi->actions[i].kind == PA_SEND && pi->actions[i].backward == (dir == 1);
+    CollRow c = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = st,
+                 .phase = dir ? PHASE_BACKWARD : PHASE_FORWARD, .loc = op->loc, .x = act, .y = act};
+    c.count = mult * sends / pi->stages;
+    c.reason = arena_printf(E->a,
+                            "pipeline: each microbatch's %s moves to the %s stage at every boundary between chunks "
+                            "of layers (%d stages x %d chunk%s of %lld layers, %d microbatch%s, %s): %s sends per "
+                            "step over all stages",
+                            dir ? "gradient" : "activation", dir ? "previous" : "next", pi->stages, pi->chunks,
+                            pi->chunks == 1 ? "" : "s", (long long)pi->chunk_layers, pi->microbatches,
+                            pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi), fmt_count(E->a, sends));
+    cost_collective(E->mesh, COLL_PERMUTE, st, (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh), true,
+                    &c.cost);
+    VEC_PUSH(E->a, E->colls, c);
+    E->comm_s += c.cost.time_s * c.count;
+  }
+}
+
+static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
+                    const char *stages) {
   const Target *t = E->mesh->target;
   for (const Op *op = f->first; op; op = op->next) {
+    double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
+    const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
     if (ir_op_is_collective(op->kind)) {
-      CollRow r = {.op = op, .depth = depth};
-      coll_figures(E, op, mult, &r);
-      r.in_layer = in_layer && op->coll_period == 0;
-      r.in_pipe = in_pipe && op->coll_period == 0;
+      CollRow r = {.op = op, .depth = depth, .stages = where_runs};
+      coll_figures(E, op, mult * fr, &r);
+      r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
-      if (r.in_layer) E->layer_comm_s += r.cost.time_s * r.count / mult;
+      if (r.in_layer) E->layer_comm_s += r.cost.time_s;
       continue;
     }
     if (op->kind == OP_CONST) continue;
-    OpRow row = {.op = op, .depth = depth, .count = mult};
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      collect_pipeline(E, op, depth, mult);
+      continue;
+    }
+    OpRow row = {.op = op, .depth = depth, .count = mult * fr, .stages = where_runs};
     if (op->kind != OP_LOOP && op->kind != OP_INPUT && op->kind != OP_PARAM) {
-      row.flops = op_flops(E, op);
-      row.time_s = cost_op_time(t, op->results[0]->type.dtype, row.flops, op_bytes(E, op), true);
-      E->compute_s += row.time_s * mult;
+      row.flops = op_flops(op);
+      row.time_s = cost_op_time(t, op->results[0]->type.dtype, row.flops, op_bytes(op), true);
+      E->compute_s += row.time_s * row.count;
       if (in_layer) E->layer_compute_s += row.time_s;
     }
     VEC_PUSH(E->a, E->ops, row);
     if (op->kind == OP_LOOP && op->body) {
       /* "a layer": an iteration of the first loop over stacked params (not a step's microbatches),
        * with the iteration of the backward's loop over the same stacked dim */
-      bool layer = !(E->m->step && E->m->step->micro_loop == op) &&
+      bool layer = !(E->m->step && E->m->step->micro_loop == op) && op->nslices > 0 &&
                    (!E->layer_loop || (op->stack_dim && op->stack_dim == E->layer_loop->stack_dim && !in_layer));
       if (layer && !E->layer_loop) E->layer_loop = op;
-      /* per device: under a pipeline a device runs only its stage's share of the iterations (the
-       * forward's loop and the backward's) */
       double trips = (double)(op->count > 0 ? op->count : 1);
-      int64_t stages = sharding_axes_product(E->mesh, partition_stage_axes(op));
-      if (stages > 1) trips /= (double)stages;
       double save = E->loop_outer_mult;
       E->loop_outer_mult = mult;
-      collect(E, op->body, depth + 1, mult * trips, layer || in_layer, in_pipe || stages > 1);
+      collect(E, op->body, depth + 1, mult * trips, layer || in_layer, fr, where_runs);
       E->loop_outer_mult = save;
     }
   }
@@ -305,6 +346,8 @@ static bool is_param_value(const Value *v) {
 static void strategy_func(const Explain *E, const IrFunc *f, Strategy *s) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) strategy_func(E, op->body, s);
+    for (int r = 0; op->kind == OP_PIPELINE && r < PR__COUNT; r++)
+      if (op->pipe->region[r]) strategy_func(E, op->pipe->region[r], s);
     if (op->phase != PHASE_FORWARD) continue; /* a step's backward mirrors its forward */
     if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0])) s->fsdp |= op->axes;
     if (op->kind == OP_CONTRACT && op->plan && op->plan->factored && op->plan->made_partial) {
@@ -363,18 +406,23 @@ static void print_ops(FILE *out, const Explain *E) {
     const Op *op = r->op;
     char ind[32];
     snprintf(ind, sizeof ind, "%*s", 2 * r->depth, "");
+    if (r->heading) {
+      fprintf(out, "  %s== %s ==\n", ind, r->heading);
+      phase = -1;
+      continue;
+    }
     if (E->m->step && op->kind != OP_INPUT && op->kind != OP_PARAM && op->phase != phase) {
       phase = op->phase;
       fprintf(out, "  %s-- %s --\n", ind, phase_heading(phase));
     }
     if (op->kind == OP_LOOP) {
-      fprintf(out, "  %-22s %sloop over %s, %lld iterations%s:\n", where(E, op->loc), ind,
-              op->stack_dim ? op->stack_dim->name : "?", (long long)op->count,
-              sharding_axes_product(E->mesh, partition_stage_axes(op)) > 1 ? " (pipelined, see below)" : "");
+      fprintf(out, "  %-22s %sloop over %s, %lld iterations:\n", where(E, op->loc), ind,
+              op->stack_dim ? op->stack_dim->name : "?", (long long)op->count);
       continue;
     }
     const Value *v = op->results[0];
-    const char *lab = arena_printf(E->a, "%s%s", ind, op_label(E, op));
+    const char *lab = arena_printf(E->a, "%s%s%s%s", ind, op_label(E, op), r->stages && r->depth == 0 ? " @" : "",
+                                   r->stages && r->depth == 0 ? r->stages : "");
     fprintf(out, "  %-22s %-30s %-52s %-28s %9s %9s\n", where(E, op->loc), lab, sharding_text(E, v),
             local_shape(E, &v->type, &v->sharding), r->flops > 0 ? arena_printf(E->a, "%.3g", r->flops) : "-",
             r->time_s > 0 ? fmt_time(E->a, r->time_s) : "-");
@@ -387,26 +435,24 @@ static void print_colls(FILE *out, const Explain *E) {
   int phase = -1;
   for (int i = 0; i < E->colls.len; i++) {
     const CollRow *r = &E->colls.data[i];
-    const Op *op = r->op;
-    const Value *x = op->operands[0];
-    if (E->m->step && op->phase != phase) {
-      phase = op->phase;
+    if (E->m->step && r->phase != phase) {
+      phase = r->phase;
       fprintf(out, "  -- %s --\n", phase_heading(phase));
     }
-    fprintf(out, "  %d. %s%s over %s at %s", i + 1, coll_kind_name(r->kind), op->reduce_max ? " (max)" : "",
-            axes_names(E, op->axes, true), where(E, op->loc));
+    fprintf(out, "  %d. %s%s over %s at %s", i + 1, coll_kind_name(r->kind), r->op && r->op->reduce_max ? " (max)" : "",
+            axes_names(E, r->axes, true), where(E, r->loc));
     if (r->count != 1) fprintf(out, ", x%s per step", fmt_count(E->a, r->count));
-    if (r->in_pipe) fprintf(out, " (this stage's layers)");
+    if (r->stages) fprintf(out, " (on the %s)", r->stages);
     fputc('\n', out);
-    fprintf(out, "     %s -> %s\n", sharding_text(E, x), sharding_text(E, op->results[0]));
+    fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
-    fprintf(out, "     why: %s\n", op->reason ? op->reason : "?");
+    fprintf(out, "     why: %s\n", r->reason ? r->reason : "?");
   }
 }
 
 static void print_summary(FILE *out, const Explain *E) {
-  fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? "; a pipeline stage runs its own layers" : "");
+  fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? ", averaged over the pipeline's stages" : "");
   double n[COLL__COUNT] = {0}, b[COLL__COUNT] = {0}, t[COLL__COUNT] = {0};
   for (int i = 0; i < E->colls.len; i++) {
     const CollRow *r = &E->colls.data[i];
@@ -426,7 +472,7 @@ static void print_summary(FILE *out, const Explain *E) {
       double cn = 0, cb = 0, ct = 0;
       for (int j = 0; j < E->colls.len; j++) {
         const CollRow *r = &E->colls.data[j];
-        if (r->op->phase != ph) continue;
+        if (r->phase != ph) continue;
         cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
       }
       if (cn > 0)
@@ -439,7 +485,7 @@ static void print_summary(FILE *out, const Explain *E) {
   uint16_t seen[64];
   int ns = 0;
   for (int i = 0; i < E->colls.len && ns < 64; i++) {
-    uint16_t ax = E->colls.data[i].op->axes;
+    uint16_t ax = E->colls.data[i].axes;
     bool dup = false;
     for (int j = 0; j < ns; j++) dup |= seen[j] == ax;
     if (dup) continue;
@@ -447,7 +493,7 @@ static void print_summary(FILE *out, const Explain *E) {
     double cn = 0, cb = 0, ct = 0;
     for (int j = 0; j < E->colls.len; j++) {
       const CollRow *r = &E->colls.data[j];
-      if (r->op->axes != ax) continue;
+      if (r->axes != ax) continue;
       cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
     }
     fprintf(out, "    %-20s %8s runs %12s per device %12s\n", axes_names(E, ax, true), fmt_count(E->a, cn),
@@ -493,29 +539,30 @@ static void print_summary(FILE *out, const Explain *E) {
 }
 
 static void print_pipeline(FILE *out, const Explain *E) {
-  if (!E->has_pipe) return;
-  const Pipeline *pp = &E->pipe;
-  int64_t per = pp->layers / pp->stages, extra = pp->layers % pp->stages;
-  fprintf(out, "\npipeline: %lld stages over %s, %lld layers, %d microbatch%s\n", (long long)pp->stages,
-          axes_names(E, pp->axes, true), (long long)pp->layers, microbatches(E->p), microbatches(E->p) == 1 ? "" : "es");
-  int64_t first = 0;
-  for (int64_t s = 0; s < pp->stages; s++) {
-    int64_t n = per + (s < extra);
-    if (pp->stages <= 16 || s < 2 || s >= pp->stages - 2)
-      fprintf(out, "  stage %lld: layers %lld-%lld%s\n", (long long)s, (long long)first, (long long)(first + n - 1),
-              s == 0 ? " (and the ops before the loop)" : s == pp->stages - 1 ? " (and the ops after the loop)" : "");
-    else if (s == 2)
-      fprintf(out, "  ...\n");
-    first += n;
+  const PipeInfo *pi = E->pipe;
+  if (!pi) return;
+  uint16_t st = 0;
+  for (int k = 0; k < pi->nstage_axes; k++) st |= (uint16_t)(1u << pi->stage_axes[k]);
+  fprintf(out, "\npipeline: %d stages over %s, %lld layers in %d chunks of %lld, %d microbatch%s, schedule %s\n",
+          pi->stages, axes_names(E, st, true), (long long)pi->layers, pi->stages * pi->chunks,
+          (long long)pi->chunk_layers, pi->microbatches, pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi));
+  for (int s = 0; s < pi->stages; s++) {
+    if (pi->stages > 16 && s >= 2 && s < pi->stages - 2) {
+      if (s == 2) fprintf(out, "  ...\n");
+      continue;
+    }
+    fprintf(out, "  stage %d: layers", s);
+    for (int c = 0; c < pi->chunks; c++) {
+      int64_t g = (int64_t)c * pi->stages + s, a = g * pi->chunk_layers;
+      fprintf(out, "%s %lld-%lld", c ? "," : "", (long long)a, (long long)(a + pi->chunk_layers - 1));
+    }
+    fprintf(out, "%s\n", s == 0 ? " (and the ops before the layers)" : s == pi->stages - 1 ? " (and the ops after them)" : "");
   }
-  for (int i = 0; i < E->colls.len; i++) {
-    const CollRow *r = &E->colls.data[i];
-    if (r->kind != COLL_PERMUTE || r->op->coll_period == 0) continue;
-    double all = r->count * (double)(pp->stages - 1);
-    fprintf(out, "  transfers: %s of %s each (%s) between stages, %s per step; each stage but the last sends %s\n",
-            fmt_count(E->a, all), fmt_bytes(E->a, r->cost.bytes_per_device), fmt_time(E->a, r->cost.time_s),
-            fmt_time(E->a, r->cost.time_s * all), fmt_count(E->a, r->count));
-  }
+  /* Narayanan et al. 2021: the bubble is (p - 1) / N of the ideal time (interleaved: / V as well) */
+  double bubble = (double)(pi->stages - 1) / ((double)pi->microbatches * pi->chunks);
+  fprintf(out, "  bubble: (p - 1) / %s = %.3g of the ideal step time\n", pi->chunks > 1 ? "(N V)" : "N", bubble);
+  fprintf(out, "  activations in flight at the peak: %d microbatch chunk%s on the first stage, %d on the last\n",
+          pi->in_flight_max[0], pi->in_flight_max[0] == 1 ? "" : "s", pi->in_flight_max[1]);
 }
 
 /* --shardings: every value with where each axis came from. */
@@ -566,19 +613,19 @@ static cJSON *json_report(const Explain *E) {
     const CollRow *r = &E->colls.data[i];
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "kind", coll_kind_name(r->kind));
-    cJSON_AddStringToObject(c, "phase", phase_name(r->op->phase));
-    cJSON_AddItemToObject(c, "axes", axes_json(E, r->op->axes));
+    cJSON_AddStringToObject(c, "phase", phase_name(r->phase));
+    cJSON_AddItemToObject(c, "axes", axes_json(E, r->axes));
     cJSON_AddNumberToObject(c, "bytes_per_device", r->cost.bytes_per_device);
     cJSON_AddNumberToObject(c, "time_s", r->cost.time_s);
-    cJSON_AddNumberToObject(c, "line", r->op->loc.line);
-    if (r->op->loc.file && r->op->loc.file != E->p->main_file)
-      cJSON_AddStringToObject(c, "file", file_name(E, r->op->loc));
-    cJSON_AddStringToObject(c, "reason", r->op->reason ? r->op->reason : "");
+    cJSON_AddNumberToObject(c, "line", r->loc.line);
+    if (r->loc.file && r->loc.file != E->p->main_file) cJSON_AddStringToObject(c, "file", file_name(E, r->loc));
+    cJSON_AddStringToObject(c, "reason", r->reason ? r->reason : "");
     if (r->count != 1) cJSON_AddNumberToObject(c, "count", r->count);
     cJSON_AddStringToObject(c, "link", r->cost.link_name);
-    cJSON_AddStringToObject(c, "tensor", sharding_text(E, r->op->operands[0]));
-    cJSON_AddStringToObject(c, "result", sharding_text(E, r->op->results[0]));
-    if (r->op->reduce_max) cJSON_AddStringToObject(c, "reduction", "max");
+    cJSON_AddStringToObject(c, "tensor", sharding_text(E, r->x));
+    cJSON_AddStringToObject(c, "result", sharding_text(E, r->y));
+    if (r->op && r->op->reduce_max) cJSON_AddStringToObject(c, "reduction", "max");
+    if (r->stages) cJSON_AddStringToObject(c, "stages", r->stages);
     cJSON_AddBoolToObject(c, "in_layer", r->in_layer);
     cJSON_AddItemToArray(cs, c);
   }
@@ -586,6 +633,7 @@ static cJSON *json_report(const Explain *E) {
   for (int i = 0; i < E->ops.len; i++) {
     const OpRow *r = &E->ops.data[i];
     const Op *op = r->op;
+    if (r->heading) continue;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
     cJSON_AddStringToObject(j, "phase", phase_name(op->phase));
@@ -607,6 +655,7 @@ static cJSON *json_report(const Explain *E) {
       cJSON_AddNumberToObject(j, "time_s", r->time_s);
     }
     if (r->count != 1) cJSON_AddNumberToObject(j, "count", r->count);
+    if (r->stages) cJSON_AddStringToObject(j, "stages", r->stages);
     cJSON_AddItemToArray(os, j);
   }
   cJSON *s = cJSON_AddObjectToObject(o, "summary");
@@ -638,12 +687,19 @@ static cJSON *json_report(const Explain *E) {
   cJSON_AddNumberToObject(mem, "capacity", E->mem.capacity);
   cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
   cJSON_AddBoolToObject(o, "fits", E->mem.fits);
-  if (E->has_pipe) {
+  if (E->pipe) {
+    const PipeInfo *pi = E->pipe;
+    uint16_t st = 0;
+    for (int k = 0; k < pi->nstage_axes; k++) st |= (uint16_t)(1u << pi->stage_axes[k]);
     cJSON *pp = cJSON_AddObjectToObject(o, "pipeline");
-    cJSON_AddNumberToObject(pp, "stages", (double)E->pipe.stages);
-    cJSON_AddItemToObject(pp, "axes", axes_json(E, E->pipe.axes));
-    cJSON_AddNumberToObject(pp, "layers", (double)E->pipe.layers);
-    cJSON_AddNumberToObject(pp, "microbatches", microbatches(E->p));
+    cJSON_AddNumberToObject(pp, "stages", pi->stages);
+    cJSON_AddItemToObject(pp, "axes", axes_json(E, st));
+    cJSON_AddNumberToObject(pp, "layers", (double)pi->layers);
+    cJSON_AddNumberToObject(pp, "chunks_per_stage", pi->chunks);
+    cJSON_AddNumberToObject(pp, "microbatches", pi->microbatches);
+    cJSON_AddStringToObject(pp, "schedule", schedule_name(E->a, pi));
+    cJSON_AddNumberToObject(pp, "bubble_fraction", (double)(pi->stages - 1) / ((double)pi->microbatches * pi->chunks));
+    cJSON_AddNumberToObject(pp, "in_flight_first_stage", pi->in_flight_max[0]);
   }
   return o;
 }
@@ -673,9 +729,10 @@ int cmd_explain(const Options *o) {
                  "does not fit: %s per device on %s, which has %s of HBM (explain goes on)",
                  fmt_bytes(&arena, (double)E.mem.total), p->mesh->target->name, fmt_bytes(&arena, E.mem.capacity));
   }
-  E.has_pipe = partition_pipeline(m, &E.pipe);
+  E.pipe = m->pipeline ? m->pipeline->pipe : NULL;
+  E.has_pipe = E.pipe != NULL;
   E.loop_outer_mult = 1;
-  collect(&E, m->main, 0, 1, false, false);
+  collect(&E, m->main, 0, 1, false, 1, NULL);
   if (o->format == FORMAT_JSON) {
     cJSON *j = json_report(&E);
     char *s = cJSON_Print(j);

@@ -222,6 +222,10 @@ static void add_contrib(St *S, Value *g, int acc) {
     return;
   }
   if (is_zeros(g)) return;
+  /* the accumulator widens what it adds: a cast to f32 just before is not made */
+  if (g->def && g->def->func == S->B && g->def->kind == OP_CAST && g->type.dtype == DT_F32 &&
+      !dtype_is_int(g->def->operands[0]->type.dtype))
+    g = g->def->operands[0];
   /* LB's stacked gradient, possibly cast or reduced over other axes row by row: accumulated chunk
    * by chunk, those ops run on each chunk's rows */
   const Value *x = g;
@@ -245,7 +249,7 @@ static void add_contrib(St *S, Value *g, int acc) {
     fail(S, g->def ? g->def->loc : S->LF->loc, "a gradient that neither the last stage nor the first makes");
     return;
   }
-  VEC_PUSH(S->m->arena, S->contrib, ((Contrib){g, acc, r}));
+  VEC_PUSH(S->m->arena, S->contrib, ((Contrib){.v = g, .acc = acc, .region = r}));
 }
 
 static void find_accumulations(St *S) {
@@ -391,19 +395,6 @@ static void new_region(St *S, int r, const char *name) {
   }
 }
 
-static Value *as_f32(St *S, int r, Value *v, SrcLoc loc) {
-  if (v->type.dtype == DT_F32) return v;
-  TensorType t = v->type;
-  t.dtype = DT_F32;
-  Op *c = ir_op_new(S->m, S->pi->region[r], OP_CAST, loc, &v, 1, &t, 1);
-  c->phase = PHASE_ACCUMULATE;
-  c->results[0]->sharding = v->sharding;
-  c->results[0]->partial_max = v->partial_max;
-  set_local(S, c->results[0]);
-  ir_append(S->pi->region[r], c);
-  return c->results[0];
-}
-
 static void build_regions(St *S) {
   static const char *const names[PR__COUNT] = {"first", "chunk_fwd", "last", "chunk_bwd", "first_bwd"};
   for (int r = 0; r < PR__COUNT; r++)
@@ -461,7 +452,7 @@ static void build_regions(St *S) {
         fail(S, S->LF->loc, "a gradient is lost between the stages");
         return;
       }
-      region_output(S, c->region, POUT_ACC, c->acc, as_f32(S, c->region, v, S->LF->loc));
+      region_output(S, c->region, POUT_ACC, c->acc, v); /* widened as it is added: no f32 copy */
     }
   } else {
     for (int k = 0; k < S->B->noutputs && !S->failed; k++)

@@ -6,8 +6,8 @@
  * and backward), the loss, the backward (autodiff.c), the optimizer update; outputs the loss, the
  * updated params and the updated state. m->step describes where each piece is.
  *
- * Also the two readings of a step's IR that memory fit and the cost model need: the bytes the
- * forward keeps for the backward (step_saved_bytes) and the FLOPs per phase (step_flops). */
+ * Also a reading of a step's IR: the bytes the forward keeps for the backward (step_saved_bytes);
+ * FLOPs are analysis/opcost.h's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -558,56 +558,4 @@ static int64_t saved_in(const IrFunc *f, const Mesh *mesh) {
 
 int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh) {
   return m && m->main ? saved_in(m->main, mesh) : 0;
-}
-
-/* 2 x the product of the distinct dims of a (without `drop`) and b, plus `add` when given. */
-static double prod2(const TensorType *a, const TensorType *b, const Dim *drop, const Dim *add) {
-  const Dim *seen[2 * MAX_RANK + 1];
-  int n = 0;
-  double f = 2;
-  const TensorType *ts[2] = {a, b};
-  for (int t = 0; t < 2; t++)
-    for (int i = 0; i < ts[t]->rank; i++) {
-      const Dim *d = ts[t]->dims[i];
-      bool dup = t == 0 && d == drop; /* `drop` leaves the first tensor only (q's head, not v's) */
-      for (int j = 0; j < n; j++) dup |= seen[j] == d;
-      if (!dup) seen[n++] = d, f *= (double)d->size;
-    }
-  if (add) {
-    bool dup = false;
-    for (int j = 0; j < n; j++) dup |= seen[j] == add;
-    if (!dup) f *= (double)add->size;
-  }
-  return f;
-}
-
-static void flops_in(const IrFunc *f, double mult, bool recompute, StepFlops *o) {
-  for (const Op *op = f->first; op; op = op->next) {
-    bool rc = recompute || op->phase == PHASE_RECOMPUTE;
-    if (op->kind == OP_LOOP && op->body) {
-      flops_in(op->body, mult * (double)op->count, rc, o);
-      continue;
-    }
-    double fl = 0, re = 0;
-    if (op->kind == OP_CONTRACT && op->noperands == 2) {
-      fl = prod2(&op->operands[0]->type, &op->operands[1]->type, NULL, NULL);
-    } else if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 2) {
-      const TensorType *q = &op->operands[0]->type, *k = &op->operands[1]->type, *v = &op->operands[2]->type;
-      double qk = prod2(q, k, NULL, NULL), pv = prod2(q, v, op->dims[0], op->dims[1]);
-      if (op->kind == OP_ATTENTION) fl = qk + pv;
-      else if (op->index == 0) fl = qk + pv;
-      else if (op->index == 1) fl = qk;
-      else fl = pv, re = qk;
-    }
-    fl *= mult, re *= mult;
-    o->total += fl + re;
-    if (rc) o->recompute += fl + re;
-    else if (op->phase == PHASE_FORWARD || op->phase == PHASE_LOSS) o->forward += fl, o->recompute += re;
-    else o->backward += fl, o->recompute += re;
-  }
-}
-
-void step_flops(const IrModule *m, StepFlops *out) {
-  memset(out, 0, sizeof *out);
-  if (m && m->main) flops_in(m->main, 1, false, out);
 }

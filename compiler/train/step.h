@@ -66,14 +66,4 @@ bool step_build_module(IrModule *m, const Program *p);
  * The caller multiplies by the microbatches in flight (pipelines). */
 int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh);
 
-/* FLOPs of the step as its IR states them, global (language.md: each contraction 2 x the product
- * of its distinct dims, fused attention its two contractions, attention_grad per ir.h, loops times
- * their trips, elementwise ops 0). */
-typedef struct StepFlops {
-  double total;         /* everything, recomputation included */
-  double forward;       /* PHASE_FORWARD and PHASE_LOSS ops */
-  double backward;      /* PHASE_BACKWARD ops, without the scores attention_grad recomputes */
-  double recompute;     /* PHASE_RECOMPUTE ops and attention_grad's recomputed scores */
-} StepFlops;
-void step_flops(const IrModule *m, StepFlops *out);
 #endif

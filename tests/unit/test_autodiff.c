@@ -23,6 +23,7 @@
 #include "parse.h"
 #include "partition.h"
 #include "shard.h"
+#include "opcost.h"
 #include "step.h"
 #include "unit_pipeline.h"
 #include "unit_test.h"

@@ -1,0 +1,109 @@
+/* opcost.c: FLOPs and bytes of one op, and of a whole step (see opcost.h). */
+#include <string.h>
+
+#include "opcost.h"
+
+static double extent(const Value *v, int i, bool local) {
+  return local ? (double)v->local[i] : (double)v->type.dims[i]->size;
+}
+
+/* The extent of dim d as the first of the values that has it holds it. */
+static double dim_extent(const Value *const *vs, int n, const Dim *d, bool local) {
+  for (int k = 0; k < n; k++) {
+    int p = vs[k] ? tensor_type_find(&vs[k]->type, d) : -1;
+    if (p >= 0) return extent(vs[k], p, local);
+  }
+  return (double)d->size;
+}
+
+/* 2 x the product of the distinct dims of a (without `drop`) and b, plus `add` when given; the
+ * extents from the values `from` (operands, the result). */
+static double prod2(const Value *a, const Value *b, const Dim *drop, const Dim *add, const Value *const *from, int nfrom,
+                    bool local) {
+  const Dim *seen[2 * MAX_RANK + 1];
+  int n = 0;
+  double f = 2;
+  const Value *vs[2] = {a, b};
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < vs[t]->type.rank; i++) {
+      const Dim *d = vs[t]->type.dims[i];
+      bool dup = t == 0 && d == drop; /* `drop` leaves the first tensor only (q's head, not v's) */
+      for (int j = 0; j < n; j++) dup |= seen[j] == d;
+      if (!dup) seen[n++] = d, f *= extent(vs[t], i, local);
+    }
+  if (add) {
+    bool dup = false;
+    for (int j = 0; j < n; j++) dup |= seen[j] == add;
+    if (!dup) f *= dim_extent(from, nfrom, add, local);
+  }
+  return f;
+}
+
+static double value_bytes(const Value *v, bool local) {
+  double n = dtype_bytes(v->type.dtype);
+  for (int i = 0; i < v->type.rank; i++) n *= extent(v, i, local);
+  return n;
+}
+
+void opcost(const Op *op, bool local, OpCost *out) {
+  memset(out, 0, sizeof *out);
+  switch (op->kind) {
+  case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_LOOP: case OP_PIPELINE:
+    return;
+  default:
+    if (ir_op_is_collective(op->kind)) return;
+  }
+  if (op->kind == OP_SLICE) { /* reads the block it keeps, writes it */
+    out->bytes = 2 * value_bytes(op->results[0], local);
+    return;
+  }
+  for (int i = 0; i < op->noperands; i++) out->bytes += value_bytes(op->operands[i], local);
+  for (int r = 0; r < op->nresults; r++) out->bytes += value_bytes(op->results[r], local);
+  if (op->kind == OP_CONTRACT && op->noperands == 2) {
+    out->flops = prod2(op->operands[0], op->operands[1], NULL, NULL, NULL, 0, local);
+    return;
+  }
+  if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 2) {
+    const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
+    const Value *from[3] = {q, k, v};
+    double qk = prod2(q, k, NULL, NULL, from, 3, local), pv = prod2(q, v, op->dims[0], op->dims[1], from, 3, local);
+    if (op->kind == OP_ATTENTION || op->index == 0) out->flops = qk + pv;
+    else if (op->index == 1) out->flops = qk;
+    else out->flops = pv + qk, out->recompute_flops = qk;
+  }
+}
+
+double opcost_region_runs(const PipeInfo *pi, int region, bool global) {
+  double n = pi->microbatches;
+  if (region == PR_CHUNK_FWD || region == PR_CHUNK_BWD) return n * pi->chunks * (global ? pi->stages : 1);
+  return n;
+}
+
+/* ---- a whole step ---- */
+
+static void flops_in(const IrFunc *f, double mult, bool recompute, StepFlops *o) {
+  for (const Op *op = f->first; op; op = op->next) {
+    bool rc = recompute || op->phase == PHASE_RECOMPUTE;
+    if (op->kind == OP_LOOP && op->body) {
+      flops_in(op->body, mult * (double)op->count, rc, o);
+      continue;
+    }
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) flops_in(op->pipe->region[r], mult * opcost_region_runs(op->pipe, r, true), rc, o);
+      continue;
+    }
+    OpCost c;
+    opcost(op, false, &c);
+    double fl = (c.flops - c.recompute_flops) * mult, re = c.recompute_flops * mult;
+    o->total += fl + re;
+    if (rc) o->recompute += fl + re;
+    else if (op->phase == PHASE_FORWARD || op->phase == PHASE_LOSS) o->forward += fl, o->recompute += re;
+    else o->backward += fl, o->recompute += re;
+  }
+}
+
+void step_flops(const IrModule *m, StepFlops *out) {
+  memset(out, 0, sizeof *out);
+  if (m && m->main) flops_in(m->main, 1, false, out);
+}

@@ -1,0 +1,42 @@
+/* opcost.h: what one run of one op costs: FLOPs and HBM bytes moved. The one cost function check,
+ * explain and sim read (language.md's FLOP counting; the bytes of the roofline).
+ *
+ * FLOPs: a contraction counts 2 x the product of its distinct dims; the fused attention its two
+ * contractions (QK over q's and k's dims, PV over q's dims without the head dim, the key dim and
+ * v's); its backward (ir.h's OP_ATTENTION_GRAD) dq = QK + PV, dk = QK, dv = PV + QK, where dv's QK
+ * is the recomputed scores (counted apart: not in the model's FLOPs); every other op 0.
+ * Bytes: the operands read and the results written, each once, at their size (a slice: the block it
+ * keeps, read and written); the fused attention
+ * reads q, k, v (and its backward o and do) and writes its result, never the scores (flash
+ * attention). Collectives, loops, pipelines, inputs, params and constants cost 0 here (their
+ * children and the cost model price them). */
+#ifndef SHARDC_OPCOST_H
+#define SHARDC_OPCOST_H
+
+#include "ir.h"
+
+typedef struct OpCost {
+  double flops;           /* everything the op computes, recomputation included */
+  double recompute_flops; /* of which: attention_grad's recomputed scores */
+  double bytes;           /* HBM traffic */
+} OpCost;
+
+/* One run of op: `local` on one device (each dim at its local extent, Value.local: the module must
+ * be localised), else global (each dim at its size). */
+void opcost(const Op *op, bool local, OpCost *out);
+
+/* FLOPs of a whole step (or forward) as its IR states them, global: every op times the runs a step
+ * makes of it (loop trips, microbatches, a pipeline's regions per microbatch and chunk). */
+typedef struct StepFlops {
+  double total;         /* everything, recomputation included */
+  double forward;       /* PHASE_FORWARD and PHASE_LOSS ops */
+  double backward;      /* PHASE_BACKWARD ops, without the scores attention_grad recomputes */
+  double recompute;     /* PHASE_RECOMPUTE ops and attention_grad's recomputed scores */
+} StepFlops;
+void step_flops(const IrModule *m, StepFlops *out);
+
+/* How many times one step runs each region of a pipeline (per stage that runs it): PR_FIRST,
+ * PR_LAST, PR_FIRST_BWD once per microbatch; a chunk region once per microbatch and chunk the
+ * stage holds (V); `global`: summed over every stage (the chunk regions: N p V). */
+double opcost_region_runs(const PipeInfo *pi, int region, bool global);
+#endif
