@@ -77,8 +77,13 @@ typedef struct CollCost {
  *   COLL_PERMUTE         the bytes each device sends to its neighbour           (= V)
  * With these, the book's formulas (V = the whole array) apply literally: an array already sharded
  * over another axis Y is simply a smaller `bytes` (the book's V / Y).
- * ideal: peak figures; else the achieved bandwidth is peak x coll_eff_max x V / (V + half_bytes).
- * Returns time_s (0 for an empty group, bytes <= 0, or a NULL mesh/target) and fills *out if
+ * ideal: peak figures, each phase max(latency, bytes / bandwidth) (the book's arithmetic, which
+ * explain and plan choice use). Calibrated: latency + bytes / (bandwidth x efficiency), the
+ * efficiency max(small, max x V / (V + half_bytes)) of collective_efficiency (ICI, NVLink) or
+ * network_efficiency (DCN, GPU network) at the phase's array; GPU groups across nodes run
+ * hierarchically (the network stage on the 1/p shard per NIC), an AllReduce across nodes takes the
+ * cheaper of ring and tree latency, and an oversubscribed fabric tier may slow the network stage
+ * (docs/cost-model.md, "Calibrated collectives"). Returns time_s (0 for an empty group, bytes <= 0, or a NULL mesh/target) and fills *out if
  * out != NULL. */
 double cost_collective(const Mesh *m, CollKind kind, uint16_t axes_mask, double bytes, bool ideal,
                        CollCost *out);
