@@ -167,7 +167,7 @@ double cost_attention(const Target *t, DType dt, AttentionShape a, bool backward
     double e = t->attention_efficiency > 0 ? t->attention_efficiency
                : (t->matmul_efficiency > 0 ? t->matmul_efficiency : 1);
     c.compute_s = div0(c.exec_flops, peak * e);
-    c.efficiency = div0(c.flops, c.compute_s * peak);
+    c.efficiency = e; /* of the FLOPs it executes: under a causal mask it executes fewer than counted */
     c.overhead_s = t->op_overhead;
   }
   c.memory_s = div0(c.bytes, cost_hbm_bandwidth(t, ideal));

@@ -132,7 +132,9 @@ typedef struct OpCost {
   double exec_flops; /* FLOPs the hardware executes: padded to the tile, causal blocks skipped,
                         the attention backward's recomputed scores included (= flops when ideal) */
   double bytes;      /* HBM bytes moved */
-  double efficiency; /* flops / (compute_s x peak): the useful fraction of peak (1 when ideal) */
+  double efficiency; /* flops / (compute_s x peak): the useful fraction of peak (1 when ideal);
+                        for attention exec_flops / (compute_s x peak), the kernel's rate, since a
+                        causal mask executes fewer FLOPs than language.md counts */
   bool memory_bound; /* memory_s > compute_s */
 } OpCost;
 

@@ -885,6 +885,7 @@ static void test_attention(void) {
   t = cost_attention(&H100, DT_BF16, a, false, false, &c);
   near("causal executed fraction", c.exec_flops, fwd * run, 1e-12);
   near("calibrated fwd: exec / (peak 0.6) + 2 us", t, fwd * run / (9.9e14 * 0.6) + 2e-6, 1e-12);
+  near("kernel efficiency reported", c.efficiency, 0.6, 1e-12);
   double tb = cost_attention(&H100, DT_BF16, a, true, false, &c);
   near("backward executes 2.5x forward (recomputed QK^T)", c.exec_flops, 2.5 * fwd * run, 1e-12);
   near("calibrated bwd", tb, 2.5 * fwd * run / (9.9e14 * 0.6) + 2e-6, 1e-12);
