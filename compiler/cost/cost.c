@@ -5,13 +5,21 @@
  * formulas are those of hardware-and-costs.md, i.e. of "How to Scale Your Model"; in ideal mode
  * they are the book's arithmetic exactly. docs/cost-model.md derives each one.
  *
- * A collective is evaluated as a sum of phases; each phase costs max(latency, bandwidth term) (the
- * book's T = max(T_hop x hops, V / W)), except a permute, which is one hop: bytes / W + T_hop.
+ * A collective is evaluated as a sum of phases. Ideal: each phase costs max(latency, bandwidth
+ * term) (the book's T = max(T_hop x hops, V / W)), except a permute, which is one hop: bytes / W +
+ * T_hop. Calibrated: latency + bandwidth / efficiency (the alpha-beta model: a ring step cannot
+ * forward what has not arrived), the efficiency a function of the phase's array and link class.
  *   TPU: the ICI axes of the group form one phase (their links work at once, so their bandwidths
  *        add); DCN axes form a second, slower phase, normally run on the smallest array
  *        (hierarchical: ReduceScatter over ICI, DCN on the 1/n_ici shard, AllGather over ICI).
- *   GPU: the group's devices sit p per NVLink domain across M nodes; the NVLink and network
- *        stages pipeline, so the phase costs the slower of the two (the book's max over levels).
+ *   GPU: the group's devices sit p per NVLink domain across M nodes; hierarchically, a
+ *        ReduceScatter within the node, the network stage on the 1/p shard (one ring per local
+ *        rank, p NICs per node), an AllGather within the node. The stages pipeline, so the
+ *        bandwidth term is the slower of the two (the book's max over levels). Calibrated, the
+ *        network stage runs at network_efficiency of its own (smaller) array, an AllReduce across
+ *        nodes takes the cheaper of ring and tree latency (2(M-1) or 2 ceil(log2 M) steps), and
+ *        a group that spans more than a full-bisection fabric domain may be slowed by the
+ *        oversubscribed tier above it (fabric_factor).
  */
 #include <math.h>
 #include <string.h>
@@ -58,12 +66,30 @@ const char *cost_link_name(LinkKind k) {
 static double div0(double a, double b) { return b > 0 ? a / b : 0; }
 
 /* Calibrated collective efficiency: achieved / peak = max x V / (V + half_bytes), V the array of
- * the phase (the "size" column of nccl-tests). A target that declares none runs at peak. */
+ * the phase (the "size" column of nccl-tests), but never below `small`, what a low-latency
+ * protocol reaches on messages too small to fill the bandwidth protocol's pipeline (NCCL's LL:
+ * flag words beside data words, no chunk pipeline to ramp up). A collective library picks the
+ * faster protocol per size; the faster one is the higher efficiency. A target that declares none
+ * runs at peak. */
+static double eff_curve(double mx, double half, double small, double v) {
+  if (!(mx > 0)) mx = 1;
+  if (!(half > 0)) half = 0;
+  double e = v > 0 ? mx * v / (v + half) : mx;
+  return small > e ? small : e;
+}
+
+/* ICI and NVLink phases: collective_efficiency. */
 static double coll_efficiency(const Target *t, double v, bool ideal) {
   if (ideal) return 1;
-  double mx = t->coll_eff_max > 0 ? t->coll_eff_max : 1;
-  double half = t->coll_eff_half_bytes > 0 ? t->coll_eff_half_bytes : 0;
-  return v > 0 ? mx * v / (v + half) : mx;
+  return eff_curve(t->coll_eff_max, t->coll_eff_half_bytes, t->coll_eff_small, v);
+}
+
+/* DCN and GPU network phases: network_efficiency, or collective_efficiency where the target
+ * declares none. */
+static double net_efficiency(const Target *t, double v, bool ideal) {
+  if (ideal) return 1;
+  if (t->net_eff_max > 0) return eff_curve(t->net_eff_max, t->net_eff_half_bytes, t->net_eff_small, v);
+  return coll_efficiency(t, v, ideal);
 }
 
 /* The axis's peak one-way bandwidth of one link, or the target's figure when mesh.c left 0. */
@@ -189,7 +215,7 @@ static void ici_gather_phase(const Group *g, const MeshAxis *const *ici, int nic
     rate += ici_gather_rate(g->t, ici[i]);
     if (i == 0 || w < wmin) wmin = w;
   }
-  phase(s, lat, div0(v, rate * eff), false, eff, wmin);
+  phase(s, lat, div0(v, rate * eff), !ideal, eff, wmin);
 }
 
 /* AllGather (or ReduceScatter) of a v-byte array over the DCN axes: one open ring of n_d chips at
@@ -198,7 +224,7 @@ static void ici_gather_phase(const Group *g, const MeshAxis *const *ici, int nic
 static void dcn_gather_phase(const Group *g, const MeshAxis *const *dcn, int ndcn, double v,
                              bool ideal, Sum *s) {
   if (ndcn == 0) return;
-  double eff = coll_efficiency(g->t, v, ideal);
+  double eff = net_efficiency(g->t, v, ideal);
   double lat = 0, wmin = 0, nd = 1;
   for (int i = 0; i < ndcn; i++) {
     double w = axis_bw(g->t, dcn[i]);
@@ -206,7 +232,7 @@ static void dcn_gather_phase(const Group *g, const MeshAxis *const *dcn, int ndc
     nd *= dcn[i]->size;
     if (i == 0 || w < wmin) wmin = w;
   }
-  phase(s, lat, div0(v * (nd - 1) / nd, wmin * eff), false, eff, wmin);
+  phase(s, lat, div0(v * (nd - 1) / nd, wmin * eff), !ideal, eff, wmin);
 }
 
 /* Adds the phases of `from` to `into`. */
@@ -282,12 +308,12 @@ static void tpu_collective(const Group *g, CollKind kind, double v, double bytes
         }
         if (i == 0 || w < wmin) wmin = w;
       }
-      phase(s, lat, bw, false, eff, wmin);
+      phase(s, lat, bw, !ideal, eff, wmin);
     }
     for (int i = 0; i < ndcn; i++) {
-      double x = dcn[i]->size, va = v * x / g->n, e = coll_efficiency(g->t, va, ideal);
+      double x = dcn[i]->size, va = v * x / g->n, e = net_efficiency(g->t, va, ideal);
       double w = axis_bw(g->t, dcn[i]);
-      phase(s, (x - 1) * axis_latency(g->t, dcn[i]), div0(va * (x - 1) / x, 2 * w * e), false, e, w);
+      phase(s, (x - 1) * axis_latency(g->t, dcn[i]), div0(va * (x - 1) / x, 2 * w * e), !ideal, e, w);
     }
     break;
   }
@@ -301,7 +327,7 @@ static void tpu_collective(const Group *g, CollKind kind, double v, double bytes
       if (wmin == 0 || w < wmin) wmin = w;
       if (l > lat) lat = l;
     }
-    double e = coll_efficiency(g->t, bytes, ideal);
+    double e = any_dcn ? net_efficiency(g->t, bytes, ideal) : coll_efficiency(g->t, bytes, ideal);
     phase(s, lat, div0(bytes, wmin * e), true, e, wmin);
     break;
   }
@@ -320,19 +346,54 @@ static int axis_per_node(const MeshAxis *a) {
   return p;
 }
 
+/* Calibrated only: the factor (<= 1) by which an oversubscribed network tier slows the network
+ * stage of a group spanning more than one full-bisection domain (fabric_domain GPUs, bandwidth
+ * divided by fabric_oversubscription above it). All copies of a collective (one per index of the
+ * mesh's other axes) run at once, so a domain of D GPUs hosts D / r groups with r members each.
+ *   Ring stages (AllGather, ReduceScatter, AllReduce, Permute): each of the p parallel rings of a
+ *     group enters and leaves a domain once, so a domain's uplinks carry D / r ring edges per
+ *     local rank ... in all D / (r / p) edges at the ring's per-NIC rate R, against D W / o of
+ *     capacity: R <= W (r / p) / o. Rings are almost never slowed: r / p is the group's nodes per
+ *     domain (32 in a 256-GPU domain), more than any real oversubscription ratio.
+ *   AllToAll: a GPU sends to every peer; the fraction f = (n - r) / (n - p) of its network traffic
+ *     leaves the domain, so R <= W / (o f).
+ * r = prod_a min(X_a, D / stride_a) (an axis whose stride reaches D has one device per domain). */
+static double fabric_factor(const Group *g, CollKind kind, double p) {
+  const Target *t = g->t;
+  double o = t->fabric_oversubscription, dom = t->fabric_domain;
+  if (!(o > 1) || !(dom > 0)) return 1;
+  double r = 1;
+  for (int i = 0; i < g->nax; i++) {
+    double stride = g->ax[i]->stride > 0 ? (double)g->ax[i]->stride : 1, x = g->ax[i]->size;
+    r *= stride >= dom ? 1 : fmin(x, fmax(1, floor(dom / stride)));
+  }
+  if (r >= g->n) return 1; /* the group lies within one domain */
+  if (kind == COLL_ALL_TO_ALL) {
+    double f = (g->n - r) / (g->n - p);
+    return f > 0 ? fmin(1, 1 / (o * f)) : 1;
+  }
+  return fmin(1, (r / p) / o);
+}
+
 /* The group's devices sit p per node (the product of its axes' per_node, a node being a block of
  * consecutive devices) across M = n / p nodes. With V the array (AllToAll: every shard):
  *   AllGather / ReduceScatter  max(V (p-1) / (p W_nvlink), V (M-1) / (M p W_net))
  *     in-node: the book's V (N-1) / (N W_nvlink); across nodes the p GPUs of the group in a node
  *     share p NICs: node egress W_node = p x network_bw, the book's max(V / W_nvlink, V / W_node)
  *     with its exact (D_i - 1) / D_i factor per level (gpus.md "Cross-node collectives").
+ *     Hierarchically: the NVLink stage reduces or gathers V within the node, the network stage
+ *     moves the 1/p shard V / p over p rings of M nodes, one per local rank.
  *   AllReduce  twice that.
  *   AllToAll   max(V (p-1) / (n^2 W_nvlink), V (n-p) / (n^2 W_net)): each GPU sends V / n^2 to each
  *     peer, p - 1 of them over NVLink and n - p through its NIC (the book's B (N-1) / (N^2 W) in a
  *     node, B (M-1) / (M^2 W_node) across full nodes).
  *   Permute    bytes / W + alpha over the slowest link a neighbour pair uses.
  * Latency: alpha per ring step, summed over the axes' rings: sum_a (p_a - 1) alpha_nvlink +
- * (X_a / p_a - 1) alpha_net; an AllToAll posts all its sends at once: one alpha per link class. */
+ * (X_a / p_a - 1) alpha_net; an AllToAll posts all its sends at once: one alpha per link class.
+ * Calibrated: NVLink stages at collective_efficiency(V), network stages at network_efficiency of
+ * the shard through each NIC (V / p) times fabric_factor; terms added (alpha-beta); an AllReduce
+ * across nodes takes the cheaper of a ring (2 (M-1) steps) and a tree (NCCL's double binary tree
+ * over nodes: 2 ceil(log2 M) steps) for its network latency. */
 static void gpu_collective(const Group *g, CollKind kind, double v, double bytes, bool ideal,
                            Sum *s) {
   const Target *t = g->t;
@@ -364,30 +425,38 @@ static void gpu_collective(const Group *g, CollKind kind, double v, double bytes
   bool cross = nodes > 1.0 + 1e-9;
   double wslow = cross ? w_net : w_nv;
   s->link = cross ? LINK_NETWORK : LINK_NVLINK;
+  double fab = (!ideal && cross) ? fabric_factor(g, kind, p) : 1;
 
   switch (kind) {
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
   case COLL_ALL_REDUCE: {
-    double e = coll_efficiency(t, v, ideal);
-    double nv = div0(v * (p - 1) / p, w_nv * e);
-    double net = cross ? div0(v * (nodes - 1) / (nodes * p), w_net * e) : 0;
+    double e_nv = coll_efficiency(t, v, ideal), e_net = cross ? net_efficiency(t, v / p, ideal) : 1;
+    double nv = div0(v * (p - 1) / p, w_nv * e_nv);
+    double net = cross ? div0(v * (nodes - 1) / (nodes * p), w_net * e_net * fab) : 0;
     double lat = steps_nv * a_nv + steps_net * a_net;
-    double bw = nv > net ? nv : net;
-    phase(s, lat, bw, false, e, wslow);
-    if (kind == COLL_ALL_REDUCE) phase(s, lat, bw, false, e, wslow);
+    double bw = nv > net ? nv : net, e = nv >= net ? e_nv : e_net * fab;
+    if (kind != COLL_ALL_REDUCE) {
+      phase(s, lat, bw, !ideal, e, wslow);
+    } else if (ideal) {
+      phase(s, lat, bw, false, e, wslow);
+      phase(s, lat, bw, false, e, wslow);
+    } else {
+      double ring = 2 * steps_net, tree = cross ? 2 * ceil(log2(nodes) - 1e-9) : 0;
+      phase(s, 2 * steps_nv * a_nv + (tree < ring ? tree : ring) * a_net, 2 * bw, true, e, wslow);
+    }
     break;
   }
   case COLL_ALL_TO_ALL: {
-    double e = coll_efficiency(t, v, ideal);
-    double nv = div0(v * (p - 1) / (n * n), w_nv * e);
-    double net = cross ? div0(v * (n - p) / (n * n), w_net * e) : 0;
+    double e_nv = coll_efficiency(t, v, ideal), e_net = cross ? net_efficiency(t, v / p, ideal) : 1;
+    double nv = div0(v * (p - 1) / (n * n), w_nv * e_nv);
+    double net = cross ? div0(v * (n - p) / (n * n), w_net * e_net * fab) : 0;
     double lat = (p > 1 ? a_nv : 0) + (cross ? a_net : 0);
-    phase(s, lat, nv > net ? nv : net, false, e, wslow);
+    phase(s, lat, nv > net ? nv : net, !ideal, nv >= net ? e_nv : e_net * fab, wslow);
     break;
   }
   case COLL_PERMUTE: {
-    double e = coll_efficiency(t, bytes, ideal);
+    double e = cross ? net_efficiency(t, bytes, ideal) * fab : coll_efficiency(t, bytes, ideal);
     phase(s, cross ? a_net : a_nv, div0(bytes, wslow * e), true, e, wslow);
     break;
   }

@@ -77,8 +77,13 @@ typedef struct CollCost {
  *   COLL_PERMUTE         the bytes each device sends to its neighbour           (= V)
  * With these, the book's formulas (V = the whole array) apply literally: an array already sharded
  * over another axis Y is simply a smaller `bytes` (the book's V / Y).
- * ideal: peak figures; else the achieved bandwidth is peak x coll_eff_max x V / (V + half_bytes).
- * Returns time_s (0 for an empty group, bytes <= 0, or a NULL mesh/target) and fills *out if
+ * ideal: peak figures, each phase max(latency, bytes / bandwidth) (the book's arithmetic, which
+ * explain and plan choice use). Calibrated: latency + bytes / (bandwidth x efficiency), the
+ * efficiency max(small, max x V / (V + half_bytes)) of collective_efficiency (ICI, NVLink) or
+ * network_efficiency (DCN, GPU network) at the phase's array; GPU groups across nodes run
+ * hierarchically (the network stage on the 1/p shard per NIC), an AllReduce across nodes takes the
+ * cheaper of ring and tree latency, and an oversubscribed fabric tier may slow the network stage
+ * (docs/cost-model.md, "Calibrated collectives"). Returns time_s (0 for an empty group, bytes <= 0, or a NULL mesh/target) and fills *out if
  * out != NULL. */
 double cost_collective(const Mesh *m, CollKind kind, uint16_t axes_mask, double bytes, bool ideal,
                        CollCost *out);
@@ -97,6 +102,86 @@ double cost_op_time(const Target *t, DType dt, double flops, double bytes_moved,
 /* The critical arithmetic intensity peak_bf16 / hbm_bw (FLOPs per byte of HBM traffic above which
  * an op is compute-bound): v5e about 243, H100 about 296. */
 double cost_arithmetic_intensity_threshold(const Target *t);
+
+/* ---- calibrated compute (compute.c) ----
+ * An op's time on a target from what it computes and what it moves. Ideal mode is the roofline
+ * max(FLOPs / peak, bytes / HBM bandwidth) with peak figures, nothing else (cost_op_time's
+ * arithmetic). Calibrated mode adds what real chips do, each from a target key with a physical
+ * reason (docs/cost-model.md "Compute"): padding to the MXU / tensor-core tile (`matmul_tile`),
+ * wave quantization over the GPU's SMs (`matmul_units`), pipeline fill/drain along the streamed dim
+ * (`matmul_fill`), the large-matmul ceiling (`matmul_efficiency`), achieved HBM bandwidth
+ * (`hbm_efficiency`), the fused attention kernel's rate (`attention_efficiency`) and a fixed cost
+ * per kernel (`op_overhead`). */
+
+/* A contraction as the hardware sees it: batch independent [m, k] x [k, n] products. m is the
+ * product of the result dims taken from the first operand (rows), n of those from the second,
+ * k of the contracted dims, batch of the dims both operands and the result share. */
+typedef struct MatmulShape {
+  double m, n, k;
+  double batch; /* <= 0 means 1 */
+} MatmulShape;
+
+/* What an op's cost was made of. */
+typedef struct OpCost {
+  double time_s;     /* max(compute_s, memory_s) + overhead_s */
+  double compute_s;  /* exec_flops at the achieved FLOP/s */
+  double memory_s;   /* bytes at the achieved HBM bandwidth */
+  double overhead_s; /* op_overhead (calibrated only) */
+  double flops;      /* FLOPs as language.md counts them (no padding, no causal discount; the
+                        attention backward 2x its forward, recomputed scores excluded) */
+  double exec_flops; /* FLOPs the hardware executes: padded to the tile, causal blocks skipped,
+                        the attention backward's recomputed scores included (= flops when ideal) */
+  double bytes;      /* HBM bytes moved */
+  double efficiency; /* flops / (compute_s x peak): the useful fraction of peak (1 when ideal);
+                        for attention exec_flops / (compute_s x peak), the kernel's rate, since a
+                        causal mask executes fewer FLOPs than language.md counts */
+  bool memory_bound; /* memory_s > compute_s */
+} OpCost;
+
+/* Achieved / peak FLOP/s of a contraction of shape s (before the roofline's memory side):
+ * 1 when ideal; else matmul_efficiency x padding x waves x fill, each in (0, 1]:
+ *   padding  m n k / (M N K), M N K rounded up to matmul_tile
+ *   waves    T / (ceil(T / U) U), T = batch ceil(m / tile_m) ceil(n / tile_n) output tiles over
+ *            U = matmul_units SMs (1 when the target declares none)
+ *   fill     prod_d (M_d / (M_d + matmul_fill_d)) over d = m, n, k */
+double cost_matmul_efficiency(const Target *t, MatmulShape s, bool ideal);
+
+/* HBM bytes a contraction moves when each operand is read and the result written once:
+ * batch (m k + k n + m n) x the dtype's bytes. */
+double cost_matmul_bytes(DType dt, MatmulShape s);
+
+/* A contraction's time: FLOPs 2 batch m n k at cost_peak_flops(t, dt, true) x its efficiency,
+ * against `bytes` of HBM traffic (cost_matmul_bytes when the caller has nothing better), plus
+ * op_overhead when calibrated. Ideal: exactly cost_op_time(t, dt, 2 batch m n k, bytes, true). */
+double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool ideal, OpCost *out);
+
+/* Achieved HBM bandwidth: hbm_bw, x hbm_efficiency when calibrated. */
+double cost_hbm_bandwidth(const Target *t, bool ideal);
+
+/* An op that only moves memory (elementwise, reduction, copy, gather): bytes / achieved HBM
+ * bandwidth, plus op_overhead when calibrated. */
+double cost_memory_op(const Target *t, double bytes, bool ideal, OpCost *out);
+
+/* A chain of nops elementwise ops fused into one kernel, as XLA and torch.compile fuse them: only
+ * its external bytes (inputs read from HBM, outputs written back) move; intermediates stay in
+ * registers. One op_overhead for the kernel. Unfused, the same chain costs the sum of each op's
+ * own cost_memory_op. */
+double cost_fused_chain(const Target *t, double external_bytes, int nops, bool ideal, OpCost *out);
+
+/* The fused attention op (language.md's pattern) costed as flash attention: the scores never
+ * touch HBM. kv_heads <= 0 means heads (multi-head); v_dim <= 0 means head_dim. */
+typedef struct AttentionShape {
+  double batch, heads, kv_heads, q_len, kv_len, head_dim, v_dim;
+  bool causal;
+} AttentionShape;
+
+/* Forward: FLOPs of its two contractions, 2 B H Sq Skv (D + Dv); HBM traffic q, k, v and o, plus
+ * one f32 softmax statistic per query row. Backward (backward = true): 2x the forward's FLOPs
+ * counted; executed also the recomputed scores (2 B H Sq Skv D); HBM traffic q, k, v, o, dO and
+ * the statistics read, dQ, dK, dV written. Calibrated: at peak x attention_efficiency, and under
+ * a causal mask only the key blocks at or before each query block run (blocks of 128). */
+double cost_attention(const Target *t, DType dt, AttentionShape a, bool backward, bool ideal,
+                      OpCost *out);
 
 /* ---- compute vs communication thresholds (the book's rooflines for sharded training) ----
  * All are built on the collective intensity alpha = C / W: C = bf16 FLOP/s (x matmul_efficiency

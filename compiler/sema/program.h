@@ -63,8 +63,22 @@ typedef struct Target {
   int node_size;             /* GPUs per NVLink domain */
   double network_bw;         /* bytes/s per GPU across nodes */
   double nvlink_latency, network_latency; /* s */
-  /* calibrated collective bandwidth: achieved/peak = max * V / (V + half_bytes) */
-  double coll_eff_max, coll_eff_half_bytes;
+  /* calibrated collective bandwidth: achieved/peak = max(small, max * V / (V + half_bytes));
+     small: what the low-latency protocol for small messages reaches (0: none). Adjacent: target.c
+     reads the block into these three in this order. */
+  double coll_eff_max, coll_eff_half_bytes, coll_eff_small;
+  /* ---- calibrated simulation only (sim without --ideal; docs/cost-model.md) ---- */
+  double net_eff_max, net_eff_half_bytes, net_eff_small; /* the same curve for GPU network / TPU
+                                                            DCN phases; max 0: use coll_eff_* */
+  double matmul_tile[3];     /* M, N, K multiples a contraction is padded to (MXU / CTA tile); 1 none */
+  double matmul_fill[3];     /* fill/drain length along M, N, K: efficiency x d / (d + fill); 0 none */
+  int matmul_units;          /* GPU SMs that take output tiles in waves; 0: no wave quantization */
+  double hbm_efficiency;     /* achieved / peak HBM bandwidth of a streaming kernel (1 = peak) */
+  double attention_efficiency; /* fraction of peak the fused (flash) attention's matmuls reach;
+                                  0: matmul_efficiency */
+  double op_overhead;        /* s per kernel / fused op (launch and dependency gap) */
+  int fabric_domain;         /* GPU: GPUs under a full-bisection network (0: the whole network) */
+  double fabric_oversubscription; /* GPU: bandwidth ratio above fabric_domain (1: non-blocking) */
 } Target;
 
 /* ---- meshes ---- */

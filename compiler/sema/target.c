@@ -21,7 +21,8 @@ typedef enum {
   TV_NUM,    /* a number, checked by range */
   TV_INT,    /* a whole number >= 1 */
   TV_TORUS,  /* [n, n] or [n, n, n] */
-  TV_COLL,   /* { max = fraction  half_bytes = bytes } */
+  TV_COLL,   /* { max = fraction  half_bytes = bytes }: two adjacent doubles at the offset */
+  TV_VEC3,   /* [a, b, c]: three numbers in the key's range (R_POS: whole numbers >= 1) */
 } TargetValue;
 
 typedef enum { R_ANY, R_POS, R_NONNEG, R_FRAC } Range; /* TV_NUM: >0, >=0, (0, 1] */
@@ -46,7 +47,16 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
   X(TKEY_NETWORK_BW, "network_bw", TV_NUM, R_POS, FOR_GPU, 1, offsetof(Target, network_bw))      \
   X(TKEY_NVLINK_LAT, "nvlink_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, nvlink_latency)) \
   X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, network_latency)) \
-  X(TKEY_COLL_EFF, "collective_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, 0)
+  X(TKEY_COLL_EFF, "collective_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, coll_eff_max)) \
+  X(TKEY_NET_EFF, "network_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, net_eff_max)) \
+  X(TKEY_MM_TILE, "matmul_tile", TV_VEC3, R_POS, FOR_ANY, 0, offsetof(Target, matmul_tile))      \
+  X(TKEY_MM_FILL, "matmul_fill", TV_VEC3, R_NONNEG, FOR_ANY, 0, offsetof(Target, matmul_fill))   \
+  X(TKEY_MM_UNITS, "matmul_units", TV_INT, R_ANY, FOR_ANY, 0, offsetof(Target, matmul_units))    \
+  X(TKEY_HBM_EFF, "hbm_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, hbm_efficiency)) \
+  X(TKEY_ATTN_EFF, "attention_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, attention_efficiency)) \
+  X(TKEY_OP_OVERHEAD, "op_overhead", TV_NUM, R_NONNEG, FOR_ANY, 0, offsetof(Target, op_overhead)) \
+  X(TKEY_FABRIC_DOMAIN, "fabric_domain", TV_INT, R_ANY, FOR_GPU, 0, offsetof(Target, fabric_domain)) \
+  X(TKEY_FABRIC_OVERSUB, "fabric_oversubscription", TV_NUM, R_POS, FOR_GPU, 0, offsetof(Target, fabric_oversubscription))
 
 typedef enum {
 #define X(e, k, v, r, f, req, off) e,
@@ -209,10 +219,12 @@ static bool read_torus(const Node *v, Target *t) {
   return true;
 }
 
-/* collective_efficiency = { max = 0.95  half_bytes = 2e5 }: achieved/peak = max * V / (V + half). */
-static bool read_coll(const Node *v, Target *t) {
+/* collective_efficiency = { max = 0.815  half_bytes = 8.4e7  small = 0.25 } (and
+ * network_efficiency, the same form): achieved/peak = max(small, max * V / (V + half)), written to
+ * pair[0] (max), pair[1] (half) and pair[2] (small). */
+static bool read_coll(const Node *v, const char *key, double *pair) {
   if (v->kind != N_BLOCK) {
-    diag_error(v->loc, "'collective_efficiency' takes a block: { max = 0.95  half_bytes = 2e5 }");
+    diag_error(v->loc, "'%s' takes a block: { max = 0.95  half_bytes = 2e5 }", key);
     return false;
   }
   bool ok = true;
@@ -220,18 +232,51 @@ static bool read_coll(const Node *v, Target *t) {
     if (kv->kind != N_KV || !kv->name || !kv->value) continue;
     double d;
     if (strcmp(kv->name, "max") == 0) {
-      if (read_number(kv->value, "max", R_FRAC, &d)) t->coll_eff_max = d;
+      if (read_number(kv->value, "max", R_FRAC, &d)) pair[0] = d;
       else ok = false;
     } else if (strcmp(kv->name, "half_bytes") == 0) {
-      if (read_number(kv->value, "half_bytes", R_NONNEG, &d)) t->coll_eff_half_bytes = d;
+      if (read_number(kv->value, "half_bytes", R_NONNEG, &d)) pair[1] = d;
+      else ok = false;
+    } else if (strcmp(kv->name, "small") == 0) {
+      if (read_number(kv->value, "small", R_FRAC, &d)) pair[2] = d;
       else ok = false;
     } else {
-      diag_error(sema_name_loc(kv), "unknown key '%s' in 'collective_efficiency' (valid keys: max, half_bytes)",
-                 kv->name);
+      diag_error(sema_name_loc(kv), "unknown key '%s' in '%s' (valid keys: max, half_bytes, small)", kv->name,
+                 key);
       ok = false;
     }
   }
   return ok;
+}
+
+/* matmul_tile = [8, 128, 128], matmul_fill = [128, 0, 0]: exactly three numbers, M N K, in the
+ * key's range (R_POS: whole numbers >= 1). */
+static bool read_vec3(const Node *v, const char *key, Range range, double *out) {
+  if (v->kind != N_LIST) {
+    diag_error(v->loc, "'%s' takes a list of three numbers (M, N, K), as in [128, 128, 64]", key);
+    return false;
+  }
+  double d[3];
+  int n = 0;
+  for (const Node *e = v->items; e; e = e->next) {
+    if (n == 3) {
+      diag_error(e->loc, "'%s' takes three numbers (M, N, K)", key);
+      return false;
+    }
+    if (range == R_POS) {
+      int c;
+      if (!read_count(e, key, NODE_MAX, &c)) return false;
+      d[n++] = c;
+    } else if (!read_number(e, key, range, &d[n++])) {
+      return false;
+    }
+  }
+  if (n != 3) {
+    diag_error(v->loc, "'%s' takes three numbers (M, N, K); found %d", key, n);
+    return false;
+  }
+  memcpy(out, d, sizeof d);
+  return true;
 }
 
 static int target_resolve(TargetBuild *tb, int i, int depth);
@@ -273,6 +318,10 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
   t->coll_eff_max = 1;
   t->coll_eff_half_bytes = 0;
   t->wrap_multiple = 0;
+  /* Calibrated-simulation keys: absent means no such effect (peak). */
+  for (int d = 0; d < 3; d++) t->matmul_tile[d] = 1, t->matmul_fill[d] = 0;
+  t->hbm_efficiency = 1;
+  t->fabric_oversubscription = 1;
 
   const Node *first[TKEY__COUNT] = {0};
   /* `base` first, wherever it is written, so that the block's own keys override it. */
@@ -331,7 +380,10 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
       ok = read_torus(v, t);
       break;
     case TV_COLL:
-      ok = read_coll(v, t);
+      ok = read_coll(v, kv->name, (double *)((char *)t + target_keys[k].offset));
+      break;
+    case TV_VEC3:
+      ok = read_vec3(v, kv->name, target_keys[k].range, (double *)((char *)t + target_keys[k].offset));
       break;
     }
     /* A key with a bad value counts as written: "missing" on top of "bad" would say it twice. */
@@ -369,6 +421,8 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
     } else {
       t->nvlink_bw = t->network_bw = t->nvlink_latency = t->network_latency = 0;
       t->node_size = 0;
+      t->fabric_domain = 0;
+      t->fabric_oversubscription = 1;
     }
   }
   st->state = 2;
