@@ -1,7 +1,7 @@
 /* compute.c: the compute side of the cost model: how long an op runs on one device.
  *
  * In: a Target and what an op does (a contraction's shape, bytes moved, a fused chain's external
- * bytes, a fused attention's shape). Out: seconds, and an OpCost saying what they are made of.
+ * bytes, a fused attention's shape). Out: seconds, and an OpTime saying what they are made of.
  * Ideal mode is the book's roofline, max(FLOPs / peak, bytes / HBM bandwidth), at peak figures
  * and nothing else. Calibrated mode models what real kernels do, each effect from a target key
  * with a physical reason (docs/cost-model.md, "Compute"; docs/targets.md lists the figures):
@@ -69,17 +69,17 @@ double cost_hbm_bandwidth(const Target *t, bool ideal) {
 }
 
 /* Fills *out from its parts: time = max(compute, memory) + overhead. */
-static double finish(OpCost *c, OpCost *out) {
+static double finish(OpTime *c, OpTime *out) {
   c->time_s = (c->compute_s > c->memory_s ? c->compute_s : c->memory_s) + c->overhead_s;
   c->memory_bound = c->memory_s > c->compute_s;
   if (out) *out = *c;
   return c->time_s;
 }
 
-static OpCost opcost_zero(void) { return (OpCost){.efficiency = 1}; }
+static OpTime opcost_zero(void) { return (OpTime){.efficiency = 1}; }
 
-double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool ideal, OpCost *out) {
-  OpCost c = opcost_zero();
+double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool ideal, OpTime *out) {
+  OpTime c = opcost_zero();
   if (!t || !(s.m > 0 && s.n > 0 && s.k > 0)) {
     if (out) *out = c;
     return 0;
@@ -102,8 +102,8 @@ double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool 
   return finish(&c, out);
 }
 
-double cost_memory_op(const Target *t, double bytes, bool ideal, OpCost *out) {
-  OpCost c = opcost_zero();
+double cost_memory_op(const Target *t, double bytes, bool ideal, OpTime *out) {
+  OpTime c = opcost_zero();
   if (!t) {
     if (out) *out = c;
     return 0;
@@ -114,8 +114,8 @@ double cost_memory_op(const Target *t, double bytes, bool ideal, OpCost *out) {
   return finish(&c, out);
 }
 
-double cost_fused_chain(const Target *t, double external_bytes, int nops, bool ideal, OpCost *out) {
-  OpCost c = opcost_zero();
+double cost_fused_chain(const Target *t, double external_bytes, int nops, bool ideal, OpTime *out) {
+  OpTime c = opcost_zero();
   if (!t || nops <= 0) {
     if (out) *out = c;
     return 0;
@@ -124,8 +124,8 @@ double cost_fused_chain(const Target *t, double external_bytes, int nops, bool i
 }
 
 double cost_attention(const Target *t, DType dt, AttentionShape a, bool backward, bool ideal,
-                      OpCost *out) {
-  OpCost c = opcost_zero();
+                      OpTime *out) {
+  OpTime c = opcost_zero();
   double b = at_least1(a.batch), h = a.heads, hk = a.kv_heads > 0 ? a.kv_heads : a.heads;
   double sq = a.q_len, sk = a.kv_len, d = a.head_dim, dv = a.v_dim > 0 ? a.v_dim : a.head_dim;
   if (!t || !(h > 0 && sq > 0 && sk > 0 && d > 0)) {

@@ -121,8 +121,8 @@ typedef struct MatmulShape {
   double batch; /* <= 0 means 1 */
 } MatmulShape;
 
-/* What an op's cost was made of. */
-typedef struct OpCost {
+/* What an op's time on a target was made of (its FLOPs and bytes: analysis/opcost.h). */
+typedef struct OpTime {
   double time_s;     /* max(compute_s, memory_s) + overhead_s */
   double compute_s;  /* exec_flops at the achieved FLOP/s */
   double memory_s;   /* bytes at the achieved HBM bandwidth */
@@ -136,7 +136,7 @@ typedef struct OpCost {
                         for attention exec_flops / (compute_s x peak), the kernel's rate, since a
                         causal mask executes fewer FLOPs than language.md counts */
   bool memory_bound; /* memory_s > compute_s */
-} OpCost;
+} OpTime;
 
 /* Achieved / peak FLOP/s of a contraction of shape s (before the roofline's memory side):
  * 1 when ideal; else matmul_efficiency x padding x waves x fill, each in (0, 1]:
@@ -153,20 +153,20 @@ double cost_matmul_bytes(DType dt, MatmulShape s);
 /* A contraction's time: FLOPs 2 batch m n k at cost_peak_flops(t, dt, true) x its efficiency,
  * against `bytes` of HBM traffic (cost_matmul_bytes when the caller has nothing better), plus
  * op_overhead when calibrated. Ideal: exactly cost_op_time(t, dt, 2 batch m n k, bytes, true). */
-double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool ideal, OpCost *out);
+double cost_matmul(const Target *t, DType dt, MatmulShape s, double bytes, bool ideal, OpTime *out);
 
 /* Achieved HBM bandwidth: hbm_bw, x hbm_efficiency when calibrated. */
 double cost_hbm_bandwidth(const Target *t, bool ideal);
 
 /* An op that only moves memory (elementwise, reduction, copy, gather): bytes / achieved HBM
  * bandwidth, plus op_overhead when calibrated. */
-double cost_memory_op(const Target *t, double bytes, bool ideal, OpCost *out);
+double cost_memory_op(const Target *t, double bytes, bool ideal, OpTime *out);
 
 /* A chain of nops elementwise ops fused into one kernel, as XLA and torch.compile fuse them: only
  * its external bytes (inputs read from HBM, outputs written back) move; intermediates stay in
  * registers. One op_overhead for the kernel. Unfused, the same chain costs the sum of each op's
  * own cost_memory_op. */
-double cost_fused_chain(const Target *t, double external_bytes, int nops, bool ideal, OpCost *out);
+double cost_fused_chain(const Target *t, double external_bytes, int nops, bool ideal, OpTime *out);
 
 /* The fused attention op (language.md's pattern) costed as flash attention: the scores never
  * touch HBM. kv_heads <= 0 means heads (multi-head); v_dim <= 0 means head_dim. */
@@ -181,7 +181,7 @@ typedef struct AttentionShape {
  * the statistics read, dQ, dK, dV written. Calibrated: at peak x attention_efficiency, and under
  * a causal mask only the key blocks at or before each query block run (blocks of 128). */
 double cost_attention(const Target *t, DType dt, AttentionShape a, bool backward, bool ideal,
-                      OpCost *out);
+                      OpTime *out);
 
 /* ---- compute vs communication thresholds (the book's rooflines for sharded training) ----
  * All are built on the collective intensity alpha = C / W: C = bf16 FLOP/s (x matmul_efficiency

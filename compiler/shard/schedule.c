@@ -63,7 +63,10 @@ static void stage_list(Sched *S, bool train) {
     return;
   }
   int total = N * V;
-  int warm = pi->schedule == SCHED_INTERLEAVED ? (p - s - 1) * 2 + (V - 1) * p : p - s - 1;
+  bool interleaved = pi->schedule == SCHED_INTERLEAVED && V > 1; /* interleaved(1) is 1f1b */
+  /* Megatron-LM: with as many microbatches as stages, the interleaved schedule runs every forward
+   * first (its steady state would have nothing to alternate with) */
+  int warm = !interleaved ? p - s - 1 : N == p ? total : (p - s - 1) * 2 + (V - 1) * p;
   if (warm > total) warm = total;
   int f = 0, b = 0;
   for (; f < warm; f++) {
@@ -98,7 +101,7 @@ int schedule_in_flight(const PipeInfo *pi, int s) {
 
 bool schedule_build(Arena *a, PipeInfo *pi, bool train, const char **why) {
   int p = pi->stages;
-  if (pi->schedule == SCHED_INTERLEAVED && train && pi->microbatches % p != 0) {
+  if (pi->schedule == SCHED_INTERLEAVED && pi->chunks > 1 && train && pi->microbatches % p != 0) {
     *why = "the interleaved schedule needs the microbatches to divide by the stages";
     return false;
   }

@@ -15,7 +15,8 @@
  *   interleaved(V) Megatron-LM's interleaved schedule (Narayanan et al. 2021): virtual microbatch k
  *                  of a stage is chunk (k / p) mod V of microbatch (k / (pV)) p + k mod p
  *                  (backward: chunk V - 1 - (k / p) mod V); (p - s - 1) 2 + (V - 1) p warmup
- *                  forwards, then one forward one backward; needs N divisible by p */
+ *                  forwards (all N V of them when N = p), then one forward one backward; needs N
+ *                  divisible by p */
 #ifndef SHARDC_SCHEDULE_H
 #define SHARDC_SCHEDULE_H
 

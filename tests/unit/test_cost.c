@@ -771,7 +771,7 @@ static void test_gpu_thresholds(void) {
 static void test_matmul_ideal(void) {
   ut_begin("matmul ideal: 2 m n k / peak vs bytes / HBM, exactly cost_op_time's roofline");
   MatmulShape big = {8192, 8192, 8192, 1};
-  OpCost c;
+  OpTime c;
   double bytes = cost_matmul_bytes(DT_BF16, big);
   near("bytes = (mk + kn + mn) x 2", bytes, 3 * 8192.0 * 8192 * 2, 1e-12);
   double t = cost_matmul(&H100, DT_BF16, big, bytes, true, &c);
@@ -798,7 +798,7 @@ static void test_matmul_calibrated(void) {
   MatmulShape big = {8192, 8192, 8192, 1};
   near("H100 8192^3 efficiency", cost_matmul_efficiency(&H100, big, false), want, 1e-12);
   ut_true("within the book's 80-85% ceiling, above 0.7", want < 0.82 && want > 0.7);
-  OpCost c;
+  OpTime c;
   double bytes = cost_matmul_bytes(DT_BF16, big);
   double t = cost_matmul(&H100, DT_BF16, big, bytes, false, &c);
   near("time = flops / (peak eff) + 2 us", t, 2 * 8192.0 * 8192 * 8192 / (9.9e14 * want) + 2e-6, 1e-12);
@@ -846,7 +846,7 @@ static void test_matmul_calibrated(void) {
 static void test_memory_ops_and_fusion(void) {
   ut_begin("memory-bound ops at hbm_efficiency; a fused chain moves only its external bytes");
   double x = 2.0 * 8 * 2048 * 4096; /* bf16[8, 2048, 4096] */
-  OpCost c;
+  OpTime c;
   near("ideal: bytes / hbm_bw", cost_memory_op(&H100, 2 * x, true, &c), 2 * x / 3.35e12, 1e-12);
   near("calibrated: bytes / (0.9 hbm_bw) + 2 us", cost_memory_op(&H100, 2 * x, false, &c),
        2 * x / (0.9 * 3.35e12) + 2e-6, 1e-12);
@@ -869,7 +869,7 @@ static void test_attention(void) {
   ut_begin("fused attention as flash attention: no score matrix; backward 2x + recomputed scores");
   double b = 4, h = 32, s = 4096, d = 128;
   AttentionShape a = {b, h, 0, s, s, d, 0, true};
-  OpCost c;
+  OpTime c;
   double t = cost_attention(&H100, DT_BF16, a, false, true, &c);
   double fwd = 4 * b * h * s * s * d;
   near("forward FLOPs 4 B H S^2 D", c.flops, fwd, 1e-12);

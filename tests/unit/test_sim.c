@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "schedule.h"
+#include "pipesim.h"
 #include "timeline.h"
 #include "unit_test.h"
 
@@ -344,8 +344,8 @@ static void test_speed(void) {
 
 /* ---- schedules ---- */
 
-static void expect_actions(PipeSchedule k, int p, int n, int v, int stage, const char *want) {
-  PipeAction a[256];
+static void expect_actions(ScheduleKind k, int p, int n, int v, int stage, const char *want) {
+  SimPipeStep a[256];
   int cnt = sim_pipe_actions(k, p, n, v, stage, a, 256);
   char got[2048];
   size_t used = 0;
@@ -360,38 +360,38 @@ static void expect_actions(PipeSchedule k, int p, int n, int v, int stage, const
 /* Orders written out by hand from the rules of schedule.h (chunk a = 0, b = 1). */
 static void test_pipe_orders(void) {
   ut_begin("pipeline action orders per stage: gpipe, 1f1b, interleaved");
-  expect_actions(PIPE_GPIPE, 4, 3, 1, 2, "F0 F1 F2 B0 B1 B2");
+  expect_actions(SCHED_GPIPE, 4, 3, 1, 2, "F0 F1 F2 B0 B1 B2");
   /* 1f1b, p = 4, N = 6: stage 0 warms up with 3 forwards, stage 3 with none */
-  expect_actions(PIPE_1F1B, 4, 6, 1, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
-  expect_actions(PIPE_1F1B, 4, 6, 1, 3, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
-  expect_actions(PIPE_1F1B, 4, 2, 1, 0, "F0 F1 B0 B1"); /* fewer microbatches than stages */
+  expect_actions(SCHED_1F1B, 4, 6, 1, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  expect_actions(SCHED_1F1B, 4, 6, 1, 3, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+  expect_actions(SCHED_1F1B, 4, 2, 1, 0, "F0 F1 B0 B1"); /* fewer microbatches than stages */
   /* interleaved, p = 2, N = 4, V = 2. Forward k: chunk (k mod 4) / 2, microbatch (k / 4) 2 + k mod 2:
    * F0a F1a F0b F1b F2a F3a F2b F3b; backward k: chunk 1 - (k mod 4) / 2: B0b B1b B0a B1a B2b B3b
    * B2a B3a. Warm-up: stage 0 (2 - 0 - 1) 2 + (2 - 1) 2 = 4, stage 1 (0) 2 + 2 = 2. */
-  expect_actions(PIPE_INTERLEAVED, 2, 4, 2, 0, "F0a F1a F0b F1b F2a B0b F3a B1b F2b B0a F3b B1a B2b B3b B2a B3a");
-  expect_actions(PIPE_INTERLEAVED, 2, 4, 2, 1, "F0a F1a F0b B0b F1b B1b F2a B0a F3a B1a F2b B2b F3b B3b B2a B3a");
+  expect_actions(SCHED_INTERLEAVED, 2, 4, 2, 0, "F0a F1a F0b F1b F2a B0b F3a B1b F2b B0a F3b B1a B2b B3b B2a B3a");
+  expect_actions(SCHED_INTERLEAVED, 2, 4, 2, 1, "F0a F1a F0b B0b F1b B1b F2a B0a F3a B1a F2b B2b F3b B3b B2a B3a");
   /* N = p: all forwards first (Megatron-LM's special case) */
-  expect_actions(PIPE_INTERLEAVED, 2, 2, 2, 1, "F0a F1a F0b F1b B0b B1b B0a B1a");
+  expect_actions(SCHED_INTERLEAVED, 2, 2, 2, 1, "F0a F1a F0b F1b B0b B1b B0a B1a");
   /* interleaved(1) is 1f1b */
-  expect_actions(PIPE_INTERLEAVED, 4, 6, 1, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  expect_actions(SCHED_INTERLEAVED, 4, 6, 1, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
   const char *why = NULL;
-  ut_true("interleaved needs N a multiple of p", !sim_pipe_valid(PIPE_INTERLEAVED, 4, 6, 2, &why) && why);
-  ut_true("gpipe takes one chunk", !sim_pipe_valid(PIPE_GPIPE, 4, 8, 2, NULL));
-  ut_true("invalid gives -1", sim_pipe_actions(PIPE_INTERLEAVED, 4, 6, 2, 0, NULL, 0) == -1);
-  ut_true("stage out of range", sim_pipe_actions(PIPE_1F1B, 4, 6, 1, 4, NULL, 0) == -1);
-  PipeSchedule k;
-  ut_true("names", sim_pipe_from_name("1f1b", &k) && k == PIPE_1F1B && strcmp(sim_pipe_name(PIPE_INTERLEAVED), "interleaved") == 0);
+  ut_true("interleaved needs N a multiple of p", !sim_pipe_valid(SCHED_INTERLEAVED, 4, 6, 2, &why) && why);
+  ut_true("gpipe takes one chunk", !sim_pipe_valid(SCHED_GPIPE, 4, 8, 2, NULL));
+  ut_true("invalid gives -1", sim_pipe_actions(SCHED_INTERLEAVED, 4, 6, 2, 0, NULL, 0) == -1);
+  ut_true("stage out of range", sim_pipe_actions(SCHED_1F1B, 4, 6, 1, 4, NULL, 0) == -1);
+  ScheduleKind k;
+  ut_true("names", sim_pipe_from_name("1f1b", &k) && k == SCHED_1F1B && strcmp(sim_pipe_name(SCHED_INTERLEAVED), "interleaved") == 0);
   /* every stage runs each (microbatch, chunk) once forward and once backward, forward first */
   int ps[] = {1, 2, 3, 4, 8}, ns[] = {1, 4, 8, 16, 24};
-  for (int kind = 0; kind < PIPE__COUNT; kind++)
+  for (int kind = 0; kind <= SCHED_INTERLEAVED; kind++)
     for (int i = 0; i < 5; i++)
       for (int j = 0; j < 5; j++)
         for (int v = 1; v <= 3; v++) {
           int p = ps[i], n = ns[j];
-          if (!sim_pipe_valid((PipeSchedule)kind, p, n, v, NULL)) continue;
+          if (!sim_pipe_valid((ScheduleKind)kind, p, n, v, NULL)) continue;
           for (int s = 0; s < p; s++) {
-            PipeAction a[2 * 24 * 3];
-            int cnt = sim_pipe_actions((PipeSchedule)kind, p, n, v, s, a, 2 * 24 * 3);
+            SimPipeStep a[2 * 24 * 3];
+            int cnt = sim_pipe_actions((ScheduleKind)kind, p, n, v, s, a, 2 * 24 * 3);
             int seen[24][3] = {{0}};
             bool ok = cnt == 2 * n * v;
             for (int q = 0; q < cnt && ok; q++) {
@@ -414,16 +414,16 @@ static void test_pipe_closed_forms(void) {
   int checked = 0;
   int ps[] = {1, 2, 3, 4, 8, 16}, ns[] = {1, 2, 4, 8, 16, 32, 64};
   double ratios[][2] = {{1, 2}, {1, 1}, {1, 3}};
-  for (int kind = 0; kind < PIPE__COUNT; kind++)
+  for (int kind = 0; kind <= SCHED_INTERLEAVED; kind++)
     for (int i = 0; i < 6; i++)
       for (int j = 0; j < 7; j++)
         for (int v = 1; v <= 4; v++)
           for (int r = 0; r < 3; r++) {
             int p = ps[i], n = ns[j];
-            if (!sim_pipe_valid((PipeSchedule)kind, p, n, v, NULL)) continue;
+            if (!sim_pipe_valid((ScheduleKind)kind, p, n, v, NULL)) continue;
             double tf = ratios[r][0], tb = ratios[r][1];
             PipeResult res;
-            bool ok = sim_pipe_simulate((PipeSchedule)kind, p, n, v, tf / v, tb / v, 0, &res);
+            bool ok = sim_pipe_simulate((ScheduleKind)kind, p, n, v, tf / v, tb / v, 0, &res);
             UT_CHECK(ok, "%s p=%d n=%d v=%d did not schedule", sim_pipe_name(kind), p, n, v);
             if (!ok) continue;
             double ideal = n * (tf + tb);
@@ -450,12 +450,12 @@ static void test_pipe_in_flight(void) {
   for (int p = 1; p <= 8; p++)
     for (int n = p; n <= 4 * p; n += p)
       for (int s = 0; s < p; s++) {
-        UT_CHECK(sim_pipe_in_flight(PIPE_GPIPE, p, n, 1, s) == n, "gpipe p=%d n=%d s=%d", p, n, s);
+        UT_CHECK(sim_pipe_in_flight(SCHED_GPIPE, p, n, 1, s) == n, "gpipe p=%d n=%d s=%d", p, n, s);
         int want = p - s < n ? p - s : n;
-        UT_CHECK(sim_pipe_in_flight(PIPE_1F1B, p, n, 1, s) == want, "1f1b p=%d n=%d s=%d: %d, want %d", p, n, s,
-                 sim_pipe_in_flight(PIPE_1F1B, p, n, 1, s), want);
+        UT_CHECK(sim_pipe_in_flight(SCHED_1F1B, p, n, 1, s) == want, "1f1b p=%d n=%d s=%d: %d, want %d", p, n, s,
+                 sim_pipe_in_flight(SCHED_1F1B, p, n, 1, s), want);
         for (int v = 2; v <= 4; v++) {
-          int got = sim_pipe_in_flight(PIPE_INTERLEAVED, p, n, v, s);
+          int got = sim_pipe_in_flight(SCHED_INTERLEAVED, p, n, v, s);
           int w = n == p ? n * v : (v - 1) * p + 2 * (p - s) - 1;
           if (w > n * v) w = n * v;
           UT_CHECK(got == w, "interleaved p=%d n=%d v=%d s=%d: %d, want %d", p, n, v, s, got, w);
@@ -466,7 +466,7 @@ static void test_pipe_in_flight(void) {
         }
       }
   /* fewer microbatches than stages under 1f1b: N */
-  ut_true("1f1b N < p", sim_pipe_in_flight(PIPE_1F1B, 8, 3, 1, 0) == 3);
+  ut_true("1f1b N < p", sim_pipe_in_flight(SCHED_1F1B, 8, 3, 1, 0) == 3);
   ut_end();
 }
 
@@ -476,13 +476,13 @@ static void test_pipe_transfers(void) {
   ut_begin("point-to-point transfers lengthen the step (gpipe: exactly 2 (p - 1) x)");
   double x = 0.1;
   PipeResult a, b;
-  sim_pipe_simulate(PIPE_GPIPE, 4, 8, 1, 1, 2, 0, &a);
-  sim_pipe_simulate(PIPE_GPIPE, 4, 8, 1, 1, 2, x, &b);
+  sim_pipe_simulate(SCHED_GPIPE, 4, 8, 1, 1, 2, 0, &a);
+  sim_pipe_simulate(SCHED_GPIPE, 4, 8, 1, 1, 2, x, &b);
   near("gpipe + 2 (p - 1) x", b.step_s, a.step_s + 2 * 3 * x);
-  for (int kind = PIPE_1F1B; kind <= PIPE_INTERLEAVED; kind++) {
-    int v = kind == PIPE_INTERLEAVED ? 2 : 1;
-    sim_pipe_simulate((PipeSchedule)kind, 8, 32, v, 1.0 / v, 2.0 / v, 0, &a);
-    sim_pipe_simulate((PipeSchedule)kind, 8, 32, v, 1.0 / v, 2.0 / v, x, &b);
+  for (int kind = SCHED_1F1B; kind <= SCHED_INTERLEAVED; kind++) {
+    int v = kind == SCHED_INTERLEAVED ? 2 : 1;
+    sim_pipe_simulate((ScheduleKind)kind, 8, 32, v, 1.0 / v, 2.0 / v, 0, &a);
+    sim_pipe_simulate((ScheduleKind)kind, 8, 32, v, 1.0 / v, 2.0 / v, x, &b);
     UT_CHECK(b.step_s >= a.step_s + 2 * 7 * x - 1e-9, "%s: %g with transfers, %g without", sim_pipe_name(kind),
              b.step_s, a.step_s);
   }
@@ -490,7 +490,7 @@ static void test_pipe_transfers(void) {
   SimGraph *g = sim_graph_new();
   int cs[4];
   for (int s = 0; s < 4; s++) cs[s] = sim_stream_add(g, sim_device_add(g, "stage", 1), SIM_STREAM_COMPUTE, NULL);
-  ut_true("build", sim_pipe_build(g, PIPE_GPIPE, 4, 8, 1, cs, NULL, NULL, NULL, NULL, NULL));
+  ut_true("build", sim_pipe_build(g, SCHED_GPIPE, 4, 8, 1, cs, NULL, NULL, NULL, NULL, NULL));
   ut_true("runs (zero durations)", sim_run(g));
   near("all zero", sim_makespan(g), 0);
   sim_graph_free(g);

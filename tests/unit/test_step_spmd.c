@@ -204,7 +204,7 @@ static void run_case(const Case *c) {
 int main(int argc, char **argv) {
   if (argc == 4) {
     only = "step.";
-    Case c = {argv[1], NULL, 0, argv[2], argv[3], {.max_bwd_gathers = -1}};
+    Case c = {argv[1], NULL, 0, argv[2], argv[3], {.max_bwd_gathers = -1}, 0, 0};
     run_case(&c);
     return ut_summary();
   }
@@ -223,35 +223,35 @@ int main(int argc, char **argv) {
      *   tp       the output's AllReduce over model (its type is replicated over model); the
      *            gradients AllReduced over data
      *   fsdp_tp  fsdp's gathers over data and tp's AllReduce; gradients reduce-scattered */
-    {mlp, mlp_small, 4, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}},
-    {mlp, mlp_small, 4, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}},
-    {mlp, mlp_small, 4, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 2, 0}, .max_bwd_gathers = -1}},
-    {mlp, mlp_small, 4, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}},
+    {mlp, mlp_small, 4, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {mlp, mlp_small, 4, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}, 0, 0},
+    {mlp, mlp_small, 4, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 2, 0}, .max_bwd_gathers = -1}, 0, 0},
+    {mlp, mlp_small, 4, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 1, 2, 0, 0}, .max_bwd_gathers = -1}, 0, 0},
     /* the stacked residual MLP of tests/explain/step_mlp.shard (the book's per-layer table there):
      * every layer's input needs its gradient, so the backward gathers both weights again under
      * FSDP and mirrors the forward's AllReduce under TP */
-    {step_mlp, step_small, 5, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}},
-    {step_mlp, step_small, 5, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 2, 2, 0, 0}, .max_bwd_gathers = -1}},
-    {step_mlp, step_small, 5, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 3, 0}, .max_bwd_gathers = -1}},
-    {step_mlp, step_small, 5, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 2, 2, 1, 0}, .max_bwd_gathers = -1}},
+    {step_mlp, step_small, 5, "pod", "dp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 2, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {step_mlp, step_small, 5, "pod", "fsdp", {.exact = (const int[8]){2, 0, 1, 0, 2, 2, 0, 0}, .max_bwd_gathers = -1}, 0, 0},
+    {step_mlp, step_small, 5, "pod", "tp", {.exact = (const int[8]){0, 0, 2, 0, 0, 0, 3, 0}, .max_bwd_gathers = -1}, 0, 0},
+    {step_mlp, step_small, 5, "pod", "fsdp_tp", {.exact = (const int[8]){2, 0, 2, 0, 2, 2, 1, 0}, .max_bwd_gathers = -1}, 0, 0},
     /* the tiny LLaMA */
     {llama, none, 1, "pod", "fsdp_tp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1, .max_bwd_gathers = -1,
-                                       .no_logits_gather = true}},
-    {llama, none, 1, "pod", "fsdp_tp_sp", {.max_bwd_gathers = -1, .no_logits_gather = true}},
-    {llama, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}},
-    {llama, none, 1, "pod", "fsdp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1, .max_bwd_gathers = -1}},
-    {llama, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+                                       .no_logits_gather = true}, 0, 0},
+    {llama, none, 1, "pod", "fsdp_tp_sp", {.max_bwd_gathers = -1, .no_logits_gather = true}, 0, 0},
+    {llama, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}, 0, 0},
+    {llama, none, 1, "pod", "fsdp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1, .max_bwd_gathers = -1}, 0, 0},
+    {llama, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
     /* two microbatches, full remat */
     {llama_mb, none, 1, "pod", "fsdp_tp", {.fwd_gathers = 1, .bwd_gathers = 1, .bwd_scatters = 1,
-                                          .max_bwd_gathers = -1, .no_logits_gather = true}},
-    {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}},
-    {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+                                          .max_bwd_gathers = -1, .no_logits_gather = true}, 0, 0},
+    {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}, 0, 0},
+    {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
     /* the same pipeline under each schedule (interleaved(2): 4 layers, 2 chunks of 1 per stage) */
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_GPIPE, 1},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_1F1B, 1},
     {llama_mb, four_layers, 2, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_INTERLEAVED, 2},
     /* a tied embedding on both ends of the pipeline */
-    {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}},
+    {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
   };
   for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
   return ut_summary();

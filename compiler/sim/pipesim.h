@@ -1,10 +1,11 @@
-/* schedule.h: pipeline schedules: which stage runs which microbatch's forward or backward, when.
+/* pipesim.h: pipeline schedules on the timeline: which stage runs which microbatch's forward or
+ * backward, when, and what a uniform pipeline's step comes to.
  *
  * In: the schedule (gpipe, 1f1b, interleaved), p stages, N microbatches, V model chunks per stage.
- * Out: each stage's actions in execution order (a pure function: the memory model counts the
- * microbatches in flight from it, the runtime executes the same order, the simulator times it),
- * and the schedule's step time and bubble for given per-chunk forward, backward and transfer
- * times, simulated on the timeline engine (timeline.h).
+ * Out: each stage's forwards and backwards in execution order -- read off the one schedule the IR
+ * carries (shard/schedule.h: the memory model counts the microbatches in flight from it, the
+ * interpreter and the runtime execute it) -- and the schedule's step time and bubble for given
+ * per-chunk forward, backward and transfer times, simulated on the timeline engine (timeline.h).
  *
  * The model is cut into p V virtual stages; virtual stage j = chunk c on stage j mod p, with
  * c = j / p (Megatron-LM's interleaving: stage s holds layers of chunks s, s + p, ...). A forward
@@ -32,49 +33,41 @@
  *                 ideal N (t_f + t_b) and (p - 1) / (N + p - 1) of the step.
  *   interleaved   bubble (p - 1)(t_f + t_b) / V: (p - 1) / (V N) of the ideal.
  */
-#ifndef SHARDC_SIM_SCHEDULE_H
-#define SHARDC_SIM_SCHEDULE_H
+#ifndef SHARDC_SIM_PIPESIM_H
+#define SHARDC_SIM_PIPESIM_H
 
+#include "ir.h"
 #include "timeline.h"
 
-/* X(enum, name as in a train step's `schedule` key), in this order */
-#define PIPE_SCHEDULES(X)            \
-  X(PIPE_GPIPE, "gpipe")             \
-  X(PIPE_1F1B, "1f1b")               \
-  X(PIPE_INTERLEAVED, "interleaved")
-typedef enum {
-#define X(e, s) e,
-  PIPE_SCHEDULES(X)
-#undef X
-  PIPE__COUNT
-} PipeSchedule;
-const char *sim_pipe_name(PipeSchedule k);                 /* "gpipe", ...; "?" */
-bool sim_pipe_from_name(const char *s, PipeSchedule *out); /* false if s names none */
+/* The schedules are language.md's (program.h's ScheduleKind: SCHED_GPIPE, SCHED_1F1B,
+ * SCHED_INTERLEAVED). */
+const char *sim_pipe_name(ScheduleKind k);                 /* "gpipe", ...; "?" */
+bool sim_pipe_from_name(const char *s, ScheduleKind *out); /* false if s names none */
 
 /* One step of a stage's program. */
-typedef struct PipeAction {
+typedef struct SimPipeStep {
   int stage;      /* 0 .. p-1 */
   bool backward;  /* false: forward */
   int microbatch; /* 0 .. N-1 */
   int chunk;      /* 0 .. V-1: the model chunk on this stage (virtual stage chunk p + stage) */
-} PipeAction;
+} SimPipeStep;
 
 /* Whether (kind, p, n, v) is a schedule this module can produce: p, n, v >= 1; gpipe and 1f1b
  * take v = 1; interleaved needs n a multiple of p. *why (if not NULL) says what is wrong. */
-bool sim_pipe_valid(PipeSchedule kind, int p, int n, int v, const char **why);
+bool sim_pipe_valid(ScheduleKind kind, int p, int n, int v, const char **why);
 
 /* Writes stage's actions in execution order to out (room for cap; 2 N V are needed) and returns
  * how many there are (2 N V), or -1 when the schedule is not valid or stage is out of range. When
  * cap is smaller only the first cap are written. */
-int sim_pipe_actions(PipeSchedule kind, int p, int n, int v, int stage, PipeAction *out, int cap);
+int sim_pipe_actions(ScheduleKind kind, int p, int n, int v, int stage, SimPipeStep *out, int cap);
 
 /* The most microbatch-chunks whose forward stage has run and whose backward it has not yet, at
  * any point of its program (chunk activations held: divide by V for microbatches' worth). -1 when
  * not valid. */
-int sim_pipe_in_flight(PipeSchedule kind, int p, int n, int v, int stage);
+int sim_pipe_in_flight(ScheduleKind kind, int p, int n, int v, int stage);
 
 /* Duration of an action (a chunk's forward or backward), or of the transfer after it. */
-typedef double (*PipeDurationFn)(void *ctx, const PipeAction *a);
+typedef double (*PipeDurationFn)(void *ctx, const SimPipeStep *a);
 
 /* Adds a schedule's tasks to g: stage s's actions, in order, on compute_streams[s]; after each
  * forward (backward) whose next (previous) virtual stage sits on another stage, a transfer task
@@ -82,7 +75,7 @@ typedef double (*PipeDurationFn)(void *ctx, const PipeAction *a);
  * p2p_streams NULL the transfer is a lag on the dependency, occupying no stream; xfer NULL means
  * 0). Task ids go to ids[s * 2 N V + k] for the k-th action of stage s when ids is not NULL.
  * False (nothing added) when the schedule is not valid. */
-bool sim_pipe_build(SimGraph *g, PipeSchedule kind, int p, int n, int v, const int *compute_streams,
+bool sim_pipe_build(SimGraph *g, ScheduleKind kind, int p, int n, int v, const int *compute_streams,
                     const int *p2p_streams, PipeDurationFn dur, PipeDurationFn xfer, void *ctx, int *ids);
 
 /* What a uniform pipeline's step comes to. */
@@ -97,7 +90,7 @@ typedef struct PipeResult {
 /* Simulates (kind, p, n, v) with every chunk's forward taking fwd_s, its backward bwd_s, and each
  * transfer between stages p2p_s (on p2p streams). False when the schedule is not valid or the
  * timeline could not schedule every task (which would be a bug in the action order). */
-bool sim_pipe_simulate(PipeSchedule kind, int p, int n, int v, double fwd_s, double bwd_s, double p2p_s,
+bool sim_pipe_simulate(ScheduleKind kind, int p, int n, int v, double fwd_s, double bwd_s, double p2p_s,
                        PipeResult *out);
 
 #endif

@@ -1,31 +1,29 @@
-/* schedule.c: pipeline schedules (schedule.h): action orders, microbatches in flight, and their
- * simulation on the timeline engine.
+/* pipesim.c: pipeline schedules on the timeline (pipesim.h): the IR's action orders
+ * (shard/schedule.c) seen as forwards and backwards, and their simulation.
  *
  * In: (schedule, p stages, N microbatches, V chunks). Out: per stage, its forwards and backwards
  * in execution order; the timeline of a whole pipeline built from them. The orders are those of
  * GPipe, of PipeDream-flush as Megatron-LM runs it (1F1B), and of Megatron-LM's interleaved
- * schedule (Narayanan et al. 2021), written from the rules in schedule.h. */
+ * schedule (Narayanan et al. 2021). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipesim.h"
 #include "schedule.h"
 
-static const char *const pipe_names[] = {
-#define X(e, s) [e] = s,
-  PIPE_SCHEDULES(X)
-#undef X
-};
+static const char *const pipe_names[] = {[SCHED_GPIPE] = "gpipe", [SCHED_1F1B] = "1f1b",
+                                         [SCHED_INTERLEAVED] = "interleaved"};
 
-const char *sim_pipe_name(PipeSchedule k) {
-  if ((int)k < 0 || k >= PIPE__COUNT) return "?";
+const char *sim_pipe_name(ScheduleKind k) {
+  if ((int)k < 0 || k > SCHED_INTERLEAVED) return "?";
   return pipe_names[k];
 }
 
-bool sim_pipe_from_name(const char *s, PipeSchedule *out) {
+bool sim_pipe_from_name(const char *s, ScheduleKind *out) {
   if (!s) return false;
-  for (int k = 0; k < PIPE__COUNT; k++)
+  for (int k = 0; k <= SCHED_INTERLEAVED; k++)
     if (strcmp(s, pipe_names[k]) == 0) {
-      if (out) *out = (PipeSchedule)k;
+      if (out) *out = (ScheduleKind)k;
       return true;
     }
   return false;
@@ -34,92 +32,74 @@ bool sim_pipe_from_name(const char *s, PipeSchedule *out) {
 /* Limits that keep 2 N V and N p V in int. */
 enum { PIPE_MAX = 1 << 20 };
 
-bool sim_pipe_valid(PipeSchedule kind, int p, int n, int v, const char **why) {
+bool sim_pipe_valid(ScheduleKind kind, int p, int n, int v, const char **why) {
   const char *w = NULL;
-  if ((int)kind < 0 || kind >= PIPE__COUNT) w = "unknown schedule";
+  if ((int)kind < 0 || kind > SCHED_INTERLEAVED) w = "unknown schedule";
   else if (p < 1 || n < 1 || v < 1) w = "stages, microbatches and chunks must be at least 1";
   else if (p > PIPE_MAX || n > PIPE_MAX || v > PIPE_MAX || (double)n * p * v > (double)(1 << 28))
     w = "schedule too large";
-  else if (kind != PIPE_INTERLEAVED && v != 1) w = "gpipe and 1f1b have one chunk per stage";
-  else if (kind == PIPE_INTERLEAVED && v > 1 && n % p != 0)
+  else if (kind != SCHED_INTERLEAVED && v != 1) w = "gpipe and 1f1b have one chunk per stage";
+  else if (kind == SCHED_INTERLEAVED && v > 1 && n % p != 0)
     w = "the interleaved schedule needs the microbatches to be a multiple of the stages";
   if (why) *why = w;
   return w == NULL;
 }
 
-/* The k-th forward (or backward) of an interleaved stage: chunk and microbatch. */
-static void interleaved_at(int p, int v, int k, bool backward, int *chunk, int *mb) {
-  int in_group = k % (p * v);
-  int c = in_group / p;
-  *chunk = backward ? v - 1 - c : c;
-  *mb = (k / (p * v)) * p + k % p;
+/* The schedule the IR would carry for this shape (shard/schedule.c), in an arena the caller frees. */
+static bool schedule_of(Arena *a, ScheduleKind kind, int p, int n, int v, PipeInfo *pi) {
+  memset(pi, 0, sizeof *pi);
+  pi->stages = p, pi->chunks = v, pi->microbatches = n, pi->schedule = kind;
+  const char *why;
+  return schedule_build(a, pi, true, &why);
 }
 
-int sim_pipe_actions(PipeSchedule kind, int p, int n, int v, int stage, PipeAction *out, int cap) {
+int sim_pipe_actions(ScheduleKind kind, int p, int n, int v, int stage, SimPipeStep *out, int cap) {
   if (!sim_pipe_valid(kind, p, n, v, NULL) || stage < 0 || stage >= p) return -1;
-  if (kind == PIPE_INTERLEAVED && v == 1) kind = PIPE_1F1B;
-  int total = n * v, k = 0, nf = 0, nb = 0;
-#define EMIT(bw)                                                                      \
-  do {                                                                                \
-    PipeAction a = {stage, (bw), 0, 0};                                               \
-    if (kind == PIPE_INTERLEAVED) interleaved_at(p, v, (bw) ? nb : nf, (bw), &a.chunk, &a.microbatch); \
-    else a.microbatch = (bw) ? nb : nf;                                               \
-    if ((bw)) nb++;                                                                   \
-    else nf++;                                                                        \
-    if (out && k < cap) out[k] = a;                                                   \
-    k++;                                                                              \
-  } while (0)
-  if (kind == PIPE_GPIPE) {
-    for (int i = 0; i < n; i++) EMIT(false);
-    for (int i = 0; i < n; i++) EMIT(true);
-    return k;
+  Arena a;
+  arena_init(&a);
+  PipeInfo pi;
+  int k = -1;
+  if (schedule_of(&a, kind, p, n, v, &pi)) {
+    k = 0;
+    for (int i = pi.first_action[stage]; i < pi.first_action[stage + 1]; i++) {
+      const PipeAction *x = &pi.actions[i];
+      if (x->kind != PA_FWD && x->kind != PA_BWD) continue;
+      SimPipeStep st = {stage, x->kind == PA_BWD, x->mb, x->chunk / p};
+      if (out && k < cap) out[k] = st;
+      k++;
+    }
   }
-  int warmup;
-  if (kind == PIPE_1F1B) warmup = p - stage - 1;
-  else warmup = n == p ? total : (p - stage - 1) * 2 + (v - 1) * p;
-  if (warmup > total) warmup = total;
-  for (int i = 0; i < warmup; i++) EMIT(false);
-  for (int i = 0; i < total - warmup; i++) {
-    EMIT(false);
-    EMIT(true);
-  }
-  for (int i = 0; i < warmup; i++) EMIT(true);
-#undef EMIT
+  arena_free(&a);
   return k;
 }
 
-int sim_pipe_in_flight(PipeSchedule kind, int p, int n, int v, int stage) {
-  int total = sim_pipe_actions(kind, p, n, v, stage, NULL, 0);
-  if (total < 0) return -1;
-  PipeAction *a = malloc(sizeof *a * (size_t)total);
-  if (!a) abort();
-  sim_pipe_actions(kind, p, n, v, stage, a, total);
-  int cur = 0, peak = 0;
-  for (int i = 0; i < total; i++) {
-    cur += a[i].backward ? -1 : 1;
-    if (cur > peak) peak = cur;
-  }
-  free(a);
-  return peak;
+int sim_pipe_in_flight(ScheduleKind kind, int p, int n, int v, int stage) {
+  if (!sim_pipe_valid(kind, p, n, v, NULL) || stage < 0 || stage >= p) return -1;
+  Arena a;
+  arena_init(&a);
+  PipeInfo pi;
+  int r = schedule_of(&a, kind, p, n, v, &pi) ? schedule_in_flight(&pi, stage) : -1;
+  arena_free(&a);
+  return r;
 }
 
 /* ---- the pipeline on a timeline ---- */
 
-static double call(PipeDurationFn f, void *ctx, const PipeAction *a) { return f ? f(ctx, a) : 0; }
+static double call(PipeDurationFn f, void *ctx, const SimPipeStep *a) { return f ? f(ctx, a) : 0; }
 
-bool sim_pipe_build(SimGraph *g, PipeSchedule kind, int p, int n, int v, const int *compute_streams,
+bool sim_pipe_build(SimGraph *g, ScheduleKind kind, int p, int n, int v, const int *compute_streams,
                     const int *p2p_streams, PipeDurationFn dur, PipeDurationFn xfer, void *ctx, int *ids) {
   if (!g || !compute_streams || !sim_pipe_valid(kind, p, n, v, NULL)) return false;
   int per = 2 * n * v, pv = p * v;
   size_t slots = (size_t)n * (size_t)pv;
-  PipeAction *acts = malloc(sizeof *acts * (size_t)per * (size_t)p);
+  SimPipeStep *acts = malloc(sizeof *acts * (size_t)per * (size_t)p);
   int *fwd = malloc(sizeof *fwd * slots), *bwd = malloc(sizeof *bwd * slots);
   int *fsend = malloc(sizeof *fsend * slots), *bsend = malloc(sizeof *bsend * slots);
   if (!acts || !fwd || !bwd || !fsend || !bsend) abort();
   for (size_t i = 0; i < slots; i++) fwd[i] = bwd[i] = fsend[i] = bsend[i] = -1;
   sim_graph_reserve(g, sim_task_count(g) + 2 * per * p, 0);
   for (int s = 0; s < p; s++) {
-    PipeAction *a = acts + (size_t)s * per;
+    SimPipeStep *a = acts + (size_t)s * per;
     sim_pipe_actions(kind, p, n, v, s, a, per);
     for (int k = 0; k < per; k++) {
       int j = a[k].chunk * p + s; /* virtual stage */
@@ -148,7 +128,7 @@ bool sim_pipe_build(SimGraph *g, PipeSchedule kind, int p, int n, int v, const i
         size_t prev = slot - 1;
         if (fsend[prev] >= 0) sim_dep_add(g, fsend[prev], fwd[slot], 0);
         else {
-          PipeAction from = {(j - 1) % p, false, m, (j - 1) / p};
+          SimPipeStep from = {(j - 1) % p, false, m, (j - 1) / p};
           sim_dep_add(g, fwd[prev], fwd[slot], p > 1 ? call(xfer, ctx, &from) : 0);
         }
       }
@@ -156,7 +136,7 @@ bool sim_pipe_build(SimGraph *g, PipeSchedule kind, int p, int n, int v, const i
         size_t next = slot + 1;
         if (bsend[next] >= 0) sim_dep_add(g, bsend[next], bwd[slot], 0);
         else {
-          PipeAction from = {(j + 1) % p, true, m, (j + 1) / p};
+          SimPipeStep from = {(j + 1) % p, true, m, (j + 1) / p};
           sim_dep_add(g, bwd[next], bwd[slot], p > 1 ? call(xfer, ctx, &from) : 0);
         }
       }
@@ -174,17 +154,17 @@ typedef struct Uniform {
   double f, b, x;
 } Uniform;
 
-static double uniform_dur(void *ctx, const PipeAction *a) {
+static double uniform_dur(void *ctx, const SimPipeStep *a) {
   const Uniform *u = ctx;
   return a->backward ? u->b : u->f;
 }
 
-static double uniform_xfer(void *ctx, const PipeAction *a) {
+static double uniform_xfer(void *ctx, const SimPipeStep *a) {
   (void)a;
   return ((const Uniform *)ctx)->x;
 }
 
-bool sim_pipe_simulate(PipeSchedule kind, int p, int n, int v, double fwd_s, double bwd_s, double p2p_s,
+bool sim_pipe_simulate(ScheduleKind kind, int p, int n, int v, double fwd_s, double bwd_s, double p2p_s,
                        PipeResult *out) {
   if (out) memset(out, 0, sizeof *out);
   if (!sim_pipe_valid(kind, p, n, v, NULL)) return false;
