@@ -958,7 +958,8 @@ static void check_model_specs(Sema *s, const Model *m, uint8_t *done) {
 }
 
 /* batch / microbatches must divide by the product of the axes that shard `batch` in the step's
- * inputs (language.md: each microbatch is sharded as `batch` is). */
+ * inputs and in its labels, which are sharded like the output (language.md: each microbatch is
+ * sharded as `batch` is). */
 static void check_microbatches(Sema *s) {
   Program *p = s->p;
   Step *st = p->step;
@@ -966,8 +967,9 @@ static void check_microbatches(Sema *s) {
   Dim *batch = program_find_dim(p, intern_cstr("batch"));
   if (!batch || batch->size % st->microbatches != 0) return;
   int64_t rows = batch->size / st->microbatches;
-  for (int a = 0; a < st->fn->nargs; a++) {
-    const TypeSpec *t = &st->fn->args[a].type;
+  /* the arguments, and the return type: the labels are sharded like the output */
+  for (int a = 0; a <= st->fn->nargs; a++) {
+    const TypeSpec *t = a < st->fn->nargs ? &st->fn->args[a].type : &st->fn->ret;
     Sharding sh;
     if (t->dtype == DT_NONE || !layout_apply(p, t, &sh, NULL)) continue;
     for (int d = 0; d < t->rank; d++) {

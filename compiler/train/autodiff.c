@@ -412,6 +412,12 @@ static Value *fwd_value(Ctx *c, Value *v) {
     r = zeros(c, v->type, L->loc);
   } else if (v->def->kind == OP_CONST) {
     r = ad_const(c->ad->m, c->out, v->def->scalar, v->type.dtype, v->def->loc, PHASE_BACKWARD);
+  } else if (v->def->kind == OP_RENAME) {
+    /* a rename is a view: kept as its source (x[seq -> kseq] and x are one residual) and renamed
+     * again in the backward, whatever the policy */
+    recompute(c, v->def);
+    r = v->id < c->n ? c->fmap[v->id] : NULL;
+    if (!r) r = zeros(c, v->type, v->def->loc);
   } else if (policy_keeps(c, v)) {
     r = residual(c, v);
   } else {
