@@ -4,7 +4,7 @@
 
 #include "suggest.h"
 
-enum { SUGGEST_MAX_LEN = 64, SUGGEST_FAR = 1000 };
+enum { SUGGEST_MAX_LEN = 64, SUGGEST_FAR = 1 << 20 };
 
 static char fold(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
 
@@ -41,19 +41,39 @@ bool suggest_is_typo(const char *want, const char *cand) {
   return d <= typo_limit(want) && (size_t)d < strlen(want);
 }
 
+/* Bytes the two names share at their start. */
+static size_t common_prefix(const char *a, const char *b) {
+  size_t n = 0;
+  while (a[n] && fold(a[n]) == fold(b[n])) n++;
+  return n;
+}
+
+/* One name a prefix of the other (`tpu_v5`, `tpu_v5e`), or both sharing a start of at least 4
+ * bytes that covers 2/3 of the shorter (`hbm_bandwidth`, `hbm_bw`). */
 static bool prefix_match(const char *want, const char *cand) {
-  size_t lw = strlen(want), lc = strlen(cand);
-  size_t n = lw < lc ? lw : lc;
-  return n >= 3 && lw != lc && strncmp(want, cand, n) == 0;
+  size_t lw = strlen(want), lc = strlen(cand), shorter = lw < lc ? lw : lc, n = common_prefix(want, cand);
+  if (n == shorter) return n >= 3 && lw != lc;
+  return n >= 4 && 3 * n >= 2 * shorter;
 }
 
 Suggest suggest_begin(const char *want) { return (Suggest){want, NULL, SUGGEST_FAR}; }
 
+/* Scores, lower is better: twice the edit count for a typo, one less when the typo is also a
+ * prefix (`tpu_v5` is nearer `tpu_v5e` than `tpu_v4`); for a prefix match alone, 6 plus how many
+ * bytes of the longer name the shared start leaves over (`hbm_bw` beats `hbm` for
+ * `hbm_bandwidth`). */
 void suggest_try(Suggest *s, const char *cand) {
   if (!s->want || !cand || !*cand || strcmp(s->want, cand) == 0) return;
   int score = SUGGEST_FAR;
-  if (suggest_is_typo(s->want, cand)) score = suggest_distance(s->want, cand);
-  else if (prefix_match(s->want, cand)) score = 3;
+  if (suggest_is_typo(s->want, cand)) {
+    size_t lw = strlen(s->want), lc = strlen(cand);
+    bool extends = common_prefix(s->want, cand) == (lw < lc ? lw : lc);
+    score = 2 * suggest_distance(s->want, cand) - (extends ? 1 : 0);
+  } else if (prefix_match(s->want, cand)) {
+    size_t lw = strlen(s->want), lc = strlen(cand), longer = lw > lc ? lw : lc;
+    size_t left = longer - common_prefix(s->want, cand);
+    score = 6 + (left < 500 ? (int)left : 500);
+  }
   if (score < s->score) {
     s->score = score;
     s->best = cand;

@@ -3,8 +3,11 @@
  * A name is close to another when it is a likely typo of it: at most 2 edits apart (1 for names of
  * up to 3 bytes), counting an insertion, a deletion, a substitution or a swap of two neighbours as
  * one edit and ignoring case; or when one is a prefix of the other (`tpu_v5` for `tpu_v5e`, `lay`
- * for `layers`), the shorter being at least 3 bytes. Among close candidates the fewest edits win,
- * then a prefix match, then the first tried: suggestions are deterministic.
+ * for `layers`), the shorter being at least 3 bytes; or when they share a start of at least 4 bytes
+ * covering 2/3 of the shorter (`hbm_bandwidth` for `hbm_bw`). Among close candidates the fewest
+ * edits win (a typo that is also a prefix first: `tpu_v5` suggests `tpu_v5e`, not `tpu_v4`), then
+ * the prefix match leaving the fewest bytes unshared, then the first tried: suggestions are
+ * deterministic.
  *
  *   Suggest s = suggest_begin(name);
  *   for (...) suggest_try(&s, candidate);
@@ -19,7 +22,7 @@
 typedef struct Suggest {
   const char *want;  /* the unknown name */
   const char *best;  /* the closest candidate so far, or NULL */
-  int score;         /* its rank: edits, or 3 for a prefix match; lower is better */
+  int score;         /* its rank (suggest_try); lower is better */
 } Suggest;
 
 Suggest suggest_begin(const char *want);

@@ -9,9 +9,11 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sema_int.h"
+#include "suggest.h"
 
 /* How a key's value is read. */
 typedef enum {
@@ -24,7 +26,23 @@ typedef enum {
   TV_COLL,   /* { max = fraction  half_bytes = bytes } */
 } TargetValue;
 
-typedef enum { R_ANY, R_POS, R_NONNEG, R_FRAC } Range; /* TV_NUM: >0, >=0, (0, 1] */
+/* TV_NUM's ranges. Times are amounts divided by rates and fractions (bytes / bandwidth, FLOPs /
+ * (peak x efficiency)) plus latencies, so a figure that could make a time infinite or meaningless
+ * (a bandwidth of 1e-300, an efficiency of 1e-300, a latency of 1e300) is an error where it is
+ * written, not an inf in a report. The bounds are far beyond any hardware. */
+typedef enum {
+  R_ANY,
+  R_RATE,     /* bytes/s or FLOP/s: [RATE_MIN, RATE_MAX] */
+  R_BYTES,    /* a capacity in bytes: [1, RATE_MAX] */
+  R_LATENCY,  /* seconds: [0, LATENCY_MAX] */
+  R_FRAC,     /* a fraction of peak: [FRAC_MIN, 1] */
+  R_HALF,     /* bytes: [0, HALF_MAX] */
+} Range;
+#define RATE_MIN 1.0
+#define RATE_MAX 1e25
+#define LATENCY_MAX 1e3
+#define FRAC_MIN 1e-3
+#define HALF_MAX 1e15
 enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
 
 /* X(enum, key, how read, range, which targets, required, offset of the field). Order: printing
@@ -32,20 +50,20 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
 #define TARGET_KEYS(X)                                                                          \
   X(TKEY_KIND, "kind", TV_KIND, R_ANY, FOR_ANY, 1, 0)                                            \
   X(TKEY_BASE, "base", TV_BASE, R_ANY, FOR_ANY, 0, 0)                                            \
-  X(TKEY_FLOPS, "flops", TV_FLOPS, R_POS, FOR_ANY, 1, 0)                                         \
-  X(TKEY_HBM, "hbm", TV_NUM, R_POS, FOR_ANY, 1, offsetof(Target, hbm))                           \
-  X(TKEY_HBM_BW, "hbm_bw", TV_NUM, R_POS, FOR_ANY, 1, offsetof(Target, hbm_bw))                  \
+  X(TKEY_FLOPS, "flops", TV_FLOPS, R_RATE, FOR_ANY, 1, 0)                                        \
+  X(TKEY_HBM, "hbm", TV_NUM, R_BYTES, FOR_ANY, 1, offsetof(Target, hbm))                         \
+  X(TKEY_HBM_BW, "hbm_bw", TV_NUM, R_RATE, FOR_ANY, 1, offsetof(Target, hbm_bw))                 \
   X(TKEY_MATMUL_EFF, "matmul_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, matmul_efficiency)) \
-  X(TKEY_ICI_BW, "ici_bw", TV_NUM, R_POS, FOR_TPU, 1, offsetof(Target, ici_bw))                  \
+  X(TKEY_ICI_BW, "ici_bw", TV_NUM, R_RATE, FOR_TPU, 1, offsetof(Target, ici_bw))                 \
   X(TKEY_TORUS, "torus", TV_TORUS, R_ANY, FOR_TPU, 1, 0)                                         \
   X(TKEY_WRAP, "wrap_multiple", TV_INT, R_ANY, FOR_TPU, 1, offsetof(Target, wrap_multiple))     \
-  X(TKEY_HOP_LAT, "hop_latency", TV_NUM, R_NONNEG, FOR_TPU, 1, offsetof(Target, hop_latency))    \
-  X(TKEY_DCN_BW, "dcn_bw", TV_NUM, R_POS, FOR_TPU, 1, offsetof(Target, dcn_bw))                  \
-  X(TKEY_NVLINK_BW, "nvlink_bw", TV_NUM, R_POS, FOR_GPU, 1, offsetof(Target, nvlink_bw))         \
+  X(TKEY_HOP_LAT, "hop_latency", TV_NUM, R_LATENCY, FOR_TPU, 1, offsetof(Target, hop_latency))   \
+  X(TKEY_DCN_BW, "dcn_bw", TV_NUM, R_RATE, FOR_TPU, 1, offsetof(Target, dcn_bw))                 \
+  X(TKEY_NVLINK_BW, "nvlink_bw", TV_NUM, R_RATE, FOR_GPU, 1, offsetof(Target, nvlink_bw))        \
   X(TKEY_NODE_SIZE, "node_size", TV_INT, R_ANY, FOR_GPU, 1, offsetof(Target, node_size))         \
-  X(TKEY_NETWORK_BW, "network_bw", TV_NUM, R_POS, FOR_GPU, 1, offsetof(Target, network_bw))      \
-  X(TKEY_NVLINK_LAT, "nvlink_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, nvlink_latency)) \
-  X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, network_latency)) \
+  X(TKEY_NETWORK_BW, "network_bw", TV_NUM, R_RATE, FOR_GPU, 1, offsetof(Target, network_bw))     \
+  X(TKEY_NVLINK_LAT, "nvlink_latency", TV_NUM, R_LATENCY, FOR_GPU, 1, offsetof(Target, nvlink_latency)) \
+  X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_LATENCY, FOR_GPU, 1, offsetof(Target, network_latency)) \
   X(TKEY_COLL_EFF, "collective_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, 0)
 
 typedef enum {
@@ -113,15 +131,27 @@ static bool read_number(const Node *v, const char *key, Range range, double *out
     return false;
   }
   switch (range) {
-  case R_POS:
-    if (*out <= 0) return diag_error(v->loc, "'%s' must be greater than 0 (found %g)", key, *out), false;
+  case R_RATE:
+    if (*out < RATE_MIN || *out > RATE_MAX)
+      return diag_error(v->loc, "'%s' is a rate times are divided by: it must be from %g to %g per second (found %g)",
+                        key, RATE_MIN, RATE_MAX, *out), false;
     break;
-  case R_NONNEG:
-    if (*out < 0) return diag_error(v->loc, "'%s' must not be negative (found %g)", key, *out), false;
+  case R_BYTES:
+    if (*out < 1 || *out > RATE_MAX)
+      return diag_error(v->loc, "'%s' is a capacity in bytes: from 1 to %g (found %g)", key, RATE_MAX, *out), false;
+    break;
+  case R_LATENCY:
+    if (*out < 0 || *out > LATENCY_MAX)
+      return diag_error(v->loc, "'%s' is a latency in seconds: from 0 to %g (found %g)", key, LATENCY_MAX, *out), false;
     break;
   case R_FRAC:
-    if (*out <= 0 || *out > 1)
-      return diag_error(v->loc, "'%s' is a fraction of peak: greater than 0 and at most 1 (found %g)", key, *out), false;
+    if (*out < FRAC_MIN || *out > 1)
+      return diag_error(v->loc, "'%s' is a fraction of peak that times are divided by: from %g to 1 (found %g)", key,
+                        FRAC_MIN, *out), false;
+    break;
+  case R_HALF:
+    if (*out < 0 || *out > HALF_MAX)
+      return diag_error(v->loc, "'%s' is a message size in bytes: from 0 to %g (found %g)", key, HALF_MAX, *out), false;
     break;
   case R_ANY:
     break;
@@ -165,7 +195,11 @@ static void read_flops(const Node *v, Target *t) {
     if (kv->kind != N_KV || !kv->name || !kv->value) continue;
     DType dt = dtype_from_name(kv->name);
     if (dt == DT_NONE) {
-      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops' (dtypes: f32 bf16 f16 f8 i32 i8)", kv->name);
+      Suggest sg = suggest_begin(kv->name);
+      for (int d = 0; d < DT__COUNT; d++) suggest_try(&sg, dtype_name((DType)d));
+      char sb[160];
+      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops'%s (dtypes: f32 bf16 f16 f8 i32 i8)", kv->name,
+                 suggest_text(&sg, sb, sizeof sb));
       continue;
     }
     if (seen[dt]) {
@@ -175,7 +209,9 @@ static void read_flops(const Node *v, Target *t) {
     seen[dt] = true;
     first[dt] = sema_name_loc(kv);
     double f;
-    if (read_number(kv->value, kv->name, R_POS, &f)) t->flops[dt] = f;
+    char key[32];
+    snprintf(key, sizeof key, "flops.%s", dtype_name(dt));
+    if (read_number(kv->value, key, R_RATE, &f)) t->flops[dt] = f;
   }
 }
 
@@ -223,7 +259,7 @@ static bool read_coll(const Node *v, Target *t) {
       if (read_number(kv->value, "max", R_FRAC, &d)) t->coll_eff_max = d;
       else ok = false;
     } else if (strcmp(kv->name, "half_bytes") == 0) {
-      if (read_number(kv->value, "half_bytes", R_NONNEG, &d)) t->coll_eff_half_bytes = d;
+      if (read_number(kv->value, "half_bytes", R_HALF, &d)) t->coll_eff_half_bytes = d;
       else ok = false;
     } else {
       diag_error(sema_name_loc(kv), "unknown key '%s' in 'collective_efficiency' (valid keys: max, half_bytes)",
@@ -246,7 +282,10 @@ static void target_apply_base(TargetBuild *tb, TargetState *st, const Node *kv, 
   }
   int b = target_index(tb, bname);
   if (b < 0) {
-    diag_error(kv->value->loc, "unknown target '%s' as base", bname);
+    Suggest sg = suggest_begin(bname);
+    for (int i = 0; i < tb->n; i++) suggest_try(&sg, tb->ts[i].t->name);
+    char sb[160];
+    diag_error(kv->value->loc, "unknown target '%s' as base%s", bname, suggest_text(&sg, sb, sizeof sb));
     return;
   }
   if (tb->ts[b].state == 1) {
@@ -288,8 +327,11 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
     int k = 0;
     while (k < TKEY__COUNT && strcmp(target_keys[k].name, kv->name) != 0) k++;
     if (k == TKEY__COUNT) {
-      diag_error(sema_name_loc(kv), "unknown target key '%s' (valid keys: %s)", kv->name,
-                 target_valid_keys(tb->p->arena));
+      Suggest sg = suggest_begin(kv->name);
+      for (int j = 0; j < TKEY__COUNT; j++) suggest_try(&sg, target_keys[j].name);
+      char sb[160];
+      diag_error(sema_name_loc(kv), "unknown target key '%s'%s (valid keys: %s)", kv->name,
+                 suggest_text(&sg, sb, sizeof sb), target_valid_keys(tb->p->arena));
       continue;
     }
     if (k == TKEY_BASE) {
