@@ -1,15 +1,17 @@
 /* test_sema.c: the declaration checker's helpers and command-line choices, where a .shard case
  * cannot look: did-you-mean (compiler/base/suggest.c), checked int64 arithmetic (checked.h), the
- * "tensor too large" message (compiler/sema/size.c), and the usage errors sema_program returns for
+ * "tensor too large" message (compiler/sema/size.c), the usage errors sema_program returns for
  * the driver to print with exit 2 (-D, --mesh, --layout, --entry naming nothing declared), which
- * now suggest the closest declared name. Prints PASS/FAIL per case and "N passed, N failed";
- * exits 1 on any failure. */
+ * now suggest the closest declared name, and size(d) folded into the stdlib attention's scale
+ * (which must still fuse, following -D head=N). Prints PASS/FAIL per case and "N passed, N
+ * failed"; exits 1 on any failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checked.h"
 #include "diag.h"
+#include "ir.h"
 #include "parse.h"
 #include "program.h"
 #include "suggest.h"
@@ -62,6 +64,36 @@ static const char *usage(SemaOptions opt) {
 static void expect_usage(SemaOptions opt, const char *text) {
   const char *got = usage(opt);
   UT_CHECK(strstr(got, text) != NULL, "usage error: want \"%s\", got \"%s\"", text, got);
+}
+
+static const char *const ATTENTION =
+    "import \"targets\"\n"
+    "import \"layers\"\n"
+    "mesh pod = tpu_v5e[data: 2, model: 2]\n"
+    "dim batch = 2, seq = 8, kseq = seq, embed = 64, heads = 4, head = 128\n"
+    "model net {\n"
+    "  param attn: attention\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] { return attn.forward(x) }\n"
+    "}\n";
+
+/* The stdlib attention built with head = `head` (a -D when not 0): its fused op's scale, or -1
+ * when there is no single fused attention. */
+static double attention_scale(int64_t head) {
+  diag_reset();
+  Source *src = source_from_memory("attn.shard", ATTENTION, strlen(ATTENTION));
+  ParsedProgram *pp = parse_program_source(&arena, src, SHARDC_SOURCE_STDLIB);
+  DimOverride d = {intern_cstr("head"), head};
+  SemaOptions opt = {.overrides = &d, .noverrides = head ? 1 : 0};
+  Program *p = sema_program(&arena, pp, &opt);
+  IrModule *m = diag_error_count() == 0 ? ir_build(&arena, p) : NULL;
+  if (!m) return -1;
+  int n = 0;
+  double scale = -1;
+  for (const Op *o = m->main->first; o; o = o->next)
+    if (o->kind == OP_ATTENTION) n++, scale = o->scalar;
+  for (const Op *o = m->main->first; o; o = o->next)
+    if (o->kind == OP_SOFTMAX || o->kind == OP_CAUSAL) n = 0; /* left unfused */
+  return n == 1 ? scale : -1;
 }
 
 int main(void) {
@@ -148,6 +180,13 @@ int main(void) {
                "--entry mlp.forwad: model 'mlp' has no function 'forwad'; did you mean 'forward'? (its functions: "
                "forward, backward)");
   expect_usage((SemaOptions){.entry = "mlp.forward"}, "");
+  ut_end();
+
+  ut_begin("size(head): the stdlib attention scales by 1/sqrt(head), fused, following -D");
+  double s128 = attention_scale(0), s64 = attention_scale(64), s8 = attention_scale(8);
+  UT_CHECK(s128 > 0 && fabs(s128 - 1 / sqrt(128.0)) < 1e-15, "head = 128: scale %.17g", s128);
+  UT_CHECK(s64 == 0.125, "-D head=64: scale %.17g, want 0.125", s64);
+  UT_CHECK(s8 > 0 && fabs(s8 - 1 / sqrt(8.0)) < 1e-15, "-D head=8: scale %.17g", s8);
   ut_end();
 
   source_free_all();
