@@ -51,6 +51,13 @@ void diag_set_error_limit(int n) { D.limit = n < 0 ? 0 : n; }
 int diag_error_count(void) { return D.errors; }
 int diag_warning_count(void) { return D.warnings; }
 
+bool diag_would_show(DiagLevel level) {
+  if (D.quiet) return false;
+  if (level == DIAG_ERROR) return !(D.limit > 0 && D.errors >= D.limit);
+  if (level == DIAG_WARNING) return !(D.limit > 0 && D.warnings >= D.limit);
+  return D.last_shown;
+}
+
 static FILE *diag_out(void) { return D.out ? D.out : stderr; }
 
 static const char *const level_names[] = {"error", "warning", "note"};

@@ -24,6 +24,10 @@ void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf
 void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int diag_error_count(void);
 int diag_warning_count(void);
+/* Would a diagnostic of this level reported now be printed (not dropped by the limit or by quiet)?
+ * For work only the printed text needs, such as a did-you-mean search, so that a flood of
+ * diagnostics stays linear. */
+bool diag_would_show(DiagLevel level);
 /* Stop printing errors after this many errors, and warnings after this many warnings (a flood
  * helps nobody); counts keep going. Default 50; 0 means no limit. */
 void diag_set_error_limit(int n);

@@ -25,6 +25,8 @@ typedef struct Suggest {
   int score;         /* its rank (suggest_try); lower is better */
 } Suggest;
 
+/* A search that finds nothing (suggest_try returns at once) when `want` is NULL: callers pass NULL
+ * when the diagnostic will not be printed (diag_would_show), which keeps floods linear. */
 Suggest suggest_begin(const char *want);
 void suggest_try(Suggest *s, const char *candidate);
 /* "; did you mean 'best'?", or "" when nothing is close. Returns buf. */

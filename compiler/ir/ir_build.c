@@ -96,7 +96,10 @@ typedef struct Loop Loop;
 typedef struct Scope Scope;
 struct Scope {
   Scope *parent;
-  Binding *list;
+  Binding *list;    /* newest first */
+  Binding **table;  /* the newest binding of each name, open addressing on the interned pointer;
+                       cap a power of 2, at most half full (so a body of N lets costs O(N)) */
+  int ntable, cap;
   bool fn_boundary; /* a function's own scope: lookups stop here */
   Loop *loop;       /* this scope is that loop's body */
 };
@@ -113,13 +116,15 @@ struct Loop {
 typedef struct Reported {
   const Source *file;
   int line, col;
-  const char *msg;
+  const char *msg;           /* NULL: an empty slot */
+  uint64_t hash;
 } Reported;
 
 /* State shared by every module one ir_build makes (the entry's and the scratch checks). */
 typedef struct Check {
   Arena tmp;                 /* messages and the table of reported diagnostics */
-  VEC(Reported) seen;
+  Reported *seen;            /* open addressing on Reported.hash; cap a power of 2, at most half full */
+  int nseen, cap;
 } Check;
 
 typedef struct Builder {
@@ -142,6 +147,41 @@ typedef struct Builder {
 static void err(Builder *b, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void note(Builder *b, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* FNV-1a over a diagnostic's place and message. */
+static uint64_t reported_hash(SrcLoc loc, const char *msg) {
+  uint64_t h = 1469598103934665603ull;
+  uint64_t parts[3] = {(uint64_t)(uintptr_t)loc.file, (uint64_t)loc.line, (uint64_t)loc.col};
+  for (int i = 0; i < 3; i++) h = (h ^ parts[i]) * 1099511628211ull;
+  for (const char *p = msg; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+/* True the first time (loc, msg) is seen; remembers it. A hash table, so that N errors cost O(N). */
+static bool first_report(Check *ck, SrcLoc loc, const char *msg) {
+  if (2 * (ck->nseen + 1) > ck->cap) {
+    int ncap = ck->cap ? 2 * ck->cap : 64;
+    Reported *t = ARENA_ARRAY(&ck->tmp, Reported, ncap);
+    for (int i = 0; i < ck->cap; i++) {
+      if (!ck->seen[i].msg) continue;
+      int j = (int)(ck->seen[i].hash & (uint64_t)(ncap - 1));
+      while (t[j].msg) j = (j + 1) & (ncap - 1);
+      t[j] = ck->seen[i];
+    }
+    ck->seen = t;
+    ck->cap = ncap;
+  }
+  uint64_t h = reported_hash(loc, msg);
+  int j = (int)(h & (uint64_t)(ck->cap - 1));
+  for (; ck->seen[j].msg; j = (j + 1) & (ck->cap - 1)) {
+    const Reported *r = &ck->seen[j];
+    if (r->hash == h && r->file == loc.file && r->line == loc.line && r->col == loc.col && strcmp(r->msg, msg) == 0)
+      return false;
+  }
+  ck->seen[j] = (Reported){loc.file, loc.line, loc.col, arena_strndup(&ck->tmp, msg, strlen(msg)), h};
+  ck->nseen++;
+  return true;
+}
+
 /* Reports once per (place, message): a body inlined several times has the same mistakes. */
 static void err(Builder *b, SrcLoc loc, const char *fmt, ...) {
   char msg[1024];
@@ -149,16 +189,10 @@ static void err(Builder *b, SrcLoc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  Check *ck = b->ck;
-  for (int i = 0; i < ck->seen.len; i++) {
-    Reported *r = &ck->seen.data[i];
-    if (r->file == loc.file && r->line == loc.line && r->col == loc.col && strcmp(r->msg, msg) == 0) {
-      b->last_reported = false;
-      return;
-    }
+  if (!first_report(b->ck, loc, msg)) {
+    b->last_reported = false;
+    return;
   }
-  Reported r = {loc.file, loc.line, loc.col, arena_strndup(&ck->tmp, msg, strlen(msg))};
-  VEC_PUSH(&ck->tmp, ck->seen, r);
   diag_error(loc, "%s", msg);
   b->last_reported = true;
 }
@@ -259,6 +293,10 @@ static const char *contract_hint(Builder *b, const Value *v) {
   return "";
 }
 
+/* A suggestion searches every candidate name; for an error the limit will drop (or that is a
+ * repeat err() drops) it is not searched, so a flood of unknown names stays linear. */
+static bool worth_suggesting(void) { return diag_would_show(DIAG_ERROR); }
+
 /* ---- dims ---- */
 
 static Dim *find_dim(const Program *p, Name n) {
@@ -276,7 +314,7 @@ static Dim *dim_ref(Builder *b, const Node *n) {
   }
   Dim *d = find_dim(b->p, n->name);
   if (d) return d;
-  Suggest s = suggest_begin(n->name);
+  Suggest s = suggest_begin(worth_suggesting() ? n->name : NULL);
   for (int i = 0; i < b->p->ndims; i++)
     if (b->p->dims[i]) suggest_try(&s, b->p->dims[i]->name);
   char sb[160];
@@ -315,6 +353,15 @@ static int dim_list(Builder *b, const Node *n, Dim **out, SrcLoc *locs, int max)
 
 /* ---- scopes ---- */
 
+static unsigned scope_hash(Name n) { return (unsigned)(((uintptr_t)n >> 3) * 2654435761u); }
+
+/* The slot of name n in s's table: its binding, or the empty slot where it would go. */
+static Binding **scope_slot(Scope *s, Name n) {
+  unsigned mask = (unsigned)s->cap - 1, j = scope_hash(n) & mask;
+  while (s->table[j] && s->table[j]->name != n) j = (j + 1) & mask;
+  return &s->table[j];
+}
+
 static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst *inst, SrcLoc loc) {
   Binding *x = ARENA_NEW(&b->ck->tmp, Binding);
   x->name = name;
@@ -324,6 +371,16 @@ static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst
   x->loc = loc;
   x->next = s->list;
   s->list = x;
+  if (2 * (s->ntable + 1) > s->cap) {
+    Scope grown = {.cap = s->cap ? 2 * s->cap : 16};
+    grown.table = ARENA_ARRAY(&b->ck->tmp, Binding *, grown.cap);
+    for (int i = 0; i < s->cap; i++)
+      if (s->table[i]) *scope_slot(&grown, s->table[i]->name) = s->table[i];
+    s->table = grown.table, s->cap = grown.cap;
+  }
+  Binding **slot = scope_slot(s, name);
+  if (!*slot) s->ntable++;
+  *slot = x;
   return x;
 }
 
@@ -332,11 +389,11 @@ static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst
 static Binding *lookup2(Builder *b, Name n, bool *crossed) {
   bool c = false;
   for (Scope *s = b->scope; s; s = s->parent) {
-    for (Binding *x = s->list; x; x = x->next)
-      if (x->name == n) {
-        if (crossed) *crossed = c;
-        return x;
-      }
+    Binding *x = s->cap ? *scope_slot(s, n) : NULL;
+    if (x) {
+      if (crossed) *crossed = c;
+      return x;
+    }
     if (s->fn_boundary) break;
     if (s->loop) c = true;
   }
@@ -626,8 +683,8 @@ static void undefined(Builder *b, Name name, SrcLoc loc) {
     err(b, loc, "%s is a function; call it as %s(...)", name, name);
     return;
   }
-  Suggest s = suggest_begin(name);
-  for (Scope *sc = b->scope; sc; sc = sc->parent) {
+  Suggest s = suggest_begin(worth_suggesting() ? name : NULL);
+  for (Scope *sc = b->scope; sc && s.want; sc = sc->parent) {
     for (Binding *x = sc->list; x; x = x->next) suggest_try(&s, x->name);
     if (sc->fn_boundary) break;
   }
@@ -1234,7 +1291,7 @@ static Ex lower_call(Builder *b, const Node *call) {
   if (!bi) {
     const FnDecl *fn = b->inst ? model_fn(b->inst->model, fname) : NULL;
     if (fn) return call_fn(b, call, fn, b->inst, fname);
-    Suggest s = suggest_begin(fname);
+    Suggest s = suggest_begin(worth_suggesting() ? fname : NULL);
     for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(&s, builtins[i].name);
     suggest_try(&s, "size");
     for (int i = 0; i < DT__COUNT; i++) suggest_try(&s, dtype_name((DType)i));

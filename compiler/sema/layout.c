@@ -38,7 +38,9 @@ typedef struct OnceKey {
 
 struct DiagOnce {
   Arena *arena;
-  VEC(OnceKey) seen;
+  OnceKey *slots;   /* open addressing */
+  bool *used;       /* which slots hold a key */
+  int len, cap;     /* cap a power of 2, at most half full */
 };
 
 struct DiagOnce *layout_diag_once_new(Arena *a) {
@@ -47,16 +49,41 @@ struct DiagOnce *layout_diag_once_new(Arena *a) {
   return d;
 }
 
-/* True the first time (loc, kind) is seen: the caller reports then. Without a set, always true. */
+static unsigned once_hash(const OnceKey *k) {
+  uintptr_t h = (uintptr_t)k->file * 31u + (uintptr_t)k->line * 2654435761u + (uintptr_t)k->col * 40503u +
+                (uintptr_t)k->kind;
+  return (unsigned)(h ^ (h >> 15));
+}
+
+static bool once_same(const OnceKey *a, const OnceKey *b) {
+  return a->file == b->file && a->line == b->line && a->col == b->col && a->kind == b->kind;
+}
+
+/* True the first time (loc, kind) is seen: the caller reports then. Without a set, always true.
+ * A hash set, so that N diagnostics cost O(N). */
 static bool once(const Program *p, SrcLoc loc, OnceKind kind) {
   struct DiagOnce *d = p->diag_once;
   if (!d) return true;
-  for (int i = 0; i < d->seen.len; i++) {
-    const OnceKey *k = &d->seen.data[i];
-    if (k->file == loc.file && k->line == loc.line && k->col == loc.col && k->kind == kind) return false;
+  if (2 * (d->len + 1) > d->cap) {
+    int ncap = d->cap ? 2 * d->cap : 64;
+    OnceKey *slots = ARENA_ARRAY(d->arena, OnceKey, ncap);
+    bool *used = ARENA_ARRAY(d->arena, bool, ncap);
+    for (int i = 0; i < d->cap; i++) {
+      if (!d->used[i]) continue;
+      unsigned j = once_hash(&d->slots[i]) & (unsigned)(ncap - 1);
+      while (used[j]) j = (j + 1) & (unsigned)(ncap - 1);
+      slots[j] = d->slots[i];
+      used[j] = true;
+    }
+    d->slots = slots, d->used = used, d->cap = ncap;
   }
   OnceKey k = {loc.file, loc.line, loc.col, kind};
-  VEC_PUSH(d->arena, d->seen, k);
+  unsigned j = once_hash(&k) & (unsigned)(d->cap - 1);
+  for (; d->used[j]; j = (j + 1) & (unsigned)(d->cap - 1))
+    if (once_same(&d->slots[j], &k)) return false;
+  d->slots[j] = k;
+  d->used[j] = true;
+  d->len++;
   return true;
 }
 

@@ -142,12 +142,17 @@ typedef struct Sema {
   IntVec dim_path;        /* dims being evaluated, for "a -> b -> a" */
   NameMap dim_map, mesh_map, layout_map, model_map;
   NameMap size_errors;    /* "tensor too large" messages already reported */
+  bool in_choices;        /* choose(): suggestions go into usage errors, not diagnostics */
   const char *usage;      /* first command-line problem */
 } Sema;
 
 static void sema_usage(Sema *s, const char *msg) {
   if (!s->usage) s->usage = msg;
 }
+
+/* A suggestion searches every name of a kind; for a diagnostic the error limit will drop it is
+ * not searched, so a flood of unknown names stays linear. Usage errors (no diagnostic) always are. */
+static bool sema_worth_suggesting(const Sema *s) { return s->in_choices || diag_would_show(DIAG_ERROR); }
 
 /* "; did you mean 'bf16'?" for an unknown dtype (into buf), or "". */
 static const char *sema_suggest_dtype(Name want, char *buf, size_t size) {
@@ -158,14 +163,14 @@ static const char *sema_suggest_dtype(Name want, char *buf, size_t size) {
 
 /* "; did you mean 'hidden'?" for an unknown dim (into buf), or "". */
 static const char *sema_suggest_dim(Sema *s, Name want, char *buf, size_t size) {
-  Suggest sg = suggest_begin(want);
+  Suggest sg = suggest_begin(sema_worth_suggesting(s) ? want : NULL);
   for (int i = 0; i < s->dims.len; i++) suggest_try(&sg, s->dims.data[i]->name);
   return suggest_text(&sg, buf, size);
 }
 
 /* The same among the model names. */
 static const char *sema_suggest_model(Sema *s, Name want, char *buf, size_t size) {
-  Suggest sg = suggest_begin(want);
+  Suggest sg = suggest_begin(sema_worth_suggesting(s) ? want : NULL);
   for (int i = 0; i < s->models.len; i++) suggest_try(&sg, s->models.data[i]->name);
   return suggest_text(&sg, buf, size);
 }
@@ -329,6 +334,7 @@ static bool dim_resolve(Sema *s, int i, int depth) {
 /* -D name=N, applied by name before any dim is evaluated, so `dim kseq = seq` follows `-D seq=N`. */
 static void dims_apply_overrides(Sema *s) {
   if (!s->opt) return;
+  s->in_choices = true;
   for (int k = 0; k < s->opt->noverrides; k++) {
     const DimOverride *o = &s->opt->overrides[k];
     Name n = o->name ? intern_cstr(o->name) : NULL;
@@ -357,6 +363,7 @@ static void dims_apply_overrides(Sema *s) {
     s->dim_state[i] = DIM_DONE;
     s->dim_chain[i] = 1;
   }
+  s->in_choices = false;
 }
 
 static void dims_resolve_all(Sema *s) {
@@ -1119,7 +1126,15 @@ static Step *sema_step(Sema *s, const Node *n) {
 
 /* ---- choices: --mesh, --layout, --entry and their defaults ---- */
 
+static void choose_all(Sema *s);
+
 static void choose(Sema *s) {
+  s->in_choices = true;
+  choose_all(s);
+  s->in_choices = false;
+}
+
+static void choose_all(Sema *s) {
   Program *p = s->p;
   const SemaOptions *o = s->opt;
   Name names[64];
