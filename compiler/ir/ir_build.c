@@ -619,7 +619,12 @@ static const TypeSpec *spec_from_ast(Builder *b, const Node *t) {
     bool model = false;
     for (int i = 0; i < b->p->nmodels; i++) model |= b->p->models[i] && b->p->models[i]->name == t->name;
     if (model) err(b, t->loc, "a let holds a tensor, not a model (%s); expected a type like bf16[batch, embed]", t->name);
-    else err(b, t->loc, "unknown dtype %s (dtypes: f32 bf16 f16 f8 i32 i8)", t->name);
+    else {
+      Suggest sg = suggest_begin(t->name);
+      for (int i = 0; i < DT__COUNT; i++) suggest_try(&sg, dtype_name((DType)i));
+      char sb[160];
+      err(b, t->loc, "unknown dtype %s%s (dtypes: f32 bf16 f16 f8 i32 i8)", t->name, suggest_text(&sg, sb, sizeof sb));
+    }
     return NULL;
   }
   TypeSpec *s = ARENA_NEW(b->m->arena, TypeSpec);
@@ -642,15 +647,16 @@ static const TypeSpec *spec_from_ast(Builder *b, const Node *t) {
         ok = false;
       }
     if (s->rank == MAX_RANK) {
-      err(b, d->loc, "a type has at most %d dims", MAX_RANK);
+      err(b, d->loc, "a tensor has at most %d dims; '%s' is the %dth", MAX_RANK, dim->name, MAX_RANK + 1);
       return NULL;
     }
     int r = s->rank++;
     s->dims[r] = dim;
     s->dim_loc[r] = d->loc;
     for (const Node *a = d->items; a; a = a->next) {
-      if (s->nat[r] == MAX_MESH_AXES) {
-        err(b, a->loc, "too many mesh axes on dim %s", dim->name);
+      if (s->nat[r] == MAX_AXES_PER_DIM) {
+        err(b, a->loc, "a dim is sharded over at most %d axes; '%s' is the %dth for '%s'", MAX_AXES_PER_DIM, a->name,
+            MAX_AXES_PER_DIM + 1, dim->name);
         ok = false;
         break;
       }
