@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -460,6 +461,36 @@ int main(void) {
     UT_CHECK(piped && piped->len == 100000, "read %zu bytes from a pipe", piped ? piped->len : 0);
     close(fds[0]);
     waitpid(pid, NULL, 0);
+  }
+
+  CASE("a file is named the same way wherever it is reported: its tidied path") {
+    char dir[] = "/tmp/shardc_paths_XXXXXX";
+    UT_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char a[256], b[256], sub[256], main_path[300];
+    snprintf(a, sizeof a, "%s/a.shard", dir);
+    snprintf(b, sizeof b, "%s/b.shard", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(main_path, sizeof main_path, "%s/./sub/../a.shard", dir);
+    mkdir(sub, 0700);
+    FILE *f = fopen(a, "w");
+    fputs("import \"./sub/../b\"\ndim x = $\n", f);
+    fclose(f);
+    f = fopen(b, "w");
+    fputs("dim y = $\n", f);
+    fclose(f);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    diag_reset();
+    diag_configure(out, DIAG_MACHINE, false);
+    parse_program(&arena, main_path, NULL);
+    fclose(out);
+    char want_a[300], want_b[300];
+    snprintf(want_a, sizeof want_a, "error|%s|2|9|", a);
+    snprintf(want_b, sizeof want_b, "error|%s|1|9|", b);
+    UT_CHECK(text && strstr(text, want_a) && strstr(text, want_b), "want %s and %s; got:\n%s", want_a, want_b, text);
+    free(text);
+    unlink(a), unlink(b), rmdir(sub), rmdir(dir);
   }
 
   source_free_all();
