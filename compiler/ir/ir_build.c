@@ -29,7 +29,14 @@
  * (place, message).
  *
  * Errors give the failing expression the error type (EX_ERR), which every consumer passes on
- * silently, so one mistake yields one diagnostic. ir_build ends with ir_fuse_attention (ir_fuse.c). */
+ * silently, so one mistake yields one diagnostic. Reporting stays linear in the number of
+ * mistakes: scopes and the set of reported diagnostics are hash tables, and no did-you-mean search
+ * is made for an error the limit will drop. ir_build ends with ir_fuse_attention (ir_fuse.c).
+ *
+ * Numbers. Literals, `let` constants and size(d) (a dim's size) are numbers until they meet a
+ * tensor, folding through + - * / and the elementwise functions (`rsqrt(size(head))` is a
+ * constant); then they take its dtype, which for an integer dtype they must fit. Every value made
+ * holds at most SIZE_LIMIT bytes (size.c), so later stages can add sizes without overflow. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

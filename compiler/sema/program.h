@@ -2,8 +2,8 @@
  *
  * In: the parsed files (parse.h). Out: dims with sizes (after -D), targets with their figures, meshes
  * formed on their targets (each axis knows the links it rides), layouts, and models with their params
- * and functions. compiler/sema.c builds it (declarations), compiler/mesh.c forms meshes,
- * compiler/layout.c turns layout rules into shardings; the function bodies become IR (ir.h). */
+ * and functions. sema.c builds it (declarations), mesh.c forms meshes, layout.c turns layout rules
+ * into shardings, size.c checks tensor sizes; the function bodies become IR (ir.h). */
 #ifndef SHARDC_PROGRAM_H
 #define SHARDC_PROGRAM_H
 

@@ -4,15 +4,20 @@
  * choices (-D, --mesh, --layout, --entry). Out: a Program (program.h): dims with their sizes after
  * -D, targets (target.c), meshes formed on their targets (mesh.c), layouts, models with typed
  * params and function signatures, train/serve steps; then the chosen mesh, layout, entry function
- * and step. Function bodies are not looked at here: ir_build.c lowers them from the signatures.
+ * and step. Function bodies are not lowered here (ir_build.c lowers them from the signatures);
+ * they are only scanned for the names they mention, to warn about params no function reads.
  *
  * Names are global to a program whatever file declares them, so the checker first collects every
  * declaration by kind (a second declaration of a name is an error with a note at the first), then
  * resolves the kinds in dependency order: dims (which may be defined by each other), targets,
- * meshes, layouts, models, steps, choices. Last it checks the boundary types of the models in play
- * against the chosen mesh and layout (layout.c), so a wrong `@` is reported even in a function
- * that is not compiled. Every problem in the source is a located diagnostic; a problem with the
- * command line is returned as Program.usage_error for the driver (exit 2). */
+ * meshes, layouts, models, steps, choices. Then the models as a whole: no cycles, nesting within
+ * MAX_MODEL_DEPTH, no stack over a dim its model already has, no unread params. Last it checks the
+ * boundary types of the models in play against the chosen mesh and layout (layout.c), so a wrong
+ * `@` is reported even in a function that is not compiled, and the step against them (microbatches,
+ * the schedule's pipeline). Sizes stay within program.h's limits (checked.h's SIZE_LIMIT for dims
+ * and tensors). Every problem in the source is a located diagnostic, an unknown name suggesting
+ * the closest declared one (suggest.h); a problem with the command line is returned as
+ * Program.usage_error for the driver (exit 2), with the same suggestions. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1019,7 +1024,8 @@ static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
   case SK_MICROBATCHES: {
     int64_t n = 0;
     if (!eval_int(s, v, &n, 0)) break;
-    if (n < 1 || n > INT_MAX) diag_error(v->loc, "'microbatches' must be at least 1 (found %lld)", (long long)n);
+    if (n < 1 || n > INT_MAX)
+      diag_error(v->loc, "'microbatches' must be from 1 to %d (found %lld)", INT_MAX, (long long)n);
     else st->microbatches = (int)n;
     break;
   }
