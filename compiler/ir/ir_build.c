@@ -751,7 +751,9 @@ static Ex lower_contract(Builder *b, SrcLoc loc, const Node *xn, Value *x, const
     for (int i = 0; i < x->type.rank; i++)
       if (tensor_type_find(&y->type, x->type.dims[i]) >= 0) dims[nd++] = x->type.dims[i];
     if (nd == 0) {
-      err(b, loc, "no shared dim between %s: %s and %s: %s", xt, tstr(b, &x->type), yt, tstr(b, &y->type));
+      const char *hint = contract_hint(b, x);
+      if (!*hint) hint = contract_hint(b, y);
+      err(b, loc, "no shared dim between %s: %s and %s: %s%s", xt, tstr(b, &x->type), yt, tstr(b, &y->type), hint);
       return ex_err();
     }
   } else {
@@ -762,8 +764,8 @@ static Ex lower_contract(Builder *b, SrcLoc loc, const Node *xn, Value *x, const
       if (tensor_type_find(&x->type, over[i]) < 0) who = xt, w = x;
       else if (tensor_type_find(&y->type, over[i]) < 0) who = yt, w = y;
       if (who) {
-        err(b, over_loc[i], "contract over %s: %s: %s has no dim %s", over[i]->name, who, tstr(b, &w->type),
-            over[i]->name);
+        err(b, over_loc[i], "contract over %s: %s: %s has no dim %s%s", over[i]->name, who, tstr(b, &w->type),
+            over[i]->name, contract_hint(b, w));
         ok = false;
       }
       dims[nd++] = over[i];
