@@ -545,7 +545,7 @@ static bool union_dims(Builder *b, SrcLoc loc, const TensorType *x, const Tensor
     if (!s) dims[n++] = y->dims[i];
   }
   if (n > MAX_RANK) {
-    err(b, loc, "the result would have %d dims (at most %d)", n, MAX_RANK);
+    err(b, loc, "a tensor has at most %d dims; the result would have %d", MAX_RANK, n);
     return false;
   }
   out->rank = n;
@@ -1068,7 +1068,7 @@ static Ex lower_split(Builder *b, const Node *call, const CallArgs *ca, Ex x) {
     return ex_err();
   }
   if (v->type.rank - 1 + n > MAX_RANK) {
-    err(b, expr_span(call), "the result would have %d dims (at most %d)", v->type.rank - 1 + n, MAX_RANK);
+    err(b, expr_span(call), "a tensor has at most %d dims; the result would have %d", MAX_RANK, v->type.rank - 1 + n);
     return ex_err();
   }
   TensorType t = {.dtype = v->type.dtype};
@@ -1161,7 +1161,7 @@ static Ex lower_take(Builder *b, const Node *call, const CallArgs *ca, Ex tab, E
       return ex_err();
     }
     if (r.rank == MAX_RANK) {
-      err(b, expr_span(call), "the result would have more than %d dims", MAX_RANK);
+      err(b, expr_span(call), "a tensor has at most %d dims; the result would have more", MAX_RANK);
       return ex_err();
     }
     r.dims[r.rank++] = t->type.dims[k];
@@ -1775,8 +1775,8 @@ static Inst *inst_build(Builder *b, const Model *mo, Name path, StackCtx *sc) {
       *s = pd->type;
       if (spec_ok(&pd->type) && sc->n > 0) {
         if (pd->type.rank + sc->n > MAX_RANK) {
-          err(b, pd->loc, "param %s has %d dims with its stacking dims (at most %d)", ppath, pd->type.rank + sc->n,
-              MAX_RANK);
+          err(b, pd->loc, "a tensor has at most %d dims; param %s would have %d with its stacking dims", MAX_RANK, ppath,
+              pd->type.rank + sc->n);
           s->dtype = DT_NONE;
         } else {
           for (int k = 0; k < sc->n; k++)
