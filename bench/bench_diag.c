@@ -108,7 +108,8 @@ int main(int argc, char **argv) {
         if (r == 0 || t < best[si]) best[si] = t;
       }
       free(text);
-      printf("%-10s %7d diagnostics  %8.4f s  %6.2f us each", kind_names[k], got, best[si], best[si] / (got ? got : 1) * 1e6);
+      printf("%-10s %7d diagnostics  %8.4f s  %6.2f us each", kind_names[k], got, best[si],
+             best[si] / (got ? got : 1) * 1e6);
       if (si > 0) {
         double ratio = best[si] / (best[si - 1] > 0 ? best[si - 1] : 1e-9);
         printf("  x10 input: x%.1f time", ratio);

@@ -286,7 +286,7 @@ static const char *contract_hint(Builder *b, const Value *v) {
       bool matmul = false;
       for (int i = 0; i < b->matmuls.len; i++) matmul |= b->matmuls.data[i] == o;
       const char *text = loc_text(b, o->loc);
-      const char *what = text ? arena_printf(&b->ck->tmp, "%s", text) : arena_printf(&b->ck->tmp, "the contraction at line %d", o->loc.line);
+      const char *what = text ? text : arena_printf(&b->ck->tmp, "the contraction at line %d", o->loc.line);
       if (matmul && o->ndims > 1)
         return arena_printf(&b->ck->tmp, "; %s contracted %s (`@` contracts every dim the two share; to contract "
                                          "fewer, use contract(a, b, over: d))", what, dims_text(b, o->dims, o->ndims));
@@ -1775,8 +1775,8 @@ static Inst *inst_build(Builder *b, const Model *mo, Name path, StackCtx *sc) {
       *s = pd->type;
       if (spec_ok(&pd->type) && sc->n > 0) {
         if (pd->type.rank + sc->n > MAX_RANK) {
-          err(b, pd->loc, "a tensor has at most %d dims; param %s would have %d with its stacking dims", MAX_RANK, ppath,
-              pd->type.rank + sc->n);
+          err(b, pd->loc, "a tensor has at most %d dims; param %s would have %d with its stacking dims", MAX_RANK,
+              ppath, pd->type.rank + sc->n);
           s->dtype = DT_NONE;
         } else {
           for (int k = 0; k < sc->n; k++)
