@@ -10,7 +10,8 @@
  *              formatted with its source line (the line index)
  * and prints the time per diagnostic and the ratio of 10x the diagnostics to 1x: a linear cost
  * gives ~10, the old scan of the file from its start per diagnostic gave ~100. Exit 1 if a ratio
- * exceeds --max-ratio (default 30: generous for a noisy machine; only a quadratic cost gets there).
+ * exceeds --max-ratio (default 50: caches make 100k dearer per diagnostic than 1k; a quadratic
+ * cost gives 100).
  * Not a timed test: bench/run.sh reports its numbers; ctest runs it once, small (--smoke). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,7 @@ static double run_once(Kind k, const char *text, size_t len, int n, int *ndiags)
 
 int main(int argc, char **argv) {
   int reps = 3;
-  double max_ratio = 30;
+  double max_ratio = 50;
   bool smoke = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
