@@ -28,6 +28,12 @@ if [ -x "$build/bench/bench_explain" ]; then
   (cd "$here" && "$build/bench/bench_explain" --reps 5)
 fi
 
+# ---- diagnostics: 1k, 10k and 100k of them, the cost of each 10x (bench/bench_diag.c) ----
+if [ -x "$build/bench/bench_diag" ]; then
+  echo "bench: diagnostics: $build/bench/bench_diag --reps 3"
+  "$build/bench/bench_diag" --reps 3
+fi
+
 # ---- command line: whole commands on real programs, best of N wall-clock runs ----
 # best_of N CMD...: runs CMD N times (output discarded) and prints the best wall time. Exit status
 # 0 or 1 (a program that does not fit) counts as a run; 2 (usage, or not implemented yet) skips the

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "diag.h"
 #include "lexer.h"
 #include "tokens.h"
@@ -62,15 +63,13 @@ static void lexer_integer(const Lexer *lx, Token *t, const unsigned char *s, con
   int64_t v = 0;
   for (const unsigned char *p = s; p < e; p++) {
     if (*p == '_') continue;
-    int d = *p - '0';
-    if (v > (INT64_MAX - d) / 10) {
+    if (ckd_mul(&v, v, 10) || ckd_add(&v, v, *p - '0')) {
       char buf[48];
       diag_error(t->loc, "integer literal %s is too large (the limit is %lld)",
                  lexer_quote(s, (size_t)(e - s), buf, sizeof buf), (long long)INT64_MAX);
       v = 0;
       break;
     }
-    v = v * 10 + d;
   }
   t->num.i = v;
   t->num.f = (double)v;

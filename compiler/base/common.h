@@ -66,8 +66,20 @@ static inline SrcLoc srcloc_span(SrcLoc a, SrcLoc b) {
   return a;
 }
 
-Source *source_load(const char *path);                            /* NULL if unreadable (errno set) */
+/* NULL if unreadable (errno set; EFBIG: larger than source_max_bytes()). */
+Source *source_load(const char *path);
+/* The same, the Source named `name` (the path as diagnostics show it) rather than `path`. */
+Source *source_load_named(const char *path, const char *name);
 Source *source_from_memory(const char *path, const char *text, size_t len);
 void source_free_all(void);
+/* The most bytes an input may have: 64 MiB, or $SHARDC_MAX_INPUT (bytes, at most 1 GiB). */
+size_t source_max_bytes(void);
+/* Line `line` (1-based) of src: its first byte and its length without the newline. False when
+ * src has fewer lines. The first call for a source indexes its lines (one pass); later calls are
+ * O(1). */
+bool source_line(const Source *src, int line, const char **start, size_t *len);
+/* Bytes scanned so far to index lines, over every source (tests: linear, whatever the number of
+ * diagnostics). */
+size_t source_indexed_bytes(void);
 
 #endif

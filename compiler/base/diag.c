@@ -7,11 +7,16 @@
  * The caret line copies the tabs of the source line so the caret lands under the culprit whatever
  * the tab width, and skips UTF-8 continuation bytes so it aligns on terminals. Lines longer than
  * DIAG_WINDOW bytes are cut to a window around the culprit, and the caret run is cut with them, so
- * a 1 MB token prints a short line. Machine form: `error|file|line|col|message`, one line each.
+ * a 1 MB token prints a short line. The source line is found through the source's line index
+ * (source_line), so N diagnostics cost O(N), not N scans of the file.
  *
- * After `error_limit` errors nothing more is printed (a flood helps nobody); the counts go on and
- * diag_finish says how many were not shown. A note belongs to the diagnostic before it and is
- * dropped with it. */
+ * Machine form: `level|file|line|col|message`, one line each, with `\` written `\\`, `|` written
+ * `\|` and a newline written `\n` in the file and the message, so that a line always splits on its
+ * first four unescaped bars.
+ *
+ * After `limit` errors no more errors are printed, and after `limit` warnings no more warnings (a
+ * flood helps nobody); the counts go on and diag_finish says how many were not shown. A note
+ * belongs to the diagnostic before it and is dropped with it. */
 #include <stdarg.h>
 #include <string.h>
 
@@ -23,12 +28,13 @@ static struct {
   FILE *out;
   DiagFormat format;
   bool color;
-  int errors;
-  int limit;          /* errors printed at most; 0 = no limit */
-  int hidden;         /* errors and warnings counted but not printed */
-  bool last_shown;    /* was the last error/warning printed (so its notes are too)? */
-  int quiet;          /* diag_push_quiet depth: > 0 drops everything */
-} D = {NULL, DIAG_TEXT, false, 0, DIAG_DEFAULT_LIMIT, 0, true, 0};
+  int errors, warnings;
+  int limit;             /* errors printed at most, and warnings printed at most; 0 = no limit */
+  int hidden_errors;     /* counted but not printed */
+  int hidden_warnings;
+  bool last_shown;       /* was the last error/warning printed (so its notes are too)? */
+  int quiet;             /* diag_push_quiet depth: > 0 drops everything */
+} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, 0, true, 0};
 
 void diag_configure(FILE *out, DiagFormat fmt, bool color) {
   D.out = out;
@@ -37,32 +43,25 @@ void diag_configure(FILE *out, DiagFormat fmt, bool color) {
 }
 
 void diag_reset(void) {
-  D.errors = D.hidden = D.quiet = 0;
+  D.errors = D.warnings = D.hidden_errors = D.hidden_warnings = D.quiet = 0;
   D.last_shown = true;
 }
 
 void diag_set_error_limit(int n) { D.limit = n < 0 ? 0 : n; }
 int diag_error_count(void) { return D.errors; }
+int diag_warning_count(void) { return D.warnings; }
+
+bool diag_would_show(DiagLevel level) {
+  if (D.quiet) return false;
+  if (level == DIAG_ERROR) return !(D.limit > 0 && D.errors >= D.limit);
+  if (level == DIAG_WARNING) return !(D.limit > 0 && D.warnings >= D.limit);
+  return D.last_shown;
+}
 
 static FILE *diag_out(void) { return D.out ? D.out : stderr; }
 
 static const char *const level_names[] = {"error", "warning", "note"};
 static const char *const level_colors[] = {"\033[1;31m", "\033[1;35m", "\033[1;36m"};
-
-/* Find line `line` (1-based) of src: its start and length without the newline. False if the file
- * has fewer lines (a location past the end, such as end of file after a final newline). */
-static bool diag_find_line(const Source *src, int line, const char **start, size_t *len) {
-  const char *p = src->text, *end = src->text + src->len;
-  for (int l = 1; l < line; l++) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    if (!nl) return false;
-    p = nl + 1;
-  }
-  const char *nl = memchr(p, '\n', (size_t)(end - p));
-  *start = p;
-  *len = (size_t)((nl ? nl : end) - p);
-  return true;
-}
 
 static bool is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
@@ -70,7 +69,7 @@ static bool is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 static void diag_print_snippet(FILE *f, SrcLoc loc) {
   const char *line;
   size_t line_len;
-  if (!diag_find_line(loc.file, loc.line, &line, &line_len)) return;
+  if (!source_line(loc.file, loc.line, &line, &line_len)) return;
   size_t c0 = loc.col > 0 ? (size_t)loc.col - 1 : 0;
   size_t clen = loc.len > 0 ? (size_t)loc.len : 1;
   if (c0 > line_len) c0 = line_len;
@@ -112,12 +111,26 @@ void diag_pop_quiet(void) {
   if (D.quiet > 0) D.quiet--;
 }
 
+/* s with the machine form's escapes (\\, \|, \n), to f. */
+static void put_escaped(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\') fputs("\\\\", f);
+    else if (*s == '|') fputs("\\|", f);
+    else if (*s == '\n') fputs("\\n", f);
+    else fputc(*s, f);
+  }
+}
+
 static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list ap) {
   if (D.quiet) return;
-  if (level == DIAG_ERROR) D.errors++;
-  if (level != DIAG_NOTE) {
-    D.last_shown = !(D.limit > 0 && D.errors - (level == DIAG_ERROR) >= D.limit);
-    if (!D.last_shown) D.hidden++;
+  if (level == DIAG_ERROR) {
+    D.errors++;
+    D.last_shown = !(D.limit > 0 && D.errors > D.limit);
+    if (!D.last_shown) D.hidden_errors++;
+  } else if (level == DIAG_WARNING) {
+    D.warnings++;
+    D.last_shown = !(D.limit > 0 && D.warnings > D.limit);
+    if (!D.last_shown) D.hidden_warnings++;
   }
   if (!D.last_shown) return;
 
@@ -125,10 +138,11 @@ static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list a
   vsnprintf(msg, sizeof msg, fmt, ap);
   FILE *f = diag_out();
   if (D.format == DIAG_MACHINE) {
-    for (char *p = msg; *p; p++)
-      if (*p == '\n' || *p == '|') *p = ' ';
-    if (loc.file) fprintf(f, "%s|%s|%d|%d|%s\n", level_names[level], loc.file->path, loc.line, loc.col, msg);
-    else fprintf(f, "%s||0|0|%s\n", level_names[level], msg);
+    fprintf(f, "%s|", level_names[level]);
+    if (loc.file) put_escaped(f, loc.file->path);
+    fprintf(f, "|%d|%d|", loc.file ? loc.line : 0, loc.file ? loc.col : 0);
+    put_escaped(f, msg);
+    fputc('\n', f);
     return;
   }
   const char *bold = D.color ? "\033[1m" : "", *reset = D.color ? "\033[0m" : "";
@@ -165,12 +179,19 @@ void diag_note(SrcLoc loc, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* "12 more errors and 3 more warnings not shown (the limit is 50 of each)" */
 void diag_finish(void) {
-  if (D.hidden == 0) return;
+  if (D.hidden_errors == 0 && D.hidden_warnings == 0) return;
+  char msg[200];
+  int n = 0;
+  if (D.hidden_errors) n += snprintf(msg + n, sizeof msg - (size_t)n, "%d more error%s", D.hidden_errors,
+                                     D.hidden_errors == 1 ? "" : "s");
+  if (D.hidden_warnings) n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%d more warning%s", n ? " and " : "",
+                                       D.hidden_warnings, D.hidden_warnings == 1 ? "" : "s");
+  const char *of = D.hidden_errors && D.hidden_warnings ? "of each" : D.hidden_errors ? "errors" : "warnings";
+  snprintf(msg + n, sizeof msg - (size_t)n, " not shown (the limit is %d %s)", D.limit, of);
   FILE *f = diag_out();
-  if (D.format == DIAG_MACHINE)
-    fprintf(f, "note||0|0|%d more errors and warnings not shown (the limit is %d errors)\n", D.hidden, D.limit);
-  else
-    fprintf(f, "shardc: %d more errors and warnings not shown (the limit is %d errors)\n", D.hidden, D.limit);
-  D.hidden = 0;
+  if (D.format == DIAG_MACHINE) fprintf(f, "note||0|0|%s\n", msg);
+  else fprintf(f, "shardc: %s\n", msg);
+  D.hidden_errors = D.hidden_warnings = 0;
 }

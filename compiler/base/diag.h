@@ -4,7 +4,8 @@
  *   file:line:col: error: message
  *    12 |   let h = x @ w
  *       |           ^~~~~
- * Machine form (--diag-format=machine), one line each:  error|file|line|col|message
+ * Machine form (--diag-format=machine), one line each:  error|file|line|col|message, where the file
+ * and the message write `\` as `\\`, `|` as `\|` and a newline as `\n`.
  * Notes attach to the diagnostic before them ("to close '{' at line 12"). Stages collect errors and
  * go on; the driver skips later stages once diag_error_count() > 0. */
 #ifndef SHARDC_DIAG_H
@@ -22,11 +23,16 @@ void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 
 void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int diag_error_count(void);
-/* Stop printing after this many errors (a flood helps nobody); counts keep going. Default 50;
- * 0 means no limit. */
+int diag_warning_count(void);
+/* Would a diagnostic of this level reported now be printed (not dropped by the limit or by quiet)?
+ * For work only the printed text needs, such as a did-you-mean search, so that a flood of
+ * diagnostics stays linear. */
+bool diag_would_show(DiagLevel level);
+/* Stop printing errors after this many errors, and warnings after this many warnings (a flood
+ * helps nobody); counts keep going. Default 50; 0 means no limit. */
 void diag_set_error_limit(int n);
-/* Say how many diagnostics the limit kept back, if any ("shardc: 12 more errors ... not shown").
- * The driver calls it once before exiting. */
+/* Say how many diagnostics the limit kept back, if any ("shardc: 12 more errors and 3 more
+ * warnings not shown (the limit is 50 of each)"). The driver calls it once before exiting. */
 void diag_finish(void);
 /* Between push and pop (they nest), diagnostics are dropped: neither printed nor counted. For
  * trial runs of a stage whose complaints belong to the real run (memory.c's suggestions). */

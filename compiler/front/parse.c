@@ -299,9 +299,9 @@ static char *resolve_import(Loader *L, const char *from, const char *spec) {
     if (!slash) return tidy_path(L->arena, arena_printf(L->arena, "%s%s", spec, ext));
     return tidy_path(L->arena, arena_printf(L->arena, "%.*s/%s%s", (int)(slash - from), from, spec, ext));
   }
-  if (spec[0] == '/') return arena_printf(L->arena, "%s%s", spec, ext);
+  if (spec[0] == '/') return tidy_path(L->arena, arena_printf(L->arena, "%s%s", spec, ext));
   if (!L->stdlib_dir) return NULL;
-  return arena_printf(L->arena, "%s/%s%s", L->stdlib_dir, spec, ext);
+  return tidy_path(L->arena, arena_printf(L->arena, "%s/%s%s", L->stdlib_dir, spec, ext));
 }
 
 static void load_file(Loader *L, const char *path, const Node *import);
@@ -317,16 +317,39 @@ static const char *cycle_text(Loader *L, const char *key) {
   return arena_printf(L->arena, "%s -> %s", s, L->files.data[i].shown);
 }
 
+/* "cannot open 'x': reason" (or read) for the main file, at the import for another; a file over the input
+ * limit says what the limit is. */
+static void report_unreadable(const char *path, const Node *import, int e) {
+  char why[160];
+  if (e == EFBIG) {
+    size_t max = source_max_bytes();
+    if (max % ((size_t)1 << 20) == 0)
+      snprintf(why, sizeof why, "it is larger than %zu MiB, the most shardc reads (SHARDC_MAX_INPUT sets another "
+                                "limit, in bytes)", max >> 20);
+    else
+      snprintf(why, sizeof why, "it is larger than %zu bytes, the most shardc reads (SHARDC_MAX_INPUT)", max);
+  } else {
+    snprintf(why, sizeof why, "%s", strerror(e));
+  }
+  if (!import) diag_error((SrcLoc){0}, "cannot %s '%s': %s", e == EFBIG ? "read" : "open", path, why);
+  else if (e == ENOENT || e == ENOTDIR)
+    diag_error(import->name_loc, "cannot find import \"%s\" (looked in %s)", import->str, path);
+  else diag_error(import->name_loc, "cannot read import \"%s\" (%s): %s", import->str, path, why);
+}
+
 /* Load `path` (imported by `import`, or the main file when NULL) unless it is loaded already;
- * then its imports; then append it to the program. */
+ * then its imports; then append it to the program. Every Source is named by its tidied path, so
+ * a file is shown the same way whoever names it (`./a.shard` and `a.shard` alike). */
 static void load_file(Loader *L, const char *path, const Node *import) {
   char *key = realpath(path, NULL);
+  if (!key && !import && errno == ENOENT && access(path, R_OK) == 0) {
+    /* A pipe given as the main file (`shardc check <(generate)`, /dev/stdin): its /proc link names
+     * no file, but it can be read. Its path is its identity. */
+    key = strdup(path);
+    if (!key) abort();
+  }
   if (!key) {
-    int e = errno;
-    if (!import) diag_error((SrcLoc){0}, "cannot open '%s': %s", path, strerror(e));
-    else if (e == ENOENT || e == ENOTDIR)
-      diag_error(import->name_loc, "cannot find import \"%s\" (looked in %s)", import->str, path);
-    else diag_error(import->name_loc, "cannot read import \"%s\" (%s): %s", import->str, path, strerror(e));
+    report_unreadable(path, import, errno);
     return;
   }
   for (int i = 0; i < L->files.len; i++) {
@@ -337,11 +360,9 @@ static void load_file(Loader *L, const char *path, const Node *import) {
     free(key);
     return;
   }
-  Source *src = source_load(path);
+  Source *src = source_load_named(path, tidy_path(L->arena, path));
   if (!src) {
-    int e = errno;
-    if (!import) diag_error((SrcLoc){0}, "cannot open '%s': %s", path, strerror(e));
-    else diag_error(import->name_loc, "cannot read import \"%s\" (%s): %s", import->str, path, strerror(e));
+    report_unreadable(path, import, errno);
     free(key);
     return;
   }

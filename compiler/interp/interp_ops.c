@@ -1038,7 +1038,7 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_ONEHOT: r = k_onehot(I, op, x[0]); break;
   /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
    * kernel is a -Wswitch warning) */
-  case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
+  case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_PIPELINE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
   case OP_ALL_TO_ALL: case OP_PERMUTE: case OP__COUNT:
     interp_fail(I, op, "not a kernel");
     break;

@@ -29,19 +29,28 @@
  * (place, message).
  *
  * Errors give the failing expression the error type (EX_ERR), which every consumer passes on
- * silently, so one mistake yields one diagnostic. ir_build ends with ir_fuse_attention (ir_fuse.c). */
+ * silently, so one mistake yields one diagnostic. Reporting stays linear in the number of
+ * mistakes: scopes and the set of reported diagnostics are hash tables, and no did-you-mean search
+ * is made for an error the limit will drop. ir_build ends with ir_fuse_attention (ir_fuse.c).
+ *
+ * Numbers. Literals, `let` constants and size(d) (a dim's size) are numbers until they meet a
+ * tensor, folding through + - * / and the elementwise functions (`rsqrt(size(head))` is a
+ * constant); then they take its dtype, which for an integer dtype they must fit. Every value made
+ * holds at most SIZE_LIMIT bytes (size.c), so later stages can add sizes without overflow. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "diag.h"
 #include "ir.h"
+#include "suggest.h"
 
 #define MAX_INLINE_DEPTH 64  /* calls nested deeper than this are reported, not followed */
-#define MAX_MODEL_DEPTH 32   /* params nesting models deeper than this are not flattened */
 #define MAX_CALL_ARGS 32
+/* Models nesting deeper than MAX_MODEL_DEPTH (program.h; sema reports it) are not flattened. */
 
 typedef VEC(Value *) ValueVec;
 typedef VEC(Name) NameVec;
@@ -94,7 +103,10 @@ typedef struct Loop Loop;
 typedef struct Scope Scope;
 struct Scope {
   Scope *parent;
-  Binding *list;
+  Binding *list;    /* newest first */
+  Binding **table;  /* the newest binding of each name, open addressing on the interned pointer;
+                       cap a power of 2, at most half full (so a body of N lets costs O(N)) */
+  int ntable, cap;
   bool fn_boundary; /* a function's own scope: lookups stop here */
   Loop *loop;       /* this scope is that loop's body */
 };
@@ -111,13 +123,15 @@ struct Loop {
 typedef struct Reported {
   const Source *file;
   int line, col;
-  const char *msg;
+  const char *msg;           /* NULL: an empty slot */
+  uint64_t hash;
 } Reported;
 
 /* State shared by every module one ir_build makes (the entry's and the scratch checks). */
 typedef struct Check {
   Arena tmp;                 /* messages and the table of reported diagnostics */
-  VEC(Reported) seen;
+  Reported *seen;            /* open addressing on Reported.hash; cap a power of 2, at most half full */
+  int nseen, cap;
 } Check;
 
 typedef struct Builder {
@@ -132,12 +146,48 @@ typedef struct Builder {
   Loop *loop;                /* innermost active loop */
   bool last_reported;        /* the last err() printed (so its notes print too) */
   int param_cap;             /* room in m->params (count_leaves) */
+  VEC(const Op *) matmuls;   /* the contractions written `a @ b` (for contract_hint) */
 } Builder;
 
 /* ---- diagnostics ---- */
 
 static void err(Builder *b, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void note(Builder *b, SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* FNV-1a over a diagnostic's place and message. */
+static uint64_t reported_hash(SrcLoc loc, const char *msg) {
+  uint64_t h = 1469598103934665603ull;
+  uint64_t parts[3] = {(uint64_t)(uintptr_t)loc.file, (uint64_t)loc.line, (uint64_t)loc.col};
+  for (int i = 0; i < 3; i++) h = (h ^ parts[i]) * 1099511628211ull;
+  for (const char *p = msg; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+/* True the first time (loc, msg) is seen; remembers it. A hash table, so that N errors cost O(N). */
+static bool first_report(Check *ck, SrcLoc loc, const char *msg) {
+  if (2 * (ck->nseen + 1) > ck->cap) {
+    int ncap = ck->cap ? 2 * ck->cap : 64;
+    Reported *t = ARENA_ARRAY(&ck->tmp, Reported, ncap);
+    for (int i = 0; i < ck->cap; i++) {
+      if (!ck->seen[i].msg) continue;
+      int j = (int)(ck->seen[i].hash & (uint64_t)(ncap - 1));
+      while (t[j].msg) j = (j + 1) & (ncap - 1);
+      t[j] = ck->seen[i];
+    }
+    ck->seen = t;
+    ck->cap = ncap;
+  }
+  uint64_t h = reported_hash(loc, msg);
+  int j = (int)(h & (uint64_t)(ck->cap - 1));
+  for (; ck->seen[j].msg; j = (j + 1) & (ck->cap - 1)) {
+    const Reported *r = &ck->seen[j];
+    if (r->hash == h && r->file == loc.file && r->line == loc.line && r->col == loc.col && strcmp(r->msg, msg) == 0)
+      return false;
+  }
+  ck->seen[j] = (Reported){loc.file, loc.line, loc.col, arena_strndup(&ck->tmp, msg, strlen(msg)), h};
+  ck->nseen++;
+  return true;
+}
 
 /* Reports once per (place, message): a body inlined several times has the same mistakes. */
 static void err(Builder *b, SrcLoc loc, const char *fmt, ...) {
@@ -146,16 +196,10 @@ static void err(Builder *b, SrcLoc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  Check *ck = b->ck;
-  for (int i = 0; i < ck->seen.len; i++) {
-    Reported *r = &ck->seen.data[i];
-    if (r->file == loc.file && r->line == loc.line && r->col == loc.col && strcmp(r->msg, msg) == 0) {
-      b->last_reported = false;
-      return;
-    }
+  if (!first_report(b->ck, loc, msg)) {
+    b->last_reported = false;
+    return;
   }
-  Reported r = {loc.file, loc.line, loc.col, arena_strndup(&ck->tmp, msg, strlen(msg))};
-  VEC_PUSH(&ck->tmp, ck->seen, r);
   diag_error(loc, "%s", msg);
   b->last_reported = true;
 }
@@ -201,49 +245,64 @@ static const char *expr_text(Builder *b, const Node *n, const char *fallback) {
   if (!n) return fallback;
   if (n->kind == N_NAME) return n->name;
   SrcLoc l = expr_span(n);
-  if (!l.file || !l.file->text || l.len <= 0 || l.len > 40 || l.line < 1 || l.col < 1) return fallback;
-  const char *s = l.file->text, *end = s + l.file->len;
-  for (int line = 1; line < l.line && s < end; s++)
-    if (*s == '\n') line++;
-  if (s + l.col - 1 + l.len > end) return fallback;
+  const char *s;
+  size_t line_len;
+  if (!l.file || l.len <= 0 || l.len > 40 || l.col < 1 || !source_line(l.file, l.line, &s, &line_len)) return fallback;
+  if ((size_t)(l.col - 1) + (size_t)l.len > line_len) return fallback;
   s += l.col - 1;
   for (int i = 0; i < l.len; i++)
-    if (s[i] == '\n' || s[i] == 0) return fallback;
+    if (s[i] == 0) return fallback;
   return arena_strndup(&b->ck->tmp, s, (size_t)l.len);
 }
 
-/* Edit distance, for "did you mean"; long names are not compared. */
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 63 || lb > 63) return 99;
-  int prev[64], cur[64];
-  for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      if (prev[j] + 1 < c) c = prev[j] + 1;
-      if (cur[j - 1] + 1 < c) c = cur[j - 1] + 1;
-      cur[j] = c;
+/* The source text at loc when it is short and on one line ("h @ x"), else NULL. */
+static const char *loc_text(Builder *b, SrcLoc l) {
+  const char *s;
+  size_t line_len;
+  if (!l.file || l.len <= 0 || l.len > 40 || l.col < 1 || !source_line(l.file, l.line, &s, &line_len)) return NULL;
+  if ((size_t)(l.col - 1) + (size_t)l.len > line_len) return NULL;
+  return arena_strndup(&b->ck->tmp, s + l.col - 1, (size_t)l.len);
+}
+
+/* "batch and seq", "batch, seq and embed" */
+static const char *dims_text(Builder *b, Dim *const *dims, int n) {
+  char buf[512];
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && used < sizeof buf; i++)
+    used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ",
+                             dims[i]->name);
+  return arena_strndup(&b->ck->tmp, buf, strlen(buf));
+}
+
+/* Where a value whose type is wrong came out of a contraction (directly, or through elementwise
+ * functions, casts, transposes and the first operand of an elementwise operator), which dims it
+ * contracted: "; h @ x contracted batch and seq (`@` contracts every dim the two share; to
+ * contract fewer, use contract(a, b, over: d))". "" otherwise. */
+static const char *contract_hint(Builder *b, const Value *v) {
+  for (int step = 0; v && v->def && step < 16; step++) {
+    const Op *o = v->def;
+    if (o->kind == OP_CONTRACT) {
+      bool matmul = false;
+      for (int i = 0; i < b->matmuls.len; i++) matmul |= b->matmuls.data[i] == o;
+      const char *text = loc_text(b, o->loc);
+      const char *what = text ? text : arena_printf(&b->ck->tmp, "the contraction at line %d", o->loc.line);
+      if (matmul && o->ndims > 1)
+        return arena_printf(&b->ck->tmp, "; %s contracted %s (`@` contracts every dim the two share; to contract "
+                                         "fewer, use contract(a, b, over: d))", what, dims_text(b, o->dims, o->ndims));
+      return arena_printf(&b->ck->tmp, "; %s contracted %s", what, dims_text(b, o->dims, o->ndims));
     }
-    memcpy(prev, cur, sizeof(int) * (lb + 1));
+    bool follow = (o->kind >= OP_NEG && o->kind <= OP_SILU) || o->kind == OP_CAST || o->kind == OP_TRANSPOSE ||
+                  o->kind == OP_ADD || o->kind == OP_SUB || o->kind == OP_MUL || o->kind == OP_DIV;
+    if (!follow || o->noperands < 1) break;
+    v = o->operands[0];
   }
-  return prev[lb];
+  return "";
 }
 
-typedef struct Suggest {
-  Name want, best;
-  int dist;
-} Suggest;
-
-static void suggest_try(Suggest *s, Name cand) {
-  if (!cand || cand == s->want) return;
-  size_t len = strlen(s->want);
-  if (len <= 2) return; /* every short name is close to every other */
-  int d = edit_distance(s->want, cand);
-  int limit = len <= 5 ? 1 : 2;
-  if (d <= limit && d < s->dist) s->dist = d, s->best = cand;
-}
+/* A suggestion searches every candidate name; for an error the limit will drop (or that is a
+ * repeat err() drops) it is not searched, so a flood of unknown names stays linear. */
+static bool worth_suggesting(void) { return diag_would_show(DIAG_ERROR); }
 
 /* ---- dims ---- */
 
@@ -262,11 +321,11 @@ static Dim *dim_ref(Builder *b, const Node *n) {
   }
   Dim *d = find_dim(b->p, n->name);
   if (d) return d;
-  Suggest s = {.want = n->name, .dist = 99};
+  Suggest s = suggest_begin(worth_suggesting() ? n->name : NULL);
   for (int i = 0; i < b->p->ndims; i++)
     if (b->p->dims[i]) suggest_try(&s, b->p->dims[i]->name);
-  if (s.best) err(b, n->loc, "unknown dim %s; did you mean %s?", n->name, s.best);
-  else err(b, n->loc, "unknown dim %s", n->name);
+  char sb[160];
+  err(b, n->loc, "unknown dim '%s'%s", n->name, suggest_text(&s, sb, sizeof sb));
   return NULL;
 }
 
@@ -299,13 +358,16 @@ static int dim_list(Builder *b, const Node *n, Dim **out, SrcLoc *locs, int max)
   return ok ? k : -1;
 }
 
-static int64_t mul_sat(int64_t a, int64_t c) {
-  if (a <= 0 || c <= 0) return 0;
-  if (a > INT64_MAX / c) return INT64_MAX;
-  return a * c;
-}
-
 /* ---- scopes ---- */
+
+static unsigned scope_hash(Name n) { return (unsigned)(((uintptr_t)n >> 3) * 2654435761u); }
+
+/* The slot of name n in s's table: its binding, or the empty slot where it would go. */
+static Binding **scope_slot(Scope *s, Name n) {
+  unsigned mask = (unsigned)s->cap - 1, j = scope_hash(n) & mask;
+  while (s->table[j] && s->table[j]->name != n) j = (j + 1) & mask;
+  return &s->table[j];
+}
 
 static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst *inst, SrcLoc loc) {
   Binding *x = ARENA_NEW(&b->ck->tmp, Binding);
@@ -316,6 +378,16 @@ static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst
   x->loc = loc;
   x->next = s->list;
   s->list = x;
+  if (2 * (s->ntable + 1) > s->cap) {
+    Scope grown = {.cap = s->cap ? 2 * s->cap : 16};
+    grown.table = ARENA_ARRAY(&b->ck->tmp, Binding *, grown.cap);
+    for (int i = 0; i < s->cap; i++)
+      if (s->table[i]) *scope_slot(&grown, s->table[i]->name) = s->table[i];
+    s->table = grown.table, s->cap = grown.cap;
+  }
+  Binding **slot = scope_slot(s, name);
+  if (!*slot) s->ntable++;
+  *slot = x;
   return x;
 }
 
@@ -324,11 +396,11 @@ static Binding *bind(Builder *b, Scope *s, Name name, BindKind kind, Ex ex, Inst
 static Binding *lookup2(Builder *b, Name n, bool *crossed) {
   bool c = false;
   for (Scope *s = b->scope; s; s = s->parent) {
-    for (Binding *x = s->list; x; x = x->next)
-      if (x->name == n) {
-        if (crossed) *crossed = c;
-        return x;
-      }
+    Binding *x = s->cap ? *scope_slot(s, n) : NULL;
+    if (x) {
+      if (crossed) *crossed = c;
+      return x;
+    }
     if (s->fn_boundary) break;
     if (s->loop) c = true;
   }
@@ -368,8 +440,8 @@ static const Builtin *find_builtin(Name n) {
 
 static const char known_functions[] =
   "exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, sum, mean, max, softmax, rmsnorm, "
-  "layernorm, contract, split, merge, take, causal, the casts f32 bf16 f16 f8 i32 i8, and a "
-  "model's own fns";
+  "layernorm, contract, split, merge, take, causal, size, the casts f32 bf16 f16 f8 i32 i8, and "
+  "a model's own fns";
 
 /* ---- emitting ---- */
 
@@ -395,7 +467,18 @@ static Value *use_in(Builder *b, IrFunc *f, Value *v) {
   return in;
 }
 
+/* Every value the builder makes holds at most SIZE_LIMIT bytes (size.c): later stages add and
+ * multiply sizes freely. False, after an error at loc, for one that does not. */
+static bool size_fits(Builder *b, SrcLoc loc, const TensorType *t) {
+  if (t->dtype == DT_NONE) return true;
+  const char *big = tensor_size_error(&b->ck->tmp, t->dims, t->rank, t->dtype);
+  if (!big) return true;
+  err(b, loc, "%s", big);
+  return false;
+}
+
 static Op *emit_op(Builder *b, OpKind k, SrcLoc loc, Value **ops, int n, TensorType t) {
+  size_fits(b, loc, &t);
   Value *cap[4];
   for (int i = 0; i < n && i < 4; i++) cap[i] = use_in(b, b->fn, ops[i]);
   return ir_emit(b->m, b->fn, k, loc, cap, n, t);
@@ -432,6 +515,13 @@ static Value *materialize(Builder *b, Ex e, DType dt, SrcLoc loc, const char *ot
       err(b, loc, "non-integer literal %g where %s is expected", e.num, dtype_name(dt));
     return NULL;
   }
+  /* An integer constant takes the integer dtype: it must fit in it, or it would wrap. */
+  double lo = dt == DT_I8 ? -128.0 : -2147483648.0, hi = dt == DT_I8 ? 127.0 : 2147483647.0;
+  if (dtype_is_int(dt) && (e.num < lo || e.num > hi)) {
+    err(b, loc, "integer literal %.17g overflows %s (%.0f to %.0f)%s%s", e.num, dtype_name(dt), lo, hi,
+        other ? " with " : "", other ? other_text : "");
+    return NULL;
+  }
   TensorType t = {.dtype = dt, .rank = 0};
   Op *op = ir_emit(b->m, b->fn, OP_CONST, loc, NULL, 0, t);
   op->scalar = e.num;
@@ -455,7 +545,7 @@ static bool union_dims(Builder *b, SrcLoc loc, const TensorType *x, const Tensor
     if (!s) dims[n++] = y->dims[i];
   }
   if (n > MAX_RANK) {
-    err(b, loc, "the result would have %d dims (at most %d)", n, MAX_RANK);
+    err(b, loc, "a tensor has at most %d dims; the result would have %d", MAX_RANK, n);
     return false;
   }
   out->rank = n;
@@ -517,7 +607,7 @@ static Ex to_spec(Builder *b, Ex e, const TypeSpec *spec, SrcLoc loc, const char
   } else {
     v = use_in(b, b->fn, e.v);
     if (v->type.dtype != want.dtype || !tensor_type_same_dims(&v->type, &want)) {
-      err(b, loc, "%s: expected %s, found %s", what, tstr(b, &want), tstr(b, &v->type));
+      err(b, loc, "%s: expected %s, found %s%s", what, tstr(b, &want), tstr(b, &v->type), contract_hint(b, v));
       return ex_err();
     }
   }
@@ -536,7 +626,12 @@ static const TypeSpec *spec_from_ast(Builder *b, const Node *t) {
     bool model = false;
     for (int i = 0; i < b->p->nmodels; i++) model |= b->p->models[i] && b->p->models[i]->name == t->name;
     if (model) err(b, t->loc, "a let holds a tensor, not a model (%s); expected a type like bf16[batch, embed]", t->name);
-    else err(b, t->loc, "unknown dtype %s (dtypes: f32 bf16 f16 f8 i32 i8)", t->name);
+    else {
+      Suggest sg = suggest_begin(t->name);
+      for (int i = 0; i < DT__COUNT; i++) suggest_try(&sg, dtype_name((DType)i));
+      char sb[160];
+      err(b, t->loc, "unknown dtype %s%s (dtypes: f32 bf16 f16 f8 i32 i8)", t->name, suggest_text(&sg, sb, sizeof sb));
+    }
     return NULL;
   }
   TypeSpec *s = ARENA_NEW(b->m->arena, TypeSpec);
@@ -559,15 +654,16 @@ static const TypeSpec *spec_from_ast(Builder *b, const Node *t) {
         ok = false;
       }
     if (s->rank == MAX_RANK) {
-      err(b, d->loc, "a type has at most %d dims", MAX_RANK);
+      err(b, d->loc, "a tensor has at most %d dims; '%s' is the %dth", MAX_RANK, dim->name, MAX_RANK + 1);
       return NULL;
     }
     int r = s->rank++;
     s->dims[r] = dim;
     s->dim_loc[r] = d->loc;
     for (const Node *a = d->items; a; a = a->next) {
-      if (s->nat[r] == MAX_MESH_AXES) {
-        err(b, a->loc, "too many mesh axes on dim %s", dim->name);
+      if (s->nat[r] == MAX_AXES_PER_DIM) {
+        err(b, a->loc, "a dim is sharded over at most %d axes; '%s' is the %dth for '%s'", MAX_AXES_PER_DIM, a->name,
+            MAX_AXES_PER_DIM + 1, dim->name);
         ok = false;
         break;
       }
@@ -596,17 +692,17 @@ static void undefined(Builder *b, Name name, SrcLoc loc) {
     err(b, loc, "%s is a dtype, not a value; to cast, write %s(x)", name, name);
     return;
   }
-  if (find_builtin(name)) {
+  if (find_builtin(name) || strcmp(name, "size") == 0) {
     err(b, loc, "%s is a function; call it as %s(...)", name, name);
     return;
   }
-  Suggest s = {.want = name, .dist = 99};
-  for (Scope *sc = b->scope; sc; sc = sc->parent) {
+  Suggest s = suggest_begin(worth_suggesting() ? name : NULL);
+  for (Scope *sc = b->scope; sc && s.want; sc = sc->parent) {
     for (Binding *x = sc->list; x; x = x->next) suggest_try(&s, x->name);
     if (sc->fn_boundary) break;
   }
-  if (s.best) err(b, loc, "undefined name %s; did you mean %s?", name, s.best);
-  else err(b, loc, "undefined name %s", name);
+  char sb[160];
+  err(b, loc, "undefined name %s%s", name, suggest_text(&s, sb, sizeof sb));
 }
 
 static Ex lower_name(Builder *b, const Node *n) {
@@ -655,7 +751,9 @@ static Ex lower_contract(Builder *b, SrcLoc loc, const Node *xn, Value *x, const
     for (int i = 0; i < x->type.rank; i++)
       if (tensor_type_find(&y->type, x->type.dims[i]) >= 0) dims[nd++] = x->type.dims[i];
     if (nd == 0) {
-      err(b, loc, "no shared dim between %s: %s and %s: %s", xt, tstr(b, &x->type), yt, tstr(b, &y->type));
+      const char *hint = contract_hint(b, x);
+      if (!*hint) hint = contract_hint(b, y);
+      err(b, loc, "no shared dim between %s: %s and %s: %s%s", xt, tstr(b, &x->type), yt, tstr(b, &y->type), hint);
       return ex_err();
     }
   } else {
@@ -666,19 +764,30 @@ static Ex lower_contract(Builder *b, SrcLoc loc, const Node *xn, Value *x, const
       if (tensor_type_find(&x->type, over[i]) < 0) who = xt, w = x;
       else if (tensor_type_find(&y->type, over[i]) < 0) who = yt, w = y;
       if (who) {
-        err(b, over_loc[i], "contract over %s: %s: %s has no dim %s", over[i]->name, who, tstr(b, &w->type),
-            over[i]->name);
+        err(b, over_loc[i], "contract over %s: %s: %s has no dim %s%s", over[i]->name, who, tstr(b, &w->type),
+            over[i]->name, contract_hint(b, w));
         ok = false;
       }
       dims[nd++] = over[i];
     }
     if (!ok) return ex_err();
   }
-  if (!same_dtype(b, loc, all ? "@" : "contracted with", x, y)) return ex_err();
+  if (x->type.dtype != y->type.dtype) {
+    err(b, loc, "dtype mismatch: %s %s %s, contracting %s; cast one with %s(x)", dtype_name(x->type.dtype),
+        all ? "@" : "contracted with", dtype_name(y->type.dtype), dims_text(b, dims, nd),
+        dtype_name(wider(x->type.dtype, y->type.dtype)));
+    return ex_err();
+  }
   TensorType t = {.dtype = x->type.dtype};
-  if (!union_dims(b, loc, &x->type, &y->type, dims, nd, &t)) return ex_err();
+  if (!union_dims(b, loc, &x->type, &y->type, dims, nd, &t)) {
+    note(b, loc, "%s contracts %s; the other dims of both operands make the result", all ? "@" : "contract",
+         dims_text(b, dims, nd));
+    return ex_err();
+  }
   Value *ops[2] = {x, y};
-  return ex_val(emit_dims(b, OP_CONTRACT, loc, ops, 2, t, dims, nd));
+  Value *r = emit_dims(b, OP_CONTRACT, loc, ops, 2, t, dims, nd);
+  if (all) VEC_PUSH(&b->ck->tmp, b->matmuls, r->def);
+  return ex_val(r);
 }
 
 static Ex fold(Builder *b, int op, Ex l, Ex r, SrcLoc loc) {
@@ -728,6 +837,11 @@ static Ex lower_binary(Builder *b, const Node *n) {
     return lower_contract(b, loc, n->lhs, l.v, n->rhs, r.v, NULL, NULL, 0, true);
   }
   if (l.kind == EX_LIT && r.kind == EX_LIT) return fold(b, n->op, l, r, loc);
+  if (n->op == BIN_DIV && r.kind == EX_LIT && r.num == 0 && l.kind == EX_VAL && dtype_is_int(l.v->type.dtype)) {
+    err(b, expr_span(n->rhs), "integer division by zero: %s: %s / 0", expr_text(b, n->lhs, "the tensor"),
+        tstr(b, &l.v->type));
+    return ex_err();
+  }
   Value *x, *y;
   if (l.kind == EX_LIT) {
     x = materialize(b, l, r.v->type.dtype, expr_span(n->lhs), expr_text(b, n->rhs, "the other operand"), &r.v->type);
@@ -786,7 +900,12 @@ static Ex lower_rename(Builder *b, const Node *n) {
       ok = false;
       continue;
     }
-    if (to == from) continue;
+    if (to == from) {
+      err(b, expr_span(a), "renaming %s to itself does nothing (a rename names a different dim of the same size, "
+                           "like %s -> k%s)", from->name, from->name, from->name);
+      ok = false;
+      continue;
+    }
     if (tensor_type_find(&t, to) >= 0) {
       err(b, a->rhs->loc, "cannot rename %s to %s: %s: %s already has a dim %s", from->name, to->name, xt,
           tstr(b, &t), to->name);
@@ -938,7 +1057,7 @@ static Ex lower_split(Builder *b, const Node *call, const CallArgs *ca, Ex x) {
           tstr(b, &v->type), to[i]->name);
       return ex_err();
     }
-    prod = mul_sat(prod, to[i]->size);
+    prod = sat_mul(prod, to[i]->size);
     size_t ls = strlen(sizes), ln = strlen(names);
     snprintf(sizes + ls, sizeof sizes - ls, "%s%lld", i ? " x " : "", (long long)to[i]->size);
     snprintf(names + ln, sizeof names - ln, "%s%s", i ? ", " : "", to[i]->name);
@@ -949,7 +1068,7 @@ static Ex lower_split(Builder *b, const Node *call, const CallArgs *ca, Ex x) {
     return ex_err();
   }
   if (v->type.rank - 1 + n > MAX_RANK) {
-    err(b, expr_span(call), "the result would have %d dims (at most %d)", v->type.rank - 1 + n, MAX_RANK);
+    err(b, expr_span(call), "a tensor has at most %d dims; the result would have %d", MAX_RANK, v->type.rank - 1 + n);
     return ex_err();
   }
   TensorType t = {.dtype = v->type.dtype};
@@ -991,7 +1110,7 @@ static Ex lower_merge(Builder *b, const Node *call, const CallArgs *ca, Ex x) {
       return ex_err();
     }
     if (pos < first) first = pos;
-    prod = mul_sat(prod, from[i]->size);
+    prod = sat_mul(prod, from[i]->size);
     size_t ls = strlen(sizes), ln = strlen(names);
     snprintf(sizes + ls, sizeof sizes - ls, "%s%lld", i ? " x " : "", (long long)from[i]->size);
     snprintf(names + ln, sizeof names - ln, "%s%s", i ? ", " : "", from[i]->name);
@@ -1042,7 +1161,7 @@ static Ex lower_take(Builder *b, const Node *call, const CallArgs *ca, Ex tab, E
       return ex_err();
     }
     if (r.rank == MAX_RANK) {
-      err(b, expr_span(call), "the result would have more than %d dims", MAX_RANK);
+      err(b, expr_span(call), "a tensor has at most %d dims; the result would have more", MAX_RANK);
       return ex_err();
     }
     r.dims[r.rank++] = t->type.dims[k];
@@ -1069,6 +1188,23 @@ static const FnDecl *model_fn(const Model *m, Name n) {
   for (int i = 0; i < m->nfns; i++)
     if (m->fns[i].name == n) return &m->fns[i];
   return NULL;
+}
+
+/* size(d): dim d's global size, as a number literal (language.md, fixed): it follows -D, and the
+ * elementwise functions of numbers fold it (`rsqrt(size(head))` is a constant the attention
+ * pattern still fuses). */
+static Ex lower_size(Builder *b, const Node *call) {
+  CallArgs ca;
+  bool ok = call_args(b, call, "size", false, &ca);
+  if (!arity(b, call, "size", &ca, 1) || !ok) return ex_err();
+  const Node *arg = ca.pos[0];
+  if (arg->kind == N_NAME && !find_dim(b->p, arg->name) && lookup(b, arg->name)) {
+    err(b, arg->loc, "size takes a dim, as in size(head); %s is a value, not a dim", arg->name);
+    return ex_err();
+  }
+  Dim *d = dim_ref(b, arg);
+  if (!d) return ex_err();
+  return ex_lit((double)d->size, false);
 }
 
 /* Calls of model functions are inlined: each argument converted to the declared type (a
@@ -1139,7 +1275,10 @@ static Ex lower_member_call(Builder *b, const Node *call) {
       size_t l = strlen(list);
       snprintf(list + l, sizeof list - l, ")");
     }
-    err(b, nloc(mem), "model %s has no fn %s%s", in->model->name, mem->name, list);
+    Suggest sg = suggest_begin(mem->name);
+    for (int i = 0; i < in->model->nfns; i++) suggest_try(&sg, in->model->fns[i].name);
+    char sb[160];
+    err(b, nloc(mem), "model %s has no fn %s%s%s", in->model->name, mem->name, suggest_text(&sg, sb, sizeof sb), list);
     return ex_err();
   }
   char shown[200];
@@ -1155,6 +1294,7 @@ static Ex lower_call(Builder *b, const Node *call) {
     return ex_err();
   }
   Name fname = callee->name;
+  if (strcmp(fname, "size") == 0) return lower_size(b, call);
   DType cast = dtype_from_name(fname);
   const Builtin *bi = find_builtin(fname);
   CallArgs ca;
@@ -1166,10 +1306,13 @@ static Ex lower_call(Builder *b, const Node *call) {
   if (!bi) {
     const FnDecl *fn = b->inst ? model_fn(b->inst->model, fname) : NULL;
     if (fn) return call_fn(b, call, fn, b->inst, fname);
-    Suggest s = {.want = fname, .dist = 99};
-    for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(&s, intern_cstr(builtins[i].name));
-    if (s.best) err(b, callee->loc, "unknown function %s (did you mean %s?); known: %s", fname, s.best, known_functions);
-    else err(b, callee->loc, "unknown function %s; known: %s", fname, known_functions);
+    Suggest s = suggest_begin(worth_suggesting() ? fname : NULL);
+    for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(&s, builtins[i].name);
+    suggest_try(&s, "size");
+    for (int i = 0; i < DT__COUNT; i++) suggest_try(&s, dtype_name((DType)i));
+    for (int i = 0; b->inst && i < b->inst->model->nfns; i++) suggest_try(&s, b->inst->model->fns[i].name);
+    char sb[160];
+    err(b, callee->loc, "unknown function %s%s (known: %s)", fname, suggest_text(&s, sb, sizeof sb), known_functions);
     return ex_err();
   }
   bool ok = call_args(b, call, fname, bi->over != OVER_NO, &ca);
@@ -1359,8 +1502,8 @@ static void lower_assign(Builder *b, const Node *s) {
   }
   Value *v = use_in(b, b->fn, e.v);
   if (v->type.dtype != want->dtype || !tensor_type_same_dims(&v->type, want)) {
-    err(b, expr_span(s->value), "rebinding %s changes its type: expected %s, found %s", s->name, tstr(b, want),
-        tstr(b, &v->type));
+    err(b, expr_span(s->value), "rebinding %s changes its type: expected %s, found %s%s", s->name, tstr(b, want),
+        tstr(b, &v->type), contract_hint(b, v));
     return;
   }
   if (!tensor_type_equal(&v->type, want)) {
@@ -1632,8 +1775,8 @@ static Inst *inst_build(Builder *b, const Model *mo, Name path, StackCtx *sc) {
       *s = pd->type;
       if (spec_ok(&pd->type) && sc->n > 0) {
         if (pd->type.rank + sc->n > MAX_RANK) {
-          err(b, pd->loc, "param %s has %d dims with its stacking dims (at most %d)", ppath, pd->type.rank + sc->n,
-              MAX_RANK);
+          err(b, pd->loc, "a tensor has at most %d dims; param %s would have %d with its stacking dims", MAX_RANK,
+              ppath, pd->type.rank + sc->n);
           s->dtype = DT_NONE;
         } else {
           for (int k = 0; k < sc->n; k++)
@@ -1657,6 +1800,7 @@ static Inst *inst_build(Builder *b, const Model *mo, Name path, StackCtx *sc) {
         }
       }
       ip->type = spec_ok(s) ? tensor_type_from_spec(s) : (TensorType){.dtype = DT_NONE};
+      if (!size_fits(b, pd->loc, &ip->type)) ip->type.dtype = DT_NONE, s->dtype = DT_NONE;
       Op *op = ir_emit(m, m->main, OP_PARAM, pd->loc, NULL, 0, ip->type);
       op->index = index;
       Value *v = ir_result(op);
@@ -1670,8 +1814,13 @@ static Inst *inst_build(Builder *b, const Model *mo, Name path, StackCtx *sc) {
     if (!sub) continue;
     bool cycle = false;
     for (int k = 0; k < sc->depth; k++) cycle |= sc->chain[k] == sub;
-    if (cycle || sc->depth > MAX_MODEL_DEPTH) {
+    if (cycle) {
       err(b, pd->loc, "model %s contains itself (through param %s)", sub->name, ppath);
+      continue;
+    }
+    if (sc->depth >= MAX_MODEL_DEPTH) {
+      err(b, pd->loc, "models nest at most %d deep; param %s holds one %d deep", MAX_MODEL_DEPTH, ppath,
+          sc->depth + 1);
       continue;
     }
     if (pd->kind == PARAM_STACK) {

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checked.h"
 #include "sema_int.h"
+#include "suggest.h"
 
 typedef enum {
   ONCE_NO_MESH,
@@ -36,7 +38,9 @@ typedef struct OnceKey {
 
 struct DiagOnce {
   Arena *arena;
-  VEC(OnceKey) seen;
+  OnceKey *slots;   /* open addressing */
+  bool *used;       /* which slots hold a key */
+  int len, cap;     /* cap a power of 2, at most half full */
 };
 
 struct DiagOnce *layout_diag_once_new(Arena *a) {
@@ -45,16 +49,41 @@ struct DiagOnce *layout_diag_once_new(Arena *a) {
   return d;
 }
 
-/* True the first time (loc, kind) is seen: the caller reports then. Without a set, always true. */
+static unsigned once_hash(const OnceKey *k) {
+  uintptr_t h = (uintptr_t)k->file * 31u + (uintptr_t)k->line * 2654435761u + (uintptr_t)k->col * 40503u +
+                (uintptr_t)k->kind;
+  return (unsigned)(h ^ (h >> 15));
+}
+
+static bool once_same(const OnceKey *a, const OnceKey *b) {
+  return a->file == b->file && a->line == b->line && a->col == b->col && a->kind == b->kind;
+}
+
+/* True the first time (loc, kind) is seen: the caller reports then. Without a set, always true.
+ * A hash set, so that N diagnostics cost O(N). */
 static bool once(const Program *p, SrcLoc loc, OnceKind kind) {
   struct DiagOnce *d = p->diag_once;
   if (!d) return true;
-  for (int i = 0; i < d->seen.len; i++) {
-    const OnceKey *k = &d->seen.data[i];
-    if (k->file == loc.file && k->line == loc.line && k->col == loc.col && k->kind == kind) return false;
+  if (2 * (d->len + 1) > d->cap) {
+    int ncap = d->cap ? 2 * d->cap : 64;
+    OnceKey *slots = ARENA_ARRAY(d->arena, OnceKey, ncap);
+    bool *used = ARENA_ARRAY(d->arena, bool, ncap);
+    for (int i = 0; i < d->cap; i++) {
+      if (!d->used[i]) continue;
+      unsigned j = once_hash(&d->slots[i]) & (unsigned)(ncap - 1);
+      while (used[j]) j = (j + 1) & (unsigned)(ncap - 1);
+      slots[j] = d->slots[i];
+      used[j] = true;
+    }
+    d->slots = slots, d->used = used, d->cap = ncap;
   }
   OnceKey k = {loc.file, loc.line, loc.col, kind};
-  VEC_PUSH(d->arena, d->seen, k);
+  unsigned j = once_hash(&k) & (unsigned)(d->cap - 1);
+  for (; d->used[j]; j = (j + 1) & (unsigned)(d->cap - 1))
+    if (once_same(&d->slots[j], &k)) return false;
+  d->slots[j] = k;
+  d->used[j] = true;
+  d->len++;
   return true;
 }
 
@@ -80,6 +109,13 @@ static const char *rule_text(const LayoutRule *r, char *buf, size_t size) {
   return buf;
 }
 
+/* "; did you mean 'model'?" for an axis m lacks, or "". */
+static const char *axis_suggest(const Mesh *m, Name axis, char *buf, size_t size) {
+  Suggest sg = suggest_begin(axis);
+  for (int i = 0; i < m->naxes; i++) suggest_try(&sg, m->axes[i].name);
+  return suggest_text(&sg, buf, size);
+}
+
 static const char *mesh_axis_list(const Mesh *m, char *buf, size_t size) {
   size_t used = 0;
   buf[0] = 0;
@@ -98,9 +134,10 @@ static Name rule_missing_axis(const Mesh *m, const LayoutRule *r) {
 
 static void warn_rule_missing_axis(const Program *p, const LayoutRule *r, Name axis) {
   if (!once(p, r->loc, ONCE_RULE_NO_AXIS)) return;
-  char rb[256], ab[256];
-  diag_warning(r->loc, "layout rule %s is skipped: mesh '%s' has no axis '%s' (its axes: %s)",
-               rule_text(r, rb, sizeof rb), p->mesh->name, axis, mesh_axis_list(p->mesh, ab, sizeof ab));
+  char rb[256], ab[256], sb[160];
+  diag_warning(r->loc, "layout rule %s is skipped: mesh '%s' has no axis '%s'%s (its axes: %s)",
+               rule_text(r, rb, sizeof rb), p->mesh->name, axis, axis_suggest(p->mesh, axis, sb, sizeof sb),
+               mesh_axis_list(p->mesh, ab, sizeof ab));
 }
 
 void layout_check_rules(const Program *p) {
@@ -126,7 +163,8 @@ static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int ow
   }
   if (spec->nat[i] > MAX_AXES_PER_DIM) {
     if (once(p, loc, ONCE_TOO_MANY_AXES))
-      diag_error(loc, "dim '%s' is sharded over %d axes; at most %d", dim->name, spec->nat[i], MAX_AXES_PER_DIM);
+      diag_error(loc, "a dim is sharded over at most %d axes; '%s' names %d", MAX_AXES_PER_DIM, dim->name,
+                 spec->nat[i]);
     return false;
   }
   bool ok = true;
@@ -136,8 +174,10 @@ static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int ow
     Name an = spec->at[i][j];
     int a = mesh_axis_index(m, an);
     if (a < 0) {
+      char sb[160];
       if (once(p, loc, ONCE_UNKNOWN_AXIS))
-        diag_error(loc, "mesh '%s' has no axis '%s' (its axes: %s)", m->name, an, mesh_axis_list(m, buf, sizeof buf));
+        diag_error(loc, "mesh '%s' has no axis '%s'%s (its axes: %s)", m->name, an, axis_suggest(m, an, sb, sizeof sb),
+                   mesh_axis_list(m, buf, sizeof buf));
       ok = false;
       continue;
     }
@@ -152,7 +192,7 @@ static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int ow
     }
     owner[a] = i;
     idx[(*n)++] = a;
-    product *= m->axes[a].size;
+    product = sat_mul(product, m->axes[a].size);
   }
   if (!ok) return false;
   if (product > 0 && dim->size % product != 0) {
@@ -207,7 +247,7 @@ bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOr
     for (int j = 0; j < rule->naxes; j++) {
       idx[j] = mesh_axis_index(m, rule->axes[j]);
       if (owner[idx[j]] >= 0) taken = true;
-      product *= m->axes[idx[j]].size;
+      product = sat_mul(product, m->axes[idx[j]].size);
     }
     if (taken) continue;
     if (product > 0 && spec->dims[i]->size % product != 0) {

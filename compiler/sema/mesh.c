@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checked.h"
 #include "sema_int.h"
 
 int mesh_axis_index(const Mesh *m, Name axis) {
@@ -177,11 +178,11 @@ bool mesh_form(Mesh *m) {
     MeshAxis *ax = &m->axes[i];
     if (ax->size < 1) return false;
     ax->stride = stride;
-    if (stride > INT_MAX / ax->size) {
-      diag_error(ax->loc, "mesh '%s' has more than %d devices", m->name, INT_MAX);
+    if (ckd_mul(&stride, stride, ax->size) || stride > MESH_MAX_DEVICES) {
+      diag_error(ax->loc, "mesh '%s' would have more than %d devices with axis '%s'; a mesh has at most %d devices "
+                          "(2^24)", m->name, MESH_MAX_DEVICES, ax->name, MESH_MAX_DEVICES);
       return false;
     }
-    stride *= ax->size;
   }
   m->devices = stride;
   if (t->kind == TARGET_GPU) {

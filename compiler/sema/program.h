@@ -2,8 +2,8 @@
  *
  * In: the parsed files (parse.h). Out: dims with sizes (after -D), targets with their figures, meshes
  * formed on their targets (each axis knows the links it rides), layouts, and models with their params
- * and functions. compiler/sema.c builds it (declarations), compiler/mesh.c forms meshes,
- * compiler/layout.c turns layout rules into shardings; the function bodies become IR (ir.h). */
+ * and functions. sema.c builds it (declarations), mesh.c forms meshes, layout.c turns layout rules
+ * into shardings, size.c checks tensor sizes; the function bodies become IR (ir.h). */
 #ifndef SHARDC_PROGRAM_H
 #define SHARDC_PROGRAM_H
 
@@ -32,13 +32,25 @@ int dtype_bytes(DType t);
 bool dtype_is_int(DType t);
 DType dtype_from_name(Name n); /* DT_NONE if n is not a dtype */
 
+/* ---- limits (language.md, "Limits"; each reported as a limit, with its number) ---- */
+/* SIZE_LIMIT (checked.h, 2^62): the largest dim, element count or byte count. */
+#define MAX_DIM_CHAIN 256           /* dims defined one from another (`dim a = b`, `dim b = c`, ...) */
+#define MAX_MODEL_DEPTH 32          /* models held one inside another, the outermost counted */
+#define MESH_MAX_DEVICES (1 << 24)  /* devices of one mesh (16,777,216) */
+
 /* ---- dims ---- */
 typedef struct Dim {
   Name name;
   int64_t size;     /* after -D overrides */
   int id;           /* index in Program.dims */
   SrcLoc loc;       /* the declaration */
+  bool overridden;  /* the size comes from -D */
 } Dim;
+
+/* NULL if a tensor of these dims (NULLs skipped) and dtype holds at most SIZE_LIMIT bytes; else
+ * the message for the error, from arena a ("tensor too large: bf16[batch, seq] would hold ...",
+ * naming the dims -D set) (size.c). */
+const char *tensor_size_error(Arena *a, Dim *const *dims, int rank, DType dt);
 
 /* ---- targets ---- */
 typedef enum { TARGET_TPU, TARGET_GPU } TargetKind;
@@ -83,7 +95,7 @@ typedef struct Target {
 
 /* ---- meshes ---- */
 typedef enum { LINK_ICI, LINK_DCN, LINK_NVLINK, LINK_NETWORK } LinkKind;
-#define MAX_MESH_AXES 8
+#define MAX_MESH_AXES 8   /* axes of one mesh */
 typedef struct MeshAxis {
   Name name;
   int size;
@@ -131,7 +143,7 @@ typedef struct Layout {
 } Layout;
 
 /* ---- types as written at boundaries (params, fn args and results, typed lets) ---- */
-#define MAX_RANK 8
+#define MAX_RANK 8        /* dims of one tensor */
 typedef struct TypeSpec {
   DType dtype;
   int rank;
@@ -145,7 +157,7 @@ typedef struct TypeSpec {
 /* ---- shardings ----
  * Per dim (by position in the tensor's type): mesh axis indices, major to minor; plus the axes over
  * which the value is an unreduced partial sum. */
-#define MAX_AXES_PER_DIM 4
+#define MAX_AXES_PER_DIM 4  /* mesh axes sharding one dim */
 typedef struct Sharding {
   int8_t axes[MAX_RANK][MAX_AXES_PER_DIM];
   uint8_t naxes[MAX_RANK];

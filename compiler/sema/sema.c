@@ -4,25 +4,36 @@
  * choices (-D, --mesh, --layout, --entry). Out: a Program (program.h): dims with their sizes after
  * -D, targets (target.c), meshes formed on their targets (mesh.c), layouts, models with typed
  * params and function signatures, train/serve steps; then the chosen mesh, layout, entry function
- * and step. Function bodies are not looked at here: ir_build.c lowers them from the signatures.
+ * and step. Function bodies are not lowered here (ir_build.c lowers them from the signatures);
+ * they are only scanned for the names they mention, to warn about params no function reads.
  *
  * Names are global to a program whatever file declares them, so the checker first collects every
  * declaration by kind (a second declaration of a name is an error with a note at the first), then
  * resolves the kinds in dependency order: dims (which may be defined by each other), targets,
- * meshes, layouts, models, steps, choices. Last it checks the boundary types of the models in play
- * against the chosen mesh and layout (layout.c), so a wrong `@` is reported even in a function
- * that is not compiled. Every problem in the source is a located diagnostic; a problem with the
- * command line is returned as Program.usage_error for the driver (exit 2). */
+ * meshes, layouts, models, steps, choices. Then the models as a whole: no cycles, nesting within
+ * MAX_MODEL_DEPTH, no stack over a dim its model already has, no unread params. Last it checks the
+ * boundary types of the models in play against the chosen mesh and layout (layout.c), so a wrong
+ * `@` is reported even in a function that is not compiled, and the step against them (microbatches,
+ * the schedule's pipeline). Sizes stay within program.h's limits (checked.h's SIZE_LIMIT for dims
+ * and tensors). Every problem in the source is a located diagnostic, an unknown name suggesting
+ * the closest declared one (suggest.h); a problem with the command line is returned as
+ * Program.usage_error for the driver (exit 2), with the same suggestions. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "sema_int.h"
+#include "suggest.h"
 
-/* Deepest recursion the checker allows itself (dim definitions referring to each other, nested
- * expressions): deeper input is a diagnostic, not a stack overflow. */
-enum { SEMA_MAX_DEPTH = 2000, SEMA_MAX_MODEL_DEPTH = 256 };
+/* Deepest recursion the checker allows itself in integer expressions (nested expressions, dims
+ * through dims): deeper input is a diagnostic, not a stack overflow. Dim chains are limited first,
+ * at MAX_DIM_CHAIN (program.h), which a plain chain reaches at depth 2 x MAX_DIM_CHAIN. */
+enum { SEMA_MAX_DEPTH = 2000 };
+/* How deep building models one inside another may recurse before giving up; beyond MAX_MODEL_DEPTH
+ * (program.h) and below this, models_check_depth reports the chain whole. */
+enum { SEMA_BUILD_DEPTH = 4 * MAX_MODEL_DEPTH };
 
 /* ---- small shared helpers (sema_int.h) ---- */
 
@@ -130,13 +141,43 @@ typedef struct Sema {
   bool quiet;                /* building models nothing uses (diagnostics dropped) */
   bool reported_depth;       /* "hold one another too deep" said once */
   uint8_t *dim_state;     /* DIM_*, per dim */
+  int *dim_chain;         /* per resolved dim: the longest chain of dims its size is defined through,
+                             itself counted (1 for `dim a = 4`) */
+  int chain_seen;         /* eval_int: the longest dim_chain of the dims it met */
   IntVec dim_path;        /* dims being evaluated, for "a -> b -> a" */
   NameMap dim_map, mesh_map, layout_map, model_map;
+  NameMap size_errors;    /* "tensor too large" messages already reported */
+  bool in_choices;        /* choose(): suggestions go into usage errors, not diagnostics */
   const char *usage;      /* first command-line problem */
 } Sema;
 
 static void sema_usage(Sema *s, const char *msg) {
   if (!s->usage) s->usage = msg;
+}
+
+/* A suggestion searches every name of a kind; for a diagnostic the error limit will drop it is
+ * not searched, so a flood of unknown names stays linear. Usage errors (no diagnostic) always are. */
+static bool sema_worth_suggesting(const Sema *s) { return s->in_choices || diag_would_show(DIAG_ERROR); }
+
+/* "; did you mean 'bf16'?" for an unknown dtype (into buf), or "". */
+static const char *sema_suggest_dtype(Name want, char *buf, size_t size) {
+  Suggest sg = suggest_begin(want);
+  for (int t = 0; t < DT__COUNT; t++) suggest_try(&sg, dtype_name((DType)t));
+  return suggest_text(&sg, buf, size);
+}
+
+/* "; did you mean 'hidden'?" for an unknown dim (into buf), or "". */
+static const char *sema_suggest_dim(Sema *s, Name want, char *buf, size_t size) {
+  Suggest sg = suggest_begin(sema_worth_suggesting(s) ? want : NULL);
+  for (int i = 0; i < s->dims.len; i++) suggest_try(&sg, s->dims.data[i]->name);
+  return suggest_text(&sg, buf, size);
+}
+
+/* The same among the model names. */
+static const char *sema_suggest_model(Sema *s, Name want, char *buf, size_t size) {
+  Suggest sg = suggest_begin(sema_worth_suggesting(s) ? want : NULL);
+  for (int i = 0; i < s->models.len; i++) suggest_try(&sg, s->models.data[i]->name);
+  return suggest_text(&sg, buf, size);
 }
 
 /* ---- integer expressions (dim sizes, mesh axis sizes, microbatches) ---- */
@@ -164,10 +205,12 @@ static bool eval_int(Sema *s, const Node *e, int64_t *out, int depth) {
   case N_NAME: {
     int i = namemap_get(&s->dim_map, e->name);
     if (i < 0) {
-      diag_error(e->loc, "unknown dim '%s'", e->name ? e->name : "?");
+      char sb[160];
+      diag_error(e->loc, "unknown dim '%s'%s", e->name ? e->name : "?", sema_suggest_dim(s, e->name, sb, sizeof sb));
       return false;
     }
     if (!dim_resolve(s, i, depth + 1)) return false;
+    if (s->dim_chain[i] > s->chain_seen) s->chain_seen = s->dim_chain[i];
     *out = s->dims.data[i]->size;
     return true;
   }
@@ -196,9 +239,9 @@ static bool eval_int(Sema *s, const Node *e, int64_t *out, int depth) {
     if (!ok_a || !ok_b) return false;
     bool overflow = false;
     switch (e->op) {
-    case BIN_ADD: overflow = __builtin_add_overflow(a, b, out); break;
-    case BIN_SUB: overflow = __builtin_sub_overflow(a, b, out); break;
-    case BIN_MUL: overflow = __builtin_mul_overflow(a, b, out); break;
+    case BIN_ADD: overflow = ckd_add(out, a, b); break;
+    case BIN_SUB: overflow = ckd_sub(out, a, b); break;
+    case BIN_MUL: overflow = ckd_mul(out, a, b); break;
     case BIN_DIV:
       if (b == 0) {
         diag_error(e->loc, "division by zero");
@@ -253,8 +296,11 @@ static bool dim_resolve(Sema *s, int i, int depth) {
     return false;
   }
   }
-  if (depth > SEMA_MAX_DEPTH) {
-    diag_error(d->loc, "dim '%s' is defined through more than %d other dims", d->name, SEMA_MAX_DEPTH);
+  if (s->dim_path.len >= MAX_DIM_CHAIN || depth > SEMA_MAX_DEPTH) {
+    /* Reported at the dim whose evaluation started the chain, the one defined through it. */
+    const Dim *top = s->dim_path.len > 0 ? s->dims.data[s->dim_path.data[0]] : d;
+    diag_error(top->loc, "dim '%s' is defined through a chain of more than %d dims (%s -> ... -> %s); dims chain at "
+                         "most %d deep", top->name, MAX_DIM_CHAIN, top->name, d->name, MAX_DIM_CHAIN);
     s->dim_state[i] = DIM_BAD;
     return false;
   }
@@ -262,11 +308,27 @@ static bool dim_resolve(Sema *s, int i, int depth) {
   VEC_PUSH(s->a, s->dim_path, i);
   int64_t v = 0;
   const Node *decl = s->dim_nodes.data[i];
+  int outer_seen = s->chain_seen;
+  s->chain_seen = 0;
   bool ok = eval_int(s, decl->value, &v, depth + 1);
+  s->dim_chain[i] = s->chain_seen + 1;
+  s->chain_seen = outer_seen;
   s->dim_path.len--;
+  if (ok && s->dim_chain[i] > MAX_DIM_CHAIN) {
+    /* Declared in order, a long chain never recurses deeply; the limit holds all the same. */
+    diag_error(d->loc, "dim '%s' is defined through a chain of %d dims; dims chain at most %d deep", d->name,
+               s->dim_chain[i], MAX_DIM_CHAIN);
+    s->dim_state[i] = DIM_BAD;
+    return false;
+  }
   if (ok && v < 1) {
     diag_error(decl->value ? decl->value->loc : d->loc, "dim '%s' has size %lld; a dim's size must be at least 1",
                d->name, (long long)v);
+    ok = false;
+  } else if (ok && v > SIZE_LIMIT) {
+    diag_error(decl->value ? decl->value->loc : d->loc,
+               "dim '%s' has size %lld; a dim's size is at most 2^62 (%lld)", d->name, (long long)v,
+               (long long)SIZE_LIMIT);
     ok = false;
   }
   d->size = ok ? v : 1;
@@ -277,6 +339,7 @@ static bool dim_resolve(Sema *s, int i, int depth) {
 /* -D name=N, applied by name before any dim is evaluated, so `dim kseq = seq` follows `-D seq=N`. */
 static void dims_apply_overrides(Sema *s) {
   if (!s->opt) return;
+  s->in_choices = true;
   for (int k = 0; k < s->opt->noverrides; k++) {
     const DimOverride *o = &s->opt->overrides[k];
     Name n = o->name ? intern_cstr(o->name) : NULL;
@@ -285,21 +348,32 @@ static void dims_apply_overrides(Sema *s) {
       Name names[64];
       int cnt = 0;
       for (int j = 0; j < s->dims.len && cnt < 64; j++) names[cnt++] = s->dims.data[j]->name;
-      sema_usage(s, arena_printf(s->a, "-D %s: the program declares no dim '%s' (dims: %s)", n ? n : "",
-                                 n ? n : "", sema_join_names(s->a, names, cnt, 20)));
+      char sb[160];
+      sema_usage(s, arena_printf(s->a, "-D %s: the program declares no dim '%s'%s (dims: %s)", n ? n : "",
+                                 n ? n : "", n ? sema_suggest_dim(s, n, sb, sizeof sb) : "",
+                                 sema_join_names(s->a, names, cnt, 20)));
       continue;
     }
     if (o->size < 1) {
       sema_usage(s, arena_printf(s->a, "-D %s=%lld: a dim's size must be at least 1", n, (long long)o->size));
       continue;
     }
+    if (o->size > SIZE_LIMIT) {
+      sema_usage(s, arena_printf(s->a, "-D %s=%lld: a dim's size is at most 2^62 (%lld)", n, (long long)o->size,
+                                 (long long)SIZE_LIMIT));
+      continue;
+    }
     s->dims.data[i]->size = o->size;
+    s->dims.data[i]->overridden = true;
     s->dim_state[i] = DIM_DONE;
+    s->dim_chain[i] = 1;
   }
+  s->in_choices = false;
 }
 
 static void dims_resolve_all(Sema *s) {
   s->dim_state = ARENA_ARRAY(s->a, uint8_t, s->dims.len > 0 ? s->dims.len : 1);
+  s->dim_chain = ARENA_ARRAY(s->a, int, s->dims.len > 0 ? s->dims.len : 1);
   dims_apply_overrides(s);
   for (int i = 0; i < s->dims.len; i++) dim_resolve(s, i, 0);
 }
@@ -317,8 +391,21 @@ static Mesh *mesh_build(Sema *s, const Node *n) {
   if (!n->target || !n->target->name) {
     ok = false;
   } else if (!(m->target = program_find_target(p, n->target->name))) {
-    diag_error(n->target->loc, "unknown target '%s'", n->target->name);
-    if (p->ntargets == 0) diag_note(n->target->loc, "the stdlib declares the targets: add `import \"targets\"`");
+    if (p->ntargets == 0) {
+      diag_error(n->target->loc, "unknown target '%s': the program declares no targets", n->target->name);
+      diag_note(n->target->loc, "the stdlib declares the targets: add `import \"targets\"`");
+    } else {
+      Suggest sg = suggest_begin(n->target->name);
+      Name names[64];
+      int cnt = 0;
+      for (int i = 0; i < p->ntargets; i++) {
+        suggest_try(&sg, p->targets[i]->name);
+        if (cnt < 64) names[cnt++] = p->targets[i]->name;
+      }
+      char sb[160];
+      diag_error(n->target->loc, "unknown target '%s'%s (targets: %s)", n->target->name,
+                 suggest_text(&sg, sb, sizeof sb), sema_join_names(s->a, names, cnt, 64));
+    }
     ok = false;
   }
   for (const Node *ax = n->items; ax; ax = ax->next) {
@@ -335,7 +422,8 @@ static Mesh *mesh_build(Sema *s, const Node *n) {
       continue;
     }
     if (m->naxes == MAX_MESH_AXES) {
-      diag_error(loc, "mesh '%s' has more than %d axes", m->name, MAX_MESH_AXES);
+      diag_error(loc, "a mesh has at most %d axes; '%s' is the %dth of mesh '%s'", MAX_MESH_AXES, ax->name,
+                 MAX_MESH_AXES + 1, m->name);
       ok = false;
       break;
     }
@@ -348,8 +436,9 @@ static Mesh *mesh_build(Sema *s, const Node *n) {
                  (long long)size);
       ok = false;
       size = 1;
-    } else if (size > INT_MAX) {
-      diag_error(ax->value->loc, "axis '%s' has size %lld; at most %d", ax->name, (long long)size, INT_MAX);
+    } else if (size > MESH_MAX_DEVICES) {
+      diag_error(ax->value->loc, "axis '%s' has size %lld; a mesh has at most %d devices", ax->name, (long long)size,
+                 MESH_MAX_DEVICES);
       ok = false;
       size = 1;
     }
@@ -364,8 +453,7 @@ static Mesh *mesh_build(Sema *s, const Node *n) {
     mesh_form(m);
   } else {
     m->devices = 1; /* not formed: the error is reported, later stages do not run */
-    for (int i = 0; i < m->naxes; i++)
-      if (m->devices <= INT_MAX / m->axes[i].size) m->devices *= m->axes[i].size;
+    for (int i = 0; i < m->naxes; i++) m->devices = sat_mul(m->devices, m->axes[i].size);
   }
   return m;
 }
@@ -384,6 +472,7 @@ static Layout *layout_build(Sema *s, const Node *n) {
   for (const Node *r = n->items; r; r = r->next) {
     if (r->kind != N_RULE || !r->name) continue;
     LayoutRule *rule = &l->rules[l->nrules];
+    *rule = (LayoutRule){0}; /* a rule skipped before may have left its axes here */
     rule->dim = r->name;
     rule->loc = r->loc.file ? r->loc : sema_name_loc(r);
     bool ok = true;
@@ -405,8 +494,20 @@ static Layout *layout_build(Sema *s, const Node *n) {
       rule->axes[rule->naxes++] = a->name;
     }
     if (!ok || rule->naxes == 0) continue;
-    if (namemap_get(&s->dim_map, r->name) < 0)
-      diag_warning(sema_name_loc(r), "layout '%s' has a rule for '%s', which is not a declared dim", l->name, r->name);
+    if (namemap_get(&s->dim_map, r->name) < 0) {
+      /* A near miss of a declared dim is a typo: as a warning it would silently replicate that
+       * dim (memory doubles). Other names are dims of other programs sharing the layout. */
+      Suggest typo = suggest_begin(r->name);
+      for (int i = 0; i < s->dims.len; i++)
+        if (suggest_is_typo(r->name, s->dims.data[i]->name)) suggest_try(&typo, s->dims.data[i]->name);
+      if (typo.best) {
+        diag_error(sema_name_loc(r), "layout '%s' has a rule for '%s', which is not a declared dim; did you mean "
+                                     "'%s'?", l->name, r->name, typo.best);
+        continue;
+      }
+      diag_warning(sema_name_loc(r), "layout '%s' has a rule for '%s', which is not a declared dim (the rule "
+                                     "does nothing here)", l->name, r->name);
+    }
     l->nrules++;
   }
   return l;
@@ -414,8 +515,9 @@ static Layout *layout_build(Sema *s, const Node *n) {
 
 /* ---- models ---- */
 
-/* DTYPE[dim, dim@axis, dim@(a, b)]: every dim declared, none twice, at most MAX_RANK. The `@` axes
- * are kept as names: layout_apply checks them against the chosen mesh. */
+/* DTYPE[dim, dim@axis, dim@(a, b)]: every dim declared, none twice, at most MAX_RANK dims and
+ * MAX_AXES_PER_DIM axes on a dim, at most SIZE_LIMIT bytes. The `@` axes are kept as names:
+ * layout_apply checks them against the chosen mesh. */
 static bool typespec_build(Sema *s, const Node *t, DType dt, TypeSpec *out) {
   memset(out, 0, sizeof *out);
   out->dtype = dt;
@@ -428,12 +530,13 @@ static bool typespec_build(Sema *s, const Node *t, DType dt, TypeSpec *out) {
     }
     SrcLoc loc = sema_name_loc(td);
     if (out->rank == MAX_RANK) {
-      diag_error(loc, "a tensor has at most %d dims", MAX_RANK);
+      diag_error(loc, "a tensor has at most %d dims; '%s' is the %dth", MAX_RANK, td->name, MAX_RANK + 1);
       return false;
     }
     int di = namemap_get(&s->dim_map, td->name);
     if (di < 0) {
-      diag_error(loc, "unknown dim '%s'", td->name);
+      char sb[160];
+      diag_error(loc, "unknown dim '%s'%s", td->name, sema_suggest_dim(s, td->name, sb, sizeof sb));
       ok = false;
       continue;
     }
@@ -452,12 +555,24 @@ static bool typespec_build(Sema *s, const Node *t, DType dt, TypeSpec *out) {
     out->dim_loc[r] = td->loc.file ? td->loc : loc;
     for (const Node *a = td->items; a; a = a->next) {
       if (a->kind != N_NAME || !a->name) continue;
-      if (out->nat[r] == MAX_MESH_AXES) {
-        diag_error(a->loc, "dim '%s' is sharded over more than %d axes", d->name, MAX_MESH_AXES);
+      if (out->nat[r] == MAX_AXES_PER_DIM) {
+        diag_error(a->loc, "a dim is sharded over at most %d axes; '%s' is the %dth for '%s'", MAX_AXES_PER_DIM,
+                   a->name, MAX_AXES_PER_DIM + 1, d->name);
         ok = false;
         break;
       }
       out->at[r][out->nat[r]++] = a->name;
+    }
+  }
+  if (ok) {
+    const char *big = tensor_size_error(s->a, out->dims, out->rank, dt);
+    if (big) {
+      /* One -D can make every type of a program too large: each message is said once, at its
+       * first type. */
+      Name key = intern_cstr(big);
+      if (namemap_get(&s->size_errors, key) < 0) diag_error(t->loc, "%s", big);
+      namemap_put(s->a, &s->size_errors, key, 1);
+      ok = false;
     }
   }
   return ok;
@@ -484,12 +599,18 @@ static bool param_build(Sema *s, const Node *n, ParamDecl *pd) {
   }
   Model *m = sema_find_model(s, t->name);
   if (!m) {
-    diag_error(sema_name_loc(t), "unknown type '%s' (a dtype: f32 bf16 f16 f8 i32 i8, or a model)", t->name);
+    char sb[160];
+    const char *sug = sema_suggest_model(s, t->name, sb, sizeof sb);
+    if (!*sug) sug = sema_suggest_dtype(t->name, sb, sizeof sb);
+    diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8 i32 i8, or a model)", t->name, sug);
     return false;
   }
-  if (s->model_depth >= SEMA_MAX_MODEL_DEPTH) {
+  if (s->model_depth >= SEMA_BUILD_DEPTH) {
+    /* Building goes no deeper (its recursion is bounded); models_check_depth reports chains
+     * deeper than MAX_MODEL_DEPTH that stop short of this. */
     if (!s->reported_depth)
-      diag_error(sema_name_loc(t), "models hold one another more than %d deep", SEMA_MAX_MODEL_DEPTH);
+      diag_error(sema_name_loc(t), "models nest at most %d deep; this param holds model '%s' %d levels down",
+                 MAX_MODEL_DEPTH, m->name, s->model_depth + 1);
     s->reported_depth = true;
     return false;
   }
@@ -510,7 +631,8 @@ static bool param_build(Sema *s, const Node *n, ParamDecl *pd) {
   }
   int di = namemap_get(&s->dim_map, td->name);
   if (di < 0) {
-    diag_error(sema_name_loc(td), "unknown dim '%s'", td->name);
+    char sb[160];
+    diag_error(sema_name_loc(td), "unknown dim '%s'%s", td->name, sema_suggest_dim(s, td->name, sb, sizeof sb));
     return false;
   }
   pd->stack_dim = s->dims.data[di];
@@ -522,10 +644,12 @@ static bool boundary_type(Sema *s, const Node *t, const char *what, Name name, T
   if (!t || t->kind != N_TYPE || !t->name) return false;
   DType dt = dtype_from_name(t->name);
   if (dt == DT_NONE) {
+    char sb[160];
     if (sema_find_model(s, t->name))
       diag_error(sema_name_loc(t), "%s '%s' must be a tensor; '%s' is a model", what, name, t->name);
     else
-      diag_error(sema_name_loc(t), "unknown type '%s' (a dtype: f32 bf16 f16 f8 i32 i8)", t->name);
+      diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8 i32 i8)", t->name,
+                 sema_suggest_dtype(t->name, sb, sizeof sb));
     memset(out, 0, sizeof *out);
     out->dtype = DT_NONE;
     return false;
@@ -660,6 +784,154 @@ static void models_check_cycles(Sema *s) {
     if (!color[i] && s->model_built.data[i] == MODEL_USED) model_check_cycles_from(s, i, color, &path);
 }
 
+/* The longest chain of models held one inside another starting at model i (i itself counted), by
+ * memo (0: not yet). After models_check_cycles there are no cycles among used models. */
+static int model_height(Sema *s, int i, int *height) {
+  if (height[i] > 0) return height[i];
+  height[i] = 1; /* guards against a cycle the check left (models built quietly) */
+  int h = 1;
+  const Model *m = s->models.data[i];
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_TENSOR || !pd->model) continue;
+    int j = namemap_get(&s->model_map, pd->model->name);
+    if (j >= 0 && 1 + model_height(s, j, height) > h) h = 1 + model_height(s, j, height);
+  }
+  return height[i] = h;
+}
+
+/* Models nest at most MAX_MODEL_DEPTH deep (the IR flattens their params into paths): one error,
+ * at the outermost param of the deepest chain, naming the chain. */
+static void models_check_depth(Sema *s) {
+  if (s->reported_depth || s->models.len == 0) return;
+  int *height = ARENA_ARRAY(s->a, int, s->models.len);
+  int worst = -1;
+  for (int i = 0; i < s->models.len; i++)
+    if (s->model_built.data[i] == MODEL_USED && model_height(s, i, height) > MAX_MODEL_DEPTH &&
+        (worst < 0 || height[i] > height[worst]))
+      worst = i;
+  if (worst < 0) return;
+  /* Follow the tallest child down, writing the chain (its first 4 and last 2 models). */
+  char chain[512];
+  size_t n = 0;
+  SrcLoc at = {0};
+  int depth = height[worst];
+  for (int i = worst, level = 0; i >= 0; level++) {
+    const Model *m = s->models.data[i];
+    if (level < 4 || level >= depth - 2)
+      n += (size_t)snprintf(chain + n, n < sizeof chain ? sizeof chain - n : 0, "%s%s", level ? " -> " : "", m->name);
+    else if (level == 4)
+      n += (size_t)snprintf(chain + n, n < sizeof chain ? sizeof chain - n : 0, " -> ...");
+    if (n >= sizeof chain) n = sizeof chain - 1;
+    int next = -1;
+    for (int k = 0; k < m->nparams; k++) {
+      const ParamDecl *pd = &m->params[k];
+      int j = pd->kind != PARAM_TENSOR && pd->model ? namemap_get(&s->model_map, pd->model->name) : -1;
+      if (j >= 0 && height[j] == height[i] - 1) {
+        if (level == 0) at = pd->loc;
+        next = j;
+        break;
+      }
+    }
+    i = next;
+  }
+  diag_error(at, "model '%s' holds models nested %d deep (%s); models nest at most %d deep",
+             s->models.data[worst]->name, depth, chain, MAX_MODEL_DEPTH);
+}
+
+/* The dims a model's params carry, its held models' included (stacking dims too), as bits over
+ * the program's dims, by memo. */
+static const uint8_t *model_dims_below(Sema *s, int i, uint8_t **memo) {
+  if (memo[i]) return memo[i];
+  int bytes = (s->dims.len + 7) / 8 + 1;
+  uint8_t *set = memo[i] = ARENA_ARRAY(s->a, uint8_t, bytes);
+  const Model *m = s->models.data[i];
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_TENSOR) {
+      for (int r = 0; r < pd->type.rank; r++)
+        if (pd->type.dims[r]) set[pd->type.dims[r]->id / 8] |= (uint8_t)(1u << (pd->type.dims[r]->id % 8));
+      continue;
+    }
+    if (pd->kind == PARAM_STACK && pd->stack_dim)
+      set[pd->stack_dim->id / 8] |= (uint8_t)(1u << (pd->stack_dim->id % 8));
+    int j = pd->model ? namemap_get(&s->model_map, pd->model->name) : -1;
+    if (j < 0 || j == i) continue;
+    const uint8_t *below = model_dims_below(s, j, memo);
+    for (int b = 0; b < bytes; b++) set[b] |= below[b];
+  }
+  return set;
+}
+
+/* The path to a param of model m (or of a model it holds) that carries dim d ("blk.w"), into buf. */
+static bool find_dim_path(const Model *m, const Dim *d, char *buf, size_t size, int depth) {
+  if (!m || depth > MAX_MODEL_DEPTH) return false;
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    bool here = pd->kind == PARAM_STACK && pd->stack_dim == d;
+    for (int r = 0; pd->kind == PARAM_TENSOR && r < pd->type.rank; r++) here |= pd->type.dims[r] == d;
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, "%s%s", n ? "." : "", pd->name);
+    if (here || (pd->kind != PARAM_TENSOR && find_dim_path(pd->model, d, buf, size, depth + 1))) return true;
+    buf[n] = '\0';
+  }
+  return false;
+}
+
+/* A stack's instances carry its stacking dim first, so `param bs: inner[layers]` where `inner`
+ * already has a `layers` (its own stack over layers, or a param of that dim) would give a tensor
+ * the same dim twice, which language.md forbids: an error at the stack. */
+static void models_check_stacks(Sema *s) {
+  if (s->models.len == 0) return;
+  uint8_t **memo = ARENA_ARRAY(s->a, uint8_t *, s->models.len);
+  for (int i = 0; i < s->models.len; i++) {
+    if (s->model_built.data[i] != MODEL_USED) continue;
+    const Model *m = s->models.data[i];
+    for (int k = 0; k < m->nparams; k++) {
+      const ParamDecl *pd = &m->params[k];
+      if (pd->kind != PARAM_STACK || !pd->model || !pd->stack_dim) continue;
+      int j = namemap_get(&s->model_map, pd->model->name);
+      if (j < 0) continue;
+      int id = pd->stack_dim->id;
+      if (!(model_dims_below(s, j, memo)[id / 8] & (1u << (id % 8)))) continue;
+      char path[256] = "";
+      find_dim_path(pd->model, pd->stack_dim, path, sizeof path, 0);
+      diag_error(pd->loc, "param '%s' stacks '%s' over '%s', but '%s' already has a dim '%s' (%s.%s): a tensor "
+                          "would have it twice; stack over a dim of its own (declare `dim k%s = %s`)",
+                 pd->name, pd->model->name, pd->stack_dim->name, pd->model->name, pd->stack_dim->name, pd->name, path,
+                 pd->stack_dim->name, pd->stack_dim->name);
+    }
+  }
+}
+
+/* Every name an expression or statement list mentions, into set. */
+static void collect_names(Sema *s, const Node *n, NameMap *set) {
+  for (; n; n = n->next) {
+    if (n->kind == N_NAME && n->name) namemap_put(s->a, set, n->name, 1);
+    collect_names(s, n->lhs, set);
+    collect_names(s, n->rhs, set);
+    collect_names(s, n->value, set);
+    collect_names(s, n->items, set);
+    collect_names(s, n->body, set);
+  }
+}
+
+/* A param that no function of its model mentions can never be read (a model's params are reached
+ * only through its own functions): a warning at the param, since it still costs memory. */
+static void models_check_unused_params(Sema *s) {
+  for (int i = 0; i < s->models.len; i++) {
+    if (s->model_built.data[i] != MODEL_USED) continue;
+    const Model *m = s->models.data[i];
+    NameMap used = {0};
+    for (int f = 0; f < m->nfns; f++)
+      if (m->fns[f].ast) collect_names(s, m->fns[f].ast->body, &used);
+    for (int k = 0; k < m->nparams; k++)
+      if (m->params[k].name && namemap_get(&used, m->params[k].name) < 0)
+        diag_warning(m->params[k].loc, "param '%s' is never read: no function of model '%s' uses it (it still "
+                                       "takes memory)", m->params[k].name, m->name);
+  }
+}
+
 /* ---- steps ---- */
 
 _Static_assert(SK__COUNT <= 16, "Step.key_loc has room for 16 keys");
@@ -681,10 +953,11 @@ static int word_index(Name w, const char *const *words) {
 /* `model.fn` (or a model with one function) as written after `train` / `serve`. */
 static FnDecl *step_fn(Sema *s, const Node *v) {
   if (!v) return NULL;
+  char sb[160];
   if (v->kind == N_MEMBER && v->lhs && v->lhs->kind == N_NAME && v->name) {
     Model *m = sema_find_model(s, v->lhs->name);
     if (!m) {
-      diag_error(v->lhs->loc, "unknown model '%s'", v->lhs->name);
+      diag_error(v->lhs->loc, "unknown model '%s'%s", v->lhs->name, sema_suggest_model(s, v->lhs->name, sb, sizeof sb));
       return NULL;
     }
     model_use(s, m);
@@ -692,16 +965,20 @@ static FnDecl *step_fn(Sema *s, const Node *v) {
     if (!f) {
       Name names[32];
       int n = 0;
-      for (int i = 0; i < m->nfns && n < 32; i++) names[n++] = m->fns[i].name;
-      diag_error(v->loc, "model '%s' has no function '%s' (its functions: %s)", m->name, v->name,
-                 sema_join_names(s->a, names, n, 32));
+      Suggest sg = suggest_begin(v->name);
+      for (int i = 0; i < m->nfns; i++) {
+        suggest_try(&sg, m->fns[i].name);
+        if (n < 32) names[n++] = m->fns[i].name;
+      }
+      diag_error(sema_name_loc(v), "model '%s' has no function '%s'%s (its functions: %s)", m->name, v->name,
+                 suggest_text(&sg, sb, sizeof sb), sema_join_names(s->a, names, n, 32));
     }
     return f;
   }
   if (v->kind == N_NAME && v->name) {
     Model *m = sema_find_model(s, v->name);
     if (!m) {
-      diag_error(v->loc, "unknown model '%s'", v->name);
+      diag_error(v->loc, "unknown model '%s'%s", v->name, sema_suggest_model(s, v->name, sb, sizeof sb));
       return NULL;
     }
     model_use(s, m);
@@ -747,7 +1024,8 @@ static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
   case SK_MICROBATCHES: {
     int64_t n = 0;
     if (!eval_int(s, v, &n, 0)) break;
-    if (n < 1 || n > INT_MAX) diag_error(v->loc, "'microbatches' must be at least 1 (found %lld)", (long long)n);
+    if (n < 1 || n > INT_MAX)
+      diag_error(v->loc, "'microbatches' must be from 1 to %d (found %lld)", INT_MAX, (long long)n);
     else st->microbatches = (int)n;
     break;
   }
@@ -818,8 +1096,11 @@ static Step *sema_step(Sema *s, const Node *n) {
     while (k < SK__COUNT && strcmp(step_key_names[k], kv->name) != 0) k++;
     SrcLoc loc = sema_name_loc(kv);
     if (k == SK__COUNT) {
-      diag_error(loc, "unknown train key '%s' (valid keys: loss, optimizer, master, remat, microbatches, schedule, "
-                      "lr, zero)", kv->name);
+      Suggest sg = suggest_begin(kv->name);
+      for (int j = 0; j < SK__COUNT; j++) suggest_try(&sg, step_key_names[j]);
+      char sb[160];
+      diag_error(loc, "unknown train key '%s'%s (valid keys: loss, optimizer, master, remat, microbatches, "
+                      "schedule, lr, zero)", kv->name, suggest_text(&sg, sb, sizeof sb));
       continue;
     }
     if (first[k]) {
@@ -851,18 +1132,30 @@ static Step *sema_step(Sema *s, const Node *n) {
 
 /* ---- choices: --mesh, --layout, --entry and their defaults ---- */
 
+static void choose_all(Sema *s);
+
 static void choose(Sema *s) {
+  s->in_choices = true;
+  choose_all(s);
+  s->in_choices = false;
+}
+
+static void choose_all(Sema *s) {
   Program *p = s->p;
   const SemaOptions *o = s->opt;
   Name names[64];
   int n;
+  char sb[160];
+  Suggest sg;
 
   if (o && o->mesh) {
     p->mesh = program_find_mesh(p, intern_cstr(o->mesh));
     if (!p->mesh) {
+      sg = suggest_begin(o->mesh);
+      for (int i = 0; i < p->nmeshes; i++) suggest_try(&sg, p->meshes[i]->name);
       for (n = 0; n < p->nmeshes && n < 64; n++) names[n] = p->meshes[n]->name;
-      sema_usage(s, arena_printf(s->a, "--mesh %s: no such mesh (meshes: %s)", o->mesh,
-                                 sema_join_names(s->a, names, n, 64)));
+      sema_usage(s, arena_printf(s->a, "--mesh %s: no such mesh%s (meshes: %s)", o->mesh,
+                                 suggest_text(&sg, sb, sizeof sb), sema_join_names(s->a, names, n, 64)));
     }
   } else if (p->nmeshes > 0) {
     p->mesh = p->meshes[0];
@@ -871,9 +1164,11 @@ static void choose(Sema *s) {
   if (o && o->layout) {
     p->layout = program_find_layout(p, intern_cstr(o->layout));
     if (!p->layout) {
+      sg = suggest_begin(o->layout);
+      for (int i = 0; i < p->nlayouts; i++) suggest_try(&sg, p->layouts[i]->name);
       for (n = 0; n < p->nlayouts && n < 64; n++) names[n] = p->layouts[n]->name;
-      sema_usage(s, arena_printf(s->a, "--layout %s: no such layout (layouts: %s)", o->layout,
-                                 sema_join_names(s->a, names, n, 64)));
+      sema_usage(s, arena_printf(s->a, "--layout %s: no such layout%s (layouts: %s)", o->layout,
+                                 suggest_text(&sg, sb, sizeof sb), sema_join_names(s->a, names, n, 64)));
     }
   } else if (p->nlayouts > 0) {
     p->layout = p->layouts[0];
@@ -889,15 +1184,17 @@ static void choose(Sema *s) {
     Model *m = program_find_model(p, mn);
     if (!m) {
       for (n = 0; n < p->nmodels && n < 64; n++) names[n] = p->models[n]->name;
-      sema_usage(s, arena_printf(s->a, "--entry %s: no model '%s' (models: %s)", o->entry, mn,
-                                 sema_join_names(s->a, names, n, 64)));
+      sema_usage(s, arena_printf(s->a, "--entry %s: no model '%s'%s (models: %s)", o->entry, mn,
+                                 sema_suggest_model(s, mn, sb, sizeof sb), sema_join_names(s->a, names, n, 64)));
       return;
     }
     p->entry = model_find_fn(model_use(s, m), fnn);
     if (!p->entry) {
+      sg = suggest_begin(fnn);
+      for (int i = 0; i < m->nfns; i++) suggest_try(&sg, m->fns[i].name);
       for (n = 0; n < m->nfns && n < 64; n++) names[n] = m->fns[n].name;
-      sema_usage(s, arena_printf(s->a, "--entry %s: model '%s' has no function '%s' (its functions: %s)", o->entry,
-                                 mn, fnn, sema_join_names(s->a, names, n, 64)));
+      sema_usage(s, arena_printf(s->a, "--entry %s: model '%s' has no function '%s'%s (its functions: %s)", o->entry,
+                                 mn, fnn, suggest_text(&sg, sb, sizeof sb), sema_join_names(s->a, names, n, 64)));
     }
     return;
   }
@@ -994,6 +1291,61 @@ static void check_microbatches(Sema *s) {
       }
     }
   }
+}
+
+/* The first stacked param of model m, or of a model it holds (not through stacks), whose stacking
+ * dim the layout shards on p->mesh: its mesh axes' product into *stages. NULL if none. */
+static const ParamDecl *find_pipeline(const Program *p, const Model *m, int64_t *stages, int depth) {
+  if (!m || depth > MAX_MODEL_DEPTH) return NULL;
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_STACK && pd->stack_dim) {
+      /* The stacking dim alone, as the layout shards the leading dim of the stack's params. */
+      TypeSpec t = {.dtype = DT_F32, .rank = 1, .dims = {pd->stack_dim}, .loc = pd->loc};
+      Sharding sh;
+      layout_apply(p, &t, &sh, NULL);
+      if (sh.naxes[0] > 0) {
+        *stages = 1;
+        for (int j = 0; j < sh.naxes[0]; j++) *stages = sat_mul(*stages, p->mesh->axes[sh.axes[0][j]].size);
+        if (*stages > 1) return pd;
+      }
+    }
+    if (pd->kind == PARAM_MODEL) {
+      const ParamDecl *in = find_pipeline(p, pd->model, stages, depth + 1);
+      if (in) return in;
+    }
+  }
+  return NULL;
+}
+
+/* `schedule` orders a pipeline's microbatches, so it needs a pipeline: a layout rule sharding a
+ * stacking dim of the step's model (`layers: stage`) on the chosen mesh. Without one it does
+ * nothing, which is a warning. With one, interleaved(V) cuts each stage's share of the layers into
+ * V chunks: V must divide the layers per stage (stacking dim / stages), an error otherwise. */
+static void check_schedule(Sema *s) {
+  Program *p = s->p;
+  const Step *st = p->step;
+  if (!st || st->kind != STEP_TRAIN || !st->fn || !st->key_loc[SK_SCHEDULE].file || !p->mesh) return;
+  const Node *value = NULL;
+  for (const Node *kv = st->ast ? st->ast->kvs : NULL; kv; kv = kv->next)
+    if (kv->kind == N_KV && kv->name && strcmp(kv->name, "schedule") == 0 && !value) value = kv->value;
+  SrcLoc at = value ? value->loc : st->key_loc[SK_SCHEDULE];
+  int64_t stages = 1;
+  const ParamDecl *pipe = find_pipeline(p, st->fn->model, &stages, 0);
+  if (!pipe) {
+    diag_warning(st->key_loc[SK_SCHEDULE],
+                 "'schedule' does nothing here: no pipeline, since layout '%s' shards no stacking dim of model "
+                 "'%s' on mesh '%s' (a pipeline shards one, as in `layers: stage`)",
+                 p->layout ? p->layout->name : "(none)", st->fn->model ? st->fn->model->name : "?", p->mesh->name);
+    return;
+  }
+  if (st->schedule != SCHED_INTERLEAVED) return;
+  int64_t per = pipe->stack_dim->size / stages;
+  if (per % st->interleave != 0)
+    diag_error(at, "interleaved(%d) cuts each stage's layers into %d chunks, but each of the %lld stages holds "
+                   "%lld of the %lld '%s' (param '%s'): V must divide %lld",
+               st->interleave, st->interleave, (long long)stages, (long long)per, (long long)pipe->stack_dim->size,
+               pipe->stack_dim->name, pipe->name, (long long)per);
 }
 
 /* ---- the whole program ---- */
@@ -1118,6 +1470,9 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
 
   choose(&s);
   models_check_cycles(&s);
+  models_check_depth(&s);
+  models_check_stacks(&s);
+  models_check_unused_params(&s);
   models_build_unused(&s);
   p->usage_error = s.usage;
   if (p->usage_error) return p;
@@ -1132,6 +1487,7 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
     if (s.model_in_main.data[i]) check_model_specs(&s, s.models.data[i], done);
   if (p->entry && p->entry->model) check_model_specs(&s, p->entry->model, done);
   check_microbatches(&s);
+  check_schedule(&s);
   return p;
 }
 

@@ -9,9 +9,11 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sema_int.h"
+#include "suggest.h"
 
 /* How a key's value is read. */
 typedef enum {
@@ -22,10 +24,30 @@ typedef enum {
   TV_INT,    /* a whole number >= 1 */
   TV_TORUS,  /* [n, n] or [n, n, n] */
   TV_COLL,   /* { max = fraction  half_bytes = bytes }: two adjacent doubles at the offset */
-  TV_VEC3,   /* [a, b, c]: three numbers in the key's range (R_POS: whole numbers >= 1) */
+  TV_VEC3,   /* [a, b, c]: three numbers in the key's range (R_COUNT: whole numbers >= 1) */
 } TargetValue;
 
-typedef enum { R_ANY, R_POS, R_NONNEG, R_FRAC } Range; /* TV_NUM: >0, >=0, (0, 1] */
+/* TV_NUM's ranges. Times are amounts divided by rates and fractions (bytes / bandwidth, FLOPs /
+ * (peak x efficiency)) plus latencies, so a figure that could make a time infinite or meaningless
+ * (a bandwidth of 1e-300, an efficiency of 1e-300, a latency of 1e300) is an error where it is
+ * written, not an inf in a report. The bounds are far beyond any hardware. */
+typedef enum {
+  R_ANY,
+  R_RATE,     /* bytes/s or FLOP/s: [RATE_MIN, RATE_MAX] */
+  R_BYTES,    /* a capacity in bytes: [1, RATE_MAX] */
+  R_LATENCY,  /* seconds: [0, LATENCY_MAX] */
+  R_FRAC,     /* a fraction of peak: [FRAC_MIN, 1] */
+  R_HALF,     /* bytes: [0, HALF_MAX] */
+  R_NONNEG,   /* a non-negative figure: [0, RATE_MAX] */
+  R_RATIO,    /* a ratio of at least 1: [1, RATIO_MAX] */
+  R_COUNT,    /* TV_VEC3: whole numbers >= 1 */
+} Range;
+#define RATIO_MAX 1e6
+#define RATE_MIN 1.0
+#define RATE_MAX 1e25
+#define LATENCY_MAX 1e3
+#define FRAC_MIN 1e-3
+#define HALF_MAX 1e15
 enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
 
 /* X(enum, key, how read, range, which targets, required, offset of the field). Order: printing
@@ -33,30 +55,30 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
 #define TARGET_KEYS(X)                                                                          \
   X(TKEY_KIND, "kind", TV_KIND, R_ANY, FOR_ANY, 1, 0)                                            \
   X(TKEY_BASE, "base", TV_BASE, R_ANY, FOR_ANY, 0, 0)                                            \
-  X(TKEY_FLOPS, "flops", TV_FLOPS, R_POS, FOR_ANY, 1, 0)                                         \
-  X(TKEY_HBM, "hbm", TV_NUM, R_POS, FOR_ANY, 1, offsetof(Target, hbm))                           \
-  X(TKEY_HBM_BW, "hbm_bw", TV_NUM, R_POS, FOR_ANY, 1, offsetof(Target, hbm_bw))                  \
+  X(TKEY_FLOPS, "flops", TV_FLOPS, R_RATE, FOR_ANY, 1, 0)                                        \
+  X(TKEY_HBM, "hbm", TV_NUM, R_BYTES, FOR_ANY, 1, offsetof(Target, hbm))                         \
+  X(TKEY_HBM_BW, "hbm_bw", TV_NUM, R_RATE, FOR_ANY, 1, offsetof(Target, hbm_bw))                 \
   X(TKEY_MATMUL_EFF, "matmul_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, matmul_efficiency)) \
-  X(TKEY_ICI_BW, "ici_bw", TV_NUM, R_POS, FOR_TPU, 1, offsetof(Target, ici_bw))                  \
+  X(TKEY_ICI_BW, "ici_bw", TV_NUM, R_RATE, FOR_TPU, 1, offsetof(Target, ici_bw))                 \
   X(TKEY_TORUS, "torus", TV_TORUS, R_ANY, FOR_TPU, 1, 0)                                         \
   X(TKEY_WRAP, "wrap_multiple", TV_INT, R_ANY, FOR_TPU, 1, offsetof(Target, wrap_multiple))     \
-  X(TKEY_HOP_LAT, "hop_latency", TV_NUM, R_NONNEG, FOR_TPU, 1, offsetof(Target, hop_latency))    \
-  X(TKEY_DCN_BW, "dcn_bw", TV_NUM, R_POS, FOR_TPU, 1, offsetof(Target, dcn_bw))                  \
-  X(TKEY_NVLINK_BW, "nvlink_bw", TV_NUM, R_POS, FOR_GPU, 1, offsetof(Target, nvlink_bw))         \
+  X(TKEY_HOP_LAT, "hop_latency", TV_NUM, R_LATENCY, FOR_TPU, 1, offsetof(Target, hop_latency))   \
+  X(TKEY_DCN_BW, "dcn_bw", TV_NUM, R_RATE, FOR_TPU, 1, offsetof(Target, dcn_bw))                 \
+  X(TKEY_NVLINK_BW, "nvlink_bw", TV_NUM, R_RATE, FOR_GPU, 1, offsetof(Target, nvlink_bw))        \
   X(TKEY_NODE_SIZE, "node_size", TV_INT, R_ANY, FOR_GPU, 1, offsetof(Target, node_size))         \
-  X(TKEY_NETWORK_BW, "network_bw", TV_NUM, R_POS, FOR_GPU, 1, offsetof(Target, network_bw))      \
-  X(TKEY_NVLINK_LAT, "nvlink_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, nvlink_latency)) \
-  X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_NONNEG, FOR_GPU, 1, offsetof(Target, network_latency)) \
+  X(TKEY_NETWORK_BW, "network_bw", TV_NUM, R_RATE, FOR_GPU, 1, offsetof(Target, network_bw))     \
+  X(TKEY_NVLINK_LAT, "nvlink_latency", TV_NUM, R_LATENCY, FOR_GPU, 1, offsetof(Target, nvlink_latency)) \
+  X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_LATENCY, FOR_GPU, 1, offsetof(Target, network_latency)) \
   X(TKEY_COLL_EFF, "collective_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, coll_eff_max)) \
   X(TKEY_NET_EFF, "network_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, net_eff_max)) \
-  X(TKEY_MM_TILE, "matmul_tile", TV_VEC3, R_POS, FOR_ANY, 0, offsetof(Target, matmul_tile))      \
+  X(TKEY_MM_TILE, "matmul_tile", TV_VEC3, R_COUNT, FOR_ANY, 0, offsetof(Target, matmul_tile))    \
   X(TKEY_MM_FILL, "matmul_fill", TV_VEC3, R_NONNEG, FOR_ANY, 0, offsetof(Target, matmul_fill))   \
   X(TKEY_MM_UNITS, "matmul_units", TV_INT, R_ANY, FOR_ANY, 0, offsetof(Target, matmul_units))    \
   X(TKEY_HBM_EFF, "hbm_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, hbm_efficiency)) \
   X(TKEY_ATTN_EFF, "attention_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, attention_efficiency)) \
-  X(TKEY_OP_OVERHEAD, "op_overhead", TV_NUM, R_NONNEG, FOR_ANY, 0, offsetof(Target, op_overhead)) \
+  X(TKEY_OP_OVERHEAD, "op_overhead", TV_NUM, R_LATENCY, FOR_ANY, 0, offsetof(Target, op_overhead)) \
   X(TKEY_FABRIC_DOMAIN, "fabric_domain", TV_INT, R_ANY, FOR_GPU, 0, offsetof(Target, fabric_domain)) \
-  X(TKEY_FABRIC_OVERSUB, "fabric_oversubscription", TV_NUM, R_POS, FOR_GPU, 0, offsetof(Target, fabric_oversubscription))
+  X(TKEY_FABRIC_OVERSUB, "fabric_oversubscription", TV_NUM, R_RATIO, FOR_GPU, 0, offsetof(Target, fabric_oversubscription))
 
 typedef enum {
 #define X(e, k, v, r, f, req, off) e,
@@ -123,16 +145,37 @@ static bool read_number(const Node *v, const char *key, Range range, double *out
     return false;
   }
   switch (range) {
-  case R_POS:
-    if (*out <= 0) return diag_error(v->loc, "'%s' must be greater than 0 (found %g)", key, *out), false;
+  case R_RATE:
+    if (*out < RATE_MIN || *out > RATE_MAX)
+      return diag_error(v->loc, "'%s' is a rate times are divided by: it must be from %g to %g per second (found %g)",
+                        key, RATE_MIN, RATE_MAX, *out), false;
     break;
-  case R_NONNEG:
-    if (*out < 0) return diag_error(v->loc, "'%s' must not be negative (found %g)", key, *out), false;
+  case R_BYTES:
+    if (*out < 1 || *out > RATE_MAX)
+      return diag_error(v->loc, "'%s' is a capacity in bytes: from 1 to %g (found %g)", key, RATE_MAX, *out), false;
+    break;
+  case R_LATENCY:
+    if (*out < 0 || *out > LATENCY_MAX)
+      return diag_error(v->loc, "'%s' is a latency in seconds: from 0 to %g (found %g)", key, LATENCY_MAX, *out), false;
     break;
   case R_FRAC:
-    if (*out <= 0 || *out > 1)
-      return diag_error(v->loc, "'%s' is a fraction of peak: greater than 0 and at most 1 (found %g)", key, *out), false;
+    if (*out < FRAC_MIN || *out > 1)
+      return diag_error(v->loc, "'%s' is a fraction of peak that times are divided by: from %g to 1 (found %g)", key,
+                        FRAC_MIN, *out), false;
     break;
+  case R_HALF:
+    if (*out < 0 || *out > HALF_MAX)
+      return diag_error(v->loc, "'%s' is a message size in bytes: from 0 to %g (found %g)", key, HALF_MAX, *out), false;
+    break;
+  case R_NONNEG:
+    if (*out < 0 || *out > RATE_MAX)
+      return diag_error(v->loc, "'%s' must be from 0 to %g (found %g)", key, RATE_MAX, *out), false;
+    break;
+  case R_RATIO:
+    if (*out < 1 || *out > RATIO_MAX)
+      return diag_error(v->loc, "'%s' is a ratio: from 1 to %g (found %g)", key, RATIO_MAX, *out), false;
+    break;
+  case R_COUNT:
   case R_ANY:
     break;
   }
@@ -175,7 +218,11 @@ static void read_flops(const Node *v, Target *t) {
     if (kv->kind != N_KV || !kv->name || !kv->value) continue;
     DType dt = dtype_from_name(kv->name);
     if (dt == DT_NONE) {
-      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops' (dtypes: f32 bf16 f16 f8 i32 i8)", kv->name);
+      Suggest sg = suggest_begin(kv->name);
+      for (int d = 0; d < DT__COUNT; d++) suggest_try(&sg, dtype_name((DType)d));
+      char sb[160];
+      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops'%s (dtypes: f32 bf16 f16 f8 i32 i8)", kv->name,
+                 suggest_text(&sg, sb, sizeof sb));
       continue;
     }
     if (seen[dt]) {
@@ -185,7 +232,9 @@ static void read_flops(const Node *v, Target *t) {
     seen[dt] = true;
     first[dt] = sema_name_loc(kv);
     double f;
-    if (read_number(kv->value, kv->name, R_POS, &f)) t->flops[dt] = f;
+    char key[32];
+    snprintf(key, sizeof key, "flops.%s", dtype_name(dt));
+    if (read_number(kv->value, key, R_RATE, &f)) t->flops[dt] = f;
   }
 }
 
@@ -235,7 +284,7 @@ static bool read_coll(const Node *v, const char *key, double *pair) {
       if (read_number(kv->value, "max", R_FRAC, &d)) pair[0] = d;
       else ok = false;
     } else if (strcmp(kv->name, "half_bytes") == 0) {
-      if (read_number(kv->value, "half_bytes", R_NONNEG, &d)) pair[1] = d;
+      if (read_number(kv->value, "half_bytes", R_HALF, &d)) pair[1] = d;
       else ok = false;
     } else if (strcmp(kv->name, "small") == 0) {
       if (read_number(kv->value, "small", R_FRAC, &d)) pair[2] = d;
@@ -250,7 +299,7 @@ static bool read_coll(const Node *v, const char *key, double *pair) {
 }
 
 /* matmul_tile = [8, 128, 128], matmul_fill = [128, 0, 0]: exactly three numbers, M N K, in the
- * key's range (R_POS: whole numbers >= 1). */
+ * key's range (R_COUNT: whole numbers >= 1). */
 static bool read_vec3(const Node *v, const char *key, Range range, double *out) {
   if (v->kind != N_LIST) {
     diag_error(v->loc, "'%s' takes a list of three numbers (M, N, K), as in [128, 128, 64]", key);
@@ -263,7 +312,7 @@ static bool read_vec3(const Node *v, const char *key, Range range, double *out) 
       diag_error(e->loc, "'%s' takes three numbers (M, N, K)", key);
       return false;
     }
-    if (range == R_POS) {
+    if (range == R_COUNT) {
       int c;
       if (!read_count(e, key, NODE_MAX, &c)) return false;
       d[n++] = c;
@@ -291,7 +340,10 @@ static void target_apply_base(TargetBuild *tb, TargetState *st, const Node *kv, 
   }
   int b = target_index(tb, bname);
   if (b < 0) {
-    diag_error(kv->value->loc, "unknown target '%s' as base", bname);
+    Suggest sg = suggest_begin(bname);
+    for (int i = 0; i < tb->n; i++) suggest_try(&sg, tb->ts[i].t->name);
+    char sb[160];
+    diag_error(kv->value->loc, "unknown target '%s' as base%s", bname, suggest_text(&sg, sb, sizeof sb));
     return;
   }
   if (tb->ts[b].state == 1) {
@@ -337,8 +389,11 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
     int k = 0;
     while (k < TKEY__COUNT && strcmp(target_keys[k].name, kv->name) != 0) k++;
     if (k == TKEY__COUNT) {
-      diag_error(sema_name_loc(kv), "unknown target key '%s' (valid keys: %s)", kv->name,
-                 target_valid_keys(tb->p->arena));
+      Suggest sg = suggest_begin(kv->name);
+      for (int j = 0; j < TKEY__COUNT; j++) suggest_try(&sg, target_keys[j].name);
+      char sb[160];
+      diag_error(sema_name_loc(kv), "unknown target key '%s'%s (valid keys: %s)", kv->name,
+                 suggest_text(&sg, sb, sizeof sb), target_valid_keys(tb->p->arena));
       continue;
     }
     if (k == TKEY_BASE) {

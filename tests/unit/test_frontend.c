@@ -1,15 +1,21 @@
 /* test_frontend.c: the front end (lexer, parser, diagnostics) on inputs too big, too binary or too
  * pathological for a .shard test file: 10,000 nested brackets, a 1 MB identifier, NUL bytes, random
- * bytes and random token soup, and the formatting of diagnostics themselves.
+ * bytes and random token soup, and the formatting of diagnostics themselves (machine-form escapes,
+ * the warning limit, the line index that keeps N diagnostics linear), and reading input (the size
+ * limit, pipes).
  *
  * Each case calls parse_source on a memory buffer with diagnostics captured in memory, then checks
  * the error count, the messages and the size of what was printed. The contract under test: any
  * input gives a tree or located diagnostics, quickly, never a crash or a hang. Prints PASS/FAIL per
  * case and "N passed, N failed"; exits 1 on any failure. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ast.h"
 #include "diag.h"
@@ -189,7 +195,7 @@ int main(void) {
     char s[2000] = {0};
     Result r = parse_mem(s, sizeof s, DIAG_MACHINE);
     expect_errors(&r, 2000);
-    expect_diag(&r, "1950 more errors and warnings not shown");
+    expect_diag(&r, "note||0|0|1950 more errors not shown (the limit is 50 errors)");
     UT_CHECK(r.diags_len < 5000, "printed %zu bytes", r.diags_len);
     done(&r);
   }
@@ -345,6 +351,146 @@ int main(void) {
     UT_CHECK(strstr(text, "(binary matmul @2:69\n") != NULL, "matmul node:\n%s", text);
     free(text);
     done(&r);
+  }
+
+
+  CASE("machine form escapes backslash, bar and newline in paths and messages") {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    diag_reset();
+    diag_configure(out, DIAG_MACHINE, false);
+    Source *src = source_from_memory("dir|a\\b.shard", "dim a = 1\n", 10);
+    diag_error((SrcLoc){src, 1, 5, 1}, "one | two \\ three\nfour");
+    diag_warning((SrcLoc){0}, "no place|here");
+    fclose(out);
+    UT_CHECK(strcmp(text, "error|dir\\|a\\\\b.shard|1|5|one \\| two \\\\ three\\nfour\n"
+                          "warning||0|0|no place\\|here\n") == 0,
+             "got:\n%s", text);
+    free(text);
+  }
+
+  CASE("warnings are capped like errors") {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    diag_reset();
+    diag_configure(out, DIAG_TEXT, false);
+    Source *src = source_from_memory("w.shard", "dim a = 1\n", 10);
+    for (int i = 0; i < 1000; i++) {
+      diag_warning((SrcLoc){src, 1, 5, 1}, "warning %d", i);
+      diag_note((SrcLoc){src, 1, 1, 3}, "its note %d", i);
+    }
+    diag_error((SrcLoc){src, 1, 1, 3}, "one error");
+    diag_finish();
+    fclose(out);
+    UT_CHECK(strstr(text, "warning 49\n") && !strstr(text, "warning 50\n"), "50 warnings shown");
+    UT_CHECK(strstr(text, "its note 49\n") && !strstr(text, "its note 50\n"), "notes go with their warning");
+    UT_CHECK(strstr(text, "error: one error"), "errors still shown after the warning limit");
+    UT_CHECK(strstr(text, "shardc: 950 more warnings not shown (the limit is 50 warnings)\n"), "got:\n%.3000s",
+             text);
+    UT_CHECK(diag_warning_count() == 1000, "counted %d warnings", diag_warning_count());
+    free(text);
+  }
+
+  CASE("diagnostics index a source's lines once: linear in the input") {
+    /* 20,000 lines, a warning at each: the old way scanned from the top for every one (200 MB of
+     * scanning here); the index scans the file once, whatever the number of diagnostics. */
+    enum { LINES = 20000 };
+    char *s = malloc(LINES * 24), *p = s;
+    for (int i = 0; i < LINES; i++) p += sprintf(p, "dim d%d = %d\n", i, i + 1);
+    size_t len = (size_t)(p - s);
+    FILE *out = fopen("/dev/null", "w");
+    diag_reset();
+    diag_set_error_limit(0);
+    diag_configure(out, DIAG_TEXT, false);
+    Source *src = source_from_memory("lines.shard", s, len);
+    size_t before = source_indexed_bytes();
+    for (int i = LINES; i >= 1; i--) diag_warning((SrcLoc){src, i, 1, 3}, "w");
+    size_t scanned = source_indexed_bytes() - before;
+    UT_CHECK(scanned <= 2 * len, "scanned %zu bytes to print %d diagnostics on a %zu-byte file", scanned, LINES, len);
+    const char *line;
+    size_t n;
+    UT_CHECK(source_line(src, 1, &line, &n) && n == 10 && strncmp(line, "dim d0 = 1", 10) == 0, "line 1");
+    UT_CHECK(source_line(src, LINES, &line, &n) && strncmp(line, "dim d19999 = 20000", n) == 0, "last line");
+    UT_CHECK(source_line(src, LINES + 1, &line, &n) && n == 0, "the empty line after the final newline");
+    UT_CHECK(!source_line(src, LINES + 2, &line, &n), "no line past the end");
+    fclose(out);
+    diag_set_error_limit(50);
+    free(s);
+  }
+
+  CASE("input over the size limit is refused; a pipe is read to its end") {
+    char path[] = "/tmp/shardc_test_frontend_XXXXXX";
+    int fd = mkstemp(path);
+    UT_CHECK(fd >= 0, "mkstemp");
+    char buf[3000];
+    memset(buf, '#', sizeof buf);
+    UT_CHECK(write(fd, buf, sizeof buf) == (ssize_t)sizeof buf, "write");
+    close(fd);
+    setenv("SHARDC_MAX_INPUT", "3000", 1);
+    Source *ok = source_load(path);
+    UT_CHECK(ok && ok->len == 3000, "a file of exactly the limit is read");
+    setenv("SHARDC_MAX_INPUT", "2999", 1);
+    errno = 0;
+    UT_CHECK(source_load(path) == NULL && errno == EFBIG, "a file one byte over the limit is refused (EFBIG)");
+    /* A stream with no size: /dev/zero is refused after limit + 1 bytes, not read for ever. */
+    errno = 0;
+    UT_CHECK(source_load("/dev/zero") == NULL && errno == EFBIG, "/dev/zero is refused");
+    unsetenv("SHARDC_MAX_INPUT");
+    UT_CHECK(source_max_bytes() == (size_t)64 << 20, "the default limit is 64 MiB");
+    unlink(path);
+
+    /* A pipe: 100,000 bytes written by a child, more than one read() returns. */
+    int fds[2];
+    UT_CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      char chunk[1000];
+      memset(chunk, '#', sizeof chunk);
+      chunk[sizeof chunk - 1] = '\n';
+      for (int i = 0; i < 100; i++)
+        if (write(fds[1], chunk, sizeof chunk) != (ssize_t)sizeof chunk) _exit(1);
+      _exit(0);
+    }
+    close(fds[1]);
+    char dev[64];
+    snprintf(dev, sizeof dev, "/dev/fd/%d", fds[0]);
+    Source *piped = source_load(dev);
+    UT_CHECK(piped && piped->len == 100000, "read %zu bytes from a pipe", piped ? piped->len : 0);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+  }
+
+  CASE("a file is named the same way wherever it is reported: its tidied path") {
+    char dir[] = "/tmp/shardc_paths_XXXXXX";
+    UT_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char a[256], b[256], sub[256], main_path[300];
+    snprintf(a, sizeof a, "%s/a.shard", dir);
+    snprintf(b, sizeof b, "%s/b.shard", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(main_path, sizeof main_path, "%s/./sub/../a.shard", dir);
+    mkdir(sub, 0700);
+    FILE *f = fopen(a, "w");
+    fputs("import \"./sub/../b\"\ndim x = $\n", f);
+    fclose(f);
+    f = fopen(b, "w");
+    fputs("dim y = $\n", f);
+    fclose(f);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    diag_reset();
+    diag_configure(out, DIAG_MACHINE, false);
+    parse_program(&arena, main_path, NULL);
+    fclose(out);
+    char want_a[300], want_b[300];
+    snprintf(want_a, sizeof want_a, "error|%s|2|9|", a);
+    snprintf(want_b, sizeof want_b, "error|%s|1|9|", b);
+    UT_CHECK(text && strstr(text, want_a) && strstr(text, want_b), "want %s and %s; got:\n%s", want_a, want_b, text);
+    free(text);
+    unlink(a), unlink(b), rmdir(sub), rmdir(dir);
   }
 
   source_free_all();

@@ -1,0 +1,196 @@
+/* test_sema.c: the declaration checker's helpers and command-line choices, where a .shard case
+ * cannot look: did-you-mean (compiler/base/suggest.c), checked int64 arithmetic (checked.h), the
+ * "tensor too large" message (compiler/sema/size.c), the usage errors sema_program returns for
+ * the driver to print with exit 2 (-D, --mesh, --layout, --entry naming nothing declared), which
+ * now suggest the closest declared name, and size(d) folded into the stdlib attention's scale
+ * (which must still fuse, following -D head=N). Prints PASS/FAIL per case and "N passed, N
+ * failed"; exits 1 on any failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "diag.h"
+#include "ir.h"
+#include "parse.h"
+#include "program.h"
+#include "suggest.h"
+#include "unit_test.h"
+
+static Arena arena;
+
+static const char *suggest_among(const char *want, const char *const *cands) {
+  Suggest s = suggest_begin(want);
+  for (int i = 0; cands[i]; i++) suggest_try(&s, cands[i]);
+  return s.best;
+}
+
+static void expect_suggest(const char *want, const char *const *cands, const char *expected) {
+  const char *got = suggest_among(want, cands);
+  if (expected == NULL && got == NULL) return;
+  if (expected && got && strcmp(expected, got) == 0) return;
+  ut_fail("suggest '%s': got %s, want %s", want, got ? got : "(none)", expected ? expected : "(none)");
+}
+
+static const char *const PROGRAM =
+    "target t { kind = gpu  flops = { bf16 = 1e15 }  hbm = 80e9  hbm_bw = 3e12  nvlink_bw = 4.5e11\n"
+    "  node_size = 8  network_bw = 5e10  nvlink_latency = 1e-6  network_latency = 3e-6 }\n"
+    "mesh pod = t[data: 4, model: 2]\n"
+    "mesh big_pod = t[data: 8, model: 2]\n"
+    "dim batch = 8, embed = 64, hidden = 128\n"
+    "layout fsdp { batch: data  embed: data }\n"
+    "layout tensor_parallel { hidden: model }\n"
+    "model mlp {\n"
+    "  param w: bf16[embed, hidden]\n"
+    "  fn forward(x: bf16[batch, embed]) -> bf16[batch, hidden] { return x @ w }\n"
+    "  fn backward(x: bf16[batch, embed]) -> bf16[batch, hidden] { return x @ w }\n"
+    "}\n";
+
+/* The usage error sema_program returns for these choices ("" when none). Without --entry the
+ * program is also an error (mlp has two functions), which does not matter here. */
+static const char *usage(SemaOptions opt) {
+  diag_reset();
+  FILE *sink = fopen("/dev/null", "w");
+  diag_configure(sink, DIAG_MACHINE, false);
+  Source *src = source_from_memory("test.shard", PROGRAM, strlen(PROGRAM));
+  Ast *ast = parse_source(&arena, src);
+  ParsedProgram pp = {&ast, 1};
+  Program *p = sema_program(&arena, &pp, &opt);
+  fclose(sink);
+  diag_configure(stderr, DIAG_TEXT, false);
+  return p->usage_error ? p->usage_error : "";
+}
+
+static void expect_usage(SemaOptions opt, const char *text) {
+  const char *got = usage(opt);
+  UT_CHECK(strstr(got, text) != NULL, "usage error: want \"%s\", got \"%s\"", text, got);
+}
+
+static const char *const ATTENTION =
+    "import \"targets\"\n"
+    "import \"layers\"\n"
+    "mesh pod = tpu_v5e[data: 2, model: 2]\n"
+    "dim batch = 2, seq = 8, kseq = seq, embed = 64, heads = 4, head = 128\n"
+    "model net {\n"
+    "  param attn: attention\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] { return attn.forward(x) }\n"
+    "}\n";
+
+/* The stdlib attention built with head = `head` (a -D when not 0): its fused op's scale, or -1
+ * when there is no single fused attention. */
+static double attention_scale(int64_t head) {
+  diag_reset();
+  Source *src = source_from_memory("attn.shard", ATTENTION, strlen(ATTENTION));
+  ParsedProgram *pp = parse_program_source(&arena, src, SHARDC_SOURCE_STDLIB);
+  DimOverride d = {intern_cstr("head"), head};
+  SemaOptions opt = {.overrides = &d, .noverrides = head ? 1 : 0};
+  Program *p = sema_program(&arena, pp, &opt);
+  IrModule *m = diag_error_count() == 0 ? ir_build(&arena, p) : NULL;
+  if (!m) return -1;
+  int n = 0;
+  double scale = -1;
+  for (const Op *o = m->main->first; o; o = o->next)
+    if (o->kind == OP_ATTENTION) n++, scale = o->scalar;
+  for (const Op *o = m->main->first; o; o = o->next)
+    if (o->kind == OP_SOFTMAX || o->kind == OP_CAUSAL) n = 0; /* left unfused */
+  return n == 1 ? scale : -1;
+}
+
+int main(void) {
+  arena_init(&arena);
+
+  ut_begin("edit distance: insertions, deletions, swaps, case");
+  UT_CHECK(suggest_distance("hidden", "hiden") == 1, "hidden/hiden");
+  UT_CHECK(suggest_distance("embed", "embde") == 1, "a swap is one edit");
+  UT_CHECK(suggest_distance("Batch", "batch") == 0, "case is ignored");
+  UT_CHECK(suggest_distance("seq", "kseq") == 1, "seq/kseq");
+  UT_CHECK(suggest_distance("", "abc") == 3, "empty");
+  UT_CHECK(suggest_distance("abc", "xyz") == 3, "abc/xyz");
+  char longname[100];
+  memset(longname, 'a', 99);
+  longname[99] = 0;
+  UT_CHECK(suggest_distance(longname, "a") > 2, "names over 64 bytes are not compared");
+  ut_end();
+
+  ut_begin("did-you-mean picks the closest, or nothing");
+  static const char *const dims[] = {"batch", "seq", "kseq", "embed", "hidden", "heads", "head", "layers", NULL};
+  expect_suggest("hiden", dims, "hidden");
+  expect_suggest("embde", dims, "embed");
+  expect_suggest("lay", dims, "layers");          /* a prefix */
+  expect_suggest("layer", dims, "layers");
+  expect_suggest("sq", dims, "seq");              /* short names: one edit */
+  expect_suggest("xy", dims, NULL);               /* two edits of a 2-byte name is anything */
+  expect_suggest("vocab", dims, NULL);
+  expect_suggest("heads", dims, "head");          /* exact names are not suggested for themselves */
+  static const char *const keys[] = {"hbm", "hbm_bw", "ici_bw", NULL};
+  expect_suggest("hbm_bandwidth", keys, "hbm_bw"); /* the longer shared start wins */
+  static const char *const targets[] = {"tpu_v4", "tpu_v5e", "tpu_v5p", "h100", "h200", NULL};
+  expect_suggest("tpu_v5", targets, "tpu_v5e");   /* first of equally close */
+  expect_suggest("H100", targets, "h100");
+  Suggest s = suggest_begin("hiden");
+  suggest_try(&s, "hidden");
+  char buf[64];
+  UT_CHECK(strcmp(suggest_text(&s, buf, sizeof buf), "; did you mean 'hidden'?") == 0, "text: %s", buf);
+  s = suggest_begin("zzz");
+  suggest_try(&s, "hidden");
+  UT_CHECK(strcmp(suggest_text(&s, buf, sizeof buf), "") == 0, "no suggestion: empty text");
+  UT_CHECK(suggest_is_typo("hiden", "hidden") && !suggest_is_typo("lay", "layers"), "typo, not prefix");
+  ut_end();
+
+  ut_begin("checked and saturating int64");
+  int64_t r;
+  UT_CHECK(!ckd_mul(&r, (int64_t)1 << 31, (int64_t)1 << 31) && r == (int64_t)1 << 62, "2^31 x 2^31");
+  UT_CHECK(ckd_mul(&r, (int64_t)1 << 32, (int64_t)1 << 31), "2^63 overflows");
+  UT_CHECK(ckd_add(&r, INT64_MAX, 1), "INT64_MAX + 1 overflows");
+  UT_CHECK(ckd_sub(&r, INT64_MIN, 1), "INT64_MIN - 1 overflows");
+  UT_CHECK(sat_mul((int64_t)1 << 40, (int64_t)1 << 40) == INT64_MAX, "sat_mul clamps up");
+  UT_CHECK(sat_mul(-((int64_t)1 << 40), (int64_t)1 << 40) == INT64_MIN, "sat_mul clamps down");
+  UT_CHECK(sat_add(INT64_MAX, INT64_MAX) == INT64_MAX && sat_add(INT64_MIN, -1) == INT64_MIN, "sat_add clamps");
+  UT_CHECK(sat_add(sat_mul(INT64_MAX, 2), 5) == INT64_MAX, "a saturated total stays saturated");
+  UT_CHECK(sat_mul(6, 7) == 42 && sat_add(40, 2) == 42, "exact when it fits");
+  UT_CHECK(size_ok(SIZE_LIMIT) && !size_ok(SIZE_LIMIT + 1) && !size_ok(0), "size_ok");
+  ut_end();
+
+  ut_begin("tensor too large: the message shows the product and the -D");
+  Dim a = {.name = intern_cstr("seq"), .size = (int64_t)1 << 44, .overridden = true};
+  Dim b = {.name = intern_cstr("embed"), .size = 1 << 20};
+  Dim *ab[2] = {&a, &b};
+  const char *m = tensor_size_error(&arena, ab, 2, DT_BF16);
+  UT_CHECK(m && strcmp(m, "tensor too large: bf16[seq, embed] would hold 3.69e+19 bytes (seq 17592186044416 x "
+                          "embed 1048576 x 2 bytes; set by -D seq=17592186044416); a tensor holds at most 2^62 "
+                          "bytes") == 0, "got %s", m ? m : "(none)");
+  b.size = 1 << 17; /* 2^44 x 2^17 x 2 = 2^62: exactly the limit */
+  UT_CHECK(tensor_size_error(&arena, ab, 2, DT_BF16) == NULL, "2^62 bytes are allowed");
+  UT_CHECK(tensor_size_error(&arena, ab, 2, DT_F32) != NULL, "2^63 bytes are not");
+  ut_end();
+
+  ut_begin("usage errors suggest the closest declared name");
+  DimOverride d1 = {intern_cstr("hiden"), 4};
+  expect_usage((SemaOptions){.overrides = &d1, .noverrides = 1},
+               "-D hiden: the program declares no dim 'hiden'; did you mean 'hidden'? (dims: batch, embed, hidden)");
+  DimOverride d2 = {intern_cstr("hidden"), SIZE_LIMIT + 1};
+  expect_usage((SemaOptions){.overrides = &d2, .noverrides = 1},
+               "-D hidden=4611686018427387905: a dim's size is at most 2^62 (4611686018427387904)");
+  expect_usage((SemaOptions){.mesh = "big_pd"}, "--mesh big_pd: no such mesh; did you mean 'big_pod'? (meshes: pod, big_pod)");
+  expect_usage((SemaOptions){.layout = "tensor"},
+               "--layout tensor: no such layout; did you mean 'tensor_parallel'? (layouts: fsdp, tensor_parallel)");
+  expect_usage((SemaOptions){.layout = "zzz"}, "--layout zzz: no such layout (layouts: fsdp, tensor_parallel)");
+  expect_usage((SemaOptions){.entry = "mpl.forward"}, "--entry mpl.forward: no model 'mpl'; did you mean 'mlp'?");
+  expect_usage((SemaOptions){.entry = "mlp.forwad"},
+               "--entry mlp.forwad: model 'mlp' has no function 'forwad'; did you mean 'forward'? (its functions: "
+               "forward, backward)");
+  expect_usage((SemaOptions){.entry = "mlp.forward"}, "");
+  ut_end();
+
+  ut_begin("size(head): the stdlib attention scales by 1/sqrt(head), fused, following -D");
+  double s128 = attention_scale(0), s64 = attention_scale(64), s8 = attention_scale(8);
+  UT_CHECK(s128 > 0 && fabs(s128 - 1 / sqrt(128.0)) < 1e-15, "head = 128: scale %.17g", s128);
+  UT_CHECK(s64 == 0.125, "-D head=64: scale %.17g, want 0.125", s64);
+  UT_CHECK(s8 > 0 && fabs(s8 - 1 / sqrt(8.0)) < 1e-15, "-D head=8: scale %.17g", s8);
+  ut_end();
+
+  source_free_all();
+  intern_reset();
+  arena_free(&arena);
+  return ut_summary();
+}
