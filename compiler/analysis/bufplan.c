@@ -8,16 +8,11 @@
 #include <string.h>
 
 #include "bufplan.h"
+#include "checked.h"
 #include "stages.h"
 #include "step.h"
 
 typedef struct Use { int64_t c[BUF__COUNT]; } Use;
-
-static int64_t sat_add(int64_t a, int64_t b) {
-  if (a > 0 && b > INT64_MAX - a) return INT64_MAX;
-  if (a < 0 && b < INT64_MIN - a) return INT64_MIN;
-  return a + b;
-}
 
 static int64_t use_total(const Use *u) {
   int64_t t = 0;
@@ -257,8 +252,8 @@ static void note_live(LiveVec *lv, const Value *v, int64_t bytes, uint8_t cls, A
 
 static void insert_largest(BufLive *top, int *n, BufLive x) {
   if (x.bytes <= 0) return;
+  if (*n == BUFPLAN_LARGEST && top[BUFPLAN_LARGEST - 1].bytes >= x.bytes) return;
   int i = *n < BUFPLAN_LARGEST ? (*n)++ : BUFPLAN_LARGEST - 1;
-  if (i == BUFPLAN_LARGEST - 1 && *n == BUFPLAN_LARGEST && top[i].bytes >= x.bytes) return;
   top[i] = x;
   for (; i > 0 && top[i].bytes > top[i - 1].bytes; i--) {
     BufLive t = top[i];

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bufplan.h"
+#include "checked.h"
 #include "cost.h"
 #include "diag.h"
 #include "memory.h"
@@ -32,8 +33,8 @@
 
 static void add_largest(MemoryReport *r, const char *what, SrcLoc loc, int64_t bytes) {
   if (bytes <= 0) return;
+  if (r->nlargest == MEM_MAX_LARGEST && r->largest[MEM_MAX_LARGEST - 1].bytes >= bytes) return;
   int i = r->nlargest < MEM_MAX_LARGEST ? r->nlargest++ : MEM_MAX_LARGEST - 1;
-  if (i == MEM_MAX_LARGEST - 1 && r->nlargest == MEM_MAX_LARGEST && r->largest[i].bytes >= bytes) return;
   r->largest[i] = (MemBuffer){what, loc, bytes};
   for (; i > 0 && r->largest[i].bytes > r->largest[i - 1].bytes; i--) {
     MemBuffer t = r->largest[i];
@@ -78,9 +79,9 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   pipeline_run(m, p); /* the caller ran it and saw its errors; it does nothing then */
   const Step *st = p->step;
   r->training = st && st->kind == STEP_TRAIN;
-  for (int i = 0; i < m->nparams; i++) {
-    r->param_count += tensor_type_elements(&m->params[i].type);
-    r->param_bytes += tensor_type_bytes(&m->params[i].type);
+  for (int i = 0; i < m->nparams; i++) { /* each within 2^62 (sema); their sum saturates */
+    r->param_count = sat_add(r->param_count, tensor_type_elements(&m->params[i].type));
+    r->param_bytes = sat_add(r->param_bytes, tensor_type_bytes(&m->params[i].type));
   }
   BufPlan bp;
   bufplan_build(m->arena, m, p, &bp);
@@ -143,9 +144,9 @@ static bool param_has_dim(const IrModule *m, const Dim *d) {
 
 static void push_suggestion(MemSuggestion *all, int *n, int max, const MemSuggestion *s) {
   if (s->saved <= 0) return;
-  /* keep the `max` best, best first */
+  /* keep the `max` best, best first: a full list replaces its worst only with a better one */
+  if (*n == max && all[max - 1].saved >= s->saved) return;
   int i = *n < max ? (*n)++ : max - 1;
-  if (*n == max && i == max - 1 && all[i].saved >= s->saved) return;
   all[i] = *s;
   for (; i > 0 && all[i].saved > all[i - 1].saved; i--) {
     MemSuggestion t = all[i];

@@ -18,7 +18,7 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
   cp->parsed = parsed;
   cp->prog = sema_program(arena, cp->parsed, so);
   if (cp->prog->usage_error) {
-    fprintf(stderr, "shardc: %s\n", cp->prog->usage_error);
+    diag_usage("%s", cp->prog->usage_error);
     return EXIT_USAGE;
   }
   if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
@@ -29,7 +29,7 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
     return EXIT_PROGRAM_ERROR;
   }
   if (cp->prog->step && cp->prog->step->kind == STEP_SERVE) {
-    fprintf(stderr, "shardc: compiling a `serve` step is not implemented yet; use --entry model.fn\n");
+    diag_usage("compiling a `serve` step is not implemented yet; use --entry model.fn");
     return EXIT_USAGE;
   }
   cp->ir = check_build_ir(arena, cp->prog);

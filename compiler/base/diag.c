@@ -34,7 +34,14 @@ static struct {
   int hidden_warnings;
   bool last_shown;       /* was the last error/warning printed (so its notes are too)? */
   int quiet;             /* diag_push_quiet depth: > 0 drops everything */
-} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, 0, true, 0};
+  DiagSink sink;         /* diag_set_sink */
+  void *sink_ctx;
+} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, 0, true, 0, NULL, NULL};
+
+void diag_set_sink(DiagSink sink, void *ctx) {
+  D.sink = sink;
+  D.sink_ctx = ctx;
+}
 
 void diag_configure(FILE *out, DiagFormat fmt, bool color) {
   D.out = out;
@@ -132,10 +139,12 @@ static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list a
     D.last_shown = !(D.limit > 0 && D.warnings > D.limit);
     if (!D.last_shown) D.hidden_warnings++;
   }
-  if (!D.last_shown) return;
+  if (!D.last_shown && !D.sink) return;
 
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
+  if (D.sink) D.sink(level, loc, msg, D.sink_ctx);
+  if (!D.last_shown) return;
   FILE *f = diag_out();
   if (D.format == DIAG_MACHINE) {
     fprintf(f, "%s|", level_names[level]);
@@ -156,6 +165,16 @@ static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list a
   fprintf(f, "%s%s:%d:%d:%s %s%s:%s %s%s%s\n", bold, loc.file->path, loc.line, loc.col, reset, lc,
           level_names[level], reset, bold, msg, reset);
   diag_print_snippet(f, loc);
+}
+
+void diag_usage(const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (D.sink) D.sink(DIAG_ERROR, (SrcLoc){0}, msg, D.sink_ctx);
+  fprintf(diag_out(), "shardc: %s\n", msg);
 }
 
 void diag_error(SrcLoc loc, const char *fmt, ...) {

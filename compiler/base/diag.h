@@ -22,6 +22,9 @@ void diag_reset(void); /* forget counts (tests, fuzzer) */
 void diag_error(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_warning(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A usage problem (a bad --mesh, -D naming no dim): "shardc: message" on the diagnostics' stream in
+ * every format, not counted as an error of the program (the command exits 2), passed to the sink. */
+void diag_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int diag_error_count(void);
 int diag_warning_count(void);
 /* Would a diagnostic of this level reported now be printed (not dropped by the limit or by quiet)?
@@ -34,6 +37,12 @@ void diag_set_error_limit(int n);
 /* Say how many diagnostics the limit kept back, if any ("shardc: 12 more errors and 3 more
  * warnings not shown (the limit is 50 of each)"). The driver calls it once before exiting. */
 void diag_finish(void);
+/* Every diagnostic counted (errors and warnings, also those the limit does not print; notes too)
+ * is passed to `sink` as well, with its message formatted: the driver collects them for the
+ * `errors` of a JSON report. NULL: none. */
+typedef void (*DiagSink)(DiagLevel level, SrcLoc loc, const char *message, void *ctx);
+void diag_set_sink(DiagSink sink, void *ctx);
+
 /* Between push and pop (they nest), diagnostics are dropped: neither printed nor counted. For
  * trial runs of a stage whose complaints belong to the real run (memory.c's suggestions). */
 void diag_push_quiet(void);

@@ -14,4 +14,8 @@ int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
  * NULL or an empty program is EXIT_PROGRAM_ERROR. */
 int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedProgram *cp);
 
+/* `shardc check`'s report on a program check_load loaded (cp->ir set): the pass pipeline, the
+ * memory fit and FLOPs, the figures on `out` (JSON through report.h). The exit code: 0 fits, 1 an
+ * error any stage reported (then no figures) or does not fit. */
+int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out);
 #endif

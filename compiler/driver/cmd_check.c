@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "report.h"
 #include "memory.h"
 #include "shard.h"
 
@@ -145,36 +146,30 @@ int cmd_check(const Options *o) {
       cJSON_AddNumberToObject(j, "meshes", p->nmeshes);
       cJSON_AddNumberToObject(j, "layouts", p->nlayouts);
       cJSON_AddNumberToObject(j, "models", p->nmodels);
-      char *text = cJSON_Print(j);
-      printf("%s\n", text);
-      free(text);
-      cJSON_Delete(j);
+      report_json(j);
     } else
       printf("%s: declarations check (%d dims, %d targets, %d meshes, %d layouts, %d models); no function to "
              "compile, so no memory fit\n", o->input, p->ndims, p->ntargets, p->nmeshes, p->nlayouts, p->nmodels);
   }
-  if (rc != EXIT_OK || !cp.ir) {
-    arena_free(&arena);
-    return rc;
-  }
-  const Program *p = cp.prog;
-  IrModule *m = cp.ir;
-  if (!pipeline_run(m, p)) {
-    arena_free(&arena);
-    return EXIT_PROGRAM_ERROR;
-  }
+  if (rc == EXIT_OK && cp.ir) rc = check_report(o, &arena, &cp, stdout);
+  arena_free(&arena);
+  return rc;
+}
+
+int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) {
+  const Program *p = cp->prog;
+  IrModule *m = cp->ir;
+  int before = diag_error_count();
+  /* one verdict: an error any pass reports is the answer; no figures after it */
+  if (!pipeline_run(m, p) || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   MemoryReport r;
   memory_estimate(p, m, &r);
   MemSuggestion sug[MAX_SUGGESTIONS];
   int nsug = r.fits ? 0 : memory_suggest(p, m, &r, sug, MAX_SUGGESTIONS);
+  if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
 
-  FILE *out = stdout;
   if (o->format == FORMAT_JSON) {
-    cJSON *j = json_report(p, &r, sug, nsug);
-    char *s = cJSON_Print(j);
-    fprintf(out, "%s\n", s);
-    free(s);
-    cJSON_Delete(j);
+    report_json(json_report(p, &r, sug, nsug));
   } else {
     print_header(out, p, m);
     char b[32];
@@ -184,7 +179,7 @@ int cmd_check(const Options *o) {
     fprintf(out, "flops per step: %.4g", r.flops_per_step);
     if (r.recompute_flops > 0) fprintf(out, " (model %.4g + recomputation %.4g)", r.model_flops_per_step, r.recompute_flops);
     fputc('\n', out);
-    if (o->shardings) print_shardings(out, &arena, p, m);
+    if (o->shardings) print_shardings(out, arena, p, m);
     if (o->emit_ir) ir_print(out, m);
     if (!r.fits) {
       fprintf(out, "largest buffers per device:\n");
@@ -211,6 +206,5 @@ int cmd_check(const Options *o) {
     diag_error(p->step ? p->step->loc : p->entry->loc,
                "does not fit: %s per device on %s, which has %s of HBM", t, p->mesh->target->name, c);
   }
-  arena_free(&arena);
   return r.fits ? EXIT_OK : EXIT_PROGRAM_ERROR;
 }

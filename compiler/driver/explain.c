@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "report.h"
 #include "cost.h"
 #include "memory.h"
 #include "opcost.h"
@@ -712,7 +713,15 @@ int cmd_explain(const Options *o) {
   CheckedProgram cp;
   int rc = check_load(o, &arena, &cp);
   if (rc != EXIT_OK || !cp.ir) {
-    if (rc == EXIT_OK) fprintf(stderr, "shardc: %s declares no function to explain\n", o->input);
+    if (rc == EXIT_OK && o->format == FORMAT_JSON) { /* nothing to explain: an empty report */
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddNullToObject(j, "entry");
+      cJSON_AddArrayToObject(j, "collectives");
+      cJSON_AddArrayToObject(j, "ops");
+      report_json(j);
+    } else if (rc == EXIT_OK) {
+      fprintf(stderr, "shardc: %s declares no function to explain\n", o->input);
+    }
     arena_free(&arena);
     return rc;
   }
@@ -734,12 +743,7 @@ int cmd_explain(const Options *o) {
   E.loop_outer_mult = 1;
   collect(&E, m->main, 0, 1, false, 1, NULL);
   if (o->format == FORMAT_JSON) {
-    cJSON *j = json_report(&E);
-    char *s = cJSON_Print(j);
-    fputs(s, stdout);
-    fputc('\n', stdout);
-    cJSON_free(s);
-    cJSON_Delete(j);
+    report_json(json_report(&E));
   } else {
     print_header(stdout, &E);
     print_ops(stdout, &E);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "report.h"
 
 typedef int (*CommandFn)(const Options *);
 
@@ -56,10 +57,18 @@ static void print_help(FILE *f) {
           "environment: SHARDC_STDLIB overrides where `import \"x\"` looks for stdlib files\n");
 }
 
+static bool json_requested; /* --format json anywhere on the command line: usage errors are JSON too */
+
 static int usage_error(const char *fmt, const char *arg) {
-  fputs("shardc: ", stderr);
-  fprintf(stderr, fmt, arg);
-  fputs(" (see 'shardc --help')\n", stderr);
+  char msg[512];
+  snprintf(msg, sizeof msg, fmt, arg);
+  fprintf(stderr, "shardc: %s (see 'shardc --help')\n", msg);
+  if (json_requested) {
+    cJSON *o = cJSON_CreateObject(), *errs = cJSON_AddArrayToObject(o, "errors"), *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddItemToArray(errs, e);
+    report_json(o);
+  }
   return EXIT_USAGE;
 }
 
@@ -172,27 +181,25 @@ int cmd_parse(const Options *o) {
 }
 
 int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    json_requested |= strcmp(argv[i], "--format=json") == 0 ||
+                      (strcmp(argv[i], "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0);
   Options o = {0};
   o.argv0 = argv[0];
   int rc = parse_args(argc, argv, &o);
   if (rc >= 0) return rc;
-  if (!o.command) {
-    fputs("usage: shardc COMMAND FILE [options]  (see 'shardc --help')\n", stderr);
-    return EXIT_USAGE;
-  }
+  if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
   const Command *cmd = NULL;
   for (size_t i = 0; i < ARRAY_LEN(commands); i++)
     if (strcmp(commands[i].name, o.command) == 0) cmd = &commands[i];
   if (!cmd) return usage_error("unknown command '%s'", o.command);
-  if (!cmd->fn) {
-    fprintf(stderr, "shardc: '%s' is not implemented yet\n", cmd->name);
-    return EXIT_USAGE;
-  }
+  if (!cmd->fn) return usage_error("'%s' is not implemented yet", cmd->name);
   if (!o.input) return usage_error("missing input file for '%s'", cmd->name);
 
   bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
   diag_configure(stderr, o.diag_format, color);
-  rc = cmd->fn(&o);
+  report_begin(&o);
+  rc = report_end(&o, cmd->fn(&o));
   diag_finish();
   if (fflush(stdout) != 0) {
     fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));

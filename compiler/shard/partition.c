@@ -153,11 +153,11 @@ static const char *origin_text(const Walk *W, ShardSource src, SrcLoc loc) {
   }
   if (src == SHARD_ANNOTATION) {
     const char *text = "@";
-    if (loc.file && loc.len > 0 && loc.len < 80) { /* the annotated dim as written: `j@x` */
-      const char *line = loc.file->text;
-      for (int l = 1; l < loc.line && line; l++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
-      if (line && (size_t)(line - loc.file->text) + (size_t)loc.col - 1 + (size_t)loc.len <= loc.file->len)
-      {
+    const char *line;
+    size_t len;
+    if (loc.file && loc.len > 0 && loc.len < 80 && source_line(loc.file, loc.line, &line, &len)) {
+      /* the annotated dim as written: `j@x` (the source's line index: no scan from the start) */
+      if ((size_t)loc.col - 1 + (size_t)loc.len <= len) {
         const char *b = line + loc.col - 1, *e = b + loc.len;
         if (memchr(b, '(', (size_t)loc.len) && !memchr(b, ')', (size_t)loc.len)) /* close `@(x, y` */
           while (*e && *e != '\n' && e[-1] != ')') e++;

@@ -1,0 +1,74 @@
+/* report.c: one JSON object per command (see report.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+enum { REPORT_MAX_DIAGS = 1000 }; /* a flood is cut here, as the text form cuts it at 50 */
+
+static struct {
+  bool json;
+  bool printed;
+  cJSON *errors, *warnings;
+  int n;
+} R;
+
+const char *report_file(SrcLoc loc) { return loc.file ? loc.file->path : NULL; }
+
+static void sink(DiagLevel level, SrcLoc loc, const char *message, void *ctx) {
+  (void)ctx;
+  if (level == DIAG_NOTE || R.n >= REPORT_MAX_DIAGS) return;
+  R.n++;
+  cJSON *e = cJSON_CreateObject();
+  if (loc.file) {
+    cJSON_AddStringToObject(e, "file", report_file(loc));
+    cJSON_AddNumberToObject(e, "line", loc.line);
+    cJSON_AddNumberToObject(e, "col", loc.col);
+  }
+  cJSON_AddStringToObject(e, "message", message);
+  cJSON_AddItemToArray(level == DIAG_ERROR ? R.errors : R.warnings, e);
+}
+
+void report_begin(const Options *o) {
+  memset(&R, 0, sizeof R);
+  R.json = o->format == FORMAT_JSON;
+  if (!R.json) return;
+  R.errors = cJSON_CreateArray();
+  R.warnings = cJSON_CreateArray();
+  diag_set_sink(sink, NULL);
+}
+
+void report_json(cJSON *obj) {
+  char *s = cJSON_Print(obj);
+  if (s) {
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    cJSON_free(s);
+  }
+  cJSON_Delete(obj);
+  R.printed = true;
+}
+
+int report_end(const Options *o, int rc) {
+  (void)o;
+  if (R.json) {
+    diag_set_sink(NULL, NULL);
+    if (!R.printed && (rc != EXIT_OK || cJSON_GetArraySize(R.errors) > 0)) {
+      cJSON *obj = cJSON_CreateObject();
+      if (cJSON_GetArraySize(R.errors) == 0) { /* a failure with no located diagnostic */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "message", rc == EXIT_USAGE ? "usage error (see 'shardc --help')" : "failed");
+        cJSON_AddItemToArray(R.errors, e);
+      }
+      cJSON_AddItemToObject(obj, "errors", R.errors);
+      cJSON_AddItemToObject(obj, "warnings", R.warnings);
+      R.errors = R.warnings = NULL;
+      report_json(obj);
+    }
+    cJSON_Delete(R.errors);
+    cJSON_Delete(R.warnings);
+  }
+  memset(&R, 0, sizeof R);
+  return rc;
+}
