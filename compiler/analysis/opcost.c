@@ -53,6 +53,7 @@ void opcost(const Op *op, bool local, OpCost *out) {
   default:
     if (ir_op_is_collective(op->kind)) return;
   }
+  if (op->kind == OP_RENAME || op->kind == OP_SPLIT || op->kind == OP_MERGE) return; /* views: no traffic */
   if (op->kind == OP_SLICE) { /* reads the block it keeps, writes it */
     out->bytes = 2 * value_bytes(op->results[0], local);
     return;

@@ -6,7 +6,7 @@
  * v's); its backward (ir.h's OP_ATTENTION_GRAD) dq = QK + PV, dk = QK, dv = PV + QK, where dv's QK
  * is the recomputed scores (counted apart: not in the model's FLOPs); every other op 0.
  * Bytes: the operands read and the results written, each once, at their size (a slice: the block it
- * keeps, read and written); the fused attention
+ * keeps, read and written; a rename, split or merge: none, they are views); the fused attention
  * reads q, k, v (and its backward o and do) and writes its result, never the scores (flash
  * attention). Collectives, loops, pipelines, inputs, params and constants cost 0 here (their
  * children and the cost model price them). */

@@ -460,6 +460,32 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
     if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
         sharding_equal(&cache->data[i].to, to, v->type.rank))
       return cache->data[i].out;
+  /* A rename is a view: its source is resharded (once, whoever else reads it: attention's q reads
+   * x, its k and v read x[seq -> kseq]) and renamed again. The sharding maps by position. */
+  const Op *rn = v->def;
+  if (rn && rn->kind == OP_RENAME && rn->func == f && rn->noperands == 1 && rn->operands[0]->func == f &&
+      sharding_equal(&rn->operands[0]->sharding, &v->sharding, v->type.rank)) {
+    Value *u = rn->operands[0];
+    Value *U = reshard_value(W, f, pos, u, to, mult, cache, op, operand, who, loc);
+    Value *out = v;
+    if (W->apply && U != u) {
+      Op *r = ir_op_new(W->m, f, OP_RENAME, rn->loc, &U, 1, &v->type, 1);
+      r->dims = rn->dims;
+      r->ndims = rn->ndims;
+      r->phase = (uint8_t)W->phase;
+      r->partitioned = true;
+      out = r->results[0];
+      out->sharding = *to;
+      out->shard_source = SHARD_PROPAGATED;
+      memcpy(out->dim_src, v->dim_src, sizeof out->dim_src);
+      memcpy(out->dim_loc, v->dim_loc, sizeof out->dim_loc);
+      out->name = v->name;
+      ir_insert_before(f, pos, r);
+    }
+    Cached c = {v, *to, out, phase_class(W->phase)};
+    VEC_PUSH(W->tmp, *cache, c);
+    return out;
+  }
   Reshard rs;
   if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
   charge(W, rs.time_s, rs.n, mult);
@@ -1205,6 +1231,81 @@ PartCost partition_cost(const IrModule *m, const Program *p) {
   return W.cost;
 }
 
+/* ---- reductions after a sum: one instead of two ----
+ *
+ * add(R(a), R(b)), where R is the same AllReduce or ReduceScatter of two equally partial values
+ * read by nothing else, is R(add(a, b)): the partial sums are added first (an add is linear), and
+ * one collective of the same bytes replaces two. The backward of attention meets this where the
+ * gradients of q, k and v's projections reach the same input (Megatron-SP reduce-scatters them
+ * once). Repeated until nothing changes, so a sum of three reduces once. */
+static bool same_reduction(const Op *x, const Op *y) {
+  if (x->kind != y->kind || (x->kind != OP_ALL_REDUCE && x->kind != OP_REDUCE_SCATTER)) return false;
+  const Value *a = x->operands[0], *b = y->operands[0];
+  int rank = a->type.rank;
+  return x->axes == y->axes && x->reduce_max == y->reduce_max && !x->reduce_max &&
+         tensor_type_equal(&a->type, &b->type) && sharding_equal(&a->sharding, &b->sharding, rank) &&
+         sharding_equal(&x->results[0]->sharding, &y->results[0]->sharding, rank) && a->partial_max == b->partial_max;
+}
+
+static int sink_reductions(IrModule *m, IrFunc *f) {
+  int n = 0;
+  /* not in a step's microbatch body: there the two sums may come from two pipeline stages (a tied
+   * embedding's gradient), each reduced where it is made */
+  bool here = !(m->step && m->step->micro_loop && m->step->micro_loop->body == f);
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) n += sink_reductions(m, op->body);
+    if (!here || op->kind != OP_ADD || op->noperands != 2) continue;
+    Op *x = op->operands[0]->def, *y = op->operands[1]->def;
+    if (!x || !y || x == y || x->func != f || y->func != f || !same_reduction(x, y)) continue;
+    if (ir_count_uses(f, op->operands[0]) != 1 || ir_count_uses(f, op->operands[1]) != 1) continue;
+    if (!tensor_type_equal(&op->results[0]->type, &x->results[0]->type)) continue;
+    /* add the partial sums, then reduce the one sum */
+    Value *ab[2] = {x->operands[0], y->operands[0]};
+    Op *add = ir_op_new(m, f, OP_ADD, op->loc, ab, 2, &op->results[0]->type, 1);
+    add->phase = op->phase;
+    add->partitioned = true;
+    Value *sum = add->results[0];
+    sum->sharding = x->operands[0]->sharding;
+    sum->partial_max = false;
+    sum->shard_source = SHARD_PROPAGATED;
+    Op *red = ir_op_new(m, f, x->kind, x->loc, &sum, 1, &op->results[0]->type, 1);
+    red->phase = x->phase;
+    red->axes = x->axes;
+    red->dim_index = x->dim_index;
+    red->dim_index2 = x->dim_index2;
+    red->partitioned = true;
+    red->reason = arena_printf(m->arena, "%s; the gradients that reach it from several ops are added first and "
+                               "reduced once", x->reason ? x->reason : "a partial sum");
+    Value *r = red->results[0];
+    r->sharding = op->results[0]->sharding;
+    r->name = op->results[0]->name;
+    r->spec = op->results[0]->spec;
+    r->shard_source = op->results[0]->shard_source;
+    memcpy(r->dim_src, op->results[0]->dim_src, sizeof r->dim_src);
+    memcpy(r->dim_loc, op->results[0]->dim_loc, sizeof r->dim_loc);
+    ir_insert_before(f, op, add);
+    ir_insert_before(f, op, red);
+    ir_replace_uses(f, op->results[0], r);
+    ir_remove(f, x);
+    ir_remove(f, y);
+    Op *prev = red;
+    ir_remove(f, op);
+    op = prev;
+    n++;
+  }
+  return n;
+}
+
+/* A rename whose readers now read the resharded rename of its source (reshard_value) is read by
+ * nothing: it goes, so the program a device runs (and explain's table) holds no dead view. */
+static void drop_dead_renames(IrFunc *f) {
+  for (Op *op = f->first, *next; op; op = next) {
+    next = op->next;
+    if (op->kind == OP_LOOP && op->body) drop_dead_renames(op->body);
+    if (op->kind == OP_RENAME && ir_count_uses(f, op->results[0]) == 0) ir_remove(f, op);
+  }
+}
+
 bool partition_module(IrModule *m, const Program *p) {
   if (!m || !m->main || !p || !p->mesh) return true;
   Arena tmp;
@@ -1212,6 +1313,9 @@ bool partition_module(IrModule *m, const Program *p) {
   Walk W = {.m = m, .p = p, .mesh = p->mesh, .apply = true, .tmp = &tmp};
   walk_module(&W);
   arena_free(&tmp);
+  while (W.errors == 0 && sink_reductions(m, m->main) > 0) {
+  }
+  if (W.errors == 0) drop_dead_renames(m->main);
   return W.errors == 0;
 }
 

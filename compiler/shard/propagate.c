@@ -437,13 +437,54 @@ static void reduce_scatter_where_preferred(const Prop *P, const Value *res, cons
   }
 }
 
+static bool no_bigger(const Prop *P, const Value *v, const Sharding *s);
+
+/* An accumulator (a carried body input starting from zeros, with neither a written type nor a
+ * pin) whose body output is `acc + x` takes x's sharding, where that holds no more bytes per
+ * device: x's shard (an FSDP gradient reduce-scattered per layer, an embedding gradient built over
+ * the local vocabulary) is accumulated as it is, and where x is a partial sum (a microbatch's
+ * data-parallel gradient) each device adds its unreduced x and the sum is reduced once, after the
+ * loop, instead of once per iteration. True when an input changed: the body is then derived
+ * again with it. */
+static bool follow_partial_sums(Prop *P, Op *op, uint16_t inner) {
+  IrFunc *b = op->body;
+  bool changed = false;
+  for (int i = op->nslices; i < op->nslices + op->ncarried && i < b->ninputs && i < op->noperands; i++) {
+    Value *in = b->inputs[i], *outer = op->operands[i];
+    int o = i - op->nslices;
+    if (P->kind[in->id] != V_FREE || P->pinned[in->id] || !zero_for(P, outer) || o >= b->noutputs) continue;
+    const Op *add = b->outputs[o]->def;
+    if (!add || add->kind != OP_ADD || add->noperands != 2) continue;
+    int k = add->operands[0] == in ? 1 : add->operands[1] == in ? 0 : -1;
+    if (k < 0) continue;
+    const Value *x = add->operands[k];
+    if (x->type.rank != in->type.rank ||
+        memcmp(x->type.dims, in->type.dims, sizeof(x->type.dims[0]) * (size_t)x->type.rank) != 0)
+      continue;
+    Sharding s = x->sharding;
+    s.partial = (uint16_t)(x->sharding.partial & ~inner);
+    if (sharding_equal(&s, &in->sharding, in->type.rank) || !no_bigger(P, in, &s)) continue;
+    /* nor more than the layout's mapping of it holds: FSDP's gradients, reduce-scattered per
+     * microbatch into a sharded accumulator, are not held whole to save a reduction */
+    if (sharding_local_bytes(&in->type, &s, P->mesh) > sharding_local_bytes(&in->type, &P->pref[in->id], P->mesh))
+      continue;
+    set_derived(in, &s, op->loc);
+    outer->sharding = s; /* zeros: any block of them, and a partial sum of zeros */
+    changed = true;
+  }
+  return changed;
+}
+
 static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
   IrFunc *b = op->body;
   uint16_t stages = loop_stage_axes(op);
   uint16_t inner = blocked | stages;
   for (int i = 0; i < b->ninputs && i < op->noperands; i++) {
     Value *in = b->inputs[i], *outer = op->operands[i];
-    if (P->kind[in->id] == V_FIXED) continue;
+    if (P->kind[in->id] == V_FIXED) {
+      if (i >= op->nslices && zero_for(P, outer)) outer->sharding = in->sharding; /* zeros of its block */
+      continue;
+    }
     Sharding s;
     memset(&s, 0, sizeof s);
     origin_clear(in);
@@ -471,6 +512,7 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
   }
   derive_func(P, b, inner);
+  if (follow_partial_sums(P, op, inner)) derive_func(P, b, inner);
   /* carried results: the carried body input's sharding (one for every iteration) */
   for (int r = 0; r < op->ncarried && r < op->nresults && op->nslices + r < b->ninputs; r++) {
     Value *res = op->results[r], *in = b->inputs[op->nslices + r];
@@ -675,6 +717,11 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
   out->n = 0;
   int rank = v->type.rank;
   cand_add_checked(P, out, v, &P->pref[v->id]);
+  if (v->sharding.partial && !(sharding_axes_used(&P->pref[v->id], rank) & v->sharding.partial)) {
+    Sharding s = P->pref[v->id]; /* the layout's mapping, still unreduced (a gradient built over the */
+    s.partial = v->sharding.partial; /* rows a device holds, as take_grad into a vocab shard) */
+    cand_add_checked(P, out, v, &s);
+  }
   if (v->def && v->def->plan && v->def->plan->factored)
     for (int i = 0; i < v->def->plan->nalts; i++) cand_add_checked(P, out, v, &v->def->plan->alts[i]);
   if (!v->def) { /* a carried body input: its initial value's sharding, and the body output's */

@@ -234,10 +234,14 @@ static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, 
   }
   Value *loss_in = ir_func_add_input(m, B, (TensorType){.dtype = DT_F32}, intern_cstr("loss"));
   Value **acc_in = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
+  uint16_t bmask = batch_axes(p, m->entry);
   for (int i = 0; i < m->nparams; i++) {
     TensorType t = m->params[i].type;
     t.dtype = DT_F32;
     acc_in[i] = ir_func_add_input(m, B, t, m->params[i].path);
+    /* zero = 2 shards the gradients themselves: each microbatch's is reduce-scattered into an
+     * accumulator of the optimizer state's shard */
+    if (st->zero >= 2) acc_in[i]->spec = state_spec(m, p, &m->params[i].spec, DT_F32, bmask, true);
   }
   Value **pin = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   for (int i = 0; i < inv_outer.len; i++) {
@@ -438,12 +442,14 @@ bool step_build_module(IrModule *m, const Program *p) {
   }
   si->loss = loss;
 
-  /* gradients: their own values with the param's written type (zero = 2: the state's sharding) */
+  /* gradients: their own values with the param's written type; under zero the state's sharding, so
+   * that a gradient is reduce-scattered onto the shard the optimizer updates (and the updated
+   * param gathered back), never all-reduced whole */
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
     Value *g = own_value(m, f, oloc, grads[i], grads[i]->def && grads[i]->def->phase == PHASE_ACCUMULATE
                                                   ? PHASE_ACCUMULATE : PHASE_BACKWARD);
-    g->spec = st->zero >= 2 ? state_spec(m, p, &ip->spec, ip->type.dtype, bmask, true) : &ip->spec;
+    g->spec = st->zero >= 1 ? state_spec(m, p, &ip->spec, ip->type.dtype, bmask, true) : &ip->spec;
     if (!g->name) g->name = pname(m, "grad.", ip->path);
     si->params[i].grad = g;
   }

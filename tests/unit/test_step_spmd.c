@@ -93,6 +93,47 @@ static const TensorType *logits_type(const IrFunc *f) {
   return NULL;
 }
 
+/* Collectives over the mesh axis `axis` by kind, [0] inside the microbatch loop's body (at any
+ * depth), [1] outside it. */
+static void census_axis(const IrModule *m, const IrFunc *f, int axis, bool in_micro, int n[2][5]) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body)
+      census_axis(m, op->body, axis, in_micro || (m->step && op == m->step->micro_loop), n);
+    int k = coll_index(op->kind);
+    if (k >= 0 && (op->axes & (1u << axis))) n[in_micro ? 0 : 1][k]++;
+  }
+}
+
+/* The gradient transformations of zero (ZeRO, Rajbhandari et al.) on a layout whose `data` axis
+ * shards only the batch, so that every collective over it is a gradient's or the loss's. With P
+ * params and two microbatches:
+ *   zero = 0  nothing over data inside the microbatch loop (each device accumulates its unreduced
+ *             gradients); after it P + 1 AllReduces (the gradients, the loss), nothing else
+ *   zero = 1  nothing inside; after it P ReduceScatters onto the optimizer state's shard, P
+ *             AllGathers of the updated params, 1 AllReduce (the loss): no gradient AllReduce
+ *   zero = 2  P ReduceScatters inside (each microbatch's gradients into a sharded accumulator), no
+ *             AllReduce there; after it P AllGathers and the loss's AllReduce */
+static void check_zero(const IrModule *m, const Mesh *mesh, int zero) {
+  int axis = mesh_axis_index(mesh, intern_cstr("data"));
+  UT_CHECK(axis >= 0 && m->step && m->step->micro_loop, "the case needs a `data` axis and microbatches");
+  if (axis < 0 || !m->step || !m->step->micro_loop) return;
+  int n[2][5];
+  memset(n, 0, sizeof n);
+  census_axis(m, m->main, axis, false, n);
+  int P = m->nparams;
+  int want[2][5] = {{0}};
+  want[1][2] = 1; /* the loss */
+  if (zero == 0) want[1][2] += P;
+  if (zero >= 1) want[1][0] = P;
+  if (zero == 1) want[1][1] = P;
+  if (zero == 2) want[0][1] = P;
+  static const char *kinds[] = {"all_gathers", "reduce_scatters", "all_reduces", "all_to_alls", "permutes"};
+  for (int w = 0; w < 2; w++)
+    for (int k = 0; k < 5; k++)
+      UT_CHECK(n[w][k] == want[w][k], "zero = %d: %d %s over data %s the microbatch loop, expected %d", zero, n[w][k],
+               kinds[k], w ? "after" : "inside", want[w][k]);
+}
+
 /* ---- the cases ---- */
 
 /* What the book says about a case's collectives. `exact`: the collectives of the forward (with the
@@ -103,6 +144,8 @@ typedef struct Expect {
   int fwd_gathers, bwd_gathers, bwd_scatters, bwd_reduces; /* at least this many */
   int max_bwd_gathers;                                      /* at most (-1: no claim) */
   bool no_logits_gather;
+  int zero;             /* 1 + the step's zero: where its gradients are reduced over `data` (see
+                           check_zero); 0: no claim */
 } Expect;
 
 typedef struct Case {
@@ -191,6 +234,7 @@ static void run_case(const Case *c) {
              e->bwd_scatters);
     UT_CHECK(cs.n[1][2] >= e->bwd_reduces, "%d all_reduces in the backward, expected at least %d", cs.n[1][2],
              e->bwd_reduces);
+    if (e->zero) check_zero(m, ip.cp.prog->mesh, e->zero - 1);
     UT_CHECK(!e->no_logits_gather || cs.logits_gathers == 0, "the logits are gathered over their class dim (%d times)",
              cs.logits_gathers);
   }
@@ -213,6 +257,9 @@ int main(int argc, char **argv) {
   static const char *llama_mb = STEP_SPMD_DIR "/llama_tiny_mb.shard";
   static const char *mlp = SHARDC_SAMPLES "/mlp.shard";
   static const char *gpt = STEP_SPMD_DIR "/gpt_tiny.shard";
+  static const char *zero0 = STEP_SPMD_DIR "/llama_tiny_zero0.shard";
+  static const char *zero1 = STEP_SPMD_DIR "/llama_tiny_zero1.shard";
+  static const char *zero2 = STEP_SPMD_DIR "/llama_tiny_zero2.shard";
   static const char *four_layers[] = {"seq=4", "layers=4"};
   static const char *step_mlp = STEP_MLP;
   const Case cases[] = {
@@ -246,6 +293,10 @@ int main(int argc, char **argv) {
                                           .max_bwd_gathers = -1, .no_logits_gather = true}, 0, 0},
     {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}, 0, 0},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
+    /* zero = 0, 1, 2 on data and tensor parallelism (check_zero) */
+    {zero0, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 1}, 0, 0},
+    {zero1, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 2}, 0, 0},
+    {zero2, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 3}, 0, 0},
     /* the same pipeline under each schedule (interleaved(2): 4 layers, 2 chunks of 1 per stage) */
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_GPIPE, 1},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_1F1B, 1},
@@ -254,5 +305,25 @@ int main(int argc, char **argv) {
     {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
   };
   for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
+  /* the same claims at LLaMA 3 8B's sizes (propagated and partitioned, not run), where each
+   * layer's gradient is large enough that reducing it once per microbatch shows in the time */
+  static const char *llama8b[] = {"batch=512", "seq=8192", "embed=4096", "hidden=14336", "heads=32",
+                                  "kv_heads=8", "head=128", "vocab=128256", "layers=32"};
+  const char *zeros[] = {zero0, zero1, zero2};
+  for (int z = 0; z < 3; z++) {
+    char name[64];
+    snprintf(name, sizeof name, "zero%d.at_8b_sizes", z);
+    if (only && !strstr(name, only)) continue;
+    ut_begin(name);
+    InterpProgram ip;
+    if (interp_load(&ip, zeros[z], llama8b, (int)ARRAY_LEN(llama8b), "dp_tp", "pod", NULL) != EXIT_OK || !ip.cp.ir) {
+      ut_fail("%s does not load", zeros[z]);
+    } else {
+      UT_CHECK(interp_partition(&ip), "propagation and partitioning fail");
+      check_zero(ip.cp.ir, ip.cp.prog->mesh, z);
+      interp_unload(&ip);
+    }
+    ut_end();
+  }
   return ut_summary();
 }
