@@ -62,8 +62,8 @@ int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out) {
   /* The cap is checked against what this device holds; only this thread allocates on its
    * account (a receiver only frees), so `current` can only have shrunk since. */
   if (rt->mem_cap && (bytes > rt->mem_cap || current > rt->mem_cap - bytes))
-    return rtrun_fail(dev, RT_E_NOMEM, "out of memory for buffer '%s': it needs %s with %s in use, over the cap of %s per device",
-                      name, bytes_text(bytes, need, sizeof need), bytes_text(current, used, sizeof used),
+    return rtrun_fail(dev, RT_E_NOMEM,
+                      "out of memory for buffer '%s': it needs %s with %s in use, over the cap of %s per device", name, bytes_text(bytes, need, sizeof need), bytes_text(current, used, sizeof used),
                       bytes_text(rt->mem_cap, cap, sizeof cap));
 
   size_t body = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;

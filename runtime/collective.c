@@ -114,7 +114,8 @@ static int check_args(RtDevice *dev, const RtGroup *g, RtColl *c) {
     in_bytes = out_bytes = (size_t)c->count * es;
     break;
   case RT_COLL_ALL_TO_ALL: {
-    if (c->nd < 1 || c->nd > RT_MAX_RANK) return bad(dev, c, g, "rank %d: the runtime takes 1 to %d", c->nd, RT_MAX_RANK);
+    if (c->nd < 1 || c->nd > RT_MAX_RANK)
+      return bad(dev, c, g, "rank %d: the runtime takes 1 to %d", c->nd, RT_MAX_RANK);
     if (c->split_dim < 0 || c->split_dim >= c->nd || c->concat_dim < 0 || c->concat_dim >= c->nd)
       return bad(dev, c, g, "split dim %d and concat dim %d of a rank-%d tensor", c->split_dim, c->concat_dim, c->nd);
     int64_t count = 1;

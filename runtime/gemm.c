@@ -70,9 +70,12 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
   }
 
   float *a32 = NULL, *b32 = NULL, *c32 = NULL;
-  if (g->a_type != RT_F32 && g->k) rc = rt_alloc(dev, (size_t)(a_rows * a_cols) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
-  if (!rc && g->b_type != RT_F32 && g->k) rc = rt_alloc(dev, (size_t)(b_rows * b_cols) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
-  if (!rc && g->c_type != RT_F32) rc = rt_alloc(dev, (size_t)(g->m * g->n) * sizeof(float), "gemm: C in f32", (void **)&c32);
+  if (g->a_type != RT_F32 && g->k)
+    rc = rt_alloc(dev, (size_t)(a_rows * a_cols) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
+  if (!rc && g->b_type != RT_F32 && g->k)
+    rc = rt_alloc(dev, (size_t)(b_rows * b_cols) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
+  if (!rc && g->c_type != RT_F32)
+    rc = rt_alloc(dev, (size_t)(g->m * g->n) * sizeof(float), "gemm: C in f32", (void **)&c32);
   for (int64_t i = 0; !rc && i < batch; i++) {
     const void *a = (const char *)g->a + (size_t)(i * g->stride_a) * as;
     const void *b = (const char *)g->b + (size_t)(i * g->stride_b) * bs;

@@ -51,8 +51,8 @@ int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo
 
 int rt_random_fill(void *out, RtDtype dt, const RtBlock *b, uint64_t seed, uint64_t tensor, double lo, double hi) {
   if (!b || b->rank < 0 || b->rank > RT_MAX_RANK || !rt_dtype_size(dt)) return RT_E_ARG;
-  if (dt == RT_I32 && !(lo == floor(lo) && hi == floor(hi) && lo >= INT32_MIN && hi <= (double)INT32_MAX + 1 && hi > lo))
-    return RT_E_ARG;
+  bool integral = lo == floor(lo) && hi == floor(hi) && lo >= INT32_MIN && hi <= (double)INT32_MAX + 1 && hi > lo;
+  if (dt == RT_I32 && !integral) return RT_E_ARG;
   int64_t count = 1, s = 1, gstride[RT_MAX_RANK] = {0};
   for (int i = b->rank - 1; i >= 0; i--) {
     if (b->start[i] < 0 || b->shape[i] < 0 || b->start[i] + b->shape[i] > b->global[i]) return RT_E_ARG;

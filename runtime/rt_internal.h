@@ -60,13 +60,16 @@ struct RtDevice {
   RtAccount mem;
   _Atomic uint64_t where;   /* RT_WHERE */
   _Atomic int done;         /* returned from its entry function in this run */
+  double spin_s;            /* how long this device spins before sleeping, learnt (sync.c; own thread) */
   uint64_t ncoll;           /* this run's collective calls (own thread only) */
   double coll_seconds;
   pthread_t thread;
   int rc;                   /* what the entry function returned */
-  /* The futex this device sleeps on (sync.c), on its own cache line: wakers bump it. */
-  _Alignas(64) _Atomic uint32_t wake;
-  _Atomic int sleeping;
+  /* Sleeping (sync.c), on a cache line of its own: the bell this device sleeps on now (NULL
+   * awake), and its own bell (for a recv) with the count of its sleepers. */
+  _Alignas(64) _Atomic uint32_t *_Atomic sleep_bell;
+  _Atomic uint32_t bell;
+  _Atomic uint32_t sleepers;
 };
 
 struct Runtime {
@@ -79,7 +82,7 @@ struct Runtime {
   size_t mem_cap;
   int64_t fail_alloc_nth;
   int fail_alloc_device;
-  int spin, yields; /* the waiting policy (sync.c): iterations before yielding, yields before sleeping */
+  double spin_s;    /* the most a waiter spins before it sleeps (sync.c); 0: never spins */
   const struct RtBackend *backend;
   void *backend_state;
   RtDevice *devices; /* [ndev] */
@@ -139,19 +142,25 @@ void rtrun_describe(const Runtime *rt, int device, char *buf, size_t n);
 void rtmem_init(RtAccount *a);
 void rtmem_release_all(RtDevice *dev); /* frees what is left (rt_close) */
 
-/* ---- sync.c: spin, yield, then sleep ---- */
+/* ---- sync.c: spin, then sleep ---- */
 typedef struct RtWait {
   bool (*ready)(void *ctx);    /* the condition waited for */
   int (*hopeless)(void *ctx);  /* optional: nonzero status when the condition can no longer come */
   void *ctx;
   bool abandon;                /* give up when the run stops, or after the timeout */
+  _Atomic uint32_t *bell;      /* what to sleep on, rung by whoever makes the condition true */
+  _Atomic uint32_t *sleepers;  /* ... and its count of sleepers; NULL bell: the device's own */
 } RtWait;
 /* RT_OK once ready; else, if w->abandon, RT_E_STOPPED, RT_E_TIMEOUT or hopeless's status. A
  * wait that does not abandon only ends when ready (its peers are bound to arrive). */
 int rtsync_wait(RtDevice *dev, const RtWait *w);
-void rtsync_wake(RtDevice *dev);   /* after changing what dev may be waiting for */
+/* After making a condition true: wakes whoever sleeps on the bell. */
+void rtsync_ring(_Atomic uint32_t *bell, _Atomic uint32_t *sleepers);
+/* After changing what dev may be waiting for (a message, a stop, a peer gone): rings the bell
+ * dev sleeps on, whichever it is. */
+void rtsync_wake(RtDevice *dev);
 void rtsync_wake_all(Runtime *rt);
-void rtsync_policy(Runtime *rt);   /* sets rt->spin and rt->yields for the mesh and the cores */
+void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
 
 /* ---- kernels.c ---- */
 /* dst[i] = op over srcs[0..n-1][i] in that order; floats accumulate in f32 and round once. Any

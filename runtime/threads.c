@@ -2,12 +2,17 @@
  * read their peers' buffers directly.
  *
  * A collective is a rendezvous of its group in three steps:
- *   1. enter: the device publishes its call in its slot (buffers, sizes) and arrives at the
- *      group's barrier; once all have arrived, each compares its call with every member's
- *      (a mismatch fails them all, before a byte moves);
+ *   1. enter: the device publishes its call in its slot (buffers, sizes) and a signature of it
+ *      (which barrier of the group, which kind) in an atomic word, and arrives at the group's
+ *      barrier; once all have arrived, each compares its call with every member's (a mismatch
+ *      fails them all, before a byte moves);
  *   2. work: each device *pulls* what it needs from its peers' buffers into its own output;
  *   3. leave: a second barrier, so that no device returns (and frees or rewrites its input)
  *      while a peer may still be reading it.
+ * rt_barrier is step 1 alone: it lends no buffer, so nothing is owed after it. That is why a
+ * device reads a peer's signature before its slot: a peer at a barrier may already have left
+ * and be writing its slot for its next call, but its signature then no longer matches, and a
+ * peer whose signature matches a two-step call cannot leave before this device does.
  * AllReduce adds a middle barrier: rank r sums chunk r of every input, in rank order, into its
  * own output; then each copies the other chunks from their owners' outputs. Each element is
  * summed once, in rank order, so every copy has the same bits, and the sum does not depend on
@@ -15,14 +20,14 @@
  * order, to the same bits.
  *
  * Barriers. A group is identified by its axis mask and its base device (the member of rank 0);
- * it counts arrivals on one 32-bit word, arrivals[base][mask] (groups with the same mask are
+ * it counts arrivals on one 32-bit word, groups[base][mask].count (groups with the same mask are
  * disjoint, so a word is never shared). A device's k-th barrier on a mask is complete when the
  * word reaches (k + 1) x n. Arriving is a fetch-add; the arrival that completes the barrier
- * wakes the rest. While the barrier is incomplete, a waiting device may leave (the run stopped,
- * a timeout, a peer that returned) by taking its arrival back with a compare-and-swap; once the
- * word is complete no one can, so either the whole group goes on or nobody has read anything.
- * Leave and middle barriers cannot be left: every member is inside the collective doing
- * bounded work.
+ * rings the group's bell, which wakes every member asleep with one system call. While the
+ * barrier is incomplete, a waiting device may leave (the run stopped, a timeout, a peer that
+ * returned) by taking its arrival back with a compare-and-swap; once the word is complete no one
+ * can, so either the whole group goes on or nobody has read anything. Leave and middle barriers
+ * cannot be left: every member is inside the collective doing bounded work.
  *
  * Point to point: send copies the bytes into a message (on the sender's account) and queues it
  * on the receiver's mailbox; recv takes the first message with the same source and tag. Sends
@@ -53,8 +58,19 @@ typedef struct Mailbox {
   _Atomic uint32_t posted; /* sends so far: a receiver looks in the list only when it moved */
 } Mailbox;
 
+/* A device's call, as its peers check it: which barrier of which group, and the kind. */
+#define SIG(instance, kind, mask) ((uint64_t)(instance) << 32 | (uint64_t)(kind) << 8 | (uint64_t)(mask))
+
+/* A group's barrier: arrivals so far, and the bell its members sleep on (sync.c). */
+typedef struct GroupWord {
+  _Atomic uint32_t count;
+  _Atomic uint32_t bell;
+  _Atomic uint32_t sleepers;
+} GroupWord;
+
 typedef struct Threads {
-  _Atomic uint32_t *arrivals; /* [ndev][RT_MASKS]: by the group's base device and mask */
+  GroupWord *groups;          /* [ndev][RT_MASKS]: by the group's base device and mask */
+  _Atomic uint64_t *sig;      /* [ndev]: SIG of the call each device is entering */
   uint32_t *passed;           /* [ndev][RT_MASKS]: barriers each device has passed per mask (own thread) */
   Slot *slots;                /* [ndev] */
   Mailbox *mail;              /* [ndev] */
@@ -122,16 +138,14 @@ static int group_barrier(RtDevice *dev, const RtGroup *g, RtCollKind kind, bool 
   Runtime *rt = dev->rt;
   Threads *T = state(rt);
   uint32_t *passed = &T->passed[(size_t)dev->index * RT_MASKS + g->mask];
-  ArriveWait w = {&T->arrivals[(size_t)g->base * RT_MASKS + g->mask], (*passed + 1) * (uint32_t)g->size, dev, g, -1};
+  GroupWord *word = &T->groups[(size_t)g->base * RT_MASKS + g->mask];
+  ArriveWait w = {&word->count, (*passed + 1) * (uint32_t)g->size, dev, g, -1};
   if (atomic_fetch_add(w.count, 1) + 1 == w.target) {
     (*passed)++;
-    for (int r = 0; r < g->size; r++) {
-      int m = rtgroup_member(rt, g, r);
-      if (m != dev->index) rtsync_wake(&rt->devices[m]);
-    }
+    rtsync_ring(&word->bell, &word->sleepers);
     return RT_OK;
   }
-  RtWait wait = {all_arrived, may_leave ? member_gone : NULL, &w, may_leave};
+  RtWait wait = {all_arrived, may_leave ? member_gone : NULL, &w, may_leave, &word->bell, &word->sleepers};
   int rc = rtsync_wait(dev, &wait);
   if (rc) {
     uint32_t v = atomic_load(w.count);
@@ -203,26 +217,34 @@ static void call_text(const Runtime *rt, const Slot *s, char *buf, size_t n) {
   }
 }
 
-/* Step 1. RT_OK: the group met and made the same call. Otherwise the status; *met says whether
- * the group met all the same (then the leave barrier is owed). */
-static int enter(RtDevice *dev, const RtGroup *g, const RtColl *c, bool *met) {
+/* Step 1. RT_OK: the group met and every member made the same call; the caller then owes the
+ * leave barrier (except rt_barrier). Otherwise the status, and nothing is owed: a group that
+ * did not meet read nothing, and in a group that met with a mismatch every member sees one
+ * (whoever differs from someone), so none of them reads a peer's buffer. */
+static int enter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   Runtime *rt = dev->rt;
   Threads *T = state(rt);
   Slot *mine = &T->slots[dev->index];
+  uint32_t instance = T->passed[(size_t)dev->index * RT_MASKS + g->mask];
+  uint64_t sig = SIG(instance, c->kind, g->mask);
   mine->c = *c;
   mine->naxes = g->naxes;
   memcpy(mine->axes, g->axes, sizeof mine->axes);
-  *met = false;
+  atomic_store(&T->sig[dev->index], sig);
   int rc = group_barrier(dev, g, c->kind, true);
   if (rc) return rc;
-  *met = true;
-  /* Every member compares with every other, so all of them see a mismatch if there is one. */
   for (int r = 0; r < g->size; r++) {
     int m = rtgroup_member(rt, g, r);
-    if (m == dev->index || same_call(mine, &T->slots[m])) continue;
-    char a[256], b[256];
+    if (m == dev->index) continue;
+    uint64_t theirs = atomic_load(&T->sig[m]);
+    /* A signature for another barrier means the peer has left this one: it was an rt_barrier. */
+    bool left = theirs >> 32 != instance || (theirs & 0xff) != g->mask;
+    RtCollKind kind = left ? RT_COLL_BARRIER : (RtCollKind)(theirs >> 8 & 0xff);
+    if (kind == c->kind && (kind == RT_COLL_BARRIER || same_call(mine, &T->slots[m]))) continue;
+    char a[400], b[400];
     call_text(rt, mine, a, sizeof a);
-    call_text(rt, &T->slots[m], b, sizeof b);
+    if (kind == RT_COLL_BARRIER) snprintf(b, sizeof b, "barrier over %s", g->text);
+    else call_text(rt, &T->slots[m], b, sizeof b); /* a two-step call: its slot holds still */
     return rtrun_fail(dev, RT_E_MISMATCH, "called %s while %s called %s", a, rt->devices[m].label, b);
   }
   return RT_OK;
@@ -237,36 +259,32 @@ static const Slot *peer(const RtDevice *dev, const RtGroup *g, int rank) {
 /* ---- the collectives ---- */
 
 static int all_gather(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (!rc) {
-    size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner) * es;
-    int n = g->size;
-    for (int r = 0; r < n; r++) {
-      const char *src = peer(dev, g, r)->c.in;
-      for (int64_t o = 0; o < c->outer; o++)
-        memcpy((char *)c->out + ((size_t)o * (size_t)n + (size_t)r) * block, src + (size_t)o * block, block);
-    }
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
+  size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner) * es;
+  int n = g->size;
+  for (int r = 0; r < n; r++) {
+    const char *src = peer(dev, g, r)->c.in;
+    for (int64_t o = 0; o < c->outer; o++)
+      memcpy((char *)c->out + ((size_t)o * (size_t)n + (size_t)r) * block, src + (size_t)o * block, block);
   }
-  if (met) leave(dev, g, c->kind);
-  return rc;
+  leave(dev, g, c->kind);
+  return RT_OK;
 }
 
 static int reduce_scatter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (!rc) {
-    size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner);
-    int n = g->size;
-    const void *srcs[RT_HARD_MAX_DEVICES];
-    for (int64_t o = 0; o < c->outer; o++) {
-      for (int r = 0; r < n; r++)
-        srcs[r] = (const char *)peer(dev, g, r)->c.in + ((size_t)o * (size_t)n + (size_t)g->rank) * block * es;
-      rtk_reduce(c->dtype, c->op, (char *)c->out + (size_t)o * block * es, srcs, n, block);
-    }
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
+  size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner);
+  int n = g->size;
+  const void *srcs[RT_HARD_MAX_DEVICES];
+  for (int64_t o = 0; o < c->outer; o++) {
+    for (int r = 0; r < n; r++)
+      srcs[r] = (const char *)peer(dev, g, r)->c.in + ((size_t)o * (size_t)n + (size_t)g->rank) * block * es;
+    rtk_reduce(c->dtype, c->op, (char *)c->out + (size_t)o * block * es, srcs, n, block);
   }
-  if (met) leave(dev, g, c->kind);
-  return rc;
+  leave(dev, g, c->kind);
+  return RT_OK;
 }
 
 /* Rank r's chunk of an all_reduce: [lo, hi), whole cache lines where the buffer allows. */
@@ -278,12 +296,8 @@ static void chunk(int64_t count, int n, int r, size_t es, int64_t *lo, int64_t *
 }
 
 static int all_reduce(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (rc) {
-    if (met) leave(dev, g, c->kind);
-    return rc;
-  }
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
   size_t es = rt_dtype_size(c->dtype);
   int n = g->size;
   const void *srcs[RT_HARD_MAX_DEVICES];
@@ -313,47 +327,38 @@ static int all_reduce(RtDevice *dev, const RtGroup *g, const RtColl *c) {
 }
 
 static int all_to_all(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (!rc) {
-    int n = g->size, nd = c->nd, a = c->split_dim, b = c->concat_dim;
-    int64_t box[RT_MAX_RANK], out_shape[RT_MAX_RANK], in_stride[RT_MAX_RANK], out_stride[RT_MAX_RANK];
-    memcpy(box, c->shape, (size_t)nd * sizeof *box);
-    box[a] /= n; /* one block: what rank j sends to rank r */
-    memcpy(out_shape, box, (size_t)nd * sizeof *box);
-    out_shape[b] *= n;
-    rtk_row_major_strides(c->shape, nd, in_stride);
-    rtk_row_major_strides(out_shape, nd, out_stride);
-    size_t es = rt_dtype_size(c->dtype);
-    for (int j = 0; j < n; j++) {
-      const char *src = (const char *)peer(dev, g, j)->c.in + (size_t)(g->rank * box[a] * in_stride[a]) * es;
-      char *dst = (char *)c->out + (size_t)(j * box[b] * out_stride[b]) * es;
-      rtk_copy_box(dst, out_stride, src, in_stride, box, nd, es);
-    }
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
+  int n = g->size, nd = c->nd, a = c->split_dim, b = c->concat_dim;
+  int64_t box[RT_MAX_RANK], out_shape[RT_MAX_RANK], in_stride[RT_MAX_RANK], out_stride[RT_MAX_RANK];
+  memcpy(box, c->shape, (size_t)nd * sizeof *box);
+  box[a] /= n; /* one block: what rank j sends to rank r */
+  memcpy(out_shape, box, (size_t)nd * sizeof *box);
+  out_shape[b] *= n;
+  rtk_row_major_strides(c->shape, nd, in_stride);
+  rtk_row_major_strides(out_shape, nd, out_stride);
+  size_t es = rt_dtype_size(c->dtype);
+  for (int j = 0; j < n; j++) {
+    const char *src = (const char *)peer(dev, g, j)->c.in + (size_t)(g->rank * box[a] * in_stride[a]) * es;
+    char *dst = (char *)c->out + (size_t)(j * box[b] * out_stride[b]) * es;
+    rtk_copy_box(dst, out_stride, src, in_stride, box, nd, es);
   }
-  if (met) leave(dev, g, c->kind);
-  return rc;
+  leave(dev, g, c->kind);
+  return RT_OK;
 }
 
 static int permute(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (!rc) {
-    size_t bytes = (size_t)c->count * rt_dtype_size(c->dtype);
-    if (c->src_of_me < 0) memset(c->out, 0, bytes);
-    else memcpy(c->out, peer(dev, g, c->src_of_me)->c.in, bytes);
-  }
-  if (met) leave(dev, g, c->kind);
-  return rc;
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
+  size_t bytes = (size_t)c->count * rt_dtype_size(c->dtype);
+  if (c->src_of_me < 0) memset(c->out, 0, bytes);
+  else memcpy(c->out, peer(dev, g, c->src_of_me)->c.in, bytes);
+  leave(dev, g, c->kind);
+  return RT_OK;
 }
 
-/* Two rounds, like every collective: the second keeps the slots the first compared valid. */
-static int barrier(RtDevice *dev, const RtGroup *g, const RtColl *c) {
-  bool met;
-  int rc = enter(dev, g, c, &met);
-  if (met) leave(dev, g, c->kind);
-  return rc;
-}
+/* One round: a barrier lends no buffer, so no peer needs it to stay. */
+static int barrier(RtDevice *dev, const RtGroup *g, const RtColl *c) { return enter(dev, g, c); }
 
 /* ---- point to point ---- */
 
@@ -377,7 +382,7 @@ static int send(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes) 
   box->tail = m;
   pthread_mutex_unlock(&box->lock);
   atomic_fetch_add(&box->posted, 1);
-  rtsync_wake(&rt->devices[dst]);
+  rtsync_wake(&rt->devices[dst]); /* rings its own bell if it sleeps in a recv */
   return RT_OK;
 }
 
@@ -420,7 +425,7 @@ static int recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes) {
   Runtime *rt = dev->rt;
   RecvWait w = {dev, &state(rt)->mail[dev->index], src, tag, 0, NULL};
   w.seen = atomic_load(&w.box->posted) - 1; /* look at least once */
-  RtWait wait = {take_message, sender_gone, &w, true};
+  RtWait wait = {take_message, sender_gone, &w, true, NULL, NULL};
   int rc = rtsync_wait(dev, &wait);
   if (!w.got) {
     if (rc == RT_E_STOPPED) return rc;
@@ -466,8 +471,9 @@ static void *device_thread(void *p) {
 static int run(Runtime *rt) {
   Threads *T = state(rt);
   /* A fresh start: a stopped run may have left barriers half full and messages unread. */
-  memset(T->arrivals, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->arrivals);
+  memset(T->groups, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->groups);
   memset(T->passed, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->passed);
+  memset(T->sig, 0, (size_t)rt->ndev * sizeof *T->sig);
   drop_messages(rt);
   int started = 0, rc = RT_OK;
   for (; started < rt->ndev; started++) {
@@ -488,12 +494,14 @@ static int open_threads(Runtime *rt) {
   Threads *T = calloc(1, sizeof *T);
   if (!T) return RT_E_NOMEM;
   size_t n = (size_t)rt->ndev;
-  T->arrivals = calloc(n * RT_MASKS, sizeof *T->arrivals);
+  T->groups = calloc(n * RT_MASKS, sizeof *T->groups);
   T->passed = calloc(n * RT_MASKS, sizeof *T->passed);
+  T->sig = calloc(n, sizeof *T->sig);
   T->slots = calloc(n, sizeof *T->slots);
   T->mail = calloc(n, sizeof *T->mail);
-  if (!T->arrivals || !T->passed || !T->slots || !T->mail) {
-    free(T->arrivals);
+  if (!T->groups || !T->passed || !T->sig || !T->slots || !T->mail) {
+    free(T->groups);
+    free(T->sig);
     free(T->passed);
     free(T->slots);
     free(T->mail);
@@ -510,8 +518,9 @@ static void close_threads(Runtime *rt) {
   if (!T) return;
   drop_messages(rt);
   for (int i = 0; i < rt->ndev; i++) pthread_mutex_destroy(&T->mail[i].lock);
-  free(T->arrivals);
+  free(T->groups);
   free(T->passed);
+  free(T->sig);
   free(T->slots);
   free(T->mail);
   free(T);

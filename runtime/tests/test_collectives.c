@@ -559,14 +559,24 @@ static int mismatch_device(RtDevice *dev, void *arg) {
   case 0: return rt_all_gather(dev, x, 1, RT_F32, in, out, 1, 24, 1);
   case 1: return rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 23);
   case 2: return rt_all_reduce(dev, x, 1, RT_BF16, RT_SUM, in, out, 24);
-  default: return rt_all_reduce(dev, x, 1, RT_F32, RT_MAX, in, out, 24);
+  case 3: return rt_all_reduce(dev, x, 1, RT_F32, RT_MAX, in, out, 24);
+  default: return rt_barrier(dev, x, 1); /* one round: it may leave before the others look */
   }
+}
+
+/* The other way round: everyone at a barrier but device 1, in an all_reduce. */
+static int mismatch_at_barrier(RtDevice *dev, void *arg) {
+  float in[4] = {0}, out[4];
+  static const int x[1] = {0};
+  if (rt_device_index(dev) == 1) return rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 4);
+  return rt_barrier(dev, x, 1);
 }
 
 static void test_mismatch(void) {
   static const char *const want[] = {"all_gather over (x) of f32 [1, 24, 1]", "all_reduce over (x) of 23 f32",
-                                     "all_reduce over (x) of 24 bf16", "all_reduce"};
-  for (int v = 0; v < 4; v++) {
+                                     "all_reduce over (x) of 24 bf16", "all_reduce", "barrier over (x)",
+                                     "all_reduce over (x) of 4 f32"};
+  for (int v = 0; v < 6; v++) {
     char name[96];
     snprintf(name, sizeof name, "a group that calls different collectives fails, naming both calls (%d)", v);
     ut_begin(name);
@@ -575,7 +585,7 @@ static void test_mismatch(void) {
     rt_open(&cfg, &rt);
     Mismatch m = {v};
     double t0 = rt_seconds();
-    int rc = rt_run(rt, mismatch_device, &m);
+    int rc = rt_run(rt, v == 5 ? mismatch_at_barrier : mismatch_device, &m);
     UT_CHECK(rc == RT_E_MISMATCH, "rt_run returned %s: %s", rt_status_name(rc), rt_errmsg(rt));
     UT_CHECK(contains(rt_errmsg(rt), want[v]), "message: %s", rt_errmsg(rt));
     UT_CHECK(contains(rt_errmsg(rt), "device 1 [x=1]"), "message: %s", rt_errmsg(rt));
@@ -583,6 +593,41 @@ static void test_mismatch(void) {
     rt_close(rt);
     ut_end();
   }
+}
+
+/* ---- barriers between collectives ---- */
+
+/* One-round barriers interleaved with two-round collectives on the same group and on others:
+ * every result still right, 50 times over. */
+static int interleave_device(RtDevice *dev, void *arg) {
+  int *bad = arg, d = rt_device_index(dev), rc = RT_OK;
+  static const int x[1] = {0}, y[1] = {1}, xy[2] = {0, 1};
+  for (int it = 0; it < 50 && !rc; it++) {
+    int32_t v = d * 100 + it, sum = -1, gathered[2] = {-1, -1};
+    if ((rc = rt_barrier(dev, x, 1))) break;
+    if ((rc = rt_all_reduce(dev, x, 1, RT_I32, RT_SUM, &v, &sum, 1))) break;
+    if ((rc = rt_barrier(dev, xy, 2)) || (rc = rt_barrier(dev, x, 1))) break;
+    if ((rc = rt_all_gather(dev, y, 1, RT_I32, &v, gathered, 1, 1, 1))) break;
+    if ((rc = rt_barrier(dev, y, 1))) break;
+    /* mesh [x: 3, y: 2]: device = 2x + y */
+    int y0 = d % 2, want_sum = 0;
+    for (int xx = 0; xx < 3; xx++) want_sum += (2 * xx + y0) * 100 + it;
+    if (sum != want_sum || gathered[0] != (d - y0) * 100 + it || gathered[1] != (d - y0 + 1) * 100 + it) bad[d]++;
+  }
+  return rc;
+}
+
+static void test_barriers_interleaved(void) {
+  ut_begin("barriers interleaved with collectives on the same and other groups, 50 rounds");
+  RtConfig cfg = test_mesh(2, (int[]){3, 2});
+  Runtime *rt;
+  rt_open(&cfg, &rt);
+  int bad[6] = {0};
+  int rc = rt_run(rt, interleave_device, bad);
+  UT_CHECK(rc == RT_OK, "rt_run: %s", rt_errmsg(rt));
+  for (int d = 0; d < 6; d++) UT_CHECK(!bad[d], "device %d: %d wrong rounds", d, bad[d]);
+  rt_close(rt);
+  ut_end();
 }
 
 /* ---- group queries ---- */
@@ -621,6 +666,7 @@ int main(void) {
   test_rings();
   test_nan_and_empty();
   test_mismatch();
+  test_barriers_interleaved();
   test_group_rank();
   return ut_summary();
 }
