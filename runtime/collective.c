@@ -115,9 +115,9 @@ static int check_args(RtDevice *dev, const RtGroup *g, RtColl *c) {
     break;
   case RT_COLL_ALL_TO_ALL: {
     if (c->nd < 1 || c->nd > RT_MAX_RANK)
-      return bad(dev, c, g, "rank %d: the runtime takes 1 to %d", c->nd, RT_MAX_RANK);
+      return bad(dev, c, g, "%d dims: the runtime takes 1 to %d", c->nd, RT_MAX_RANK);
     if (c->split_dim < 0 || c->split_dim >= c->nd || c->concat_dim < 0 || c->concat_dim >= c->nd)
-      return bad(dev, c, g, "split dim %d and concat dim %d of a rank-%d tensor", c->split_dim, c->concat_dim, c->nd);
+      return bad(dev, c, g, "split dim %d and concat dim %d of a %d-dim tensor", c->split_dim, c->concat_dim, c->nd);
     int64_t count = 1;
     for (int i = 0; i < c->nd; i++) {
       if (c->shape[i] < 0 || (c->shape[i] && count > INT64_MAX / c->shape[i]))
@@ -218,11 +218,11 @@ int rt_all_reduce(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduc
 }
 
 int rt_all_to_all(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int rank, const int64_t *shape, int split_dim, int concat_dim) {
-  RtColl c = {.kind = RT_COLL_ALL_TO_ALL, .dtype = dt, .in = in, .out = out, .nd = rank,
+                  int ndims, const int64_t *shape, int split_dim, int concat_dim) {
+  RtColl c = {.kind = RT_COLL_ALL_TO_ALL, .dtype = dt, .in = in, .out = out, .nd = ndims,
               .split_dim = split_dim, .concat_dim = concat_dim};
-  if (rank >= 1 && rank <= RT_MAX_RANK && shape) memcpy(c.shape, shape, (size_t)rank * sizeof *shape);
-  else c.nd = shape ? rank : 0;
+  if (ndims >= 1 && ndims <= RT_MAX_RANK && shape) memcpy(c.shape, shape, (size_t)ndims * sizeof *shape);
+  else c.nd = shape ? ndims : 0;
   return collective(dev, axes, naxes, &c);
 }
 

@@ -50,11 +50,11 @@ int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo
 }
 
 int rt_random_fill(void *out, RtDtype dt, const RtBlock *b, uint64_t seed, uint64_t tensor, double lo, double hi) {
-  if (!b || b->rank < 0 || b->rank > RT_MAX_RANK || !rt_dtype_size(dt)) return RT_E_ARG;
+  if (!b || b->ndims < 0 || b->ndims > RT_MAX_RANK || !rt_dtype_size(dt)) return RT_E_ARG;
   bool integral = lo == floor(lo) && hi == floor(hi) && lo >= INT32_MIN && hi <= (double)INT32_MAX + 1 && hi > lo;
   if (dt == RT_I32 && !integral) return RT_E_ARG;
   int64_t count = 1, s = 1, gstride[RT_MAX_RANK] = {0};
-  for (int i = b->rank - 1; i >= 0; i--) {
+  for (int i = b->ndims - 1; i >= 0; i--) {
     if (b->start[i] < 0 || b->shape[i] < 0 || b->start[i] + b->shape[i] > b->global[i]) return RT_E_ARG;
     gstride[i] = s;
     s *= b->global[i];
@@ -63,7 +63,8 @@ int rt_random_fill(void *out, RtDtype dt, const RtBlock *b, uint64_t seed, uint6
   if (!count) return RT_OK;
   if (!out) return RT_E_ARG;
   uint64_t key = key_of(seed, tensor);
-  int nd = b->rank, inner = nd ? (int)b->shape[nd - 1] : 1;
+  int nd = b->ndims;
+  int64_t inner = nd ? b->shape[nd - 1] : 1;
   int64_t idx[RT_MAX_RANK] = {0};
   /* hi as an int32 may be 2^31 (exclusive): keep the range in 64 bits. */
   int32_t ilo = dt == RT_I32 ? (int32_t)lo : 0;
@@ -71,7 +72,7 @@ int rt_random_fill(void *out, RtDtype dt, const RtBlock *b, uint64_t seed, uint6
   for (size_t at = 0; at < (size_t)count; at += (size_t)inner) {
     uint64_t g = 0;
     for (int i = 0; i < nd; i++) g += (uint64_t)((b->start[i] + idx[i]) * gstride[i]);
-    for (int j = 0; j < inner; j++) {
+    for (int64_t j = 0; j < inner; j++) {
       uint64_t bits = bits_at(key, g + (uint64_t)j);
       size_t k = at + (size_t)j;
       switch (dt) {

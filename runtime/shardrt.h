@@ -169,12 +169,12 @@ int rt_reduce_scatter(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtR
 int rt_all_reduce(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
                   const void *in, void *out, int64_t count);
 
-/* in has the row-major shape `shape` (rank dims). Dim split_dim is cut into n blocks, block j
+/* in has the row-major shape `shape` (ndims dims). Dim split_dim is cut into n blocks, block j
  * sent to rank j; out has the received blocks concatenated in rank order along concat_dim
  * (out's shape: shape[split_dim] / n there, shape[concat_dim] * n there; the same dim is
  * allowed). */
 int rt_all_to_all(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int rank, const int64_t *shape, int split_dim, int concat_dim);
+                  int ndims, const int64_t *shape, int split_dim, int concat_dim);
 
 /* Ring shift: rank r sends its count elements to rank (r + shift) mod n and receives from
  * (r - shift) mod n. */
@@ -235,7 +235,7 @@ int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo
 
 /* A block of a row-major tensor: `shape` elements from `start` along each of the global dims. */
 typedef struct RtBlock {
-  int rank;
+  int ndims;
   int64_t global[RT_MAX_RANK];
   int64_t start[RT_MAX_RANK];
   int64_t shape[RT_MAX_RANK];
