@@ -26,7 +26,6 @@
  * machines (toolchain.md): a pthread barrier about 4 us with 2 threads and 20-40 us with 4 on 2
  * cores, a spinning one 0.2 us; a pause instruction about 50 ns. */
 #define _GNU_SOURCE /* syscall(), sysconf(_SC_NPROCESSORS_ONLN) */
-#include <errno.h>
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
