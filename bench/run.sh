@@ -34,6 +34,12 @@ if [ -x "$build/bench/bench_diag" ]; then
   "$build/bench/bench_diag" --reps 3
 fi
 
+# ---- the runtime: GEMM vs cblas_sgemm, AllReduce vs memcpy, barriers (bench/bench_runtime.c) ----
+if [ -x "$build/bench/bench_runtime" ]; then
+  echo "bench: runtime: $build/bench/bench_runtime --reps 5"
+  "$build/bench/bench_runtime" --reps 5
+fi
+
 # ---- command line: whole commands on real programs, best of N wall-clock runs ----
 # best_of N CMD...: runs CMD N times (output discarded) and prints the best wall time. Exit status
 # 0 or 1 (a program that does not fit) counts as a run; 2 (usage, or not implemented yet) skips the

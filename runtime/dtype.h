@@ -1,0 +1,66 @@
+/* dtype.h: bf16 and f16 <-> f32, round to nearest even, as inline functions for the runtime's
+ * loops (kernels.c, gemm.c, random.c); shardrt.h exports the same as rt_f32_to_bf16 and the
+ * others. Integer arithmetic on the bits, so results do not depend on the compiler's or the
+ * CPU's half-precision support. */
+#ifndef SHARDRT_DTYPE_H
+#define SHARDRT_DTYPE_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t rtd_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static inline float rtd_float(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* bf16 is f32's top half: round the low 16 bits away (to even), a carry moving into the
+ * exponent as it should (the largest values round to infinity). A NaN stays a quiet NaN. */
+static inline uint16_t rtd_to_bf16(float x) {
+  uint32_t u = rtd_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x0040u);
+  u += 0x7fffu + (u >> 16 & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static inline float rtd_from_bf16(uint16_t h) { return rtd_float((uint32_t)h << 16); }
+
+/* f16: 5 exponent bits (bias 15), 10 mantissa bits; largest finite 65504; subnormals below
+ * 2^-14 in steps of 2^-24. */
+static inline uint16_t rtd_to_f16(float x) {
+  uint32_t u = rtd_bits(x);
+  uint16_t sign = (uint16_t)(u >> 16 & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | (u >> 13 & 0x3ffu)); /* NaN, quiet */
+  if (u >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (a tie that rounds up), inf */
+  if (u < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+    if (u <= 0x33000000u) return sign;                      /* <= 2^-25: rounds to zero (2^-25 is a tie) */
+    uint32_t e = u >> 23, m = (u & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e;                               /* m x 2^(e-150) in units of 2^-24 */
+    uint32_t q = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) q++;     /* may carry into the smallest normal: right */
+    return (uint16_t)(sign | q);
+  }
+  u += 0xfffu + (u >> 13 & 1u);                             /* round the 13 dropped bits to even */
+  return (uint16_t)(sign | ((u - (112u << 23)) >> 13));     /* rebias 127 -> 15 */
+}
+
+static inline float rtd_from_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = h >> 10 & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return rtd_float(sign | 0x7f800000u | m << 13);
+  if (e == 0) {
+    if (!m) return rtd_float(sign);
+    e = 113; /* normalise a subnormal: m x 2^-24 */
+    while (!(m & 0x400u)) m <<= 1, e--;
+    return rtd_float(sign | e << 23 | (m & 0x3ffu) << 13);
+  }
+  return rtd_float(sign | (e + 112) << 23 | m << 13);
+}
+
+#endif

@@ -1,0 +1,174 @@
+/* rt_internal.h: what the runtime's files share and the generated code never sees: the Runtime
+ * and RtDevice structs, groups, the description of one collective call, and each file's
+ * internal functions (prefixed by file: rtrun_ runtime.c, rtmem_ alloc.c, rtsync_ sync.c,
+ * rtk_ kernels.c). The backend interface is backend.h. */
+#ifndef SHARDRT_INTERNAL_H
+#define SHARDRT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "shardrt.h"
+
+#define RT_MASKS (1 << RT_MAX_AXES) /* axis subsets: one barrier counter each per group */
+#define RT_ERR_MAX 1024             /* bytes of the first failure's message */
+#define RT_NAME_MAX 32              /* bytes of an axis name */
+#define RT_LABEL_MAX 160            /* "device 3 [data=1, model=1]" */
+
+/* Collective kinds, X(name, text): the text is the kind's name in messages and in
+ * `explain --format json`. */
+#define RT_COLL_LIST(X)               \
+  X(ALL_GATHER, "all_gather")         \
+  X(REDUCE_SCATTER, "reduce_scatter") \
+  X(ALL_REDUCE, "all_reduce")         \
+  X(ALL_TO_ALL, "all_to_all")         \
+  X(PERMUTE, "collective_permute")    \
+  X(BARRIER, "barrier")               \
+  X(SEND, "send")                     \
+  X(RECV, "recv")
+
+typedef enum {
+#define RT_X(name, text) RT_COLL_##name,
+  RT_COLL_LIST(RT_X)
+#undef RT_X
+  RT_COLL_COUNT
+} RtCollKind;
+
+const char *rtrun_coll_name(RtCollKind k);
+
+/* A device's bytes (alloc.c). Guarded by `lock`: a received message is freed by its receiver
+ * on its sender's account. */
+typedef struct RtAccount {
+  pthread_mutex_t lock;
+  size_t current, peak; /* bytes */
+  uint64_t allocs;
+  struct RtBufHeader *live; /* every buffer not yet freed */
+} RtAccount;
+
+/* What a device is doing, for timeout messages: RtCollKind + 1 (0: running its own code) in
+ * the low byte, the group's axis mask in the next, a recv's source + 1 above. */
+#define RT_WHERE(kind, mask, peer) \
+  ((uint64_t)((kind) + 1) | (uint64_t)(mask) << 8 | (uint64_t)((peer) + 1) << 16)
+
+struct RtDevice {
+  Runtime *rt;
+  int index;
+  int coord[RT_MAX_AXES];
+  char label[RT_LABEL_MAX]; /* "device 3 [data=1, model=1]" */
+  RtAccount mem;
+  _Atomic uint64_t where;   /* RT_WHERE */
+  _Atomic int done;         /* returned from its entry function in this run */
+  double spin_s;            /* how long this device spins before sleeping, learnt (sync.c; own thread) */
+  uint64_t ncoll;           /* this run's collective calls (own thread only) */
+  double coll_seconds;
+  pthread_t thread;
+  int rc;                   /* what the entry function returned */
+  /* Sleeping (sync.c), on a cache line of its own: the bell this device sleeps on now (NULL
+   * awake), and its own bell (for a recv) with the count of its sleepers. */
+  _Alignas(64) _Atomic uint32_t *_Atomic sleep_bell;
+  _Atomic uint32_t bell;
+  _Atomic uint32_t sleepers;
+};
+
+struct Runtime {
+  int naxes;
+  int axis_size[RT_MAX_AXES];
+  int64_t axis_stride[RT_MAX_AXES]; /* devices between neighbours along the axis */
+  char axis_name[RT_MAX_AXES][RT_NAME_MAX];
+  int ndev;
+  double timeout_s;
+  size_t mem_cap;
+  int64_t fail_alloc_nth;
+  int fail_alloc_device;
+  double spin_s;    /* the most a waiter spins before it sleeps (sync.c); 0: never spins */
+  const struct RtBackend *backend;
+  void *backend_state;
+  RtDevice *devices; /* [ndev] */
+  RtEntry entry;
+  void *entry_arg;
+
+  _Atomic int stopped;     /* a device failed: every wait ends */
+  pthread_mutex_t err_lock;
+  int err_code;            /* the first failure's status */
+  char err[RT_ERR_MAX];    /* its message */
+};
+
+/* A device's group over an ordered axis tuple (collective.c). */
+typedef struct RtGroup {
+  int naxes;
+  int axes[RT_MAX_AXES];   /* as the caller ordered them */
+  int size;                /* n: the product of their sizes */
+  int rank;                /* the device's rank: its coordinates on axes[] in mixed radix */
+  int base;                /* the member of rank 0 */
+  unsigned mask;           /* the axes larger than 1, as a set: groups with equal masks are disjoint */
+  char text[RT_MAX_AXES * (RT_NAME_MAX + 2) + 4]; /* "(data, model)" */
+} RtGroup;
+
+int rtgroup_member(const Runtime *rt, const RtGroup *g, int rank); /* the device of a rank */
+
+/* One collective call, as the front end (collective.c) checked it; what a backend executes and
+ * what the members of a group compare to be sure they made the same call. */
+typedef struct RtColl {
+  RtCollKind kind;
+  RtDtype dtype;
+  RtReduceOp op;
+  const void *in;
+  void *out;
+  int64_t outer, extent, inner; /* all_gather, reduce_scatter */
+  int64_t count;                /* all_reduce, permutes: elements */
+  int nd;                       /* all_to_all: in's rank, shape, the two dims */
+  int64_t shape[RT_MAX_RANK];
+  int split_dim, concat_dim;
+  int shift;                    /* permute: ring shift, or pairs */
+  const int *pairs;
+  int npairs;
+  int src_of_me;                /* permute: the rank this one receives from, -1 none (front end) */
+} RtColl;
+
+/* ---- runtime.c ---- */
+/* Records the run's first failure (the device's label, then the message) and stops the run.
+ * Returns code. */
+int rtrun_fail(RtDevice *dev, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int rtrun_vfail(RtDevice *dev, int code, const char *fmt, va_list ap);
+static inline bool rtrun_stopped(const Runtime *rt) { return atomic_load_explicit(&rt->stopped, memory_order_acquire); }
+/* Runs the entry function on dev (in the calling thread) and marks the device done. */
+void rtrun_device_main(RtDevice *dev);
+/* "device 3 [data=1, model=0] (in all_gather over (data))": a device and what it is doing. */
+void rtrun_describe(const Runtime *rt, int device, char *buf, size_t n);
+
+/* ---- alloc.c ---- */
+void rtmem_init(RtAccount *a);
+void rtmem_release_all(RtDevice *dev); /* frees what is left (rt_close) */
+
+/* ---- sync.c: spin, then sleep ---- */
+typedef struct RtWait {
+  bool (*ready)(void *ctx);    /* the condition waited for */
+  int (*hopeless)(void *ctx);  /* optional: nonzero status when the condition can no longer come */
+  void *ctx;
+  bool abandon;                /* give up when the run stops, or after the timeout */
+  _Atomic uint32_t *bell;      /* what to sleep on, rung by whoever makes the condition true */
+  _Atomic uint32_t *sleepers;  /* ... and its count of sleepers; NULL bell: the device's own */
+} RtWait;
+/* RT_OK once ready; else, if w->abandon, RT_E_STOPPED, RT_E_TIMEOUT or hopeless's status. A
+ * wait that does not abandon only ends when ready (its peers are bound to arrive). */
+int rtsync_wait(RtDevice *dev, const RtWait *w);
+/* After making a condition true: wakes whoever sleeps on the bell. */
+void rtsync_ring(_Atomic uint32_t *bell, _Atomic uint32_t *sleepers);
+/* After changing what dev may be waiting for (a message, a stop, a peer gone): rings the bell
+ * dev sleeps on, whichever it is. */
+void rtsync_wake(RtDevice *dev);
+void rtsync_wake_all(Runtime *rt);
+void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
+
+/* ---- kernels.c ---- */
+/* dst[i] = op over srcs[0..n-1][i] in that order; floats accumulate in f32 and round once. Any
+ * src may alias dst elementwise (each element is read before it is written). */
+void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, int n, size_t count);
+/* Copies a `shape` box between strided arrays (strides in elements). */
+void rtk_copy_box(void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
+                  const int64_t *shape, int nd, size_t elem);
+void rtk_row_major_strides(const int64_t *shape, int nd, int64_t *stride);
+
+#endif

@@ -1,0 +1,251 @@
+/* shardrt.h: the shardc runtime, the one header the code shardc generates includes.
+ *
+ * A program sharded over a device mesh runs here as one thread per device. The launcher
+ * (rt_open, rt_run) starts the threads; each runs the same entry function with its own RtDevice,
+ * through which it allocates its buffers, takes part in collectives with the other devices of
+ * its groups, and reports failures. Compute helpers (GEMM, dtype conversions, a counter-based
+ * random generator) are plain functions.
+ *
+ * Conventions (docs/runtime.md has them with examples):
+ *   - Devices are numbered major to minor over the mesh axes, the last axis varying fastest.
+ *   - A collective runs over an ordered tuple of mesh axes (a1, ..., ak), as a dim's sharding
+ *     lists them. The group of a device is the devices that differ from it only on those axes;
+ *     its rank in the group is its coordinates on a1..ak read as a mixed-radix number, a1 most
+ *     significant. Block r of a gathered or scattered dim belongs to rank r.
+ *   - Reductions add (or take the maximum) in rank order, accumulating bf16 and f16 in f32 and
+ *     rounding once (round to nearest even), so every run gives the same bits.
+ *   - Every call that can fail returns an RtStatus: RT_OK (0), or an error after which the
+ *     device function should unwind (`if (rc) return rc;`). The first failure of a run stops
+ *     every device; rt_run returns its code and rt_errmsg its message, which names the device.
+ *
+ * Thread safety: a Runtime runs one rt_run at a time, and only one rt_run per process at a time
+ * (it sets OpenBLAS's process-wide thread count). An RtDevice belongs to its thread during a
+ * run, and to the host thread between runs. */
+#ifndef SHARDRT_H
+#define SHARDRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RT_MAX_AXES 8              /* mesh axes */
+#define RT_MAX_RANK 8              /* dims of a tensor shape passed to the runtime */
+#define RT_DEFAULT_MAX_DEVICES 64  /* device threads, unless RtConfig.max_devices says otherwise */
+#define RT_HARD_MAX_DEVICES 4096   /* the most RtConfig.max_devices may allow */
+#define RT_DEFAULT_TIMEOUT_S 60.0  /* longest wait in a collective or a recv */
+
+/* ---- status codes: X(name, description), in the order of their values ---- */
+#define RT_STATUS_LIST(X)                                                   \
+  X(OK, "ok")                                                               \
+  X(E_ARG, "invalid argument")                                              \
+  X(E_LIMIT, "over a limit of the runtime")                                 \
+  X(E_NOMEM, "out of memory")                                               \
+  X(E_TIMEOUT, "timed out")                                                 \
+  X(E_FAILED, "the device failed")                                          \
+  X(E_STOPPED, "stopped because another device failed")                     \
+  X(E_MISMATCH, "the devices of a group called different collectives")      \
+  X(E_SYS, "system error")
+
+typedef enum {
+#define RT_X(name, text) RT_##name,
+  RT_STATUS_LIST(RT_X)
+#undef RT_X
+} RtStatus;
+
+const char *rt_status_name(int status); /* "RT_E_TIMEOUT" */
+
+/* ---- element types: X(name, text, bytes) ----
+ * bf16 and f16 are stored at their width as uint16_t bit patterns. */
+#define RT_DTYPE_LIST(X) \
+  X(F32, "f32", 4)       \
+  X(BF16, "bf16", 2)     \
+  X(F16, "f16", 2)       \
+  X(I32, "i32", 4)
+
+typedef enum {
+#define RT_X(name, text, bytes) RT_##name,
+  RT_DTYPE_LIST(RT_X)
+#undef RT_X
+  RT_DTYPE_COUNT
+} RtDtype;
+
+size_t rt_dtype_size(RtDtype dt);      /* bytes per element; 0 for an unknown dtype */
+const char *rt_dtype_name(RtDtype dt); /* "bf16" */
+
+typedef enum { RT_SUM, RT_MAX } RtReduceOp;
+
+/* ---- the launcher ---- */
+
+typedef struct Runtime Runtime;   /* one per program run; owns the devices */
+typedef struct RtDevice RtDevice; /* one device: its thread, its buffers, its place in the mesh */
+
+/* What runs on each device thread. Returns RT_OK, or the status of the call that failed. */
+typedef int (*RtEntry)(RtDevice *dev, void *arg);
+
+typedef enum { RT_BACKEND_THREADS } RtBackendKind;
+
+/* Zero-initialised fields take their defaults, so `RtConfig c = {0}` plus a mesh is a config. */
+typedef struct RtConfig {
+  int naxes;                            /* 0..RT_MAX_AXES; 0 is a single device */
+  int axis_size[RT_MAX_AXES];           /* major to minor, each >= 1 */
+  const char *axis_name[RT_MAX_AXES];   /* for messages (copied); NULL: "a0", "a1", ... */
+  int max_devices;                      /* 0: RT_DEFAULT_MAX_DEVICES; at most RT_HARD_MAX_DEVICES */
+  double timeout_s;                     /* per wait; 0: RT_DEFAULT_TIMEOUT_S */
+  size_t mem_cap;                       /* bytes per device (the target's HBM); 0: no cap */
+  int64_t fail_alloc_nth;               /* tests: the Nth allocation (from 1) on a device fails; 0: none */
+  int fail_alloc_device;                /* ... on this device; -1: on every device */
+  RtBackendKind backend;                /* how devices exchange data */
+} RtConfig;
+
+/* Creates the runtime for a mesh. As with sqlite3_open, *out is set even on failure (except out
+ * of memory, where it is NULL): read rt_errmsg, then rt_close it. A mesh with more devices than
+ * the limit is refused with RT_E_LIMIT and a message giving both numbers. */
+int rt_open(const RtConfig *cfg, Runtime **out);
+
+/* Runs fn(dev, arg) on one thread per device and waits for all of them. OpenBLAS is held to one
+ * thread for the run (then restored). Returns RT_OK, or the first failure's status; its message
+ * is rt_errmsg. Buffers outlive the run: what the devices leave allocated is still there. */
+int rt_run(Runtime *rt, RtEntry fn, void *arg);
+
+const char *rt_errmsg(const Runtime *rt); /* "" when nothing failed */
+void rt_close(Runtime *rt);               /* frees every buffer still allocated */
+
+int rt_device_count(const Runtime *rt);
+/* A device for the host to allocate on between runs (inputs, params kept across steps). */
+RtDevice *rt_device(Runtime *rt, int index);
+
+typedef struct RtStats {
+  size_t mem_current;   /* bytes allocated on the device now */
+  size_t mem_peak;      /* the most ever allocated at once */
+  size_t mem_cap;       /* 0: no cap */
+  uint64_t allocs;      /* allocations so far (failed ones included) */
+  uint64_t collectives; /* collective, barrier, send and recv calls in the last run */
+  double coll_seconds;  /* wall time spent inside them in the last run, waiting included */
+} RtStats;
+int rt_stats(const Runtime *rt, int device, RtStats *out);
+
+/* ---- inside a device function ---- */
+
+int rt_device_index(const RtDevice *dev);
+int rt_device_coord(const RtDevice *dev, int axis); /* -1 for an axis the mesh lacks */
+/* The device's rank in its group over an axis tuple, and the group's size (-1 on bad axes). */
+int rt_group_rank(const RtDevice *dev, const int *axes, int naxes);
+int rt_group_size(const RtDevice *dev, const int *axes, int naxes);
+
+/* Fails this device and stops the run: every device waiting in the runtime wakes and returns
+ * RT_E_STOPPED. The message (printf format) should say what failed and where, e.g.
+ * "line 12: take: index 70 out of range [0, 64)"; the runtime prefixes the device. Returns
+ * RT_E_FAILED, so `return rt_fail(dev, ...);` unwinds. */
+int rt_fail(RtDevice *dev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* RT_E_STOPPED once the run is stopping, else RT_OK: for long loops that call nothing else. */
+int rt_check(RtDevice *dev);
+
+/* ---- memory: every per-device buffer comes from here ----
+ * Allocates `bytes` (64-byte aligned, not zeroed) on the device's account, named for messages
+ * ("blocks.attn.wq", "h1 grad"). Over the cap, or an injected failure, fails the device with a
+ * message naming it, the buffer and the sizes, and returns RT_E_NOMEM. */
+int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out);
+/* Frees a buffer from rt_alloc (NULL: nothing), on whichever device's account it is. A pointer
+ * rt_alloc did not return is caught (RT_E_ARG) by its missing header, as far as reading the 128
+ * bytes before it is safe; freeing twice is undefined, as with free. */
+int rt_free(RtDevice *dev, void *p);
+
+/* ---- collectives ----
+ * `axes` is the ordered axis tuple (naxes of them; naxes 0 is a group of one). Every device of a
+ * group must make the same call (kind, dtype, sizes, axes in the same order); a mismatch fails
+ * with RT_E_MISMATCH rather than exchanging garbage. `in` and `out` must not overlap unless
+ * stated. Sizes are in elements. */
+
+/* in: [outer, extent, inner] row-major; out: [outer, n*extent, inner], the group's blocks in rank
+ * order along the middle dim. */
+int rt_all_gather(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                  int64_t outer, int64_t extent, int64_t inner);
+
+/* in: [outer, n*extent, inner]; out: [outer, extent, inner], rank r keeps the reduction of block
+ * r over the group. Float dtypes (and i32, wrapping). */
+int rt_reduce_scatter(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
+                      const void *in, void *out, int64_t outer, int64_t extent, int64_t inner);
+
+/* count elements, reduced over the group; in == out is allowed. */
+int rt_all_reduce(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
+                  const void *in, void *out, int64_t count);
+
+/* in has the row-major shape `shape` (ndims dims). Dim split_dim is cut into n blocks, block j
+ * sent to rank j; out has the received blocks concatenated in rank order along concat_dim
+ * (out's shape: shape[split_dim] / n there, shape[concat_dim] * n there; the same dim is
+ * allowed). */
+int rt_all_to_all(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                  int ndims, const int64_t *shape, int split_dim, int concat_dim);
+
+/* Ring shift: rank r sends its count elements to rank (r + shift) mod n and receives from
+ * (r - shift) mod n. */
+int rt_permute_shift(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                     int64_t count, int shift);
+/* Explicit pairs of group ranks, pairs[2i] sends to pairs[2i+1]; each rank sends at most once
+ * and receives at most once. A rank that receives nothing gets zeros (as XLA does). */
+int rt_permute_pairs(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                     int64_t count, const int *pairs, int npairs);
+
+/* Waits for the whole group. */
+int rt_barrier(RtDevice *dev, const int *axes, int naxes);
+
+/* Point to point between any two devices (by index). send copies the bytes and returns at once
+ * (the copy is on the sender's account until received); recv blocks until the matching send
+ * (same source, same tag; in send order per source and tag) and its size must match. */
+int rt_send(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
+int rt_recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
+
+/* ---- compute helpers ---- */
+
+/* C = alpha op(A) op(B) + beta C, row-major, OpenBLAS's sgemm underneath. bf16 and f16 operands
+ * are converted to f32 around the product (through rt_alloc'd scratch), C rounded once.
+ * Leading dims and batch strides are in elements; batch 0 or 1 is one product. */
+typedef struct RtGemm {
+  RtDtype a_type, b_type, c_type; /* RT_F32, RT_BF16 or RT_F16 */
+  int trans_a, trans_b;           /* nonzero: op(X) = X transposed */
+  int64_t m, n, k;                /* op(A) is m x k, op(B) k x n, C m x n */
+  int64_t batch;
+  const void *a;
+  int64_t lda, stride_a;
+  const void *b;
+  int64_t ldb, stride_b;
+  void *c;
+  int64_t ldc, stride_c;
+  float alpha, beta;
+} RtGemm;
+int rt_gemm(RtDevice *dev, const RtGemm *g);
+
+/* Conversions, round to nearest even; NaN stays NaN, overflow goes to infinity. */
+uint16_t rt_f32_to_bf16(float x);
+float rt_bf16_to_f32(uint16_t h);
+uint16_t rt_f32_to_f16(float x);
+float rt_f16_to_f32(uint16_t h);
+/* count elements between float dtypes (any pair; f16 <-> bf16 goes through f32, exactly), or
+ * i32 to i32. */
+int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, size_t count);
+
+/* Counter-based random numbers: a pure function of (seed, tensor, global element index), so a
+ * device generates exactly its shard and every device count sees the same values:
+ *   key  = mix(seed ^ mix(tensor + G)),  bits = mix(key + (index + 1) * G)
+ * with G = 0x9e3779b97f4a7c15 and mix splitmix64's finaliser (docs/runtime.md). */
+uint64_t rt_random_bits(uint64_t seed, uint64_t tensor, uint64_t index);
+/* Uniform in [lo, hi): lo + (hi - lo) * u, u the top 24 bits over 2^24, in double, as f32. */
+float rt_random_float(uint64_t seed, uint64_t tensor, uint64_t index, float lo, float hi);
+/* Uniform integer in [lo, hi), hi > lo: lo + ((bits >> 32) * (hi - lo) >> 32). */
+int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo, int32_t hi);
+
+/* A block of a row-major tensor: `shape` elements from `start` along each of the global dims. */
+typedef struct RtBlock {
+  int ndims;
+  int64_t global[RT_MAX_RANK];
+  int64_t start[RT_MAX_RANK];
+  int64_t shape[RT_MAX_RANK];
+} RtBlock;
+/* Fills out (the block, row-major, of dtype dt) with the values of the global tensor: floats
+ * uniform in [lo, hi) rounded to dt, i32 uniform integers in [lo, hi). */
+int rt_random_fill(void *out, RtDtype dt, const RtBlock *block, uint64_t seed, uint64_t tensor, double lo,
+                   double hi);
+
+/* Wall-clock seconds from an arbitrary origin (CLOCK_MONOTONIC). */
+double rt_seconds(void);
+
+#endif
