@@ -7,6 +7,9 @@
 #include "driver.h"
 #include "pipeline.h"
 
+/* The name an inline `--mesh 'TARGET[axes]'` is declared under (check.c). */
+#define CHECK_INLINE_MESH "cli"
+
 /* Returns the exit code so far: EXIT_OK (cp filled), EXIT_PROGRAM_ERROR (diagnostics printed),
  * or EXIT_USAGE (a bad --mesh/--layout/--entry/-D, message printed). */
 int check_load(const Options *o, Arena *arena, CheckedProgram *cp);
