@@ -24,6 +24,8 @@ static void use_add(Use *u, const Use *v) {
   for (int i = 0; i < BUF__COUNT; i++) u->c[i] = sat_add(u->c[i], v->c[i]);
 }
 
+typedef VEC(BufLive) LiveVec;
+
 typedef struct Peak {
   Use at;
   const Op *op;
@@ -31,9 +33,8 @@ typedef struct Peak {
   int nlargest;
   int in_flight;
   bool set;
+  LiveVec all;          /* every buffer live at the peak (bufplan_build_live only) */
 } Peak;
-
-typedef VEC(BufLive) LiveVec;
 
 typedef struct PW {
   Arena *a;
@@ -48,6 +49,7 @@ typedef struct PW {
   uint8_t *reusable;    /* per root: an op may write its result over it in place */
   uint8_t *alive;       /* per root: allocated in the walk now */
   uint8_t *paired;      /* per value: an updated param or state written over what it replaces */
+  bool keep_live;       /* record every buffer live at each peak (Peak.all) */
 } PW;
 
 static int32_t find(PW *W, int32_t v) {
@@ -263,7 +265,8 @@ static void insert_largest(BufLive *top, int *n, BufLive x) {
 }
 
 /* A new peak candidate: live + inner (a body's or a pipeline's peak at this op). */
-static void consider(Peak *best, const Use *live, const LiveVec *lv, const Peak *inner, const Op *op, int in_flight) {
+static void consider(PW *W, Peak *best, const Use *live, const LiveVec *lv, const Peak *inner, const Op *op,
+                     int in_flight) {
   Use u = *live;
   if (inner) use_add(&u, &inner->at);
   if (best->set && use_total(&u) <= use_total(&best->at)) return;
@@ -274,6 +277,10 @@ static void consider(Peak *best, const Use *live, const LiveVec *lv, const Peak 
   best->in_flight = in_flight;
   for (int i = 0; i < lv->len; i++) insert_largest(best->largest, &best->nlargest, lv->data[i]);
   for (int i = 0; inner && i < inner->nlargest; i++) insert_largest(best->largest, &best->nlargest, inner->largest[i]);
+  if (!W->keep_live) return;
+  best->all.len = 0;
+  for (int i = 0; i < lv->len; i++) VEC_PUSH(W->a, best->all, lv->data[i]);
+  for (int i = 0; inner && i < inner->all.len; i++) VEC_PUSH(W->a, best->all, inner->all.data[i]);
 }
 
 static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op *loop, Peak *out);
@@ -317,7 +324,7 @@ static void walk_pipeline(PW *W, const Op *pipe, Peak *out) {
     }
     lv.len = 0;
     if (stores > 0 && kept) VEC_PUSH(W->a, lv, ((BufLive){kept, sat_add(keep, 0) * stores, BUF_ACT, stores}));
-    consider(out, &live, &lv, &rp[r], pipe, stores);
+    consider(W, out, &live, &lv, &rp[r], pipe, stores);
     /* after the region: its activation leaves, what it read arrives no more, residuals kept */
     live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], act_out[r] - act_in[r]);
     if (r == PR_CHUNK_FWD && pi->region[PR_CHUNK_BWD]) stores++, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], keep);
@@ -356,7 +363,7 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       walk_pipeline(W, op, &inner);
       has_inner = true;
     }
-    consider(out, &live, &lv, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
+    consider(W, out, &live, &lv, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
     /* free what this op read (or made) for the last time */
     for (int pass = 0; pass < 2; pass++) {
       int n = pass ? op->nresults : op->noperands;
@@ -378,13 +385,17 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
 }
 
 void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out) {
+  bufplan_build_live(a, m, p, false, out);
+}
+
+void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out) {
   memset(out, 0, sizeof *out);
   if (!m || !m->main) return;
   int nv = m->nvalues + 1;
   out->nvalues = nv;
   out->root = ARENA_ARRAY(a, int32_t, nv);
   out->cls = ARENA_ARRAY(a, uint8_t, nv);
-  PW W = {.a = a, .m = m, .p = p, .bp = out};
+  PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live};
   W.parent = ARENA_ARRAY(a, int32_t, nv);
   W.last = ARENA_ARRAY(a, int32_t, nv);
   W.bytes = ARENA_ARRAY(a, int64_t, nv);
@@ -412,6 +423,8 @@ void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out) 
     bs->nlargest = pk.nlargest;
     memcpy(bs->largest, pk.largest, sizeof bs->largest);
     bs->in_flight = pk.in_flight;
+    bs->live = pk.all.data;
+    bs->nlive = pk.all.len;
     if (bs->peak > out->stages[out->worst].peak) out->worst = s;
   }
   for (int i = 0; i < nv; i++) out->root[i] = W.external[find(&W, i)] ? -1 : find(&W, i);

@@ -46,6 +46,8 @@ typedef struct BufStage {
   BufLive largest[BUFPLAN_LARGEST]; /* the largest buffers live at the peak, largest first */
   int nlargest;
   int in_flight;                    /* a pipeline stage: (microbatch, chunk) residual sets live at the peak */
+  const BufLive *live;              /* bufplan_build_live: every buffer live at the peak */
+  int nlive;
 } BufStage;
 
 typedef struct BufPlan {
@@ -59,6 +61,9 @@ typedef struct BufPlan {
 
 /* Builds the plan for m on p's mesh (arena-allocated). */
 void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out);
+/* The same, and with keep_live each stage's BufStage.live lists every buffer live at its peak (the
+ * suggestions' search rescales them for a changed layout, fitsearch.h). */
+void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out);
 
 const char *bufplan_class_name(BufClass c); /* "params", "grads", "optimizer", "activations", "temporaries" */
 #endif

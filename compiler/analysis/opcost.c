@@ -1,6 +1,7 @@
 /* opcost.c: FLOPs and bytes of one op, and of a whole step (see opcost.h). */
 #include <string.h>
 
+#include "cost.h"
 #include "opcost.h"
 
 static double extent(const Value *v, int i, bool local) {
@@ -107,4 +108,41 @@ static void flops_in(const IrFunc *f, double mult, bool recompute, StepFlops *o)
 void step_flops(const IrModule *m, StepFlops *out) {
   memset(out, 0, sizeof *out);
   if (m && m->main) flops_in(m->main, 1, false, out);
+}
+
+/* ---- a whole step's communication ---- */
+
+static CollKind coll_kind(OpKind k) {
+  switch (k) {
+  case OP_ALL_GATHER: return COLL_ALL_GATHER;
+  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
+  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
+  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
+  default: return COLL_PERMUTE;
+  }
+}
+
+static double comm_in(const IrFunc *f, const Mesh *mesh, double mult) {
+  double t = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) {
+      t += comm_in(op->body, mesh, mult * (double)op->count);
+      continue;
+    }
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) t += comm_in(op->pipe->region[r], mesh, mult * opcost_region_runs(op->pipe, r, false));
+      continue;
+    }
+    if (!ir_op_is_collective(op->kind) || op->noperands < 1 || op->nresults < 1) continue;
+    CollKind k = coll_kind(op->kind);
+    /* cost_collective's bytes: an AllGather's result, every other kind's operand */
+    const Value *v = k == COLL_ALL_GATHER ? op->results[0] : op->operands[0];
+    t += mult * cost_collective(mesh, k, op->axes, (double)sharding_local_bytes(&v->type, &v->sharding, mesh), true, NULL);
+  }
+  return t;
+}
+
+double step_comm_seconds(const IrModule *m, const Mesh *mesh) {
+  return m && m->main && mesh ? comm_in(m->main, mesh, 1) : 0;
 }

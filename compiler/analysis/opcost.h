@@ -35,6 +35,11 @@ typedef struct StepFlops {
 } StepFlops;
 void step_flops(const IrModule *m, StepFlops *out);
 
+/* The ideal time of a step's collectives on one device (cost_collective, peak figures), each times
+ * the runs a step makes of it (loops; a pipeline's regions as one stage that runs them runs them,
+ * its transfers left out): the suggestions' measure of the communication a change adds. */
+double step_comm_seconds(const IrModule *m, const Mesh *mesh);
+
 /* How many times one step runs each region of a pipeline (per stage that runs it): PR_FIRST,
  * PR_LAST, PR_FIRST_BWD once per microbatch; a chunk region once per microbatch and chunk the
  * stage holds (V); `global`: summed over every stage (the chunk regions: N p V). */

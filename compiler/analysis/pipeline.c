@@ -16,6 +16,7 @@ IrModule *check_build_ir(Arena *arena, const Program *p) {
 int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, CheckedProgram *cp) {
   int before = diag_error_count();
   cp->parsed = parsed;
+  cp->so = *so;
   cp->prog = sema_program(arena, cp->parsed, so);
   if (cp->prog->usage_error) {
     diag_usage("%s", cp->prog->usage_error);

@@ -14,6 +14,7 @@ typedef struct CheckedProgram {
   ParsedProgram *parsed;
   Program *prog;
   IrModule *ir;   /* NULL when the program has no entry (a declarations-only file) */
+  SemaOptions so; /* the command line's choices it was checked with (the suggestions re-check) */
 } CheckedProgram;
 
 /* The IR a command analyses: the whole train step (step_build) when p's entry is one, else the

@@ -34,9 +34,10 @@ static struct {
   int hidden_warnings;
   bool last_shown;       /* was the last error/warning printed (so its notes are too)? */
   int quiet;             /* diag_push_quiet depth: > 0 drops everything */
+  int quiet_errors;      /* errors dropped while quiet (diag_quiet_error_count) */
   DiagSink sink;         /* diag_set_sink */
   void *sink_ctx;
-} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, 0, true, 0, NULL, NULL};
+} D = {NULL, DIAG_TEXT, false, 0, 0, DIAG_DEFAULT_LIMIT, 0, 0, true, 0, 0, NULL, NULL};
 
 void diag_set_sink(DiagSink sink, void *ctx) {
   D.sink = sink;
@@ -50,13 +51,14 @@ void diag_configure(FILE *out, DiagFormat fmt, bool color) {
 }
 
 void diag_reset(void) {
-  D.errors = D.warnings = D.hidden_errors = D.hidden_warnings = D.quiet = 0;
+  D.errors = D.warnings = D.hidden_errors = D.hidden_warnings = D.quiet = D.quiet_errors = 0;
   D.last_shown = true;
 }
 
 void diag_set_error_limit(int n) { D.limit = n < 0 ? 0 : n; }
 int diag_error_count(void) { return D.errors; }
 int diag_warning_count(void) { return D.warnings; }
+int diag_quiet_error_count(void) { return D.quiet_errors; }
 
 bool diag_would_show(DiagLevel level) {
   if (D.quiet) return false;
@@ -129,7 +131,10 @@ static void put_escaped(FILE *f, const char *s) {
 }
 
 static void diag_vreport(DiagLevel level, SrcLoc loc, const char *fmt, va_list ap) {
-  if (D.quiet) return;
+  if (D.quiet) {
+    D.quiet_errors += level == DIAG_ERROR && D.quiet == 1; /* an inner trial's errors are its own */
+    return;
+  }
   if (level == DIAG_ERROR) {
     D.errors++;
     D.last_shown = !(D.limit > 0 && D.errors > D.limit);

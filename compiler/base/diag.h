@@ -47,5 +47,9 @@ void diag_set_sink(DiagSink sink, void *ctx);
  * trial runs of a stage whose complaints belong to the real run (memory.c's suggestions). */
 void diag_push_quiet(void);
 void diag_pop_quiet(void);
+/* Errors dropped while quiet, ever, at the outermost level only (a trial run compares the count
+ * before and after it: did the changed program have errors? A quiet section inside it, such as
+ * sema's build of unused library models, drops errors that are no one's). */
+int diag_quiet_error_count(void);
 
 #endif
