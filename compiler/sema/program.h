@@ -179,6 +179,12 @@ typedef struct ShardOrigin {
  * Returns false if an explicit `@` was wrong. */
 bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOrigin *origin);
 
+/* A size near `size` that `prod` divides, for a dim a rule cannot shard: the next multiple of
+ * lcm(prod, LAYOUT_PAD_QUANTUM), where that adds at most 1%; else 0 (also when prod divides size).
+ * The skipped rule's warning and check's suggestions offer it. */
+#define LAYOUT_PAD_QUANTUM 64
+int64_t layout_pad_size(int64_t size, int64_t prod);
+
 /* ---- models ---- */
 typedef struct Model Model;
 typedef enum { PARAM_TENSOR, PARAM_MODEL, PARAM_STACK } ParamKind;
