@@ -14,7 +14,7 @@
  *   temporaries  everything else live at the peak: gathered weights, recomputation, accumulators,
  *                logits and their gradient, activations in transit between stages.
  * FLOPs are the step IR's (opcost.h). Without a train step the entry's forward is analysed, with
- * no grads, optimizer state or activations. */
+ * no grads, optimizer state or activations. What to change when it does not fit: fitsearch.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,21 +41,6 @@ static void add_largest(MemoryReport *r, const char *what, SrcLoc loc, int64_t b
     r->largest[i] = r->largest[i - 1];
     r->largest[i - 1] = t;
   }
-}
-
-/* The mesh axes that shard `batch` in the entry's inputs (the suggestions' FSDP test). */
-static uint16_t batch_axes(const IrModule *m, const Dim *batch) {
-  uint16_t mask = 0;
-  IrFunc *f = m->main;
-  for (int i = 0; batch && i < f->ninputs; i++) {
-    const Value *v = f->inputs[i];
-    int pos = -1;
-    for (int d = 0; d < v->type.rank; d++)
-      if (v->type.dims[d]->name == batch->name) pos = d;
-    if (pos < 0) continue;
-    for (int k = 0; k < v->sharding.naxes[pos]; k++) mask |= (uint16_t)(1u << v->sharding.axes[pos][k]);
-  }
-  return mask;
 }
 
 /* "param embedding", "blocks.attn.wq's gradient", "the logits at line 40", "activations kept for
@@ -114,190 +99,12 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
   r->flops_per_step = r->model_flops_per_step + r->recompute_flops;
 }
 
-/* ---- suggestions ---- */
-
-/* Re-estimate p changed by the caller, quietly (layout warnings belong to the real program). */
-static void estimate_quiet(const Program *q, IrModule *m, MemoryReport *r) {
-  diag_push_quiet();
-  /* A changed step (remat, microbatches, zero) is a different IR; a changed layout or mesh only
-   * changes shardings, but propagation writes them into the IR: build afresh either way. */
-  IrModule *mq = check_build_ir(m->arena, q);
-  if (mq) memory_estimate(q, mq, r);
-  else memset(r, 0, sizeof *r), r->total = INT64_MAX;
-  diag_pop_quiet();
-}
-
-static bool layout_has_rule(const Layout *l, Name dim, Name axis) {
-  for (int i = 0; l && i < l->nrules; i++)
-    if (l->rules[i].dim == dim) {
-      for (int k = 0; k < l->rules[i].naxes; k++)
-        if (l->rules[i].axes[k] == axis) return true;
-    }
-  return false;
-}
-
-static bool param_has_dim(const IrModule *m, const Dim *d) {
-  for (int i = 0; i < m->nparams; i++)
-    if (tensor_type_find(&m->params[i].type, d) >= 0) return true;
-  return false;
-}
-
-static void push_suggestion(MemSuggestion *all, int *n, int max, const MemSuggestion *s) {
-  if (s->saved <= 0) return;
-  /* keep the `max` best, best first: a full list replaces its worst only with a better one */
-  if (*n == max && all[max - 1].saved >= s->saved) return;
-  int i = *n < max ? (*n)++ : max - 1;
-  all[i] = *s;
-  for (; i > 0 && all[i].saved > all[i - 1].saved; i--) {
-    MemSuggestion t = all[i];
-    all[i] = all[i - 1];
-    all[i - 1] = t;
-  }
-}
-
 void memory_format_bytes(char *buf, size_t n, double b) {
   const char *unit[] = {"B", "KB", "MB", "GB", "TB", "PB"};
   int u = 0;
   double x = b < 0 ? -b : b;
   while (x >= 1000 && u < 5) { x /= 1000; u++; }
   snprintf(buf, n, u == 0 ? "%s%.0f %s" : "%s%.2f %s", b < 0 ? "-" : "", x, unit[u]);
-}
-
-/* FSDP over `axis` for the params with `dim`: gathered forward and backward, gradients
- * reduce-scattered. Bytes and time per step, from the cost model on the mesh. */
-static void fsdp_comm(const Program *q, const IrModule *m, const Dim *d, int axis, char *out, size_t n) {
-  double gathered = 0;
-  for (int i = 0; i < m->nparams; i++) {
-    const IrParam *ip = &m->params[i];
-    if (tensor_type_find(&ip->type, d) < 0) continue;
-    Sharding s;
-    ShardOrigin o;
-    if (!layout_apply(q, &ip->spec, &s, &o)) continue;
-    gathered += (double)sharding_local_bytes(&ip->type, &s, q->mesh) * q->mesh->axes[axis].size;
-  }
-  CollCost ag, rs;
-  cost_collective(q->mesh, COLL_ALL_GATHER, (uint16_t)(1u << axis), gathered, true, &ag);
-  cost_collective(q->mesh, COLL_REDUCE_SCATTER, (uint16_t)(1u << axis), gathered, true, &rs);
-  char b[32];
-  memory_format_bytes(b, sizeof b, 2 * ag.bytes_per_device + rs.bytes_per_device);
-  snprintf(out, n, "AllGather of those weights over '%s' in forward and backward, ReduceScatter of "
-           "their gradients: %s sent per device per step, about %.3g s on %s",
-           q->mesh->axes[axis].name, b, 2 * ag.time_s + rs.time_s, ag.link_name);
-}
-
-int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemSuggestion *out, int max) {
-  int n = 0;
-  if (!p->mesh || max <= 0) return 0;
-
-  /* 1. shard a param dim over a mesh axis: one more layout rule */
-  const Layout *L = p->layout;
-  for (int di = 0; di < p->ndims; di++) {
-    const Dim *d = p->dims[di];
-    if (!param_has_dim(m, d)) continue;
-    for (int a = 0; a < p->mesh->naxes; a++) {
-      const MeshAxis *ax = &p->mesh->axes[a];
-      if (ax->size <= 1 || layout_has_rule(L, d->name, ax->name)) continue;
-      /* layout_apply skips a rule whose axis does not divide the dim (and every dim named so
-       * divides d's size), so the changed program would be this one: no need to re-estimate it. */
-      if (d->size > 0 && d->size % ax->size != 0) continue;
-      Layout nl = {.name = L ? L->name : intern_cstr("suggested"), .loc = L ? L->loc : (SrcLoc){0}};
-      nl.nrules = (L ? L->nrules : 0) + 1;
-      nl.rules = ARENA_ARRAY(m->arena, LayoutRule, nl.nrules);
-      if (L) memcpy(nl.rules, L->rules, sizeof(LayoutRule) * (size_t)L->nrules);
-      LayoutRule *r = &nl.rules[nl.nrules - 1];
-      r->dim = d->name;
-      r->axes[0] = ax->name;
-      r->naxes = 1;
-      r->loc = nl.loc;
-      Program q = *p;
-      q.layout = &nl;
-      MemoryReport rep;
-      estimate_quiet(&q, m, &rep);
-      MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-      snprintf(s.text, sizeof s.text, "shard '%s' over '%s': add `%s: %s` to layout %s", d->name,
-               ax->name, d->name, ax->name, nl.name);
-      if (base->training && p->step) {
-        /* is `a` a batch axis? then this is FSDP */
-        if (batch_axes(m, program_find_dim(p, intern_cstr("batch"))) & (1u << a)) fsdp_comm(&q, m, d, a, s.comm, sizeof s.comm);
-      }
-      if (!s.comm[0])
-        snprintf(s.comm, sizeof s.comm, "collectives over '%s' where ops meet '%s' (run `shardc explain "
-                 "--layout ...` on the changed layout for the plan)", ax->name, d->name);
-      push_suggestion(out, &n, max, &s);
-    }
-  }
-
-  if (base->training && p->step) {
-    /* 2. rematerialisation */
-    static const struct { RematKind k; const char *name; } rem[] = {{REMAT_FULL, "full"}, {REMAT_DOTS, "dots"}};
-    for (size_t i = 0; i < ARRAY_LEN(rem); i++) {
-      if (p->step->remat == rem[i].k) continue;
-      Step st = *p->step;
-      st.remat = rem[i].k;
-      Program q = *p;
-      q.step = &st;
-      MemoryReport rep;
-      estimate_quiet(&q, m, &rep);
-      MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-      snprintf(s.text, sizeof s.text, "set `remat = %s` in the train step", rem[i].name);
-      double extra = rep.flops_per_step - base->flops_per_step;
-      snprintf(s.comm, sizeof s.comm, "no communication; %+.3g FLOPs per step recomputed (%+.1f%%)", extra,
-               base->flops_per_step > 0 ? 100 * extra / base->flops_per_step : 0);
-      push_suggestion(out, &n, max, &s);
-    }
-    /* 3. more microbatches */
-    const Dim *batch = program_find_dim(p, intern_cstr("batch"));
-    int64_t batch_shards = sharding_axes_product(p->mesh, batch_axes(m, batch));
-    for (int mul = 2; batch && mul <= 16; mul *= 2) {
-      Step st = *p->step;
-      st.microbatches = p->step->microbatches * mul;
-      /* each microbatch's rows must still divide over the axes that shard `batch` */
-      if (batch->size % st.microbatches || (batch->size / st.microbatches) % batch_shards) break;
-      Program q = *p;
-      q.step = &st;
-      MemoryReport rep;
-      estimate_quiet(&q, m, &rep);
-      MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-      snprintf(s.text, sizeof s.text, "set `microbatches = %d` in the train step", st.microbatches);
-      snprintf(s.comm, sizeof s.comm, "no new communication; %dx smaller matmuls per microbatch", st.microbatches);
-      push_suggestion(out, &n, max, &s);
-    }
-    /* 4. ZeRO: shard optimizer state (and gradients) over the batch axes */
-    for (int z = p->step->zero + 1; z <= 2; z++) {
-      Step st = *p->step;
-      st.zero = z;
-      Program q = *p;
-      q.step = &st;
-      MemoryReport rep;
-      estimate_quiet(&q, m, &rep);
-      MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-      snprintf(s.text, sizeof s.text, "set `zero = %d` in the train step", z);
-      snprintf(s.comm, sizeof s.comm, "the gradient AllReduce becomes a ReduceScatter plus an AllGather of "
-               "the updated params over the batch axes: the same bytes");
-      push_suggestion(out, &n, max, &s);
-    }
-  }
-
-  /* 5. a bigger mesh: each axis doubled in turn, where the target can form the result */
-  for (int a = 0; a < p->mesh->naxes; a++) {
-    Mesh big = *p->mesh;
-    big.axes[a].size *= 2;
-    diag_push_quiet();
-    bool ok = mesh_form(&big);
-    diag_pop_quiet();
-    if (!ok) continue;
-    Program q = *p;
-    q.mesh = &big;
-    MemoryReport rep;
-    estimate_quiet(&q, m, &rep);
-    MemSuggestion s = {.saved = base->total - rep.total, .new_total = rep.total, .fits = rep.fits};
-    snprintf(s.text, sizeof s.text, "double mesh axis '%s' to %d (%lld devices)", big.axes[a].name, big.axes[a].size,
-             (long long)big.devices);
-    snprintf(s.comm, sizeof s.comm, "collectives over '%s' span twice the devices (%s)", big.axes[a].name,
-             cost_link_name(big.axes[a].link));
-    push_suggestion(out, &n, max, &s);
-  }
-  return n;
 }
 
 /* ---- text ---- */

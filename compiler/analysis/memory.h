@@ -1,10 +1,9 @@
-/* memory.h: memory fit per device, FLOPs per step, and what to change when it does not fit.
+/* memory.h: memory fit per device and FLOPs per step.
  *
  * In: the checked Program (its mesh, layout and step) and the entry's IR with a sharding on every
  * value. Out: the per-device bytes of language.md's memory keys (params, grads, optimizer,
  * activations, temporaries), the total against the target's HBM, the largest buffers, FLOPs per
- * step, and -- when it does not fit -- suggestions, each found by re-running this same model on a
- * changed program and ranked by the bytes it saves. */
+ * step. When it does not fit, fitsearch.h says what to change. */
 #ifndef SHARDC_MEMORY_H
 #define SHARDC_MEMORY_H
 
@@ -46,17 +45,6 @@ typedef struct MemoryReport {
 /* Runs the pass pipeline (pipeline.h) if it has not run, then reads the report off the buffer plan
  * (bufplan.h): per device the plan's peak and its split by class; under a pipeline per stage. */
 void memory_estimate(const Program *p, IrModule *m, MemoryReport *out);
-
-typedef struct MemSuggestion {
-  char text[200];            /* "add `embed: data` to layout fsdp_tp" */
-  char comm[200];            /* the communication (or compute) it would add, in words and figures */
-  int64_t saved;             /* bytes per device saved */
-  int64_t new_total;
-  bool fits;                 /* the changed program fits */
-} MemSuggestion;
-
-/* Candidate changes, each re-estimated; returns how many (<= max), best first. */
-int memory_suggest(const Program *p, IrModule *m, const MemoryReport *base, MemSuggestion *out, int max);
 
 void memory_print_text(FILE *out, const Program *p, const MemoryReport *r);
 /* "512 B", "1.50 GB": decimal units (1 KB = 1000 B), two decimals above B, the sign kept. The one

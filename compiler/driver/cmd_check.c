@@ -3,7 +3,7 @@
  * Pipeline: load (parse.c) -> declarations (sema.c) -> the entry's IR (ir_build.c) -> shardings
  * (shard.c) -> memory fit and FLOPs (memory.c). Prints a text table or the JSON object whose keys
  * language.md fixes; exits 1 when the program is wrong or does not fit (with the largest buffers and
- * ranked suggestions), 2 on usage errors. `--shardings` adds every param's and input's sharding with
+ * what would fit, fitsearch.h), 2 on usage errors. `--shardings` adds every param's and input's sharding with
  * where each axis came from. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -11,11 +11,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "fitsearch.h"
 #include "report.h"
 #include "memory.h"
 #include "shard.h"
-
-#define MAX_SUGGESTIONS 5
 
 static const char *origin_text(Arena *a, OriginKind k, SrcLoc loc) {
   if (k == ORIGIN_NONE || !loc.file) return "";
@@ -72,7 +71,71 @@ static void print_header(FILE *out, const Program *p, const IrModule *m) {
   (void)m;
 }
 
-static cJSON *json_report(const Program *p, const MemoryReport *r, const MemSuggestion *sug, int nsug) {
+/* The suggestions: each plan with its changes and what each adds (the checked figures). */
+static void json_advice(cJSON *o, const Program *p, const FitAdvice *fa) {
+  cJSON *sg = cJSON_AddArrayToObject(o, "suggestions");
+  for (int i = 0; i < fa->nplans; i++) {
+    const FitPlan *pl = &fa->plans[i];
+    const FitFigures *end = &pl->after[pl->n - 1];
+    cJSON *s = cJSON_CreateObject();
+    char change[FIT_MAX_CHANGES * 410] = "", adds[FIT_MAX_CHANGES * 410] = "";
+    cJSON *cs = cJSON_CreateArray();
+    const FitFigures *prev = &fa->base;
+    for (int k = 0; k < pl->n; k++) {
+      snprintf(change + strlen(change), sizeof change - strlen(change), "%s%s", k ? "; " : "", pl->text[k]);
+      snprintf(adds + strlen(adds), sizeof adds - strlen(adds), "%s%s", k ? "; " : "", pl->what[k]);
+      cJSON *c = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "change", pl->text[k]);
+      cJSON_AddStringToObject(c, "adds", pl->what[k]);
+      if (pl->after[k].valid) { /* checked with the changes up to this one */
+        cJSON_AddNumberToObject(c, "total", (double)pl->after[k].total);
+        cJSON_AddNumberToObject(c, "adds_comm_s", pl->after[k].comm_s - prev->comm_s);
+        cJSON_AddNumberToObject(c, "adds_flops", pl->after[k].flops - prev->flops);
+        prev = &pl->after[k];
+      }
+      cJSON_AddItemToArray(cs, c);
+    }
+    cJSON_AddStringToObject(s, "change", change);
+    cJSON_AddItemToObject(s, "changes", cs);
+    cJSON_AddNumberToObject(s, "saves_bytes", (double)(fa->base.total - end->total));
+    cJSON_AddNumberToObject(s, "new_total", (double)end->total);
+    cJSON_AddBoolToObject(s, "fits", end->fits);
+    cJSON_AddStringToObject(s, "adds", adds);
+    cJSON_AddNumberToObject(s, "comm_s", end->comm_s);
+    cJSON_AddNumberToObject(s, "adds_comm_s", end->comm_s - fa->base.comm_s);
+    cJSON_AddNumberToObject(s, "flops_per_step", end->flops);
+    cJSON_AddNumberToObject(s, "adds_s", pl->added_s);
+    cJSON_AddItemToArray(sg, s);
+  }
+  cJSON *pads = cJSON_AddArrayToObject(o, "padding");
+  for (int i = 0; i < fa->npads; i++) {
+    const FitPlan *pl = &fa->pads[i];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "dim", pl->change[0].dim->name);
+    cJSON_AddNumberToObject(e, "size", (double)pl->change[0].dim->size);
+    cJSON_AddNumberToObject(e, "padded", (double)pl->change[0].pad_to);
+    cJSON_AddStringToObject(e, "change", pl->text[0]);
+    cJSON_AddNumberToObject(e, "new_total", (double)pl->after[0].total);
+    cJSON_AddNumberToObject(e, "adds_comm_s", pl->after[0].comm_s - fa->base.comm_s);
+    cJSON_AddNumberToObject(e, "adds_flops", pl->after[0].flops - fa->base.flops);
+    cJSON_AddItemToArray(pads, e);
+  }
+  if (fa->nplans == 0 && fa->checked == 0 && fa->candidates == 0) return;
+  cJSON *n = cJSON_AddObjectToObject(o, "needs_devices");
+  cJSON_AddNumberToObject(n, "at_least", (double)fa->min_devices);
+  cJSON_AddStringToObject(n, "target", p->mesh->target->name);
+  cJSON_AddNumberToObject(n, "params_bytes", fa->state_params);
+  cJSON_AddNumberToObject(n, "grads_bytes", fa->state_grads);
+  cJSON_AddNumberToObject(n, "optimizer_bytes", fa->state_optimizer);
+  cJSON *se = cJSON_AddObjectToObject(o, "search");
+  cJSON_AddNumberToObject(se, "candidates", fa->candidates);
+  cJSON_AddNumberToObject(se, "checked", fa->checked);
+  cJSON_AddNumberToObject(se, "invalid", fa->invalid);
+  cJSON_AddBoolToObject(se, "found", fa->found);
+  cJSON_AddNumberToObject(se, "seconds", fa->seconds);
+}
+
+static cJSON *json_report(const Program *p, const MemoryReport *r, const FitAdvice *fa) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "devices", (double)r->devices);
   cJSON *params = cJSON_AddObjectToObject(o, "params");
@@ -114,19 +177,13 @@ static cJSON *json_report(const Program *p, const MemoryReport *r, const MemSugg
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "what", r->largest[i].what);
     cJSON_AddNumberToObject(b, "bytes", (double)r->largest[i].bytes);
-    if (r->largest[i].loc.file) cJSON_AddNumberToObject(b, "line", r->largest[i].loc.line);
+    if (r->largest[i].loc.file) {
+      cJSON_AddStringToObject(b, "file", report_file(r->largest[i].loc));
+      cJSON_AddNumberToObject(b, "line", r->largest[i].loc.line);
+    }
     cJSON_AddItemToArray(lg, b);
   }
-  cJSON *sg = cJSON_AddArrayToObject(o, "suggestions");
-  for (int i = 0; i < nsug; i++) {
-    cJSON *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "change", sug[i].text);
-    cJSON_AddNumberToObject(s, "saves_bytes", (double)sug[i].saved);
-    cJSON_AddNumberToObject(s, "new_total", (double)sug[i].new_total);
-    cJSON_AddBoolToObject(s, "fits", sug[i].fits);
-    cJSON_AddStringToObject(s, "adds", sug[i].comm);
-    cJSON_AddItemToArray(sg, s);
-  }
+  json_advice(o, p, fa);
   return o;
 }
 
@@ -156,6 +213,97 @@ int cmd_check(const Options *o) {
   return rc;
 }
 
+static const char *fmt_seconds(char *buf, size_t n, double s) {
+  double a = s < 0 ? -s : s;
+  if (a == 0) snprintf(buf, n, "0 s");
+  else if (a >= 1) snprintf(buf, n, "%.3g s", s);
+  else if (a >= 1e-3) snprintf(buf, n, "%.3g ms", s * 1e3);
+  else snprintf(buf, n, "%.3g us", s * 1e6);
+  return buf;
+}
+
+/* What a checked change (or plan) added over `prev`: memory, the collectives' time, FLOPs. */
+static void print_delta(FILE *out, const FitFigures *prev, const FitFigures *f, const char *indent) {
+  char a[32], b[32], t[32];
+  memory_format_bytes(a, sizeof a, (double)prev->total);
+  memory_format_bytes(b, sizeof b, (double)f->total);
+  double dc = f->comm_s - prev->comm_s, df = f->flops - prev->flops;
+  fprintf(out, "%s%s -> %s per device; collectives %s%s per step", indent, a, b, dc >= 0 ? "+" : "",
+          fmt_seconds(t, sizeof t, dc));
+  if (df != 0) fprintf(out, ", FLOPs %+.3g (%+.2g%%)", df, prev->flops > 0 ? 100 * df / prev->flops : 0);
+  fputc('\n', out);
+}
+
+/* check's answer when the program does not fit: plans that do (fitsearch.h), or the closest and the
+ * devices the model needs at least. */
+static void print_advice(FILE *out, const Program *p, const FitAdvice *fa) {
+  char b[32], c[32], t[32];
+  const Mesh *mesh = p->mesh;
+  double all = fa->state_params + fa->state_grads + fa->state_optimizer;
+  if (!fa->found) {
+    memory_format_bytes(b, sizeof b, all);
+    memory_format_bytes(c, sizeof c, mesh->target->hbm);
+    char parts[200];
+    char x[32], y[32], z[32];
+    memory_format_bytes(x, sizeof x, fa->state_params);
+    memory_format_bytes(y, sizeof y, fa->state_grads);
+    memory_format_bytes(z, sizeof z, fa->state_optimizer);
+    if (fa->state_grads > 0)
+      snprintf(parts, sizeof parts, "params %s + grads %s + optimizer %s", x, y, z);
+    else
+      snprintf(parts, sizeof parts, "the params");
+    if (fa->min_devices > mesh->devices)
+      fprintf(out, "no program on mesh %s fits: it needs at least %lld devices of %s, since %s = %s, and each "
+              "device has %s of HBM, whatever the layout (the mesh has %lld)\n", mesh->name, (long long)fa->min_devices,
+              mesh->target->name, parts, b, c, (long long)mesh->devices);
+    else
+      fprintf(out, "no combination of up to %d changes found fits on mesh %s (%s = %s would fit over its %lld "
+              "devices; the rest is activations and temporaries)\n", FIT_MAX_CHANGES, mesh->name, parts, b,
+              (long long)mesh->devices);
+  }
+  if (fa->nplans > 0)
+    fprintf(out, "%s (each checked in full; times ideal, per step and device):\n",
+            fa->found ? "what would fit" : "the closest programs found");
+  for (int i = 0; i < fa->nplans; i++) {
+    const FitPlan *pl = &fa->plans[i];
+    const FitFigures *end = &pl->after[pl->n - 1];
+    if (i == 0) {
+      const FitFigures *prev = &fa->base;
+      for (int k = 0; k < pl->n; k++) {
+        fprintf(out, "  %d. %s\n     adds %s\n", k + 1, pl->text[k], pl->what[k]);
+        if (pl->after[k].valid) {
+          print_delta(out, prev, &pl->after[k], "     ");
+          prev = &pl->after[k];
+        }
+      }
+      memory_format_bytes(b, sizeof b, (double)end->total);
+      memory_format_bytes(c, sizeof c, mesh->target->hbm);
+      char t2[32];
+      fprintf(out, "  %s: %s of %s per device; collectives %s -> %s per step", end->fits ? "fits" : "still does not fit",
+              b, c, fmt_seconds(t, sizeof t, fa->base.comm_s), fmt_seconds(t2, sizeof t2, end->comm_s));
+      if (end->flops != fa->base.flops)
+        fprintf(out, ", FLOPs %.4g -> %.4g", fa->base.flops, end->flops);
+      fputc('\n', out);
+      if (fa->nplans > 1) fprintf(out, "%s:\n", fa->found ? "other programs that fit" : "others");
+      continue;
+    }
+    fprintf(out, "  - ");
+    for (int k = 0; k < pl->n; k++) fprintf(out, "%s%s", k ? "; " : "", pl->text[k]);
+    memory_format_bytes(b, sizeof b, (double)end->total);
+    fprintf(out, "\n    %s per device, %s; collectives %s%s per step\n", b, end->fits ? "fits" : "does not fit",
+            end->comm_s >= fa->base.comm_s ? "+" : "", fmt_seconds(t, sizeof t, end->comm_s - fa->base.comm_s));
+  }
+  for (int i = 0; i < fa->npads; i++) {
+    const FitPlan *pl = &fa->pads[i];
+    if (i == 0) fprintf(out, "padding (checked):\n");
+    fprintf(out, "  - %s\n    adds %s\n", pl->text[0], pl->what[0]);
+    print_delta(out, &fa->base, &pl->after[0], "    ");
+  }
+  fprintf(out, "searched %d programs by estimate, checked %d in full", fa->candidates, fa->checked);
+  if (fa->invalid) fprintf(out, " (%d of them had errors: not suggested)", fa->invalid);
+  fprintf(out, "\n");
+}
+
 int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) {
   const Program *p = cp->prog;
   IrModule *m = cp->ir;
@@ -164,12 +312,13 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
   if (!pipeline_run(m, p) || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   MemoryReport r;
   memory_estimate(p, m, &r);
-  MemSuggestion sug[MAX_SUGGESTIONS];
-  int nsug = r.fits ? 0 : memory_suggest(p, m, &r, sug, MAX_SUGGESTIONS);
+  FitAdvice fa;
+  FitInput fin = {.cp = cp, .base = &r};
+  fit_search(&fin, &fa);
   if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
 
   if (o->format == FORMAT_JSON) {
-    report_json(json_report(p, &r, sug, nsug));
+    report_json(json_report(p, &r, &fa));
   } else {
     print_header(out, p, m);
     char b[32];
@@ -186,17 +335,10 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
       for (int i = 0; i < r.nlargest; i++) {
         memory_format_bytes(b, sizeof b, (double)r.largest[i].bytes);
         fprintf(out, "  %10s  %s", b, r.largest[i].what);
-        if (r.largest[i].loc.file) fprintf(out, " (%s:%d)", r.largest[i].loc.file->path, r.largest[i].loc.line);
+        if (r.largest[i].loc.file) fprintf(out, " (%s:%d)", report_file(r.largest[i].loc), r.largest[i].loc.line);
         fputc('\n', out);
       }
-      fprintf(out, nsug ? "suggestions, most bytes saved first:\n" : "no single change found that saves memory\n");
-      for (int i = 0; i < nsug; i++) {
-        char t[32];
-        memory_format_bytes(b, sizeof b, (double)sug[i].saved);
-        memory_format_bytes(t, sizeof t, (double)sug[i].new_total);
-        fprintf(out, "  %d. %s: saves %s per device (total %s, %s)\n     adds: %s\n", i + 1, sug[i].text, b, t,
-                sug[i].fits ? "fits" : "still does not fit", sug[i].comm);
-      }
+      print_advice(out, p, &fa);
     }
   }
   if (!r.fits) {
