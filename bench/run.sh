@@ -34,6 +34,15 @@ if [ -x "$build/bench/bench_diag" ]; then
   "$build/bench/bench_diag" --reps 3
 fi
 
+# ---- check's search for what would fit, against one check (bench/bench_fit.c) ----
+if [ -x "$build/bench/bench_fit" ]; then
+  for blocks in 25 50 100; do
+    echo "bench: fit search: $build/bench/bench_fit --blocks $blocks --reps 3"
+    "$build/bench/bench_fit" --blocks "$blocks" --reps 3
+  done
+  "$build/bench/bench_fit" --blocks 100 --reps 1 --out "$build/bench/fit_100.shard" >/dev/null
+fi
+
 # ---- the runtime: GEMM vs cblas_sgemm, AllReduce vs memcpy, barriers (bench/bench_runtime.c) ----
 if [ -x "$build/bench/bench_runtime" ]; then
   echo "bench: runtime: $build/bench/bench_runtime --reps 5"
@@ -76,4 +85,6 @@ best_of 5 "$shardc" parse samples/llama3_405b.shard
 best_of 5 "$shardc" check samples/llama3_405b.shard
 best_of 5 "$shardc" explain samples/llama3_405b.shard
 best_of 5 "$shardc" check samples/llama3_405b.shard --mesh v6e_16k
+# check on 200 params that do not fit: the search for what would (bench_fit's program)
+if [ -s "$build/bench/fit_100.shard" ]; then best_of 3 "$shardc" check "$build/bench/fit_100.shard"; fi
 # Later benches (sim, run): one `best_of` line here and a section in docs/benchmarks.md each.
