@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bucket.h"
 #include "check.h"
 #include "report.h"
 #include "cost.h"
@@ -53,6 +54,9 @@ typedef struct CollRow {
   SrcLoc loc;
   const char *reason;
   const Value *x, *y;
+  int nbucket;          /* a bucket (shard/bucket.h): its members, one run of their summed bytes;
+                           0 for a collective of its own */
+  const char *members;  /* a bucket's members: what each moves */
 } CollRow;
 
 typedef struct Explain {
@@ -206,6 +210,40 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
 }
 
+/* What a bucket member moves: its value's name, or, for a loop body's output (a layer's
+ * gradient row), the name of the loop result that stacks it. */
+static const char *member_name(const Op *o) {
+  const Value *v = o->kind == OP_ALL_GATHER ? o->operands[0] : o->results[0];
+  if (o->results[0]->name) return o->results[0]->name;
+  if (o->operands[0]->name) return o->operands[0]->name;
+  const IrFunc *f = o->func;
+  for (const Op *l = f && f->parent ? f->parent->first : NULL; l; l = l->next) {
+    if (l->kind != OP_LOOP || l->body != f) continue;
+    for (int r = 0; r < f->noutputs && r < l->nresults; r++)
+      if (f->outputs[r] == o->results[0] && l->results[r]->name) return l->results[r]->name;
+  }
+  return v->def && v->def->kind == OP_PARAM ? "a param" : "a value";
+}
+
+/* A bucket starting at `first`: one run of its members' summed bytes, and who they are. */
+static void bucket_figures(Explain *E, const Op *first, CollRow *r) {
+  double bytes = 0;
+  char *names = "";
+  int n = 0;
+  for (const Op *o = first; o && o->bucket == first->bucket; o = o->next, n++) {
+    const Value *v = o->kind == OP_ALL_GATHER ? o->results[0] : o->operands[0];
+    bytes += (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+    names = arena_printf(E->a, "%s%s%s %s", names, n ? ", " : "", member_name(o), sharding_text(E, o->results[0]));
+  }
+  r->nbucket = n;
+  r->members = names;
+  r->reason = arena_printf(E->a, "a bucket of %d %s of at most %lld MiB together, run as one collective (as PyTorch "
+                           "DDP and FSDP bucket them; docs/passes.md); the first: %s",
+                           n, first->kind == OP_ALL_GATHER ? "weight gathers" : "gradient reductions",
+                           (long long)(BUCKET_CAP_BYTES >> 20), first->reason ? first->reason : "?");
+  cost_collective(E->mesh, r->kind, first->axes, bytes, true, &r->cost);
+}
+
 /* "first stage", "last stage", "first and last stages" for an op of main placed on those. */
 static const char *place_text(uint8_t place) {
   switch (place) {
@@ -282,12 +320,16 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
 static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
                     const char *stages) {
   const Target *t = E->mesh->target;
+  int bucket = 0; /* the bucket whose first member was counted last */
   for (const Op *op = f->first; op; op = op->next) {
     double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
     const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
     if (ir_op_is_collective(op->kind)) {
+      if (op->bucket && op->bucket == bucket) continue; /* counted with its first member */
+      bucket = op->bucket;
       CollRow r = {.op = op, .depth = depth, .stages = where_runs};
       coll_figures(E, op, mult * fr, &r);
+      if (op->bucket) bucket_figures(E, op, &r);
       r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
@@ -445,7 +487,8 @@ static void print_colls(FILE *out, const Explain *E) {
     if (r->count != 1) fprintf(out, ", x%s per step", fmt_count(E->a, r->count));
     if (r->stages) fprintf(out, " (on the %s)", r->stages);
     fputc('\n', out);
-    fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
+    if (r->nbucket) fprintf(out, "     a bucket of %d: %s\n", r->nbucket, r->members);
+    else fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
     fprintf(out, "     why: %s\n", r->reason ? r->reason : "?");

@@ -367,6 +367,9 @@ struct Op {
                            next stage once every coll_period iterations (the layers per stage), and
                            is the identity otherwise; 0 for every other op */
   bool partitioned;     /* partition.c has handled the op (it skips such ops when run again) */
+  int bucket;           /* a collective in a bucket (shard/bucket.c): the bucket's number, shared
+                           by its members, which run as one collective of their summed bytes; 0:
+                           none */
   /* training (autodiff.c, step.c) */
   int nstacked;         /* OP_LOOP: body outputs [ncarried, ncarried + nstacked) are per-iteration
                            values, stacked: result ncarried + j is body output ncarried + j of
