@@ -210,19 +210,28 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
 }
 
-/* What a bucket member moves: its value's name, or, for a loop body's output (a layer's
- * gradient row), the name of the loop result that stacks it. */
+/* What a bucket member moves: the name of the value it reduces into or gathers from, following
+ * single readers that pass it on (casts, views, the accumulation's add), or, for a loop body's
+ * output (a layer's gradient row), the name of the loop result that stacks it. */
 static const char *member_name(const Op *o) {
-  const Value *v = o->kind == OP_ALL_GATHER ? o->operands[0] : o->results[0];
-  if (o->results[0]->name) return o->results[0]->name;
-  if (o->operands[0]->name) return o->operands[0]->name;
-  const IrFunc *f = o->func;
-  for (const Op *l = f && f->parent ? f->parent->first : NULL; l; l = l->next) {
-    if (l->kind != OP_LOOP || l->body != f) continue;
-    for (int r = 0; r < f->noutputs && r < l->nresults; r++)
-      if (f->outputs[r] == o->results[0] && l->results[r]->name) return l->results[r]->name;
+  if (o->kind == OP_ALL_GATHER && o->operands[0]->name) return o->operands[0]->name;
+  const Value *v = o->results[0];
+  for (int step = 0; step < 8 && v; step++) {
+    if (v->name) return v->name;
+    const IrFunc *f = v->func;
+    for (int r = 0; f && r < f->noutputs; r++) {
+      if (f->outputs[r] != v) continue;
+      for (const Op *l = f->parent ? f->parent->first : NULL; l; l = l->next)
+        if (l->kind == OP_LOOP && l->body == f && r < l->nresults && l->results[r]->name) return l->results[r]->name;
+    }
+    const Value *next = NULL; /* its one reader's result */
+    int readers = 0;
+    for (const Op *u = f ? f->first : NULL; u; u = u->next)
+      for (int i = 0; i < u->noperands; i++)
+        if (u->operands[i] == v && u->nresults == 1) readers++, next = u->results[0];
+    v = readers == 1 ? next : NULL;
   }
-  return v->def && v->def->kind == OP_PARAM ? "a param" : "a value";
+  return o->operands[0]->name ? o->operands[0]->name : "a value";
 }
 
 /* A bucket starting at `first`: one run of its members' summed bytes, and who they are. */
@@ -230,10 +239,12 @@ static void bucket_figures(Explain *E, const Op *first, CollRow *r) {
   double bytes = 0;
   char *names = "";
   int n = 0;
-  for (const Op *o = first; o && o->bucket == first->bucket; o = o->next, n++) {
+  for (const Op *o = first; o; o = o->next) {
+    if (o->bucket != first->bucket) continue;
     const Value *v = o->kind == OP_ALL_GATHER ? o->results[0] : o->operands[0];
     bytes += (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
     names = arena_printf(E->a, "%s%s%s %s", names, n ? ", " : "", member_name(o), sharding_text(E, o->results[0]));
+    n++;
   }
   r->nbucket = n;
   r->members = names;
@@ -320,13 +331,15 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
 static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
                     const char *stages) {
   const Target *t = E->mesh->target;
-  int bucket = 0; /* the bucket whose first member was counted last */
+  VEC(int) counted = {0}; /* the buckets of f counted (with their first member) */
   for (const Op *op = f->first; op; op = op->next) {
     double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
     const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
     if (ir_op_is_collective(op->kind)) {
-      if (op->bucket && op->bucket == bucket) continue; /* counted with its first member */
-      bucket = op->bucket;
+      bool seen = false;
+      for (int i = 0; op->bucket && i < counted.len; i++) seen |= counted.data[i] == op->bucket;
+      if (seen) continue; /* counted with its bucket's first member */
+      if (op->bucket) VEC_PUSH(E->a, counted, op->bucket);
       CollRow r = {.op = op, .depth = depth, .stages = where_runs};
       coll_figures(E, op, mult * fr, &r);
       if (op->bucket) bucket_figures(E, op, &r);

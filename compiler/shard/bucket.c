@@ -11,11 +11,13 @@
  * Activation collectives (tensor parallelism's) are never bucketed: they sit on the critical
  * path, one after the op that needs them.
  *
- * Buckets form in program order, one open bucket per key (kind, axes, dtype, phase):
- *   reductions  sink: a reduction joins the open bucket while no member's result has been read
- *               yet; the members move down to the last one (a gradient waits for the bucket).
- *   gathers     hoist: a gather joins while its operand already exists where the bucket's first
- *               member runs; the members move up to the first one. */
+ * Buckets form in program order, one open bucket per key (kind, axes, dtype, phase). A member
+ * joins in one of two ways, the bucket's second member fixing which:
+ *   hoist  its operand already exists where the bucket's first member runs: the members move up
+ *          to the first (an FSDP layer's weights gathered where the first is needed; the
+ *          gradients a loop made, reduced together right after it);
+ *   sink   no member's result has been read yet: the members move down to the last (a layer's
+ *          gradients wait for the bucket's last; zero's gathers of the updated params). */
 #include <string.h>
 
 #include "bucket.h"
@@ -79,6 +81,8 @@ static void grad_value(BW *W, const Value *v) {
 
 typedef VEC(Op *) OpVec;
 
+typedef enum { MODE_ANY, MODE_HOIST, MODE_SINK } Mode;
+
 typedef struct Bucket {
   OpKind kind;
   uint16_t axes;
@@ -87,6 +91,8 @@ typedef struct Bucket {
   int64_t bytes;
   OpVec ops;
   bool open;
+  Mode mode;            /* how its members come together, fixed by the second member */
+  bool read;            /* a member's result has been read since it ran: no sinking past that */
 } Bucket;
 
 typedef VEC(Bucket) BucketVec;
@@ -107,23 +113,72 @@ static bool is_reduction(const BW *W, const Op *op) {
          (W->grad[op->results[0]->id] || W->grad[op->operands[0]->id]);
 }
 
-/* Moves the members next to each other (reductions down to the last, gathers up to the first)
- * and numbers them, when there are two or more. */
+/* Whether x exists where `first` runs in f (an input of f, or made by an op before it). */
+static bool exists_before(const IrFunc *f, const Value *x, const Op *first) {
+  if (!x->def || x->func != f) return true;
+  for (const Op *o = f->first; o && o != first; o = o->next)
+    if (o == x->def) return true;
+  return false;
+}
+
+/* A cast or view read by nothing else, which may move up with the collective that reads it. */
+static bool movable_def(const IrFunc *f, const Value *x) {
+  const Op *d = x->def;
+  return d && d->func == f && d->noperands == 1 && d->nresults == 1 &&
+         (d->kind == OP_CAST || d->kind == OP_RENAME || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE) &&
+         ir_count_uses(f, x) == 1;
+}
+
+/* Whether x can be had at position `at`: it exists there, or it is made from what exists there
+ * by a short chain of movable casts and views (moved up with the collective). */
+static bool can_have_before(const IrFunc *f, const Value *x, const Op *first) {
+  for (int depth = 0; depth < 4; depth++) {
+    if (exists_before(f, x, first)) return true;
+    if (!movable_def(f, x)) return false;
+    x = x->def->operands[0];
+  }
+  return false;
+}
+
+/* The ops a hoisted member brings along: the chain of casts and views making its operand that
+ * is not made before the bucket's first member (deepest first), then the member. */
+static int hoisted_chain(const IrFunc *f, Op *op, const Op *first, Op **chain) {
+  Op *rev[5];
+  int n = 0;
+  rev[n++] = op;
+  for (const Value *x = op->operands[0]; n < 5 && movable_def(f, x); x = x->def->operands[0]) {
+    if (exists_before(f, x, first)) break;
+    rev[n++] = x->def;
+  }
+  for (int i = 0; i < n; i++) chain[i] = rev[n - 1 - i];
+  return n;
+}
+
+/* Moves the members next to each other (hoisted up to the first, or sunk down to the last) and
+ * numbers them, when there are two or more. */
 static void close_bucket(BW *W, IrFunc *f, Bucket *b) {
   b->open = false;
   if (b->ops.len < 2) return;
   int id = ++W->next_id;
-  if (b->kind == OP_ALL_GATHER) {
-    Op *at = b->ops.data[0]->next; /* after the first */
+  if (b->mode == MODE_HOIST) {
+    /* the later members' chains go just before the first (what they read exists there), the
+     * later members right after it: the members run back to back */
+    Op *first = b->ops.data[0];
+    OpVec chains = {0};
     for (int i = 1; i < b->ops.len; i++) {
-      Op *c = b->ops.data[i];
-      if (c != at) {
-        ir_remove(f, c);
-        if (at) ir_insert_before(f, at, c);
-        else ir_append(f, c);
-      } else {
-        at = c->next;
-      }
+      Op *chain[5];
+      int n = hoisted_chain(f, b->ops.data[i], first, chain);
+      for (int j = 0; j + 1 < n; j++) VEC_PUSH(W->a, chains, chain[j]);
+    }
+    for (int i = 0; i < chains.len; i++) {
+      ir_remove(f, chains.data[i]);
+      ir_insert_before(f, first, chains.data[i]);
+    }
+    for (int i = 1; i < b->ops.len; i++) ir_remove(f, b->ops.data[i]);
+    Op *at = first->next;
+    for (int i = 1; i < b->ops.len; i++) {
+      if (at) ir_insert_before(f, at, b->ops.data[i]);
+      else ir_append(f, b->ops.data[i]);
     }
   } else {
     Op *last = b->ops.data[b->ops.len - 1];
@@ -146,19 +201,17 @@ static bool reads_any(const Op *op, const Bucket *b) {
 static void bucket_func(BW *W, IrFunc *f) {
   for (Op *op = f->first; op; op = op->next)
     if (op->kind == OP_LOOP && op->body) bucket_func(W, op->body);
-  /* each op's position, for the gathers' "its operand exists there" */
-  int n = 0;
-  for (Op *op = f->first; op; op = op->next) n++;
-  Op **order = ARENA_ARRAY(W->a, Op *, n + 1);
-  n = 0;
-  for (Op *op = f->first; op; op = op->next) order[n++] = op;
   BucketVec open = {0};
-  for (int k = 0; k < n; k++) {
-    Op *op = order[k];
-    /* a reduction bucket closes before the first read of one of its results */
-    for (int i = 0; i < open.len; i++)
-      if (open.data[i].open && open.data[i].kind != OP_ALL_GATHER && reads_any(op, &open.data[i]))
-        close_bucket(W, f, &open.data[i]);
+  /* closing a bucket moves only ops before the current one (its members and their chains), so
+   * the walk goes on from the current op */
+  for (Op *op = f->first; op; op = op->next) {
+    /* a read of a member's result: a sinking bucket closes, an undecided one can only hoist */
+    for (int i = 0; i < open.len; i++) {
+      Bucket *b = &open.data[i];
+      if (!b->open || !reads_any(op, b)) continue;
+      if (b->mode == MODE_SINK) close_bucket(W, f, b);
+      else b->read = true;
+    }
     bool gather = is_gather(W, op), reduction = !gather && is_reduction(W, op);
     if (!gather && !reduction) continue;
     int64_t bytes = coll_bytes(W, op);
@@ -169,22 +222,19 @@ static void bucket_func(BW *W, IrFunc *f) {
       Bucket *c = &open.data[i];
       if (c->open && c->kind == op->kind && c->axes == op->axes && c->dtype == dt && c->phase == op->phase) b = c;
     }
-    if (b && gather) { /* the operand must exist where the bucket's first gather runs */
-      const Value *x = op->operands[0];
-      const Op *first = b->ops.data[0];
-      bool ready = !x->def || x->func != f;
-      for (int j = 0; j < k && !ready && order[j] != first; j++) ready = order[j] == x->def;
-      if (!ready) b = NULL;
-    }
-    if (b && b->bytes + bytes > BUCKET_CAP_BYTES) {
-      close_bucket(W, f, b);
-      b = NULL;
+    if (b) {
+      bool hoist = b->mode != MODE_SINK && can_have_before(f, op->operands[0], b->ops.data[0]);
+      bool sink = b->mode != MODE_HOIST && !b->read;
+      if (b->bytes + bytes > BUCKET_CAP_BYTES || (!hoist && !sink)) {
+        close_bucket(W, f, b);
+        b = NULL;
+      } else if (b->mode == MODE_ANY) {
+        b->mode = hoist ? MODE_HOIST : MODE_SINK; /* hoisting first: the bucket runs as early as it can */
+      }
     }
     if (!b) {
       for (int i = 0; i < open.len && !b; i++)
-        if (!open.data[i].open && open.data[i].kind == op->kind && open.data[i].axes == op->axes &&
-            open.data[i].dtype == dt && open.data[i].phase == op->phase)
-          b = &open.data[i]; /* reuse the slot of a closed bucket of the same key */
+        if (!open.data[i].open) b = &open.data[i]; /* reuse a closed slot */
       if (!b) {
         VEC_PUSH(W->a, open, ((Bucket){0}));
         b = &open.data[open.len - 1];

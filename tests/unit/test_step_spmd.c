@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "interp.h"
+#include "bucket.h"
 #include "partition.h"
 #include "step.h"
 #include "unit_test.h"
@@ -95,13 +96,38 @@ static const TensorType *logits_type(const IrFunc *f) {
 
 /* Collectives over the mesh axis `axis` by kind, [0] inside the microbatch loop's body (at any
  * depth), [1] outside it. */
-static void census_axis(const IrModule *m, const IrFunc *f, int axis, bool in_micro, int n[2][5]) {
+static void census_axis(const IrModule *m, const IrFunc *f, int axis, bool in_micro, int n[2][5], int runs[2][5]) {
+  int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body)
-      census_axis(m, op->body, axis, in_micro || (m->step && op == m->step->micro_loop), n);
+      census_axis(m, op->body, axis, in_micro || (m->step && op == m->step->micro_loop), n, runs);
     int k = coll_index(op->kind);
-    if (k >= 0 && (op->axes & (1u << axis))) n[in_micro ? 0 : 1][k]++;
+    if (k < 0 || !(op->axes & (1u << axis))) continue;
+    n[in_micro ? 0 : 1][k]++;
+    if (!op->bucket || op->bucket != bucket) runs[in_micro ? 0 : 1][k]++; /* a bucket runs once */
+    bucket = op->bucket;
   }
+}
+
+/* The runs the gradients' (or params') collectives make when buckets (bucket.h) fuse those below
+ * the cap: per dtype, one run for each at or above it, and one for all the smaller ones (the
+ * claim holds when those fit one bucket: -1 otherwise). `f32`: every one moves in f32 (zero = 2's
+ * reductions into the f32 accumulators), else in its param's dtype. */
+static int bucketed_runs(const IrModule *m, const Mesh *mesh, bool f32) {
+  int runs = 0;
+  for (int dt = 0; dt < DT__COUNT; dt++) {
+    int64_t small = 0;
+    for (int i = 0; i < m->step->nparams; i++) {
+      const Value *v = m->step->params[i].value;
+      if ((f32 ? DT_F32 : (int)v->type.dtype) != dt) continue;
+      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh) / dtype_bytes(v->type.dtype) * (f32 ? 4 : dtype_bytes(v->type.dtype));
+      if (b >= BUCKET_CAP_BYTES) runs++;
+      else small += b;
+    }
+    if (small > BUCKET_CAP_BYTES) return -1;
+    runs += small > 0;
+  }
+  return runs;
 }
 
 /* The gradient transformations of zero (ZeRO, Rajbhandari et al.) on a layout whose `data` axis
@@ -117,9 +143,10 @@ static void check_zero(const IrModule *m, const Mesh *mesh, int zero) {
   int axis = mesh_axis_index(mesh, intern_cstr("data"));
   UT_CHECK(axis >= 0 && m->step && m->step->micro_loop, "the case needs a `data` axis and microbatches");
   if (axis < 0 || !m->step || !m->step->micro_loop) return;
-  int n[2][5];
+  int n[2][5], runs[2][5];
   memset(n, 0, sizeof n);
-  census_axis(m, m->main, axis, false, n);
+  memset(runs, 0, sizeof runs);
+  census_axis(m, m->main, axis, false, n, runs);
   int P = m->nparams;
   int want[2][5] = {{0}};
   want[1][2] = 1; /* the loss */
@@ -132,6 +159,16 @@ static void check_zero(const IrModule *m, const Mesh *mesh, int zero) {
     for (int k = 0; k < 5; k++)
       UT_CHECK(n[w][k] == want[w][k], "zero = %d: %d %s over data %s the microbatch loop, expected %d", zero, n[w][k],
                kinds[k], w ? "after" : "inside", want[w][k]);
+  /* and in buckets: the P gradient collectives after the loop run as bucketed_runs() */
+  int br = bucketed_runs(m, mesh, false), brf = bucketed_runs(m, mesh, zero == 2);
+  UT_CHECK(br > 0 && brf > 0, "the small gradients do not fit one bucket: the claim needs another model");
+  int k = zero == 0 ? 2 : 1, w = zero == 2 ? 0 : 1;
+  int want_runs = brf + (k == 2); /* the loss's AllReduce runs on its own */
+  UT_CHECK(runs[w][k] == want_runs, "zero = %d: %d runs of %s over data %s the microbatch loop, expected %d (buckets)",
+           zero, runs[w][k], kinds[k], w ? "after" : "inside", want_runs);
+  if (zero >= 1)
+    UT_CHECK(runs[1][0] == br, "zero = %d: %d runs of all_gathers over data after the loop, expected %d (buckets)", zero,
+             runs[1][0], br);
 }
 
 /* ---- the cases ---- */
