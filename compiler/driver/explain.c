@@ -18,6 +18,7 @@
 
 #include "bucket.h"
 #include "check.h"
+#include "explain_textbook.h"
 #include "report.h"
 #include "cost.h"
 #include "memory.h"
@@ -744,6 +745,7 @@ static cJSON *json_report(const Explain *E) {
   cJSON_AddNumberToObject(mem, "capacity", E->mem.capacity);
   cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
   cJSON_AddBoolToObject(o, "fits", E->mem.fits);
+  cJSON_AddItemToObject(o, "textbook", explain_textbook_json(E->a, E->m, E->p));
   if (E->pipe) {
     const PipeInfo *pi = E->pipe;
     uint16_t st = 0;
@@ -805,6 +807,7 @@ int cmd_explain(const Options *o) {
     print_ops(stdout, &E);
     print_colls(stdout, &E);
     print_summary(stdout, &E);
+    explain_textbook_text(stdout, &arena, m, p);
     print_pipeline(stdout, &E);
     if (o->shardings) {
       fprintf(stdout, "\nshardings (every value; where each axis comes from):\n");

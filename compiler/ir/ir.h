@@ -200,6 +200,10 @@ typedef struct CollSpec {
 typedef struct Op Op;
 typedef struct IrFunc IrFunc;
 
+/* What a collective moves (shard/bucket.c decides, by dataflow): an activation (or its gradient),
+ * a weight (gathered from a param's shard), or a param's gradient (reduced). */
+typedef enum { ROLE_ACTIVATION, ROLE_WEIGHT, ROLE_GRADIENT } CollRole;
+
 /* ---- pipelines (shard/stages.c, shard/schedule.c) ----
  * Under `layers@stage` a train step's microbatch loop (or a forward's body) becomes one
  * OP_PIPELINE whose regions are the pieces each stage runs; its schedule lists, per stage, the
@@ -367,6 +371,7 @@ struct Op {
                            next stage once every coll_period iterations (the layers per stage), and
                            is the identity otherwise; 0 for every other op */
   bool partitioned;     /* partition.c has handled the op (it skips such ops when run again) */
+  uint8_t role;         /* a collective's CollRole (shard/bucket.c) */
   int bucket;           /* a collective in a bucket (shard/bucket.c): the bucket's number, shared
                            by its members, which run as one collective of their summed bytes; 0:
                            none */
@@ -424,6 +429,13 @@ typedef struct IrModule {
   struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
                             NULL for a forward only */
   Op *pipeline;         /* the step's OP_PIPELINE (stages.c), or NULL */
+  struct PlanChoice {   /* propagate.c's two whole-step candidates, where the layout shards a
+                           weight over axes that do not shard the batch (tensor parallelism) */
+    uint16_t tp_axes;   /* those axes; 0: one candidate only, nothing to report */
+    bool kept;          /* the plan keeping every weight sharded over them won (or tied) */
+    double kept_s, free_s;     /* the step's collective time under each (partition_cost) */
+    double kept_count, free_count;
+  } plan_choice;
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
 } IrModule;

@@ -213,6 +213,7 @@ static void bucket_func(BW *W, IrFunc *f) {
       else b->read = true;
     }
     bool gather = is_gather(W, op), reduction = !gather && is_reduction(W, op);
+    if (ir_op_is_collective(op->kind)) op->role = gather ? ROLE_WEIGHT : reduction ? ROLE_GRADIENT : ROLE_ACTIVATION;
     if (!gather && !reduction) continue;
     int64_t bytes = coll_bytes(W, op);
     if (bytes >= BUCKET_CAP_BYTES) continue;

@@ -19,7 +19,8 @@
 /* PyTorch DDP's default bucket_cap_mb (25 MiB). */
 #define BUCKET_CAP_BYTES (25ll << 20)
 
-/* Forms the buckets of every function of m; returns how many it formed. */
+/* Forms the buckets of every function of m and sets every collective's Op.role; returns how many
+ * buckets it formed. */
 int bucket_module(IrModule *m, const Program *p);
 
 #endif

@@ -117,6 +117,10 @@ typedef struct PlanCtx {
   const Program *p;
   const Mesh *mesh;
   uint16_t blocked;     /* axes no factor may take (a pipeline's stage axes inside its loop) */
+  const uint16_t *keep; /* by value id (< nkeep): axes a weight keeps, as tensor parallelism does: a
+                           plan that gathers the value over one of them is chosen only when no
+                           other is possible (propagate.c's first candidate plan); NULL: none */
+  int nkeep;
 } PlanCtx;
 
 /* Plans op (a factored op) given its operands' shardings and, when the result's sharding is

@@ -460,6 +460,7 @@ typedef struct Cand {
   double choose_s;   /* time_s plus the estimated later reduction of a new partial sum */
   int ncoll;
   int layout_score;
+  int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
 } Cand;
 
 /* The stats tensor of an op over factor f: the result without that dim, in f32. */
@@ -477,12 +478,21 @@ static double stats_bytes(const Mesh *m, const TensorType *rt, const Sharding *n
   return (double)sharding_local_bytes(&t, &s, m);
 }
 
+/* Axes a value sharded `from` loses on some dim when resharded `to` (gathered, or moved to
+ * another dim). */
+static uint16_t axes_lost(const Sharding *from, const Sharding *to, int rank) {
+  uint16_t lost = 0;
+  for (int d = 0; d < rank; d++) lost |= (uint16_t)(dim_mask(from, d) & ~dim_mask(to, d));
+  return lost;
+}
+
 static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
                       const Sharding *target, const Sharding *pref, Cand *k) {
   const Mesh *m = c->mesh;
   const TensorType *rt = &op->results[0]->type;
   k->time_s = k->choose_s = 0;
   k->ncoll = 0;
+  k->kept_broken = 0;
   for (int i = 0; i < r->nopnd; i++) {
     const Value *v = op->operands[i];
     Sharding *q = &k->req[i];
@@ -501,6 +511,7 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     }
     k->time_s += rs.time_s;
     k->ncoll += rs.n;
+    if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id])) k->kept_broken++;
   }
   Sharding *nat = &k->natural;
   memset(nat, 0, sizeof *nat);
@@ -537,6 +548,9 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     if (ax && sharding_axes_product(m, ax) > 1)
       k->choose_s += 2 * cost_collective(m, COLL_ALL_REDUCE, ax, stats_bytes(m, rt, nat, op->dims[0]), true, NULL);
   }
+  const Value *res = op->results[0];
+  if (target && c->keep && res->id < c->nkeep && (axes_lost(nat, target, rt->rank) & c->keep[res->id]))
+    k->kept_broken++;
   if (target) {
     Reshard rs;
     if (!reshard_plan(m, rt, nat, target, &rs)) {
@@ -556,8 +570,10 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
   k->valid = true;
 }
 
-/* Strictly better: less time (beyond rounding), then fewer collectives, then closer to the layout. */
+/* Strictly better: fewer kept weight shardings broken (PlanCtx.keep), then less time (beyond
+ * rounding), then fewer collectives, then closer to the layout. */
 static bool cand_better(const Cand *a, const Cand *b) {
+  if (a->kept_broken != b->kept_broken) return a->kept_broken < b->kept_broken;
   double eps = 1e-12 + 1e-9 * fmax(a->choose_s, b->choose_s);
   if (a->choose_s < b->choose_s - eps) return true;
   if (a->choose_s > b->choose_s + eps) return false;
