@@ -349,6 +349,7 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
         bool seen = false;
         for (int j = 0; j < nins; j++) seen |= ins[j] == v;
         if (seen) continue;
+        if (s->def && s->def->kind == OP_CONST) continue; /* a scalar: an immediate of the kernel */
         if (nins == capins) {
           const Value **n2 = ARENA_ARRAY(K->a, const Value *, 2 * capins);
           memcpy(n2, ins, sizeof *ins * (size_t)nins);
