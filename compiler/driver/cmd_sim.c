@@ -267,8 +267,8 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
               fmt_time(a, x->exposed_comm_s), fmt_time(a, x->bubble_s), fmt_time(a, x->idle_s));
     }
   }
-  fprintf(out, "\nsimulated: %d device%s standing for %lld, %lld tasks%s\n", r->nstages, r->nstages == 1 ? "" : "s",
-          (long long)r->devices, (long long)r->tasks,
+  fprintf(out, "\nsimulated: %d device%s standing for %lld, %lld task%s%s\n", r->nstages, r->nstages == 1 ? "" : "s",
+          (long long)r->devices, (long long)r->tasks, r->tasks == 1 ? "" : "s",
           r->repeated_loops ? arena_printf(a, " (%d loop%s as repeated blocks: the task limit)", r->repeated_loops,
                                            r->repeated_loops == 1 ? "" : "s")
                             : "");
