@@ -129,8 +129,11 @@ typedef struct SimStageStats {
   double compute_s;        /* compute kernels running */
   double comm_s;           /* collectives and transfers running */
   double exposed_comm_s;   /* communication while no compute runs */
-  double bubble_s;         /* idle between its first and last pipeline region (0 without) */
-  double idle_s;           /* other idle time (waiting for the step's slowest stage) */
+  double bubble_s;         /* idle while the pipeline runs, from the first stage's first region to
+                              the last region of any stage: the schedule's fill and drain (0
+                              without a pipeline) */
+  double idle_s;           /* other idle time (before and after the pipeline: waiting for the
+                              step's slowest stage) */
   double end_s;            /* when its last task ends */
 } SimStageStats;
 

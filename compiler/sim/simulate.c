@@ -775,6 +775,13 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   out->nstages = S.ndevs;
   out->stages = calloc((size_t)S.ndevs, sizeof *out->stages);
   if (!out->stages) abort();
+  /* the pipeline runs from the first stage's first region to the last region any stage runs */
+  double pipe_t0 = INFINITY, pipe_t1 = -INFINITY;
+  for (int s = 0; S.pi && s < S.ndevs; s++)
+    if (S.pipe_first[s] >= 0) {
+      pipe_t0 = fmin(pipe_t0, sim_task_start(S.top.g, S.pipe_first[s]));
+      pipe_t1 = fmax(pipe_t1, sim_task_end(S.top.g, S.pipe_last[s]));
+    }
   for (int s = 0; s < S.ndevs; s++) {
     SimDeviceStats st;
     sim_device_stats(S.top.g, S.devs[s].dev, &st);
@@ -798,9 +805,8 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
       x->comm_s += sb->st.comm_s;
       idle += sb->st.idle_s;
     }
-    if (S.pi && S.pipe_first[s] >= 0) {
-      double t0 = sim_task_start(S.top.g, S.pipe_first[s]), t1 = sim_task_end(S.top.g, S.pipe_last[s]);
-      x->bubble_s = (t1 - t0) - iv_cover(all[s], nall[s], t0, t1);
+    if (S.pi && pipe_t1 > pipe_t0) { /* idle while the pipeline runs: its fill and drain */
+      x->bubble_s = (pipe_t1 - pipe_t0) - iv_cover(all[s], nall[s], pipe_t0, pipe_t1);
       if (x->bubble_s < 0) x->bubble_s = 0;
     }
     x->idle_s = idle - x->bubble_s;
