@@ -559,17 +559,35 @@ static double iv_cover(const Iv *v, int n, double t0, double t1) {
 
 /* Per device of tl: the merged compute intervals and the merged intervals of everything. Fills
  * tl->exposed for comm tasks. */
+/* The tasks of tl grouped by device (a counting sort): device d's are order[first[d] ..
+ * first[d + 1]), in id order. */
+static void tl_by_device(const Timeline *tl, int ndev, int **first_out, int **order_out) {
+  SimGraph *g = tl->g;
+  int n = sim_task_count(g);
+  int *first = calloc((size_t)ndev + 1, sizeof *first), *order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1));
+  int *fill = malloc(sizeof *fill * ((size_t)ndev + 1));
+  if (!first || !order || !fill) abort();
+  for (int t = 0; t < n; t++) first[sim_stream_device(g, sim_task_stream(g, t)) + 1]++;
+  for (int d = 0; d < ndev; d++) first[d + 1] += first[d];
+  memcpy(fill, first, sizeof *fill * (size_t)ndev);
+  for (int t = 0; t < n; t++) order[fill[sim_stream_device(g, sim_task_stream(g, t))]++] = t;
+  free(fill);
+  *first_out = first, *order_out = order;
+}
+
 static void tl_exposure(Timeline *tl, int ndev, Iv **compute_out, int *ncompute, Iv **all_out, int *nall) {
   SimGraph *g = tl->g;
   int n = sim_task_count(g);
   tl->exposed = xrealloc(tl->exposed, sizeof *tl->exposed * (size_t)(n > 0 ? n : 1));
+  int *first, *order;
+  tl_by_device(tl, ndev, &first, &order);
   for (int dv = 0; dv < ndev; dv++) {
-    Iv *cv = malloc(sizeof *cv * (size_t)(n > 0 ? n : 1)), *av = malloc(sizeof *av * (size_t)(n > 0 ? n : 1));
+    int m = first[dv + 1] - first[dv];
+    Iv *cv = malloc(sizeof *cv * (size_t)(m > 0 ? m : 1)), *av = malloc(sizeof *av * (size_t)(m > 0 ? m : 1));
     if (!cv || !av) abort();
     int nc = 0, na = 0;
-    for (int t = 0; t < n; t++) {
-      int s = sim_task_stream(g, t);
-      if (sim_stream_device(g, s) != dv) continue;
+    for (int k = first[dv]; k < first[dv + 1]; k++) {
+      int t = order[k], s = sim_task_stream(g, t);
       double a = sim_task_start(g, t), b = sim_task_end(g, t);
       if (!(b > a)) continue;
       av[na++] = (Iv){a, b};
@@ -577,9 +595,8 @@ static void tl_exposure(Timeline *tl, int ndev, Iv **compute_out, int *ncompute,
     }
     nc = iv_merge(cv, nc);
     na = iv_merge(av, na);
-    for (int t = 0; t < n; t++) {
-      int s = sim_task_stream(g, t);
-      if (sim_stream_device(g, s) != dv) continue;
+    for (int k = first[dv]; k < first[dv + 1]; k++) {
+      int t = order[k], s = sim_task_stream(g, t);
       tl->exposed[t] = 0;
       if (sim_stream_kind(g, s) == SIM_STREAM_COMPUTE) continue;
       double a = sim_task_start(g, t), b = sim_task_end(g, t);
@@ -590,6 +607,8 @@ static void tl_exposure(Timeline *tl, int ndev, Iv **compute_out, int *ncompute,
     if (all_out) all_out[dv] = av, nall[dv] = na;
     else free(av);
   }
+  free(first);
+  free(order);
 }
 
 /* ---- items (the slowest ops and collectives) ---- */
@@ -768,6 +787,8 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   int *nall = calloc((size_t)S.ndevs, sizeof *nall);
   if (!all || !nall) abort();
   tl_exposure(&S.top, S.ndevs, NULL, NULL, all, nall);
+  int *dfirst, *dorder;
+  tl_by_device(&S.top, S.ndevs, &dfirst, &dorder);
   for (int k = 0; k < S.nsubs; k++) tl_exposure(&S.subs[k]->tl, 1, NULL, NULL, NULL, NULL);
   out->ideal = S.ideal;
   out->step_s = sim_makespan(S.top.g);
@@ -795,10 +816,10 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
     double idle = st.idle_s;
     /* a region or repeated block counts as compute on this timeline: what it held that was not
      * compute is its own exposed communication (and idle, none on one device) */
-    int n = sim_task_count(S.top.g);
-    for (int t = 0; t < n; t++) {
+    for (int k = dfirst[S.devs[s].dev]; k < dfirst[S.devs[s].dev + 1]; k++) {
+      int t = dorder[k];
       const TaskInfo *in = &S.top.info[t];
-      if (in->sub < 0 || sim_stream_device(S.top.g, sim_task_stream(S.top.g, t)) != S.devs[s].dev) continue;
+      if (in->sub < 0) continue;
       const Sub *sb = S.subs[in->sub];
       x->compute_s -= sb->time_s - sb->st.compute_s;
       x->exposed_comm_s += sb->st.exposed_comm_s;
@@ -820,6 +841,8 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   }
   free(all);
   free(nall);
+  free(dfirst);
+  free(dorder);
 
   /* items: every task weighted 1 / simulated devices (per device, averaged); a sub's tasks by the
    * runs of it, subs made later first (a sub may repeat the subs made while it was built) */
