@@ -256,15 +256,17 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
   if (nc == 0) fprintf(out, "  (none)\n");
   if (r->nstages > 1) {
     fprintf(out, "\nper pipeline stage (one simulated device each, %lld devices apiece):\n", (long long)r->stages[0].represents);
-    fprintf(out, "  %5s %12s %12s %12s %12s %12s\n", "stage", "compute", "comm", "exposed", "bubble", "idle");
+    fprintf(out, "  %5s %12s %12s %12s %12s %12s %12s\n", "stage", "compute", "comm", "exposed", "bubble", "idle",
+            "memory");
     for (int s = 0; s < r->nstages; s++) {
       if (r->nstages > 16 && s >= 3 && s < r->nstages - 3) {
         if (s == 3) fprintf(out, "  %5s\n", "...");
         continue;
       }
       const SimStageStats *x = &r->stages[s];
-      fprintf(out, "  %5d %12s %12s %12s %12s %12s\n", s, fmt_time(a, x->compute_s), fmt_time(a, x->comm_s),
-              fmt_time(a, x->exposed_comm_s), fmt_time(a, x->bubble_s), fmt_time(a, x->idle_s));
+      fprintf(out, "  %5d %12s %12s %12s %12s %12s %12s\n", s, fmt_time(a, x->compute_s), fmt_time(a, x->comm_s),
+              fmt_time(a, x->exposed_comm_s), fmt_time(a, x->bubble_s), fmt_time(a, x->idle_s),
+              s < mem->nstages ? fmt_bytes(a, (double)mem->stages[s].total) : "-");
     }
   }
   fprintf(out, "\nsimulated: %d device%s standing for %lld, %lld task%s%s\n", r->nstages, r->nstages == 1 ? "" : "s",
@@ -323,6 +325,7 @@ static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const 
       cJSON_AddNumberToObject(e, "exposed_comm_s", x->exposed_comm_s);
       cJSON_AddNumberToObject(e, "bubble_s", x->bubble_s);
       cJSON_AddNumberToObject(e, "idle_s", x->idle_s);
+      if (s < mem->nstages) cJSON_AddNumberToObject(e, "memory_bytes", (double)mem->stages[s].total);
       cJSON_AddItemToArray(ps, e);
     }
   }
