@@ -429,6 +429,30 @@ static void test_book_allgather(void) {
   ut_end();
 }
 
+/* ---- the book's Pop Quiz 2 (sharding.md): a v5e {X: 8, Y: 4}, AllGather over Y, an open ring of 4 ----
+ * bf16[2048, 8192] (V = 33,554,432 bytes): max(T_hop (Y - 1), V / W x (Y - 1) / Y) = 33554432 /
+ * 4.5e10 x 3/4 = 559.24 us (the book: "about 560 us"). bf16[256, 256] (131,072 bytes): the
+ * bandwidth term is 2.2 us, the latency term 3 hops x 1 us = 3 us, which wins. */
+static const char *POPQUIZ =
+    "import \"targets\"\n"
+    "mesh slice = tpu_v5e[X: 8, Y: 4]\n"
+    "dim rows = 2048, cols = 8192\n"
+    "model gather {\n"
+    "  fn forward(x: bf16[rows@Y, cols]) -> bf16[rows, cols] {\n"
+    "    return x\n"
+    "  }\n"
+    "}\n";
+
+static void test_book_popquiz(void) {
+  ut_begin("the book's Pop Quiz 2 on a v5e: 559 us bandwidth-bound, 3 us latency-bound, at peak");
+  Run R;
+  if (run(&R, POPQUIZ, NULL, true)) near("bf16[2048, 8192]", R.r.step_s, 33554432.0 / V5E_ICI * 3 / 4);
+  run_free(&R);
+  if (run(&R, POPQUIZ, "rows=256;cols=256", true)) near("bf16[256, 256]", R.r.step_s, 3 * HOP);
+  run_free(&R);
+  ut_end();
+}
+
 /* ---- the API the runtime reads: durations per op add up to the step on a chain ---- */
 static void test_op_durations(void) {
   ut_begin("sim_costs_op_seconds over a chain's ops adds up to its step");
@@ -462,6 +486,7 @@ int main(void) {
   test_pipeline(SCHED_INTERLEAVED, "interleaved(2)", 2);
   test_attention();
   test_book_allgather();
+  test_book_popquiz();
   test_op_durations();
   return ut_summary();
 }
