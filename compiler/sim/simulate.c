@@ -415,7 +415,9 @@ static double transfer_time(Sim *S, int r) {
 static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
   const PipeInfo *pi = op->pipe;
   static const char *const rnames[PR__COUNT] = {"first", "forward", "last", "backward", "first backward"};
-  int last_region = -1, first_region = -1, pending = -1;
+  int last_region = -1, first_region = -1;
+  int64_t pending[8]; /* receives not yet matched to the region that reads them */
+  int npending = 0;
   double xt[PR__COUNT];
   for (int r = 0; r < PR__COUNT; r++) xt[r] = transfer_time(S, r);
   for (int i = pi->first_action[s]; i < pi->first_action[s + 1]; i++) {
@@ -434,14 +436,18 @@ static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
         first_region = t;
         for (int k = 0; k < op->noperands; k++) dep(tl, prod_of(S, op->operands[k]), t);
       }
-      if (pending >= 0) {
+      /* the region reads what was received for its own microbatch and chunk (a forward the
+       * activation, a backward the gradient) */
+      int64_t mine = send_key(pi, r == PR_CHUNK_BWD || r == PR_FIRST_BWD, a->mb, a->chunk);
+      for (int k = 0; k < npending; k++) {
+        if (pending[k] != mine) continue;
         if (S->nrecv == S->caprecv) {
           S->caprecv = S->caprecv ? 2 * S->caprecv : 1024;
           S->recv_wait = xrealloc(S->recv_wait, sizeof *S->recv_wait * (size_t)S->caprecv);
           S->recv_task = xrealloc(S->recv_task, sizeof *S->recv_task * (size_t)S->caprecv);
         }
-        S->recv_wait[S->nrecv] = pending, S->recv_task[S->nrecv++] = t;
-        pending = -1;
+        S->recv_wait[S->nrecv] = (int)mine, S->recv_task[S->nrecv++] = t;
+        pending[k--] = pending[--npending];
       }
       last_region = t;
       d->last_compute = t;
@@ -456,8 +462,8 @@ static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
                      op->loc, (TaskInfo){op, -1, -1, a->mb, a->chunk, a->backward ? TAG_SEND_GRAD : TAG_SEND_ACT});
       dep(tl, last_region, x);
       S->send_task[send_key(pi, a->backward, a->mb, a->chunk)] = x;
-    } else if (a->kind == PA_RECV) {
-      pending = (int)send_key(pi, a->backward, a->mb, a->chunk);
+    } else if (a->kind == PA_RECV && npending < (int)(sizeof pending / sizeof *pending)) {
+      pending[npending++] = send_key(pi, a->backward, a->mb, a->chunk);
     }
   }
   for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = last_region;
