@@ -907,6 +907,11 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
       continue;
     }
     SrcLoc at = last->spec->loc.file ? last->spec->loc : op->loc;
+    if (op->phase != PHASE_FORWARD) { /* a gradient takes its param's type: nothing the user wrote */
+      first->reason = arena_printf(W->m->arena, "%s (a gradient has its param's written type, %s)", first->reason,
+                                   spec_text(W, last->spec));
+      continue;
+    }
     first->reason = arena_printf(W->m->arena, "%s [a warning: %s replicates a value its op produced sharded]",
                                  first->reason, spec_text(W, last->spec));
     if (warned_at(W, at)) continue;

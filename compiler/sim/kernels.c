@@ -177,16 +177,22 @@ static Mesh group_mesh(const Mesh *m, uint16_t axes, int n) {
   return g;
 }
 
-double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCost *out) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!mesh || !op || !ir_op_is_collective(op->kind)) return 0;
+/* op's collective moving `bytes` (a bucket's: its members' sum) */
+static double collective_seconds_of(const Mesh *mesh, const Op *op, double bytes, bool ideal, CollCost *out) {
   CollKind k = coll_kind_of(op->kind);
-  double bytes = sim_value_bytes(k == COLL_ALL_GATHER ? op->results[0] : op->operands[0]);
   if (op->coll && op->coll->ngroup > 1) {
     Mesh g = group_mesh(mesh, op->axes, op->coll->ngroup);
     return cost_collective(&g, k, op->axes, bytes, ideal, out);
   }
   return cost_collective(mesh, k, op->axes, bytes, ideal, out);
+}
+
+double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCost *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!mesh || !op || !ir_op_is_collective(op->kind)) return 0;
+  CollKind k = coll_kind_of(op->kind);
+  return collective_seconds_of(mesh, op, sim_value_bytes(k == COLL_ALL_GATHER ? op->results[0] : op->operands[0]),
+                               ideal, out);
 }
 
 /* ---- the kernels of a module ---- */
@@ -298,6 +304,25 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
       if (prev) {
         int idx = c->kernel_of[prev->results[0]->id];
         c->kernels[idx].nops++;
+        set_kernel(K, op, idx);
+        continue;
+      }
+    }
+    if (ir_op_is_collective(op->kind) && op->bucket) { /* a bucket (bucket.h): one collective of the sum */
+      const Op *first = NULL;
+      for (const Op *o = f->first; o != op && !first; o = o->next)
+        if (o->bucket == op->bucket) first = o;
+      if (first) {
+        int idx = c->kernel_of[first->results[0]->id];
+        SimKernel *k = &c->kernels[idx];
+        k->nops++;
+        k->bytes += sim_value_bytes(k->coll_kind == COLL_ALL_GATHER ? op->results[0] : op->operands[0]);
+        k->time_s = collective_seconds_of(c->mesh, first, k->bytes, c->ideal, &k->coll);
+        const Value **ins = ARENA_ARRAY(K->a, const Value *, k->nins + op->noperands);
+        memcpy(ins, k->ins, sizeof *ins * (size_t)k->nins);
+        memcpy(ins + k->nins, op->operands, sizeof *ins * (size_t)op->noperands);
+        k->ins = ins;
+        k->nins += op->noperands;
         set_kernel(K, op, idx);
         continue;
       }
