@@ -246,10 +246,23 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
     int sends = 0;
     for (int i = 0; i < pi->first_action[pi->stages]; i++) sends += pi->actions[i].kind == PA_SEND;
     int bounds = pi->stages * pi->chunks - 1;
+    /* the bytes of one send: the activation as the sender holds it, over the axes it is replicated
+     * on when Megatron's scatter-gather splits it; the book: the activation over the
+     * tensor-parallel group */
+    double got = 0, want = 0;
+    const IrFunc *R = pi->region[PR_CHUNK_FWD];
+    for (int i = 0; R && i < R->noutputs; i++) {
+      if (pi->out[PR_CHUNK_FWD][i].kind != POUT_ACT) continue;
+      const Value *x = R->outputs[i];
+      double b = (double)sharding_local_bytes(&x->type, &x->sharding, mesh);
+      got = b / (pi->send_split ? axes_size(mesh, pi->send_split) : 1);
+      want = activation_bytes(c, mesh, tp) / (tp ? axes_size(mesh, tp) : 1);
+    }
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
                                                              axes_text(a, mesh, stage), pi->stages, pi->chunks),
                                      .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
                                      .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
+                                     .got_bytes = got, .want_bytes = c->loop ? want : 0,
                                      .per = "per microbatch, over all stages"});
   }
   return n;

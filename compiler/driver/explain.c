@@ -322,10 +322,26 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
                             dir ? "gradient" : "activation", dir ? "previous" : "next", pi->stages, pi->chunks,
                             pi->chunks == 1 ? "" : "s", (long long)pi->chunk_layers, pi->microbatches,
                             pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi), fmt_count(E->a, sends));
-    cost_collective(E->mesh, COLL_PERMUTE, st, (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh), true,
-                    &c.cost);
+    double act_bytes = (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh);
+    double split = pi->send_split ? (double)sharding_axes_product(E->mesh, pi->send_split) : 1;
+    if (pi->send_split)
+      c.reason = arena_printf(E->a, "%s; the activation is replicated over %s, so each of those devices sends 1/%g of "
+                              "it and the receiving stage gathers it (Megatron's scatter-gather)",
+                              c.reason, axes_names(E, pi->send_split, true), split);
+    cost_collective(E->mesh, COLL_PERMUTE, st, act_bytes / split, true, &c.cost);
     VEC_PUSH(E->a, E->colls, c);
     E->comm_s += c.cost.time_s * c.count;
+    if (pi->send_split) { /* the receiving stage's gather of the slices */
+      CollRow g = c;
+      g.kind = COLL_ALL_GATHER;
+      g.axes = pi->send_split;
+      g.reason = arena_printf(E->a, "pipeline: the receiving stage gathers the %s's slices over %s (Megatron's "
+                              "scatter-gather: the send moved 1/%g of it)",
+                              dir ? "gradient" : "activation", axes_names(E, pi->send_split, true), split);
+      cost_collective(E->mesh, COLL_ALL_GATHER, pi->send_split, act_bytes, true, &g.cost);
+      VEC_PUSH(E->a, E->colls, g);
+      E->comm_s += g.cost.time_s * g.count;
+    }
   }
 }
 

@@ -275,6 +275,11 @@ typedef struct PipeInfo {
   int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]) */
   int in_flight_max[2];        /* the schedule's peak of microbatch-chunks whose forward ran and backward
                                   did not, on the first and the last stage (activation memory) */
+  uint16_t send_split;         /* the axes (none of the stage's) over which the activation crossing a
+                                  stage boundary is replicated: each of those devices sends 1/n of it
+                                  and the receiving devices all-gather it over them (Megatron's
+                                  scatter-gather); 0: each device sends its whole block. What arrives is
+                                  the same either way. */
 } PipeInfo;
 
 /* Where an op of main runs once a pipeline exists (Op.place): 0 every device; otherwise the

@@ -37,6 +37,7 @@
 
 #include "diag.h"
 #include "opcost.h"
+#include "partition.h"
 #include "sim.h"
 #include "sim_int.h"
 #include "stages.h"
@@ -407,9 +408,17 @@ static const Value *act_out(const PipeInfo *pi, int r) {
   return NULL;
 }
 
+/* A transfer: the send over the stage axes, and under Megatron's scatter-gather (PipeInfo.send_split)
+ * 1/n of it followed by the receiving stage's AllGather over the split axes. */
 static double transfer_time(Sim *S, int r) {
   const Value *v = act_out(S->pi, r);
-  return v ? cost_collective(S->mesh, COLL_PERMUTE, S->stage_mask, sim_value_bytes(v), S->ideal, NULL) : 0;
+  if (!v) return 0;
+  double bytes = sim_value_bytes(v);
+  uint16_t sp = S->pi->send_split;
+  if (!sp) return cost_collective(S->mesh, COLL_PERMUTE, S->stage_mask, bytes, S->ideal, NULL);
+  double n = (double)sharding_axes_product(S->mesh, sp);
+  return cost_collective(S->mesh, COLL_PERMUTE, S->stage_mask, bytes / n, S->ideal, NULL) +
+         cost_collective(S->mesh, COLL_ALL_GATHER, sp, bytes, S->ideal, NULL);
 }
 
 static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {

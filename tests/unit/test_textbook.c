@@ -9,7 +9,9 @@
  *             each 2 x 7/8 x 50,331,648 = 88,080,384 B per device
  *     ptd_sp  Megatron-SP: at most 6 AllGathers and 6 ReduceScatters, each 7/8 x 50,331,648 =
  *             44,040,192 B; in all no more time than ptd's AllReduces (Korthikanti et al.)
- *     the pipeline: 16 stages, 15 boundaries, a send each way per microbatch: 30
+ *     the pipeline: 16 stages, 15 boundaries, a send each way per microbatch: 30, each of
+ *             50,331,648 / 8 = 6,291,456 B (the activation is replicated over model: each rank
+ *             sends its eighth and the receivers all-gather, Narayanan et al.'s scatter-gather)
  *   LLaMA 3 405B pipeline (llama3_405b_pp.shard, pp_tp_sp on h100_14k = [data: 128, stage: 14,
  *   model: 8]): an activation [1, 8192, 16384] bf16 = 268,435,456 B; Megatron-SP: at most 6 + 6,
  *   each 7/8 x 268,435,456 = 234,881,024 B, and no AllToAll.
@@ -90,6 +92,8 @@ static void test_gpt3(void) {
              "activation gathers or all-to-alls under plain TP");
     const TextbookRow *p = row(&tp, "pipeline", COLL_PERMUTE);
     UT_CHECK(p && p->got == 30, "pipeline sends per microbatch: %d, the book 2 x 15", p ? p->got : -1);
+    /* the activation is replicated over model: Megatron's scatter-gather sends 1/8 from each */
+    if (p) ut_near("bytes per pipeline send", p->got_bytes, act / 8, 1e-9);
   }
   ut_end();
   ut_begin("GPT-3 ptd_sp: Megatron-SP, at most 6 + 6 of 7/8 x the activation, no more time than ptd");
