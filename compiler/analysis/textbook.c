@@ -20,6 +20,16 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
   int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
+      int n = 1;
+      for (int a = 0; a < mesh->naxes; a++)
+        if (op->ring >> a & 1) n *= mesh->axes[a].size;
+      c->ring |= op->ring;
+      c->ring_steps += n - 1;
+      if (op->kind == OP_ATTENTION)
+        c->ring_bytes = (double)sharding_local_bytes(&op->operands[1]->type, &op->operands[1]->sharding, mesh) +
+                        (double)sharding_local_bytes(&op->operands[2]->type, &op->operands[2]->sharding, mesh);
+    }
     int k = kind_index(op->kind);
     if (k < 0 || k >= CENSUS_KINDS) continue;
     int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
@@ -207,6 +217,15 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
                                        .source = "Shoeybi et al. 2019", .kind = COLL_ALL_TO_ALL,
                                        .got = c->n[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .want = 0,
                                        .runs = c->runs[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .per = per});
+  }
+  /* context parallelism: the layer's rings */
+  if (c->loop && c->ring) {
+    int nr = (int)axes_size(mesh, c->ring);
+    add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "context parallelism over %s (ring attention)",
+                                                             axes_text(a, mesh, c->ring)),
+                                     .source = "Liu et al. 2023", .kind = COLL_PERMUTE, .got = c->ring_steps,
+                                     .want = (nr - 1) * (full ? 3 : 2), .runs = c->ring_steps,
+                                     .per = "per layer and microbatch (steps of the rings)"});
   }
   /* FSDP: the layer's gathered weights */
   if (c->loop && c->nweights_gathered) {
