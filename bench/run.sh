@@ -87,4 +87,18 @@ best_of 5 "$shardc" explain samples/llama3_405b.shard
 best_of 5 "$shardc" check samples/llama3_405b.shard --mesh v6e_16k
 # check on 200 params that do not fit: the search for what would (bench_fit's program)
 if [ -s "$build/bench/fit_100.shard" ]; then best_of 3 "$shardc" check "$build/bench/fit_100.shard"; fi
-# Later benches (sim, run): one `best_of` line here and a section in docs/benchmarks.md each.
+# sim: LLaMA 3 405B on 16,384 devices (issue 11: well under a second as a whole process), its
+# pipeline layout (14 simulated devices), the largest validation pipeline (64 stages, 267k tasks),
+# and a trace written.
+best_of 5 "$shardc" sim samples/llama3_405b.shard
+best_of 5 "$shardc" sim samples/llama3_405b.shard --mesh v6e_16k
+best_of 5 "$shardc" sim samples/llama3_405b_pp.shard
+best_of 5 "$shardc" sim bench/validation/megatron_gpt_1008b.shard
+best_of 5 "$shardc" sim samples/llama3_405b.shard --trace "$build/bench/trace_405b.json"
+
+# ---- sim, stage by stage, on every sample and validation program (bench/bench_sim.c) ----
+if [ -x "$build/bench/bench_sim" ]; then
+  echo "bench: sim stages: $build/bench/bench_sim --reps 5"
+  "$build/bench/bench_sim" --reps 5
+fi
+# Later benches (run): one `best_of` line here and a section in docs/benchmarks.md each.

@@ -37,11 +37,17 @@ void step_flops(const IrModule *m, StepFlops *out);
 
 /* The ideal time of a step's collectives on one device (cost_collective, peak figures), each times
  * the runs a step makes of it (loops; a pipeline's regions as one stage that runs them runs them,
- * its transfers left out): the suggestions' measure of the communication a change adds. */
+ * its transfers left out; a bucket's members each alone): the suggestions' measure of the
+ * communication a change adds. */
 double step_comm_seconds(const IrModule *m, const Mesh *mesh);
 
 /* How many times one step runs each region of a pipeline (per stage that runs it): PR_FIRST,
  * PR_LAST, PR_FIRST_BWD once per microbatch; a chunk region once per microbatch and chunk the
  * stage holds (V); `global`: summed over every stage (the chunk regions: N p V). */
 double opcost_region_runs(const PipeInfo *pi, int region, bool global);
+/* A causal ring attention's work on the device at ring rank `rank`: the (query, key) position
+ * pairs its query block keeps unmasked, sum over its storage positions p of 1 + the logical index
+ * of p (ir_zigzag_logical); 0 for any other op. Under the zigzag order every rank's is the same. */
+double opcost_ring_pairs(const IrModule *m, const Op *op, int rank);
+
 #endif

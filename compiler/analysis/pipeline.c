@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "diag.h"
+#include "bucket.h"
 #include "localize.h"
 #include "partition.h"
 #include "pipeline.h"
@@ -48,6 +49,7 @@ bool pipeline_run(IrModule *m, const Program *p) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the partitioned IR does not verify");
     return false;
   }
+  bucket_module(m, p);
   if (!localize_module(m, p) || !stages_module(m, p)) return false;
   if (!ir_verify(m, stderr)) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the pipelined IR does not verify");

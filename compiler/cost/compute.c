@@ -123,8 +123,63 @@ double cost_fused_chain(const Target *t, double external_bytes, int nops, bool i
   return cost_memory_op(t, external_bytes, ideal, out);
 }
 
+/* The fused attention op as libraries before flash attention ran it (`attention = materialized`):
+ * Megatron-LM 2021's batched matmul, fused scale-mask-softmax kernel and second batched matmul; XLA
+ * on TPUs before Pallas kernels the same. The scores S = Q K^T go to HBM and come back: forward,
+ * S = Q K^T (one batched matmul per head, writing S), a softmax kernel (reads S, writes P), O = P V
+ * (reads P); backward, dP = dO V^T (writes dP), the softmax's gradient (reads P and dP, writes dS),
+ * dQ = dS K, dK = dS^T Q, dV = P^T dO. Each is a kernel of its own, priced by cost_matmul (its
+ * tile, waves and fill) or cost_memory_op; the whole score matrix is computed, the mask applied
+ * in the softmax (no blocks skipped). The FLOPs counted are flash attention's (language.md's). */
+static double attention_materialized(const Target *t, DType dt, AttentionShape a, bool backward, bool ideal,
+                                     OpTime *out) {
+  OpTime c = opcost_zero();
+  double bh = at_least1(a.batch) * a.heads, bk = at_least1(a.batch) * (a.kv_heads > 0 ? a.kv_heads : a.heads);
+  double sq = a.q_len, sk = a.kv_len, d = a.head_dim, dv = a.v_dim > 0 ? a.v_dim : a.head_dim;
+  int eb = dtype_bytes(dt);
+  if (eb <= 0) eb = 2;
+  double q = bh * sq * d * eb, k = bk * sk * d * eb, v = bk * sk * dv * eb, o = bh * sq * dv * eb;
+  double sc = bh * sq * sk * eb; /* the score (or probability, or gradient) matrix */
+  typedef struct { MatmulShape s; double bytes; } Piece;
+  Piece mm[4];
+  int nmm = 0;
+  double mem[2];
+  int nmem = 0;
+  if (!backward) {
+    mm[nmm++] = (Piece){{sq, sk, d, bh}, q + k + sc};  /* S = Q K^T */
+    mem[nmem++] = 2 * sc;                                      /* softmax: S in, P out */
+    mm[nmm++] = (Piece){{sq, dv, sk, bh}, sc + v + o}; /* O = P V */
+  } else {
+    mm[nmm++] = (Piece){{sq, sk, dv, bh}, o + v + sc}; /* dP = dO V^T */
+    mem[nmem++] = 3 * sc;                                      /* dS from P and dP */
+    mm[nmm++] = (Piece){{sq, d, sk, bh}, sc + k + q};  /* dQ = dS K */
+    mm[nmm++] = (Piece){{sk, d, sq, bh}, sc + q + k};  /* dK = dS^T Q */
+    mm[nmm++] = (Piece){{sk, dv, sq, bh}, sc + o + v}; /* dV = P^T dO */
+  }
+  for (int i = 0; i < nmm + nmem; i++) {
+    OpTime p;
+    if (i < nmm) cost_matmul(t, dt, mm[i].s, mm[i].bytes, ideal, &p);
+    else cost_memory_op(t, mem[i - nmm], ideal, &p);
+    c.time_s += p.time_s;
+    c.compute_s += p.compute_s;
+    c.memory_s += p.memory_s;
+    c.overhead_s += p.overhead_s;
+    c.exec_flops += p.exec_flops;
+    c.bytes += p.bytes;
+  }
+  double fwd = 2 * bh * sq * sk * (d + dv);
+  c.flops = backward ? 2 * fwd : fwd;
+  double peak = cost_peak_flops(t, dt, true);
+  c.efficiency = c.compute_s > 0 && peak > 0 ? c.flops / (c.compute_s * peak) : 1;
+  c.memory_bound = c.memory_s > c.compute_s;
+  if (out) *out = c;
+  return c.time_s;
+}
+
 double cost_attention(const Target *t, DType dt, AttentionShape a, bool backward, bool ideal,
                       OpTime *out) {
+  if (t && t->attention_materialized && a.heads > 0 && a.q_len > 0 && a.kv_len > 0 && a.head_dim > 0)
+    return attention_materialized(t, dt, a, backward, ideal, out);
   OpTime c = opcost_zero();
   double b = at_least1(a.batch), h = a.heads, hk = a.kv_heads > 0 ? a.kv_heads : a.heads;
   double sq = a.q_len, sk = a.kv_len, d = a.head_dim, dv = a.v_dim > 0 ? a.v_dim : a.head_dim;

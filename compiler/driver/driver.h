@@ -35,6 +35,8 @@ typedef struct Options {
   const char *output;      /* -o FILE, or NULL */
   const char *trace;       /* --trace FILE (sim), or NULL */
   bool ideal;              /* --ideal (sim: peak figures, no efficiency factors) */
+  double tokens;           /* --tokens N (sim: days to train on N tokens), 0 if not given */
+  double mfu;              /* --mfu R (sim: with --tokens, at this MFU), 0 if not given */
   bool shardings;          /* --shardings (explain: print every value's sharding) */
   DiagFormat diag_format;  /* --diag-format text|machine */
 } Options;
@@ -44,6 +46,7 @@ typedef struct Options {
 int cmd_parse(const Options *o);
 int cmd_check(const Options *o);
 int cmd_explain(const Options *o);   /* explain.c */
+int cmd_sim(const Options *o);       /* cmd_sim.c */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bucket.h"
 #include "check.h"
+#include "explain_textbook.h"
 #include "report.h"
 #include "cost.h"
 #include "memory.h"
@@ -53,6 +55,9 @@ typedef struct CollRow {
   SrcLoc loc;
   const char *reason;
   const Value *x, *y;
+  int nbucket;          /* a bucket (shard/bucket.h): its members, one run of their summed bytes;
+                           0 for a collective of its own */
+  const char *members;  /* a bucket's members: what each moves */
 } CollRow;
 
 typedef struct Explain {
@@ -206,6 +211,51 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
 }
 
+/* What a bucket member moves: the name of the value it reduces into or gathers from, following
+ * single readers that pass it on (casts, views, the accumulation's add), or, for a loop body's
+ * output (a layer's gradient row), the name of the loop result that stacks it. */
+static const char *member_name(const Op *o) {
+  if (o->kind == OP_ALL_GATHER && o->operands[0]->name) return o->operands[0]->name;
+  const Value *v = o->results[0];
+  for (int step = 0; step < 8 && v; step++) {
+    if (v->name) return v->name;
+    const IrFunc *f = v->func;
+    for (int r = 0; f && r < f->noutputs; r++) {
+      if (f->outputs[r] != v) continue;
+      for (const Op *l = f->parent ? f->parent->first : NULL; l; l = l->next)
+        if (l->kind == OP_LOOP && l->body == f && r < l->nresults && l->results[r]->name) return l->results[r]->name;
+    }
+    const Value *next = NULL; /* its one reader's result */
+    int readers = 0;
+    for (const Op *u = f ? f->first : NULL; u; u = u->next)
+      for (int i = 0; i < u->noperands; i++)
+        if (u->operands[i] == v && u->nresults == 1) readers++, next = u->results[0];
+    v = readers == 1 ? next : NULL;
+  }
+  return o->operands[0]->name ? o->operands[0]->name : "a value";
+}
+
+/* A bucket starting at `first`: one run of its members' summed bytes, and who they are. */
+static void bucket_figures(Explain *E, const Op *first, CollRow *r) {
+  double bytes = 0;
+  char *names = "";
+  int n = 0;
+  for (const Op *o = first; o; o = o->next) {
+    if (o->bucket != first->bucket) continue;
+    const Value *v = o->kind == OP_ALL_GATHER ? o->results[0] : o->operands[0];
+    bytes += (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+    names = arena_printf(E->a, "%s%s%s %s", names, n ? ", " : "", member_name(o), sharding_text(E, o->results[0]));
+    n++;
+  }
+  r->nbucket = n;
+  r->members = names;
+  r->reason = arena_printf(E->a, "a bucket of %d %s of at most %lld MiB together, run as one collective (as PyTorch "
+                           "DDP and FSDP bucket them; docs/passes.md); the first: %s",
+                           n, first->kind == OP_ALL_GATHER ? "weight gathers" : "gradient reductions",
+                           (long long)(BUCKET_CAP_BYTES >> 20), first->reason ? first->reason : "?");
+  cost_collective(E->mesh, r->kind, first->axes, bytes, true, &r->cost);
+}
+
 /* "first stage", "last stage", "first and last stages" for an op of main placed on those. */
 static const char *place_text(uint8_t place) {
   switch (place) {
@@ -272,28 +322,88 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
                             dir ? "gradient" : "activation", dir ? "previous" : "next", pi->stages, pi->chunks,
                             pi->chunks == 1 ? "" : "s", (long long)pi->chunk_layers, pi->microbatches,
                             pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi), fmt_count(E->a, sends));
-    cost_collective(E->mesh, COLL_PERMUTE, st, (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh), true,
-                    &c.cost);
+    double act_bytes = (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh);
+    double split = pi->send_split ? (double)sharding_axes_product(E->mesh, pi->send_split) : 1;
+    if (pi->send_split)
+      c.reason = arena_printf(E->a, "%s; the activation is replicated over %s, so each of those devices sends 1/%g of "
+                              "it and the receiving stage gathers it (Megatron's scatter-gather)",
+                              c.reason, axes_names(E, pi->send_split, true), split);
+    cost_collective(E->mesh, COLL_PERMUTE, st, act_bytes / split, true, &c.cost);
     VEC_PUSH(E->a, E->colls, c);
     E->comm_s += c.cost.time_s * c.count;
+    if (pi->send_split) { /* the receiving stage's gather of the slices */
+      CollRow g = c;
+      g.kind = COLL_ALL_GATHER;
+      g.axes = pi->send_split;
+      g.reason = arena_printf(E->a, "pipeline: the receiving stage gathers the %s's slices over %s (Megatron's "
+                              "scatter-gather: the send moved 1/%g of it)",
+                              dir ? "gradient" : "activation", axes_names(E, pi->send_split, true), split);
+      cost_collective(E->mesh, COLL_ALL_GATHER, pi->send_split, act_bytes, true, &g.cost);
+      VEC_PUSH(E->a, E->colls, g);
+      E->comm_s += g.cost.time_s * g.count;
+    }
   }
+}
+
+/* A ring attention's ring (language.md: one collective_permute entry for the forward ring, K and V
+ * together, one for the backward's, K, V and their gradients), n - 1 steps per run. */
+static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_layer, const char *stages) {
+  int n = (int)sharding_axes_product(E->mesh, op->ring);
+  const Value *k = op->operands[1], *v = op->operands[2];
+  double block = (double)sharding_local_bytes(&k->type, &k->sharding, E->mesh) +
+                 (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
+  CollRow r = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = op->ring, .phase = op->phase, .loc = op->loc,
+               .reason = op->reason, .x = k, .y = k, .stages = stages, .in_layer = in_layer};
+  r.count = mult * (n - 1);
+  cost_collective(E->mesh, COLL_PERMUTE, op->ring, block, true, &r.cost);
+  r.members = arena_printf(E->a, "%s (%s a step)", op->kind == OP_ATTENTION ? "K and V" : "K, V and their gradients",
+                           fmt_bytes(E->a, block));
+  if (op->kind == OP_ATTENTION) { /* the other form, for the program at hand */
+    const Value *q = op->operands[0], *o = op->results[0];
+    double qb = (double)sharding_local_bytes(&q->type, &q->sharding, E->mesh);
+    double ob = (double)sharding_local_bytes(&o->type, &o->sharding, E->mesh);
+    CollCost a2a;
+    double t = 0, bytes = 0;
+    double moved[4] = {qb, block / 2, block / 2, ob};
+    for (int i = 0; i < 4; i++) {
+      cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
+      t += a2a.time_s, bytes += a2a.bytes_per_device;
+    }
+    r.reason = arena_printf(E->a, "%s. The Ulysses form (the layout mapping heads to %s instead: AllToAlls of q, k and "
+                            "v to head sharding and of the output back) would move %s per run in 4 AllToAlls, %s, "
+                            "against the ring's %s in %d steps, %s, which overlap the attention",
+                            op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
+                            fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
+                            fmt_time(E->a, r.cost.time_s * (n - 1)));
+  }
+  VEC_PUSH(E->a, E->colls, r);
+  E->comm_s += r.cost.time_s * r.count;
+  if (in_layer) E->layer_comm_s += r.cost.time_s * (n - 1);
 }
 
 static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
                     const char *stages) {
   const Target *t = E->mesh->target;
+  VEC(int) counted = {0}; /* the buckets of f counted (with their first member) */
   for (const Op *op = f->first; op; op = op->next) {
     double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
     const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
     if (ir_op_is_collective(op->kind)) {
+      bool seen = false;
+      for (int i = 0; op->bucket && i < counted.len; i++) seen |= counted.data[i] == op->bucket;
+      if (seen) continue; /* counted with its bucket's first member */
+      if (op->bucket) VEC_PUSH(E->a, counted, op->bucket);
       CollRow r = {.op = op, .depth = depth, .stages = where_runs};
       coll_figures(E, op, mult * fr, &r);
+      if (op->bucket) bucket_figures(E, op, &r);
       r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
       if (r.in_layer) E->layer_comm_s += r.cost.time_s;
       continue;
     }
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
     if (op->kind == OP_CONST) continue;
     if (op->kind == OP_PIPELINE && op->pipe) {
       collect_pipeline(E, op, depth, mult);
@@ -445,7 +555,9 @@ static void print_colls(FILE *out, const Explain *E) {
     if (r->count != 1) fprintf(out, ", x%s per step", fmt_count(E->a, r->count));
     if (r->stages) fprintf(out, " (on the %s)", r->stages);
     fputc('\n', out);
-    fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
+    if (r->nbucket) fprintf(out, "     a bucket of %d: %s\n", r->nbucket, r->members);
+    else if (!r->op && r->members) fprintf(out, "     the ring's blocks: %s\n", r->members);
+    else fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
     fprintf(out, "     why: %s\n", r->reason ? r->reason : "?");
@@ -688,6 +800,7 @@ static cJSON *json_report(const Explain *E) {
   cJSON_AddNumberToObject(mem, "capacity", E->mem.capacity);
   cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
   cJSON_AddBoolToObject(o, "fits", E->mem.fits);
+  cJSON_AddItemToObject(o, "textbook", explain_textbook_json(E->a, E->m, E->p));
   if (E->pipe) {
     const PipeInfo *pi = E->pipe;
     uint16_t st = 0;
@@ -749,6 +862,7 @@ int cmd_explain(const Options *o) {
     print_ops(stdout, &E);
     print_colls(stdout, &E);
     print_summary(stdout, &E);
+    explain_textbook_text(stdout, &arena, m, p);
     print_pipeline(stdout, &E);
     if (o->shardings) {
       fprintf(stdout, "\nshardings (every value; where each axis comes from):\n");

@@ -25,7 +25,7 @@ static const Command commands[] = {
   {"parse", cmd_parse, "parse only; print the syntax tree in a stable text form"},
   {"check", cmd_check, "parse, type-check, memory fit per device; exit 1 if it does not fit"},
   {"explain", cmd_explain, "every op with its sharding; every inserted collective with reason and cost"},
-  {"sim", NULL, "simulated step on the mesh's target: time, breakdown, MFU"},
+  {"sim", cmd_sim, "simulated step on the mesh's target: time, breakdown, MFU"},
   {"run", NULL, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
   {"build", NULL, "compile to an executable (-o FILE)"},
 };
@@ -48,6 +48,8 @@ static void print_help(FILE *f) {
           "  -o FILE                output file (build)\n"
           "  --trace FILE           write a trace of the simulated step (sim)\n"
           "  --ideal                use the targets' peak figures, no efficiency factors (sim)\n"
+          "  --tokens N             sim: days to train on N tokens at the simulated rate\n"
+          "  --mfu R                sim: with --tokens, at this MFU (a fraction) instead\n"
           "  --shardings            check: every param's and input's sharding and where it came\n"
           "                         from; explain: every value's\n"
           "  --diag-format text|machine\n"
@@ -111,7 +113,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 /* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
 static int parse_args(int argc, char **argv, Options *o) {
   static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
-                                       "-o", "--trace", "--diag-format"};
+                                       "-o", "--trace", "--diag-format", "--tokens", "--mfu"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -154,6 +156,15 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "--entry") == 0) o->entry = v;
     else if (strcmp(opt, "-o") == 0) o->output = v;
     else if (strcmp(opt, "--trace") == 0) o->trace = v;
+    else if (strcmp(opt, "--tokens") == 0 || strcmp(opt, "--mfu") == 0) {
+      char *end;
+      double x = strtod(v, &end);
+      bool mfu = opt[2] == 'm';
+      if (*end || !(x > 0) || x > 1e30 || (mfu && x > 1))
+        return usage_error(mfu ? "bad --mfu '%s': expected a fraction in (0, 1]" : "bad --tokens '%s': expected a positive number", v);
+      if (mfu) o->mfu = x;
+      else o->tokens = x;
+    }
     else if (strcmp(opt, "--format") == 0) {
       if (strcmp(v, "text") == 0) o->format = FORMAT_TEXT;
       else if (strcmp(v, "json") == 0) o->format = FORMAT_JSON;

@@ -200,6 +200,10 @@ typedef struct CollSpec {
 typedef struct Op Op;
 typedef struct IrFunc IrFunc;
 
+/* What a collective moves (shard/bucket.c decides, by dataflow): an activation (or its gradient),
+ * a weight (gathered from a param's shard), or a param's gradient (reduced). */
+typedef enum { ROLE_ACTIVATION, ROLE_WEIGHT, ROLE_GRADIENT } CollRole;
+
 /* ---- pipelines (shard/stages.c, shard/schedule.c) ----
  * Under `layers@stage` a train step's microbatch loop (or a forward's body) becomes one
  * OP_PIPELINE whose regions are the pieces each stage runs; its schedule lists, per stage, the
@@ -271,6 +275,11 @@ typedef struct PipeInfo {
   int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]) */
   int in_flight_max[2];        /* the schedule's peak of microbatch-chunks whose forward ran and backward
                                   did not, on the first and the last stage (activation memory) */
+  uint16_t send_split;         /* the axes (none of the stage's) over which the activation crossing a
+                                  stage boundary is replicated: each of those devices sends 1/n of it
+                                  and the receiving devices all-gather it over them (Megatron's
+                                  scatter-gather); 0: each device sends its whole block. What arrives is
+                                  the same either way. */
 } PipeInfo;
 
 /* Where an op of main runs once a pipeline exists (Op.place): 0 every device; otherwise the
@@ -367,6 +376,14 @@ struct Op {
                            next stage once every coll_period iterations (the layers per stage), and
                            is the identity otherwise; 0 for every other op */
   bool partitioned;     /* partition.c has handled the op (it skips such ops when run again) */
+  uint8_t role;         /* a collective's CollRole (shard/bucket.c) */
+  uint16_t ring;        /* OP_ATTENTION(_GRAD) run as ring attention over these axes (partition.c;
+                           language.md, Context parallelism): q, o, do keep their query block, the
+                           K/V blocks (and in the backward their gradients) travel the ring, n - 1
+                           CollectivePermute steps merged by online softmax; 0: an ordinary op */
+  int bucket;           /* a collective in a bucket (shard/bucket.c): the bucket's number, shared
+                           by its members, which run as one collective of their summed bytes; 0:
+                           none */
   /* training (autodiff.c, step.c) */
   int nstacked;         /* OP_LOOP: body outputs [ncarried, ncarried + nstacked) are per-iteration
                            values, stacked: result ncarried + j is body output ncarried + j of
@@ -421,6 +438,22 @@ typedef struct IrModule {
   struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
                             NULL for a forward only */
   Op *pipeline;         /* the step's OP_PIPELINE (stages.c), or NULL */
+  struct Zigzag {       /* a causal ring's load balance (partition.c): dims `dims` (the query and
+                           key sequence) sharded over `axes` are stored in zigzag order: split into
+                           2n chunks, device i holds chunks i and 2n-1-i; every tensor with them
+                           keeps that order (the interpreter permutes inputs and outputs, causal
+                           masks read the logical index) */
+    const struct Dim *dims[2];
+    uint16_t axes;      /* 0: none */
+    int n;
+  } zigzag;
+  struct PlanChoice {   /* propagate.c's two whole-step candidates, where the layout shards a
+                           weight over axes that do not shard the batch (tensor parallelism) */
+    uint16_t tp_axes;   /* those axes; 0: one candidate only, nothing to report */
+    bool kept;          /* the plan keeping every weight sharded over them won (or tied) */
+    double kept_s, free_s;     /* the step's collective time under each (partition_cost) */
+    double kept_count, free_count;
+  } plan_choice;
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
 } IrModule;
@@ -465,6 +498,10 @@ char *tensor_type_format(char *buf, size_t n, const TensorType *t);
 char *sharding_format(char *buf, size_t n, const TensorType *t, const Sharding *s, const Mesh *m);
 int64_t sharding_local_extent(const TensorType *t, const Sharding *s, const Mesh *m, int dim);
 int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh *m);
+/* The logical index of storage position p along d under m's zigzag order (IrModule.zigzag): a dim
+ * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
+ * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
+int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
 
 /* Lowers p->entry (with p->step deciding nothing yet: the forward only) to IR. Type errors are
  * diagnostics; returns NULL when there were any. */

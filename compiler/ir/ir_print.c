@@ -127,6 +127,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
     if (op->coll_period > 0) fprintf(out, " every %lld trips (pipeline)", (long long)op->coll_period);
     if (op->coll->ngroup) fprintf(out, " group {%d, %d}", op->coll->group[0], op->coll->group[1]);
   }
+  if (op->bucket) fprintf(out, " bucket %d", op->bucket);
 }
 
 static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {

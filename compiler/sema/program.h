@@ -89,6 +89,8 @@ typedef struct Target {
   double attention_efficiency; /* fraction of peak the fused (flash) attention's matmuls reach;
                                   0: matmul_efficiency */
   double op_overhead;        /* s per kernel / fused op (launch and dependency gap) */
+  bool attention_materialized; /* `attention = materialized`: the fused attention op runs as
+                                  libraries before flash attention ran it, its scores through HBM */
   int fabric_domain;         /* GPU: GPUs under a full-bisection network (0: the whole network) */
   double fabric_oversubscription; /* GPU: bandwidth ratio above fabric_domain (1: non-blocking) */
 } Target;

@@ -25,6 +25,7 @@ typedef enum {
   TV_TORUS,  /* [n, n] or [n, n, n] */
   TV_COLL,   /* { max = fraction  half_bytes = bytes }: two adjacent doubles at the offset */
   TV_VEC3,   /* [a, b, c]: three numbers in the key's range (R_COUNT: whole numbers >= 1) */
+  TV_ATTN,   /* flash | materialized: how the fused attention op runs (Target.attention_materialized) */
 } TargetValue;
 
 /* TV_NUM's ranges. Times are amounts divided by rates and fractions (bytes / bandwidth, FLOPs /
@@ -77,6 +78,7 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
   X(TKEY_HBM_EFF, "hbm_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, hbm_efficiency)) \
   X(TKEY_ATTN_EFF, "attention_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, attention_efficiency)) \
   X(TKEY_OP_OVERHEAD, "op_overhead", TV_NUM, R_LATENCY, FOR_ANY, 0, offsetof(Target, op_overhead)) \
+  X(TKEY_ATTENTION, "attention", TV_ATTN, R_ANY, FOR_ANY, 0, offsetof(Target, attention_materialized)) \
   X(TKEY_FABRIC_DOMAIN, "fabric_domain", TV_INT, R_ANY, FOR_GPU, 0, offsetof(Target, fabric_domain)) \
   X(TKEY_FABRIC_OVERSUB, "fabric_oversubscription", TV_NUM, R_RATIO, FOR_GPU, 0, offsetof(Target, fabric_oversubscription))
 
@@ -413,6 +415,13 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
       if (w && v->kind != N_NUM && strcmp(w, "tpu") == 0) t->kind = TARGET_TPU;
       else if (w && v->kind != N_NUM && strcmp(w, "gpu") == 0) t->kind = TARGET_GPU;
       else diag_error(v->loc, "'kind' must be tpu or gpu"), ok = false;
+      break;
+    }
+    case TV_ATTN: {
+      Name w = sema_kv_word(v);
+      bool flash = w && v->kind != N_NUM && strcmp(w, "flash") == 0;
+      if (flash || (w && v->kind != N_NUM && strcmp(w, "materialized") == 0)) t->attention_materialized = !flash;
+      else diag_error(v->loc, "'attention' must be flash or materialized"), ok = false;
       break;
     }
     case TV_BASE:

@@ -77,6 +77,8 @@ typedef struct Prop {
   bool *is_output;      /* by value id: an output of its function */
   ValueVec order;       /* FREE values in program order: the search's order */
   PlanMemo memo;
+  uint16_t *keep;       /* by value id: the tensor-parallel axes a weight keeps (PlanCtx.keep) */
+  bool keeping;         /* the search runs with `keep` */
 } Prop;
 
 typedef struct Score {
@@ -202,7 +204,8 @@ static void setup_func(Prop *P, IrFunc *f, bool incremental) {
 /* ---- derivation ---- */
 
 static PlanCtx plan_ctx(const Prop *P, uint16_t blocked) {
-  return (PlanCtx){.p = P->p, .mesh = P->mesh, .blocked = blocked};
+  return (PlanCtx){.p = P->p, .mesh = P->mesh, .blocked = blocked, .keep = P->keeping ? P->keep : NULL,
+                   .nkeep = P->nvalues};
 }
 
 static bool is_free(const Prop *P, const Value *v) { return P->kind[v->id] == V_FREE; }
@@ -823,6 +826,62 @@ static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
 
 /* ---- the search ---- */
 
+/* ---- the tensor-parallel candidate ----
+ *
+ * The axes sharding `batch` (those of main's inputs' dims named so): a weight sharded over them is
+ * FSDP's, gathered where used; over the others it is tensor parallelism's, and keeping it so is
+ * the first whole-step candidate. */
+static uint16_t batch_axes_of(const IrModule *m) {
+  uint16_t ax = 0;
+  for (int i = 0; i < m->main->ninputs; i++) {
+    const Value *v = m->main->inputs[i];
+    for (int d = 0; d < v->type.rank; d++)
+      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
+        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
+  }
+  return ax;
+}
+
+/* keep[v] for every value that is a weight (a param, and through casts, views and loop slices
+ * what reads it whole), the tensor-parallel axes of its sharding; returns their union. */
+static uint16_t mark_keep(Prop *P, IrFunc *f, uint16_t dp, uint16_t blocked) {
+  uint16_t all = 0;
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_PARAM) {
+      const Value *v = op->results[0];
+      uint16_t ax = (uint16_t)(sharding_axes_used(&v->sharding, v->type.rank) & ~dp & ~blocked);
+      P->keep[v->id] = ax;
+      all |= ax;
+    }
+    bool view = op->kind == OP_CAST || op->kind == OP_RENAME || op->kind == OP_TRANSPOSE || op->kind == OP_SPLIT ||
+                op->kind == OP_MERGE;
+    if (view && op->noperands == 1 && op->nresults == 1) P->keep[op->results[0]->id] = P->keep[op->operands[0]->id];
+    if (op->kind == OP_LOOP && op->body) {
+      uint16_t inner = blocked | loop_stage_axes(op);
+      for (int i = 0; i < op->noperands && i < op->body->ninputs; i++) {
+        bool carried = i >= op->nslices && i < op->nslices + op->ncarried;
+        if (!carried) P->keep[op->body->inputs[i]->id] = (uint16_t)(P->keep[op->operands[i]->id] & ~inner);
+      }
+      all |= mark_keep(P, op->body, dp, inner);
+    }
+  }
+  return all;
+}
+
+/* The stage axes of every loop of f (a pipeline's): a weight sharded over them is a stage's. */
+static uint16_t all_stage_axes(const IrFunc *f) {
+  uint16_t ax = 0;
+  for (const Op *op = f->first; op; op = op->next)
+    if (op->kind == OP_LOOP && op->body) ax |= (uint16_t)(loop_stage_axes(op) | all_stage_axes(op->body));
+  return ax;
+}
+
+static void memo_reset(Prop *P) {
+  free(P->memo.slot);
+  free(P->memo.last);
+  memset(&P->memo, 0, sizeof P->memo);
+}
+
 static void search(Prop *P) {
   derive(P);
   Score best = score(P);
@@ -869,7 +928,39 @@ void propagate_module(IrModule *m, const Program *p) {
   bool incremental = module_partitioned(m->main);
   P.plans = m->arena;
   setup_func(&P, m->main, incremental);
-  search(&P);
+  P.keep = ARENA_ARRAY(&a, uint16_t, n);
+  if (!incremental) derive(&P); /* the tied values' shardings (a loop's stacked params), for the stage axes */
+  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, batch_axes_of(m), all_stage_axes(m->main));
+  memo_reset(&P); /* (the memo's plans are a function of the constraint too) */
+  m->plan_choice = (struct PlanChoice){0};
+  if (tp) {
+    /* two whole-step candidates: every weight kept sharded over the tensor-parallel axes (first:
+     * it wins ties), and the free search; the step's collective time decides */
+    P.keeping = true;
+    search(&P);
+    P.keeping = false;
+    Score kept = score(&P);
+    bool *pinned = ARENA_ARRAY(&a, bool, n);
+    Sharding *pin = ARENA_ARRAY(&a, Sharding, n);
+    memcpy(pinned, P.pinned, sizeof *pinned * (size_t)n);
+    memcpy(pin, P.pin, sizeof *pin * (size_t)n);
+    memo_reset(&P);
+    memset(P.pinned, 0, sizeof *P.pinned * (size_t)n);
+    search(&P);
+    Score free_ = score(&P);
+    m->plan_choice = (struct PlanChoice){.tp_axes = tp, .kept = !score_better(&free_, &kept), .kept_s = kept.time_s,
+                                         .free_s = free_.time_s, .kept_count = kept.count,
+                                         .free_count = free_.count};
+    if (m->plan_choice.kept) { /* back to the kept plan, derived without the constraint */
+      memcpy(P.pinned, pinned, sizeof *pinned * (size_t)n);
+      memcpy(P.pin, pin, sizeof *pin * (size_t)n);
+      memo_reset(&P);
+      P.keeping = true;
+      derive(&P);
+    }
+  } else {
+    search(&P);
+  }
   free(P.memo.slot);
   free(P.memo.last);
   arena_free(&a);

@@ -654,6 +654,24 @@ static IrFunc *wrap_forward(St *S) {
   return B;
 }
 
+/* The axes over which the activation a chunk sends is replicated (no dim of it uses them, it is
+ * no partial sum over them): split over them for the send when its block divides (PipeInfo). */
+static uint16_t send_split(const St *S, uint16_t stage) {
+  const PipeInfo *pi = S->pi;
+  const IrFunc *R = pi->region[PR_CHUNK_FWD];
+  const Value *act = NULL;
+  for (int i = 0; R && i < R->noutputs; i++)
+    if (pi->out[PR_CHUNK_FWD][i].kind == POUT_ACT) act = R->outputs[i];
+  if (!act) return 0;
+  uint16_t used = (uint16_t)(sharding_axes_used(&act->sharding, act->type.rank) | act->sharding.partial | stage);
+  uint16_t split = 0;
+  int64_t n = 1, elems = 1;
+  for (int a = 0; a < S->mesh->naxes; a++)
+    if (!(used & bit(a)) && S->mesh->axes[a].size > 1) split |= bit(a), n *= S->mesh->axes[a].size;
+  for (int d = 0; d < act->type.rank; d++) elems *= act->local[d] > 0 ? act->local[d] : act->type.dims[d]->size;
+  return split && elems % n == 0 ? split : 0;
+}
+
 bool stages_module(IrModule *m, const Program *p) {
   if (!m || !m->main || !p || !p->mesh || m->pipeline) return true;
   if (getenv("SHARDC_NO_STAGES")) return true;
@@ -718,6 +736,7 @@ bool stages_module(IrModule *m, const Program *p) {
   if (!S.failed) needs(&S);
   if (!S.failed) build_regions(&S);
   if (S.failed) return false;
+  pi->send_split = send_split(&S, sm);
 
   /* the pipeline op takes the place of the microbatch loop (or of main's body) */
   TensorType *types = ARENA_ARRAY(m->arena, TensorType, (M ? M->nresults : B->noutputs) + 1);

@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "interp.h"
+#include "bucket.h"
+#include "opcost.h"
 #include "partition.h"
 #include "step.h"
 #include "unit_test.h"
@@ -95,13 +97,38 @@ static const TensorType *logits_type(const IrFunc *f) {
 
 /* Collectives over the mesh axis `axis` by kind, [0] inside the microbatch loop's body (at any
  * depth), [1] outside it. */
-static void census_axis(const IrModule *m, const IrFunc *f, int axis, bool in_micro, int n[2][5]) {
+static void census_axis(const IrModule *m, const IrFunc *f, int axis, bool in_micro, int n[2][5], int runs[2][5]) {
+  int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body)
-      census_axis(m, op->body, axis, in_micro || (m->step && op == m->step->micro_loop), n);
+      census_axis(m, op->body, axis, in_micro || (m->step && op == m->step->micro_loop), n, runs);
     int k = coll_index(op->kind);
-    if (k >= 0 && (op->axes & (1u << axis))) n[in_micro ? 0 : 1][k]++;
+    if (k < 0 || !(op->axes & (1u << axis))) continue;
+    n[in_micro ? 0 : 1][k]++;
+    if (!op->bucket || op->bucket != bucket) runs[in_micro ? 0 : 1][k]++; /* a bucket runs once */
+    bucket = op->bucket;
   }
+}
+
+/* The runs the gradients' (or params') collectives make when buckets (bucket.h) fuse those below
+ * the cap: per dtype, one run for each at or above it, and one for all the smaller ones (the
+ * claim holds when those fit one bucket: -1 otherwise). `f32`: every one moves in f32 (zero = 2's
+ * reductions into the f32 accumulators), else in its param's dtype. */
+static int bucketed_runs(const IrModule *m, const Mesh *mesh, bool f32) {
+  int runs = 0;
+  for (int dt = 0; dt < DT__COUNT; dt++) {
+    int64_t small = 0;
+    for (int i = 0; i < m->step->nparams; i++) {
+      const Value *v = m->step->params[i].value;
+      if ((f32 ? DT_F32 : (int)v->type.dtype) != dt) continue;
+      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh) / dtype_bytes(v->type.dtype) * (f32 ? 4 : dtype_bytes(v->type.dtype));
+      if (b >= BUCKET_CAP_BYTES) runs++;
+      else small += b;
+    }
+    if (small > BUCKET_CAP_BYTES) return -1;
+    runs += small > 0;
+  }
+  return runs;
 }
 
 /* The gradient transformations of zero (ZeRO, Rajbhandari et al.) on a layout whose `data` axis
@@ -117,9 +144,10 @@ static void check_zero(const IrModule *m, const Mesh *mesh, int zero) {
   int axis = mesh_axis_index(mesh, intern_cstr("data"));
   UT_CHECK(axis >= 0 && m->step && m->step->micro_loop, "the case needs a `data` axis and microbatches");
   if (axis < 0 || !m->step || !m->step->micro_loop) return;
-  int n[2][5];
+  int n[2][5], runs[2][5];
   memset(n, 0, sizeof n);
-  census_axis(m, m->main, axis, false, n);
+  memset(runs, 0, sizeof runs);
+  census_axis(m, m->main, axis, false, n, runs);
   int P = m->nparams;
   int want[2][5] = {{0}};
   want[1][2] = 1; /* the loss */
@@ -132,6 +160,16 @@ static void check_zero(const IrModule *m, const Mesh *mesh, int zero) {
     for (int k = 0; k < 5; k++)
       UT_CHECK(n[w][k] == want[w][k], "zero = %d: %d %s over data %s the microbatch loop, expected %d", zero, n[w][k],
                kinds[k], w ? "after" : "inside", want[w][k]);
+  /* and in buckets: the P gradient collectives after the loop run as bucketed_runs() */
+  int br = bucketed_runs(m, mesh, false), brf = bucketed_runs(m, mesh, zero == 2);
+  UT_CHECK(br > 0 && brf > 0, "the small gradients do not fit one bucket: the claim needs another model");
+  int k = zero == 0 ? 2 : 1, w = zero == 2 ? 0 : 1;
+  int want_runs = brf + (k == 2); /* the loss's AllReduce runs on its own */
+  UT_CHECK(runs[w][k] == want_runs, "zero = %d: %d runs of %s over data %s the microbatch loop, expected %d (buckets)",
+           zero, runs[w][k], kinds[k], w ? "after" : "inside", want_runs);
+  if (zero >= 1)
+    UT_CHECK(runs[1][0] == br, "zero = %d: %d runs of all_gathers over data after the loop, expected %d (buckets)", zero,
+             runs[1][0], br);
 }
 
 /* ---- the cases ---- */
@@ -257,6 +295,8 @@ int main(int argc, char **argv) {
   static const char *llama_mb = STEP_SPMD_DIR "/llama_tiny_mb.shard";
   static const char *mlp = SHARDC_SAMPLES "/mlp.shard";
   static const char *gpt = STEP_SPMD_DIR "/gpt_tiny.shard";
+  static const char *ring_causal = STEP_SPMD_DIR "/ring_causal.shard";
+  static const char *ring_full = STEP_SPMD_DIR "/ring_full.shard";
   static const char *zero0 = STEP_SPMD_DIR "/llama_tiny_zero0.shard";
   static const char *zero1 = STEP_SPMD_DIR "/llama_tiny_zero1.shard";
   static const char *zero2 = STEP_SPMD_DIR "/llama_tiny_zero2.shard";
@@ -293,6 +333,15 @@ int main(int argc, char **argv) {
                                           .max_bwd_gathers = -1, .no_logits_gather = true}, 0, 0},
     {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}, 0, 0},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
+    /* ring attention (language.md, Context parallelism) over 2, 4 and 8 devices, causal (in
+     * zigzag order) and not: no gather of k or v anywhere; the forward's only collective is the
+     * loss's AllReduce, the backward's the AllReduces of the 4 weight gradients (one bucket) */
+    {ring_causal, NULL, 0, "ring2", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_causal, NULL, 0, "ring4", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_causal, NULL, 0, "ring8", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring2", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring4", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring8", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
     /* zero = 0, 1, 2 on data and tensor parallelism (check_zero) */
     {zero0, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 1}, 0, 0},
     {zero1, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 2}, 0, 0},
@@ -305,6 +354,37 @@ int main(int argc, char **argv) {
     {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
   };
   for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
+  /* the causal ring's zigzag balance: every device's query block keeps as many (query, key) pairs
+   * unmasked. seq = 32 over n devices, chunks of c = 32 / 2n; device i holds chunks i and 2n-1-i:
+   * its pairs are sum over both chunks of (logical index + 1) = c (i c + (c+1)/2) + c ((2n-1-i) c +
+   * (c+1)/2) = c^2 (2n - 1) + c (c + 1), the same for every i. Contiguous blocks (device i holding
+   * [i S/n, (i+1) S/n)) would give device n-1 the most, (2n-1)/1 times device 0's for large S. */
+  static const char *ring_meshes[] = {"ring2", "ring4", "ring8"};
+  for (int k = 0; k < 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "ring.zigzag_balance.%s", ring_meshes[k]);
+    if (only && !strstr(name, only)) continue;
+    ut_begin(name);
+    InterpProgram ip;
+    if (interp_load(&ip, ring_causal, NULL, 0, "cp", ring_meshes[k], NULL) != EXIT_OK || !ip.cp.ir ||
+        !interp_partition(&ip)) {
+      ut_fail("%s does not load and partition", ring_causal);
+    } else {
+      const Op *att = NULL;
+      for (const Op *op = ip.cp.ir->main->first; op && !att; op = op->next)
+        if (op->kind == OP_ATTENTION) att = op;
+      UT_CHECK(att && att->ring, "the attention is not a ring");
+      int n = 2 << k;
+      double c = 32.0 / (2 * n), want = c * c * (2 * n - 1) + c * (c + 1);
+      for (int r = 0; att && r < n; r++)
+        ut_near(arena_printf(&ip.arena, "pairs on device %d", r), opcost_ring_pairs(ip.cp.ir, att, r), want, 0);
+      double first = 0, last = 0; /* the same blocks stored contiguously: unbalanced */
+      for (int64_t p = 0; p < 32 / n; p++) first += p + 1, last += 32 - 32 / n + p + 1;
+      UT_CHECK(last > first, "contiguous blocks would be balanced too (%g, %g): the test cannot fail", first, last);
+    }
+    interp_unload(&ip);
+    ut_end();
+  }
   /* the same claims at LLaMA 3 8B's sizes (propagated and partitioned, not run), where each
    * layer's gradient is large enough that reducing it once per microbatch shows in the time */
   static const char *llama8b[] = {"batch=512", "seq=8192", "embed=4096", "hidden=14336", "heads=32",

@@ -212,7 +212,7 @@ static void test_programs(void) {
     checked++;
     double flops = num(j, "flops_per_step"), model = num(j, "model_flops_per_step");
     UT_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "memory"), "fits")), "%s does not fit", prog_path);
-    if (strcmp(str(r, "source"), "narayanan2021") == 0) {
+    if (strcmp(str(r, "source"), "narayanan2021") == 0 || strcmp(str(r, "source"), "korthikanti2022") == 0) {
       double b = num(r, "batch"), s = num(r, "seq"), l = num(r, "layers"), h = num(r, "hidden"), v = num(r, "vocab");
       UT_CHECK(num(j, "devices") == num(r, "gpus"), "%s: %g devices, published %g", id, num(j, "devices"), num(r, "gpus"));
       double want = narayanan_model_flops(b, s, l, h, v);
@@ -234,7 +234,135 @@ static void test_programs(void) {
   }
   char name[160];
   snprintf(name, sizeof name, "validation programs: %d pass `shardc check`, fit, and count the published FLOPs", checked);
-  ut_true("all eight", checked == 8);
+  ut_true("all twelve", checked == 12);
+  ut_end_as(name);
+}
+
+/* ---- the simulated rows: shardc sim against every published figure, within the stated bounds ----
+ * Each row of docs/validation.md is bench/validation/validate's output; this recomputes every row
+ * from `shardc sim --format json` and published.json on its own, checks that the error (shardc /
+ * published - 1) lies within the tolerance published.json states for the row, and that the doc's
+ * row shows the same prediction (so the doc cannot go stale). */
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  size_t got = fread(buf, 1, (size_t)n, f);
+  fclose(f);
+  buf[got] = 0;
+  return buf;
+}
+
+static cJSON *sim_json(const char *program, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' sim '%s' %s --format json 2>/dev/null", SHARDC_SOURCE_DIR, SHARDC_BIN, program,
+           args ? args : "");
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap);
+  while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+    n += got;
+    if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+  }
+  buf[n] = 0;
+  int rc = pclose(p);
+  cJSON *j = rc == 0 ? cJSON_Parse(buf) : NULL;
+  free(buf);
+  return j;
+}
+
+/* validate.c's time format: "1.044 ms", "25.59 s" */
+static void fmt_time(char *buf, size_t n, double s) {
+  if (s >= 1) snprintf(buf, n, "%.4g s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.4g ms", s * 1e3);
+  else snprintf(buf, n, "%.4g us", s * 1e6);
+}
+
+/* The doc's table line that mentions `key` and shows `value` as a cell. */
+static bool doc_row_shows(const char *doc, const char *key, const char *value) {
+  char cell[80];
+  snprintf(cell, sizeof cell, "| %s |", value);
+  for (const char *p = doc; (p = strstr(p, key)); p++) {
+    const char *b = p, *e = strchr(p, '\n');
+    while (b > doc && b[-1] != '\n') b--;
+    if (*b != '|') continue;
+    size_t len = e ? (size_t)(e - b) : strlen(b);
+    char *line = strndup(b, len);
+    bool ok = strstr(line, cell) != NULL;
+    free(line);
+    if (ok) return true;
+  }
+  return false;
+}
+
+static void test_sim_rows(void) {
+  ut_begin(NULL);
+  char *doc = read_text(SHARDC_SOURCE_DIR "/docs/validation.md");
+  UT_CHECK(doc != NULL, "docs/validation.md is readable");
+  int rows = 0;
+  const cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(published, "book_cases")) {
+    const cJSON *s = cJSON_GetObjectItem(c, "sim");
+    if (!s) continue;
+    const char *id = str(c, "id"), *meas = str(s, "measure");
+    cJSON *j = sim_json(str(s, "program"), str(s, "args"));
+    UT_CHECK(j != NULL, "%s: `shardc sim %s %s` failed", id, str(s, "program"), str(s, "args"));
+    if (!j) continue;
+    rows++;
+    double got = NAN, want = NAN;
+    char shown[64] = "";
+    if (strcmp(meas, "step_time_s") == 0) {
+      got = num(j, "step_time_s"), want = num(c, "published_s");
+      fmt_time(shown, sizeof shown, got);
+    } else if (strcmp(meas, "bus_bandwidth") == 0) {
+      const cJSON *coll = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "slowest_collectives"), 0);
+      double v = num(c, "array_bytes"), n = num(c, "group");
+      got = 2 * v * (n - 1) / (n * num(coll, "time_s")), want = num(c, "published_bus_bandwidth");
+      snprintf(shown, sizeof shown, "%.1f GB/s", got / 1e9);
+    } else if (strcmp(meas, "train_days") == 0) {
+      got = num(cJSON_GetObjectItem(j, "train"), "days"), want = num(c, "published_days");
+      snprintf(shown, sizeof shown, "%.1f days", got);
+      /* the arithmetic itself: the program's model FLOPs for 15e12 tokens over 8960 x 4.59e14 x 0.4 */
+      double per_token = num(j, "model_flops_per_step") / num(j, "tokens_per_step");
+      ut_near("days = FLOPs / (devices x peak x MFU)", got, per_token * 15e12 / (8960 * 4.59e14 * 0.4) / 86400, 1e-9);
+    }
+    double err = got / want - 1, tol = num(s, "tolerance");
+    UT_CHECK(fabs(err) <= tol, "%s: error %+.1f%% beyond the stated %.0f%%", id, 100 * err, 100 * tol);
+    UT_CHECK(doc && doc_row_shows(doc, str(c, "what"), shown), "%s: the doc's row does not show %s", id, shown);
+    cJSON_Delete(j);
+  }
+  const cJSON *r;
+  cJSON_ArrayForEach(r, cJSON_GetObjectItem(published, "runs")) {
+    const char *id = str(r, "id"), *src = str(r, "source");
+    cJSON *j = sim_json(str(r, "program"), "");
+    UT_CHECK(j != NULL, "%s: `shardc sim` failed", id);
+    if (!j) continue;
+    rows++;
+    double step = num(j, "step_time_s"), want = num(r, "derived_step_s"), tol = num(r, "tolerance");
+    double err = step / want - 1;
+    UT_CHECK(fabs(err) <= tol, "%s: step %.4g s against %.4g s: %+.1f%%, beyond the stated %.0f%%", id, step, want,
+             100 * err, 100 * tol);
+    char key[96], shown[64];
+    if (strcmp(src, "chowdhery2022") == 0) snprintf(key, sizeof key, "PaLM 540B");
+    else if (strcmp(src, "korthikanti2022") == 0) snprintf(key, sizeof key, "GPT %s (", str(r, "name"));
+    else snprintf(key, sizeof key, "GPT %.4gB (", num(r, "params_billion"));
+    fmt_time(shown, sizeof shown, step);
+    UT_CHECK(doc && doc_row_shows(doc, key, shown), "%s: the doc's row does not show %s (run build/bench/validate)", id,
+             shown);
+    /* MFU from its definition: the program's model FLOPs / (step x devices x peak) */
+    double peak = strcmp(src, "chowdhery2022") == 0 ? 2.75e14 : 3.12e14;
+    ut_near("mfu", num(j, "mfu"), num(j, "model_flops_per_step") / (step * num(j, "devices") * peak), 1e-9);
+    cJSON_Delete(j);
+  }
+  free(doc);
+  char name[160];
+  snprintf(name, sizeof name, "simulated rows: %d against their published figures, within the stated bounds, as the doc shows",
+           rows);
   ut_end_as(name);
 }
 
@@ -247,6 +375,7 @@ int main(void) {
   test_book_llama3();
   test_published_arithmetic();
   if (published) test_programs();
+  if (published) test_sim_rows();
   cJSON_Delete(published);
   arena_free(&arena);
   return ut_summary();

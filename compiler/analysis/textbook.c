@@ -1,0 +1,330 @@
+/* textbook.c: a layer's collectives against the literature's (textbook.h). */
+#include <string.h>
+
+#include "bucket.h"
+#include "step.h"
+#include "textbook.h"
+
+static int kind_index(OpKind k) {
+  switch (k) {
+  case OP_ALL_GATHER: return COLL_ALL_GATHER;
+  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
+  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
+  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
+  case OP_PERMUTE: return COLL_PERMUTE;
+  default: return -1;
+  }
+}
+
+static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double share) {
+  int bucket = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
+      int n = 1;
+      for (int a = 0; a < mesh->naxes; a++)
+        if (op->ring >> a & 1) n *= mesh->axes[a].size;
+      c->ring |= op->ring;
+      c->ring_steps += n - 1;
+      if (op->kind == OP_ATTENTION)
+        c->ring_bytes = (double)sharding_local_bytes(&op->operands[1]->type, &op->operands[1]->sharding, mesh) +
+                        (double)sharding_local_bytes(&op->operands[2]->type, &op->operands[2]->sharding, mesh);
+    }
+    int k = kind_index(op->kind);
+    if (k < 0 || k >= CENSUS_KINDS) continue;
+    int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
+    c->n[role][k] += 1;
+    if (!op->bucket || op->bucket != bucket) c->runs[role][k] += 1;
+    bucket = op->bucket;
+    CollCost cc;
+    const Value *x = op->kind == OP_ALL_GATHER ? op->results[0] : op->operands[0];
+    cost_collective(mesh, (CollKind)k, op->axes, (double)sharding_local_bytes(&x->type, &x->sharding, mesh), true, &cc);
+    c->bytes[role][k] += cc.bytes_per_device * share;
+    c->time_s[role][k] += cc.time_s * share;
+    c->axes[role] |= op->axes;
+    if (role == ROLE_GRADIENT && op->kind == OP_REDUCE_SCATTER && (op->axes & c->dp)) c->grad_scatters_dp++;
+  }
+}
+
+/* The layer loops of f (and of the loops and pipeline regions in it) over `dim`. */
+static void find_layers(const IrModule *m, const IrFunc *f, const Mesh *mesh, LayerCensus *c) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) find_layers(m, op->pipe->region[r], mesh, c);
+      continue;
+    }
+    if (op->kind != OP_LOOP || !op->body) continue;
+    bool micro = m->step && m->step->micro_loop == op;
+    if (micro || op->nslices == 0) { /* a microbatch loop: the layers are inside */
+      find_layers(m, op->body, mesh, c);
+      continue;
+    }
+    if (!c->loop && !op->reverse) c->loop = op;
+    if (c->loop && op->stack_dim == c->loop->stack_dim) count_body(op->body, mesh, c, 1);
+  }
+}
+
+/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, labels). */
+static uint16_t batch_axes(const IrModule *m) {
+  uint16_t ax = 0;
+  for (int i = 0; i < m->main->ninputs; i++) {
+    const Value *v = m->main->inputs[i];
+    for (int d = 0; d < v->type.rank; d++)
+      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
+        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
+  }
+  return ax;
+}
+
+void layer_census(const IrModule *m, const Mesh *mesh, LayerCensus *c) {
+  memset(c, 0, sizeof *c);
+  if (!m || !m->main || !mesh) return;
+  c->dp = batch_axes(m);
+  find_layers(m, m->main, mesh, c);
+  if (!c->loop) return;
+  /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP) */
+  uint16_t dp = c->dp;
+  for (int i = 0; i < c->loop->nslices && i < c->loop->noperands; i++) {
+    const Value *w = c->loop->operands[i]; /* (a forward loop's slices are its stacked params) */
+    c->nweights++;
+    uint16_t ax = 0;
+    for (int d = 1; d < w->type.rank; d++) /* the stacking dim aside */
+      for (int k = 0; k < w->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
+    if (ax & dp) c->nweights_gathered++;
+  }
+}
+
+/* ---- the comparison ---- */
+
+static double axes_size(const Mesh *mesh, uint16_t axes) {
+  double n = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (axes & (1u << a)) n *= mesh->axes[a].size;
+  return n;
+}
+
+/* The layer's activation as one microbatch holds it on a device, with `tp` gathered: the bytes of
+ * the forward loop's carried input (the residual stream) with those axes taken off its dims. */
+static double activation_bytes(const LayerCensus *c, const Mesh *mesh, uint16_t tp) {
+  const Op *l = c->loop;
+  if (!l || l->ncarried < 1 || l->nslices >= l->body->ninputs) return 0;
+  const Value *x = l->body->inputs[l->nslices];
+  Sharding s = x->sharding;
+  s.partial = 0;
+  for (int d = 0; d < x->type.rank; d++) {
+    int k = 0;
+    for (int j = 0; j < s.naxes[d]; j++)
+      if (!(tp & (1u << s.axes[d][j]))) s.axes[d][k++] = s.axes[d][j];
+    s.naxes[d] = (uint8_t)k;
+  }
+  return (double)sharding_local_bytes(&x->type, &s, mesh);
+}
+
+static const char *axes_text(Arena *a, const Mesh *mesh, uint16_t axes) {
+  char *t = "";
+  int n = 0;
+  for (int i = 0; i < mesh->naxes; i++)
+    if (axes & (1u << i)) t = arena_printf(a, "%s%s%s", t, n++ ? ", " : "", mesh->axes[i].name);
+  return n > 1 ? arena_printf(a, "(%s)", t) : t;
+}
+
+static void add_row(TextbookRow *rows, int *n, TextbookRow r) {
+  if (*n >= TEXTBOOK_MAX_ROWS) return;
+  r.differs = r.want >= 0 && (r.got > r.want || (r.want_bytes > 0 && r.got_bytes > r.want_bytes * 1.001));
+  rows[(*n)++] = r;
+}
+
+/* Gradient collectives of main outside the layers (after the microbatches, the update), counted
+ * once each; `runs` counts a bucket once. */
+static void step_colls(const IrFunc *f, const IrModule *m, int role, OpKind kind, int *n, int *runs) {
+  int bucket = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body && m->step && op == m->step->micro_loop) step_colls(op->body, m, role, kind, n, runs);
+    if (op->kind != kind || op->role != role) continue;
+    (*n)++;
+    if (!op->bucket || op->bucket != bucket) (*runs)++;
+    bucket = op->bucket;
+  }
+}
+
+/* DDP's buckets of the step's gradients: per dtype, one for each gradient of the cap or more, and
+ * the smaller ones filling buckets of up to the cap. */
+static int expected_buckets(const IrModule *m, const Mesh *mesh) {
+  int runs = 0;
+  for (int dt = 0; dt < DT__COUNT; dt++) {
+    int64_t small = 0;
+    for (int i = 0; m->step && i < m->step->nparams; i++) {
+      const Value *v = m->step->params[i].value;
+      if ((int)v->type.dtype != dt) continue;
+      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh);
+      if (b >= BUCKET_CAP_BYTES) runs++;
+      else small += b;
+    }
+    runs += (int)((small + BUCKET_CAP_BYTES - 1) / BUCKET_CAP_BYTES);
+  }
+  return runs;
+}
+
+int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerCensus *c, TextbookRow *rows) {
+  int n = 0;
+  if (!m || !p || !p->mesh || !c) return 0;
+  const Mesh *mesh = p->mesh;
+  bool full = p->step && p->step->remat == REMAT_FULL;
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
+  uint16_t stage = 0;
+  for (int k = 0; pi && k < pi->nstage_axes; k++) stage |= (uint16_t)(1u << pi->stage_axes[k]);
+  /* tensor (and sequence) parallelism: the layer's activation collectives */
+  uint16_t tp = (uint16_t)(c->axes[ROLE_ACTIVATION] & ~stage);
+  if (c->loop && tp) {
+    double act = activation_bytes(c, mesh, tp), nt = axes_size(mesh, tp);
+    const char *ax = axes_text(a, mesh, tp);
+    const char *per = "per layer and microbatch";
+    int most = full ? 6 : 4;
+    bool gathered = m->plan_choice.tp_axes && !m->plan_choice.kept;
+    if (gathered) { /* the weights are gathered over those axes: not Megatron's, no book figure */
+      const char *st = arena_printf(a, "activations sharded over %s with the weights gathered over it", ax);
+      for (int k = 0; k < CENSUS_KINDS; k++)
+        if (c->n[ROLE_ACTIVATION][k])
+          add_row(rows, &n, (TextbookRow){.strategy = st, .source = "no textbook figure", .kind = (CollKind)k,
+                                           .got = c->n[ROLE_ACTIVATION][k], .want = -1,
+                                           .runs = c->runs[ROLE_ACTIVATION][k],
+                                           .got_bytes = c->bytes[ROLE_ACTIVATION][k] / c->n[ROLE_ACTIVATION][k],
+                                           .per = per});
+    } else if (c->n[ROLE_ACTIVATION][COLL_ALL_GATHER] || c->n[ROLE_ACTIVATION][COLL_REDUCE_SCATTER]) {
+      const char *st = arena_printf(a, "Megatron sequence parallelism over %s", ax);
+      for (int k = COLL_ALL_GATHER; k <= COLL_REDUCE_SCATTER; k++) {
+        int got = c->n[ROLE_ACTIVATION][k];
+        add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Korthikanti et al. 2022", .kind = (CollKind)k,
+                                         .got = got, .want = most, .runs = c->runs[ROLE_ACTIVATION][k],
+                                         .got_bytes = got ? c->bytes[ROLE_ACTIVATION][k] / got : 0,
+                                         .want_bytes = act * (nt - 1) / nt, .per = per});
+      }
+      if (c->n[ROLE_ACTIVATION][COLL_ALL_REDUCE])
+        add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Korthikanti et al. 2022", .kind = COLL_ALL_REDUCE,
+                                         .got = c->n[ROLE_ACTIVATION][COLL_ALL_REDUCE], .want = 0,
+                                         .runs = c->runs[ROLE_ACTIVATION][COLL_ALL_REDUCE], .per = per});
+    } else if (c->n[ROLE_ACTIVATION][COLL_ALL_REDUCE]) {
+      int got = c->n[ROLE_ACTIVATION][COLL_ALL_REDUCE];
+      add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "Megatron tensor parallelism over %s", ax),
+                                       .source = "Shoeybi et al. 2019", .kind = COLL_ALL_REDUCE, .got = got,
+                                       .want = most, .runs = c->runs[ROLE_ACTIVATION][COLL_ALL_REDUCE],
+                                       .got_bytes = c->bytes[ROLE_ACTIVATION][COLL_ALL_REDUCE] / got,
+                                       .want_bytes = act * 2 * (nt - 1) / nt, .per = per});
+    }
+    if (c->n[ROLE_ACTIVATION][COLL_ALL_TO_ALL])
+      add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "tensor parallelism over %s", ax),
+                                       .source = "Shoeybi et al. 2019", .kind = COLL_ALL_TO_ALL,
+                                       .got = c->n[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .want = 0,
+                                       .runs = c->runs[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .per = per});
+  }
+  /* context parallelism: the layer's rings */
+  if (c->loop && c->ring) {
+    int nr = (int)axes_size(mesh, c->ring);
+    add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "context parallelism over %s (ring attention)",
+                                                             axes_text(a, mesh, c->ring)),
+                                     .source = "Liu et al. 2023", .kind = COLL_PERMUTE, .got = c->ring_steps,
+                                     .want = (nr - 1) * (full ? 3 : 2), .runs = c->ring_steps,
+                                     .per = "per layer and microbatch (steps of the rings)"});
+  }
+  /* FSDP: the layer's gathered weights */
+  if (c->loop && c->nweights_gathered) {
+    const char *st = arena_printf(a, "FSDP over %s (%d of the layer's %d weights sharded)",
+                                  axes_text(a, mesh, c->axes[ROLE_WEIGHT] ? c->axes[ROLE_WEIGHT] : batch_axes(m)),
+                                  c->nweights_gathered, c->nweights);
+    add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Zhao et al. 2023", .kind = COLL_ALL_GATHER,
+                                     .got = c->n[ROLE_WEIGHT][COLL_ALL_GATHER], .want = 2 * c->nweights_gathered,
+                                     .runs = c->runs[ROLE_WEIGHT][COLL_ALL_GATHER], .per = "per layer and microbatch"});
+    add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Zhao et al. 2023", .kind = COLL_REDUCE_SCATTER,
+                                     .got = c->grad_scatters_dp, .want = c->nweights_gathered,
+                                     .runs = c->runs[ROLE_GRADIENT][COLL_REDUCE_SCATTER],
+                                     .per = "per layer and microbatch"});
+  }
+  /* data parallelism and ZeRO: the step's gradient collectives outside the layers */
+  if (m->step) {
+    int zero = p->step ? p->step->zero : 0;
+    int nar = 0, rar = 0, nrs = 0, rrs = 0, nag = 0, rag = 0;
+    step_colls(m->main, m, ROLE_GRADIENT, OP_ALL_REDUCE, &nar, &rar);
+    step_colls(m->main, m, ROLE_GRADIENT, OP_REDUCE_SCATTER, &nrs, &rrs);
+    step_colls(m->main, m, ROLE_WEIGHT, OP_ALL_GATHER, &nag, &rag);
+    int inlayer_ar = c->n[ROLE_GRADIENT][COLL_ALL_REDUCE];
+    if (zero >= 1) {
+      const char *st = arena_printf(a, "ZeRO-%d", zero);
+      add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Rajbhandari et al. 2020", .kind = COLL_ALL_REDUCE,
+                                       .got = nar + inlayer_ar, .want = 0, .runs = rar, .per = "per step (gradients)"});
+      add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Rajbhandari et al. 2020", .kind = COLL_ALL_GATHER,
+                                       .got = nag, .want = m->nparams, .runs = rag, .per = "per step (updated params)"});
+    } else if (nar && !inlayer_ar) {
+      add_row(rows, &n, (TextbookRow){.strategy = "data parallelism", .source = "PyTorch DDP (Li et al. 2020)",
+                                       .kind = COLL_ALL_REDUCE, .got = rar, .want = expected_buckets(m, mesh),
+                                       .runs = rar, .per = "per step (runs: one per gradient bucket)"});
+    }
+  }
+  /* pipelines: a send each way per microbatch and boundary */
+  if (pi && pi->microbatches > 0) {
+    int sends = 0;
+    for (int i = 0; i < pi->first_action[pi->stages]; i++) sends += pi->actions[i].kind == PA_SEND;
+    int bounds = pi->stages * pi->chunks - 1;
+    /* the bytes of one send: the activation as the sender holds it, over the axes it is replicated
+     * on when Megatron's scatter-gather splits it; the book: the activation over the
+     * tensor-parallel group */
+    double got = 0, want = 0;
+    const IrFunc *R = pi->region[PR_CHUNK_FWD];
+    for (int i = 0; R && i < R->noutputs; i++) {
+      if (pi->out[PR_CHUNK_FWD][i].kind != POUT_ACT) continue;
+      const Value *x = R->outputs[i];
+      double b = (double)sharding_local_bytes(&x->type, &x->sharding, mesh);
+      got = b / (pi->send_split ? axes_size(mesh, pi->send_split) : 1);
+      want = activation_bytes(c, mesh, tp) / (tp ? axes_size(mesh, tp) : 1);
+    }
+    add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
+                                                             axes_text(a, mesh, stage), pi->stages, pi->chunks),
+                                     .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
+                                     .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
+                                     .got_bytes = got, .want_bytes = c->loop ? want : 0,
+                                     .per = "per microbatch, over all stages"});
+  }
+  return n;
+}
+
+/* Where the plan gathers the weights over the tensor-parallel axes and the layer's activation is
+ * sharded over them on a dim other than `batch` (the sequence): its collectives are what that
+ * sharding costs, and sharding `batch` over those axes instead needs none of them when the
+ * microbatch divides. */
+const char *textbook_note(Arena *a, const IrModule *m, const Program *p, const LayerCensus *c) {
+  const struct PlanChoice *pc = &m->plan_choice;
+  if (!pc->tp_axes || pc->kept || !c->loop || c->loop->ncarried < 1 || c->loop->nslices >= c->loop->body->ninputs)
+    return NULL;
+  const Value *x = c->loop->body->inputs[c->loop->nslices];
+  const Mesh *mesh = p->mesh;
+  int bd = -1, sd = -1;
+  for (int d = 0; d < x->type.rank; d++) {
+    const char *nm = x->type.dims[d]->name;
+    uint16_t ax = 0;
+    for (int k = 0; k < x->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << x->sharding.axes[d][k]);
+    if (nm && strcmp(nm, "batch") == 0) bd = d;
+    else if (ax & pc->tp_axes) sd = d;
+  }
+  if (bd < 0 || sd < 0) return NULL;
+  int nact = 0;
+  double bytes = 0;
+  for (int k = 0; k < CENSUS_KINDS; k++) nact += c->n[ROLE_ACTIVATION][k], bytes += c->bytes[ROLE_ACTIVATION][k];
+  if (!nact) return NULL;
+  /* batch per microbatch over its axes and the tensor-parallel ones */
+  int64_t b = x->type.dims[bd]->size;
+  double ways = axes_size(mesh, (uint16_t)(c->dp | pc->tp_axes));
+  bool divides = ways > 0 && b % (int64_t)ways == 0;
+  return arena_printf(a,
+                      "the layout shards %s over %s, so each layer moves %d activation collectives (%.2f MB per "
+                      "device) that a plan with %s whole does not; %s",
+                      x->type.dims[sd]->name, axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
+                      x->type.dims[sd]->name,
+                      divides ? arena_printf(a, "the microbatch's %lld sequences divide over %s, so sharding batch "
+                                                "over %s instead needs none of them (more activation memory per "
+                                                "device: each holds whole sequences)",
+                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
+                                             axes_text(a, mesh, pc->tp_axes))
+                              : arena_printf(a, "batch (%lld per microbatch) does not divide over %s, so it cannot "
+                                                "take those axes instead",
+                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
+}

@@ -1,0 +1,265 @@
+/* bucket.c: small weight and gradient collectives fused into buckets (bucket.h).
+ *
+ * Which collectives qualify is a question of dataflow, asked once for the module:
+ *   weights    forward from every param: through views, casts, slices, collectives and into loop
+ *              bodies (a stacked param's slice, an invariant). An AllGather of such a value, or
+ *              any AllGather of the optimizer update (zero's gather of the updated params), is a
+ *              weight's.
+ *   gradients  backward from every step gradient: through views, casts, slices, collectives, the
+ *              accumulation's adds, and out of loops (a loop result to its body output). An
+ *              AllReduce or ReduceScatter of or to such a value is a gradient's.
+ * Activation collectives (tensor parallelism's) are never bucketed: they sit on the critical
+ * path, one after the op that needs them.
+ *
+ * Buckets form in program order, one open bucket per key (kind, axes, dtype, phase). A member
+ * joins in one of two ways, the bucket's second member fixing which:
+ *   hoist  its operand already exists where the bucket's first member runs: the members move up
+ *          to the first (an FSDP layer's weights gathered where the first is needed; the
+ *          gradients a loop made, reduced together right after it);
+ *   sink   no member's result has been read yet: the members move down to the last (a layer's
+ *          gradients wait for the bucket's last; zero's gathers of the updated params). */
+#include <string.h>
+
+#include "bucket.h"
+#include "step.h"
+
+typedef struct BW {
+  IrModule *m;
+  const Program *p;
+  Arena *a;
+  uint8_t *weight, *grad; /* by value id */
+  int next_id;
+  int formed;
+} BW;
+
+static bool passes_through(OpKind k) {
+  return k == OP_RENAME || k == OP_SPLIT || k == OP_MERGE || k == OP_CAST || k == OP_TRANSPOSE || k == OP_SLICE ||
+         ir_op_is_collective(k);
+}
+
+/* ---- weights, forward ---- */
+
+static void mark_weights(BW *W, IrFunc *f) {
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_PARAM) W->weight[op->results[0]->id] = 1;
+    if (passes_through(op->kind) && op->noperands >= 1 && W->weight[op->operands[0]->id])
+      W->weight[op->results[0]->id] = 1;
+    if (op->kind == OP_LOOP && op->body) {
+      for (int i = 0; i < op->noperands && i < op->body->ninputs; i++) {
+        bool carried = i >= op->nslices && i < op->nslices + op->ncarried;
+        if (!carried && W->weight[op->operands[i]->id]) W->weight[op->body->inputs[i]->id] = 1;
+      }
+      mark_weights(W, op->body);
+    }
+  }
+}
+
+/* ---- gradients, backward ---- */
+
+static void grad_value(BW *W, const Value *v);
+
+static void grad_func_outputs(BW *W, const Op *loop, int r) {
+  if (loop->body && r < loop->body->noutputs) grad_value(W, loop->body->outputs[r]);
+}
+
+static void grad_value(BW *W, const Value *v) {
+  if (!v || W->grad[v->id]) return;
+  W->grad[v->id] = 1;
+  const Op *d = v->def;
+  if (!d) return;
+  if (passes_through(d->kind) && d->noperands >= 1) {
+    grad_value(W, d->operands[0]);
+  } else if (d->kind == OP_ADD && d->phase == PHASE_ACCUMULATE) {
+    for (int i = 0; i < d->noperands; i++) grad_value(W, d->operands[i]);
+  } else if (d->kind == OP_LOOP) {
+    for (int r = 0; r < d->nresults; r++)
+      if (d->results[r] == v) grad_func_outputs(W, d, r);
+  }
+}
+
+/* ---- forming ---- */
+
+typedef VEC(Op *) OpVec;
+
+typedef enum { MODE_ANY, MODE_HOIST, MODE_SINK } Mode;
+
+typedef struct Bucket {
+  OpKind kind;
+  uint16_t axes;
+  DType dtype;
+  uint8_t phase;
+  int64_t bytes;
+  OpVec ops;
+  bool open;
+  Mode mode;            /* how its members come together, fixed by the second member */
+  bool read;            /* a member's result has been read since it ran: no sinking past that */
+} Bucket;
+
+typedef VEC(Bucket) BucketVec;
+
+static int64_t coll_bytes(const BW *W, const Op *op) {
+  const Value *x = op->operands[0], *r = op->results[0];
+  int64_t a = sharding_local_bytes(&x->type, &x->sharding, W->p->mesh);
+  int64_t b = sharding_local_bytes(&r->type, &r->sharding, W->p->mesh);
+  return a > b ? a : b;
+}
+
+static bool is_gather(const BW *W, const Op *op) {
+  return op->kind == OP_ALL_GATHER && (W->weight[op->operands[0]->id] || op->phase == PHASE_UPDATE);
+}
+
+static bool is_reduction(const BW *W, const Op *op) {
+  return (op->kind == OP_ALL_REDUCE || op->kind == OP_REDUCE_SCATTER) && !op->reduce_max &&
+         (W->grad[op->results[0]->id] || W->grad[op->operands[0]->id]);
+}
+
+/* Whether x exists where `first` runs in f (an input of f, or made by an op before it). */
+static bool exists_before(const IrFunc *f, const Value *x, const Op *first) {
+  if (!x->def || x->func != f) return true;
+  for (const Op *o = f->first; o && o != first; o = o->next)
+    if (o == x->def) return true;
+  return false;
+}
+
+/* A cast or view read by nothing else, which may move up with the collective that reads it. */
+static bool movable_def(const IrFunc *f, const Value *x) {
+  const Op *d = x->def;
+  return d && d->func == f && d->noperands == 1 && d->nresults == 1 &&
+         (d->kind == OP_CAST || d->kind == OP_RENAME || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE) &&
+         ir_count_uses(f, x) == 1;
+}
+
+/* Whether x can be had at position `at`: it exists there, or it is made from what exists there
+ * by a short chain of movable casts and views (moved up with the collective). */
+static bool can_have_before(const IrFunc *f, const Value *x, const Op *first) {
+  for (int depth = 0; depth < 4; depth++) {
+    if (exists_before(f, x, first)) return true;
+    if (!movable_def(f, x)) return false;
+    x = x->def->operands[0];
+  }
+  return false;
+}
+
+/* The ops a hoisted member brings along: the chain of casts and views making its operand that
+ * is not made before the bucket's first member (deepest first), then the member. */
+static int hoisted_chain(const IrFunc *f, Op *op, const Op *first, Op **chain) {
+  Op *rev[5];
+  int n = 0;
+  rev[n++] = op;
+  for (const Value *x = op->operands[0]; n < 5 && movable_def(f, x); x = x->def->operands[0]) {
+    if (exists_before(f, x, first)) break;
+    rev[n++] = x->def;
+  }
+  for (int i = 0; i < n; i++) chain[i] = rev[n - 1 - i];
+  return n;
+}
+
+/* Moves the members next to each other (hoisted up to the first, or sunk down to the last) and
+ * numbers them, when there are two or more. */
+static void close_bucket(BW *W, IrFunc *f, Bucket *b) {
+  b->open = false;
+  if (b->ops.len < 2) return;
+  int id = ++W->next_id;
+  if (b->mode == MODE_HOIST) {
+    /* the later members' chains go just before the first (what they read exists there), the
+     * later members right after it: the members run back to back */
+    Op *first = b->ops.data[0];
+    OpVec chains = {0};
+    for (int i = 1; i < b->ops.len; i++) {
+      Op *chain[5];
+      int n = hoisted_chain(f, b->ops.data[i], first, chain);
+      for (int j = 0; j + 1 < n; j++) VEC_PUSH(W->a, chains, chain[j]);
+    }
+    for (int i = 0; i < chains.len; i++) {
+      ir_remove(f, chains.data[i]);
+      ir_insert_before(f, first, chains.data[i]);
+    }
+    for (int i = 1; i < b->ops.len; i++) ir_remove(f, b->ops.data[i]);
+    Op *at = first->next;
+    for (int i = 1; i < b->ops.len; i++) {
+      if (at) ir_insert_before(f, at, b->ops.data[i]);
+      else ir_append(f, b->ops.data[i]);
+    }
+  } else {
+    Op *last = b->ops.data[b->ops.len - 1];
+    for (int i = 0; i + 1 < b->ops.len; i++) {
+      ir_remove(f, b->ops.data[i]);
+      ir_insert_before(f, last, b->ops.data[i]);
+    }
+  }
+  for (int i = 0; i < b->ops.len; i++) b->ops.data[i]->bucket = id;
+  W->formed++;
+}
+
+static bool reads_any(const Op *op, const Bucket *b) {
+  for (int i = 0; i < op->noperands; i++)
+    for (int k = 0; k < b->ops.len; k++)
+      if (op->operands[i] == b->ops.data[k]->results[0]) return true;
+  return false;
+}
+
+static void bucket_func(BW *W, IrFunc *f) {
+  for (Op *op = f->first; op; op = op->next)
+    if (op->kind == OP_LOOP && op->body) bucket_func(W, op->body);
+  BucketVec open = {0};
+  /* closing a bucket moves only ops before the current one (its members and their chains), so
+   * the walk goes on from the current op */
+  for (Op *op = f->first; op; op = op->next) {
+    /* a read of a member's result: a sinking bucket closes, an undecided one can only hoist */
+    for (int i = 0; i < open.len; i++) {
+      Bucket *b = &open.data[i];
+      if (!b->open || !reads_any(op, b)) continue;
+      if (b->mode == MODE_SINK) close_bucket(W, f, b);
+      else b->read = true;
+    }
+    bool gather = is_gather(W, op), reduction = !gather && is_reduction(W, op);
+    if (ir_op_is_collective(op->kind)) op->role = gather ? ROLE_WEIGHT : reduction ? ROLE_GRADIENT : ROLE_ACTIVATION;
+    if (!gather && !reduction) continue;
+    int64_t bytes = coll_bytes(W, op);
+    if (bytes >= BUCKET_CAP_BYTES) continue;
+    DType dt = op->results[0]->type.dtype;
+    Bucket *b = NULL;
+    for (int i = 0; i < open.len && !b; i++) {
+      Bucket *c = &open.data[i];
+      if (c->open && c->kind == op->kind && c->axes == op->axes && c->dtype == dt && c->phase == op->phase) b = c;
+    }
+    if (b) {
+      bool hoist = b->mode != MODE_SINK && can_have_before(f, op->operands[0], b->ops.data[0]);
+      bool sink = b->mode != MODE_HOIST && !b->read;
+      if (b->bytes + bytes > BUCKET_CAP_BYTES || (!hoist && !sink)) {
+        close_bucket(W, f, b);
+        b = NULL;
+      } else if (b->mode == MODE_ANY) {
+        b->mode = hoist ? MODE_HOIST : MODE_SINK; /* hoisting first: the bucket runs as early as it can */
+      }
+    }
+    if (!b) {
+      for (int i = 0; i < open.len && !b; i++)
+        if (!open.data[i].open) b = &open.data[i]; /* reuse a closed slot */
+      if (!b) {
+        VEC_PUSH(W->a, open, ((Bucket){0}));
+        b = &open.data[open.len - 1];
+      }
+      *b = (Bucket){.kind = op->kind, .axes = op->axes, .dtype = dt, .phase = op->phase, .open = true};
+    }
+    VEC_PUSH(W->a, b->ops, op);
+    b->bytes += bytes;
+  }
+  for (int i = 0; i < open.len; i++)
+    if (open.data[i].open) close_bucket(W, f, &open.data[i]);
+}
+
+int bucket_module(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return 0;
+  Arena a;
+  arena_init(&a);
+  BW W = {.m = m, .p = p, .a = &a};
+  int nv = m->nvalues + 1;
+  W.weight = ARENA_ARRAY(&a, uint8_t, nv);
+  W.grad = ARENA_ARRAY(&a, uint8_t, nv);
+  mark_weights(&W, m->main);
+  for (int i = 0; m->step && i < m->step->nparams; i++) grad_value(&W, m->step->params[i].grad);
+  bucket_func(&W, m->main);
+  arena_free(&a);
+  return W.formed;
+}

@@ -1,0 +1,315 @@
+/* test_sim_cli.c: `shardc sim` as a user runs it: the JSON report (language.md's fixed keys, valid
+ * JSON, `errors` when the program is wrong, `fits: false` with a warning when it does not fit), the
+ * Chrome trace (valid JSON, one track per stream of each simulated device, slices named after the
+ * op and its source line, nested inside a pipeline region), and --tokens / --mfu (the book's
+ * time-to-train arithmetic). Runs the built shardc (SHARDC_BIN) on small programs written here. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+
+#include "unit_test.h"
+
+#ifndef SHARDC_BIN
+#define SHARDC_BIN "shardc"
+#endif
+
+static char *slurp(FILE *f) {
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 >= cap) {
+      char *b = realloc(buf, cap *= 2);
+      if (!b) break;
+      buf = b;
+    }
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* Runs `shardc sim FILE ARGS` (stderr discarded); returns its stdout parsed, *rc its exit code. */
+static cJSON *sim_json(const char *file, const char *args, int *rc, char **raw) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' sim '%s' %s 2>/dev/null", SHARDC_BIN, file, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  char *out = slurp(p);
+  int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  if (raw) *raw = out;
+  else free(out);
+  return j;
+}
+
+static cJSON *read_json(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char *s = slurp(f);
+  fclose(f);
+  cJSON *j = s ? cJSON_Parse(s) : NULL;
+  free(s);
+  return j;
+}
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItem(o, k);
+  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+/* A small data + tensor parallel MLP (two layers) on 8 H100s. */
+static const char *MLP =
+    "import \"targets\"\n"
+    "import \"layers\"\n"
+    "mesh node = h100[data: 2, model: 4]\n"
+    "dim batch = 64, seq = 512, embed = 2048, hidden = 8192, layers = 2\n"
+    "layout dp_tp {\n"
+    "  batch: data\n"
+    "  hidden: model\n"
+    "}\n"
+    "model net {\n"
+    "  param blocks: mlp[layers]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+    "    for b in blocks { x = b.forward(x) }\n"
+    "    return x\n"
+    "  }\n"
+    "}\n"
+    "train net.forward {\n"
+    "  loss = mse\n"
+    "  optimizer = adam\n"
+    "}\n";
+
+static void test_json_keys(void) {
+  ut_begin("sim --format json: one valid object with the fixed keys, consistent with each other");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 0, "exit %d", rc);
+  UT_CHECK(j != NULL, "the output is one JSON object");
+  if (j) {
+    static const char *const keys[] = {"step_time_s", "compute_s", "comm_s", "exposed_comm_s", "mfu", "tokens_per_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+      UT_CHECK(num(j, keys[i]) >= 0, "key %s: a number >= 0", keys[i]);
+    UT_CHECK(cJSON_IsBool(cJSON_GetObjectItem(j, "fits")), "fits: a boolean");
+    UT_CHECK(cJSON_GetObjectItem(j, "errors") == NULL, "no errors key");
+    double step = num(j, "step_time_s");
+    /* compute + exposed + bubble + idle = step; exposed <= comm; MFU from its own definition */
+    ut_near("compute + exposed + bubble + idle = step",
+            num(j, "compute_s") + num(j, "exposed_comm_s") + num(j, "bubble_s") + num(j, "idle_s"), step, 1e-9);
+    UT_CHECK(num(j, "exposed_comm_s") <= num(j, "comm_s") + 1e-12, "exposed <= comm");
+    ut_near("mfu = model FLOPs / (step x devices x peak)", num(j, "mfu"),
+            num(j, "model_flops_per_step") / (step * 8 * 9.9e14), 1e-9);
+    /* tokens: batch x seq = 32768 (mse labels have the output's type: every row is a token) */
+    ut_near("tokens_per_s = batch x seq / step", num(j, "tokens_per_s"), 64.0 * 512 / step, 1e-9);
+  }
+  cJSON_Delete(j);
+  int rc2;
+  cJSON *k = sim_json("test_sim_cli_mlp.shard", "--format json --ideal", &rc2, NULL);
+  UT_CHECK(k && cJSON_IsTrue(cJSON_GetObjectItem(k, "ideal")), "--ideal says so");
+  if (j && k) UT_CHECK(num(k, "step_time_s") > 0, "an ideal step");
+  cJSON_Delete(k);
+  ut_end();
+}
+
+static void test_json_errors(void) {
+  ut_begin("sim --format json on a wrong program: exit 1, one object with located errors and no figures");
+  write_file("test_sim_cli_err.shard",
+             "import \"targets\"\n"
+             "mesh one = h100[x: 1]\n"
+             "dim a = 4, b = 8\n"
+             "model m {\n"
+             "  fn forward(x: bf16[a, b]) -> bf16[a, b] {\n"
+             "    return x @ y\n"
+             "  }\n"
+             "}\n");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_err.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 1, "exit 1, got %d", rc);
+  const cJSON *errs = j ? cJSON_GetObjectItem(j, "errors") : NULL;
+  UT_CHECK(cJSON_IsArray(errs) && cJSON_GetArraySize(errs) >= 1, "an errors array");
+  const cJSON *e = errs ? cJSON_GetArrayItem(errs, 0) : NULL;
+  if (e) {
+    UT_CHECK(num(e, "line") == 6, "the error's line 6, got %g", num(e, "line"));
+    UT_CHECK(num(e, "col") > 0, "a column");
+    const cJSON *f = cJSON_GetObjectItem(e, "file"), *m = cJSON_GetObjectItem(e, "message");
+    UT_CHECK(cJSON_IsString(f) && strstr(f->valuestring, "test_sim_cli_err.shard"), "its file");
+    UT_CHECK(cJSON_IsString(m) && m->valuestring[0], "a message");
+  }
+  UT_CHECK(j && !cJSON_GetObjectItem(j, "step_time_s"), "no figures");
+  cJSON_Delete(j);
+  /* a usage error (an unknown mesh) is one object too, exit 2 */
+  cJSON *u = sim_json("test_sim_cli_err.shard", "--format json --mesh nope", &rc, NULL);
+  UT_CHECK(rc == 2, "an unknown mesh: exit 2, got %d", rc);
+  UT_CHECK(u && cJSON_IsArray(cJSON_GetObjectItem(u, "errors")), "an unknown mesh: an errors array");
+  cJSON_Delete(u);
+  ut_end();
+}
+
+static void test_no_fit(void) {
+  ut_begin("a program that does not fit is simulated: fits false, a warning, exit 0");
+  /* 4 x 2^30 bf16 params of 8 GB each, adam: 16 bytes per param = 68.7 GB on one device, plus
+   * activations; a v5e has 16 GB */
+  write_file("test_sim_cli_big.shard",
+             "import \"targets\"\n"
+             "mesh one = tpu_v5e[x: 1]\n"
+             "dim batch = 8, embed = 32768, e2 = embed, layers = 4\n"
+             "model lin {\n"
+             "  param w: bf16[embed, e2]\n"
+             "  fn forward(x: bf16[batch, embed]) -> bf16[batch, embed] {\n"
+             "    return (x @ w)[e2 -> embed]\n"
+             "  }\n"
+             "}\n"
+             "model net {\n"
+             "  param blocks: lin[layers]\n"
+             "  fn forward(x: bf16[batch, embed]) -> bf16[batch, embed] {\n"
+             "    for b in blocks { x = b.forward(x) }\n"
+             "    return x\n"
+             "  }\n"
+             "}\n"
+             "train net.forward {\n"
+             "  loss = mse\n"
+             "  optimizer = adam\n"
+             "}\n");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_big.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 0, "exit 0, got %d", rc);
+  UT_CHECK(j && cJSON_IsFalse(cJSON_GetObjectItem(j, "fits")), "fits: false");
+  UT_CHECK(j && num(j, "step_time_s") > 0, "a step time");
+  const cJSON *w = j ? cJSON_GetObjectItem(j, "warnings") : NULL, *x;
+  bool said = false;
+  cJSON_ArrayForEach(x, w) {
+    const cJSON *m = cJSON_GetObjectItem(x, "message");
+    said |= cJSON_IsString(m) && strstr(m->valuestring, "does not fit") != NULL;
+  }
+  UT_CHECK(said, "a 'does not fit' warning among the warnings");
+  cJSON_Delete(j);
+  ut_end();
+}
+
+/* The trace of a pipelined program: 2 stages, each a process with compute and p2p threads; the
+ * regions on compute, the sends on p2p, the first microbatch's ops nested inside its regions. */
+static const char *PIPE =
+    "import \"targets\"\n"
+    "import \"layers\"\n"
+    "mesh pod = tpu_v5e[stage: 2]\n"
+    "dim batch = 16, seq = 128, embed = 512, hidden = 2048, layers = 4\n"
+    "layout pp {\n"
+    "  layers: stage\n"
+    "}\n"
+    "model net {\n"
+    "  param blocks: mlp[layers]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+    "    for b in blocks { x = b.forward(x) }\n"
+    "    return x\n"
+    "  }\n"
+    "}\n"
+    "train net.forward {\n"
+    "  loss = mse\n"
+    "  optimizer = sgd\n"
+    "  microbatches = 4\n"
+    "}\n";
+
+static void test_trace(void) {
+  ut_begin("sim --trace: valid Chrome trace JSON, a track per stream, named slices nested in regions");
+  write_file("test_sim_cli_pipe.shard", PIPE);
+  remove("test_sim_cli_trace.json");
+  int rc;
+  char *raw = NULL;
+  cJSON *j = sim_json("test_sim_cli_pipe.shard", "--format json --trace test_sim_cli_trace.json", &rc, &raw);
+  UT_CHECK(rc == 0, "exit %d", rc);
+  double step = j ? num(j, "step_time_s") : NAN;
+  cJSON_Delete(j);
+  free(raw);
+  cJSON *t = read_json("test_sim_cli_trace.json");
+  UT_CHECK(t != NULL, "the trace is valid JSON");
+  const cJSON *ev = t ? cJSON_GetObjectItem(t, "traceEvents") : NULL, *e;
+  UT_CHECK(cJSON_IsArray(ev), "traceEvents");
+  int procs = 0, compute = 0, p2p = 0, regions = 0, sends = 0, nested = 0, located = 0;
+  double last_end = 0;
+  cJSON_ArrayForEach(e, ev) {
+    const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring, *name = cJSON_GetObjectItem(e, "name")->valuestring;
+    if (strcmp(ph, "M") == 0) {
+      const cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "name");
+      if (strcmp(name, "process_name") == 0) procs++;
+      if (strcmp(name, "thread_name") == 0 && a) {
+        compute += strcmp(a->valuestring, "compute") == 0;
+        p2p += strcmp(a->valuestring, "p2p") == 0;
+      }
+      continue;
+    }
+    UT_CHECK(strcmp(ph, "X") == 0, "complete events only");
+    double ts = num(e, "ts"), dur = num(e, "dur");
+    UT_CHECK(ts >= 0 && dur >= 0, "%s: ts %g, dur %g", name, ts, dur);
+    if (ts + dur > last_end) last_end = ts + dur;
+    regions += strstr(name, "forward chunk") != NULL || strstr(name, "backward chunk") != NULL;
+    sends += strncmp(name, "send ", 5) == 0;
+    nested += strncmp(name, "contract", 8) == 0;
+    located += strstr(name, "(test_sim_cli_pipe.shard:") != NULL || strstr(name, "(layers.shard:") != NULL;
+  }
+  UT_CHECK(procs == 2, "two processes (stages), got %d", procs);
+  UT_CHECK(compute == 2 && p2p == 2, "a compute and a p2p thread per stage, got %d and %d", compute, p2p);
+  /* 4 microbatches x (forward + backward) x 2 stages; 4 activations sent forward and 4
+   * gradients back */
+  UT_CHECK(regions == 16, "16 chunk regions, got %d", regions);
+  UT_CHECK(sends == 8, "8 sends, got %d", sends);
+  /* the first microbatch's regions on each stage: 2 contractions forward, 4 backward per layer,
+   * 2 layers per stage: (2 + 4) x 2 x 2 stages = 24 at least */
+  UT_CHECK(nested >= 24, "the first microbatch's contractions nested in their regions, got %d", nested);
+  UT_CHECK(located > 0, "slices named with their source line");
+  ut_near("the trace ends at the step time", last_end * 1e-6, step, 1e-6);
+  cJSON_Delete(t);
+  ut_end();
+}
+
+/* The book: LLaMA-3 70B on 15T tokens is 6 N D = 6.3e24 FLOPs, about 44 days on 8960 v5p at 40%
+ * MFU. sim's days are the program's model FLOPs per token x N / (devices x peak x MFU): with
+ * --mfu 0.4 the same arithmetic with the program's own count (6 N plus attention's 12 L H Q T,
+ * which the book's 6 N D leaves out). */
+static void test_tokens(void) {
+  ut_begin("--tokens N --mfu R: days = model FLOPs per token x N / (devices x peak x R)");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json --tokens 1.5e13 --mfu 0.4", &rc, NULL);
+  const cJSON *tr = j ? cJSON_GetObjectItem(j, "train") : NULL;
+  UT_CHECK(tr != NULL, "a train object");
+  if (tr) {
+    double per_token = num(j, "model_flops_per_step") / num(j, "tokens_per_step");
+    ut_near("days", num(tr, "days"), per_token * 1.5e13 / (8 * 9.9e14 * 0.4) / 86400, 1e-9);
+  }
+  cJSON_Delete(j);
+  /* without --mfu: tokens / tokens_per_s */
+  j = sim_json("test_sim_cli_mlp.shard", "--format json --tokens 1e9", &rc, NULL);
+  tr = j ? cJSON_GetObjectItem(j, "train") : NULL;
+  if (tr) ut_near("days at the simulated rate", num(tr, "days"), 1e9 / num(j, "tokens_per_s") / 86400, 1e-9);
+  else ut_fail("a train object without --mfu");
+  cJSON_Delete(j);
+  ut_end();
+}
+
+int main(void) {
+  test_json_keys();
+  test_json_errors();
+  test_no_fit();
+  test_trace();
+  test_tokens();
+  remove("test_sim_cli_mlp.shard");
+  remove("test_sim_cli_err.shard");
+  remove("test_sim_cli_big.shard");
+  remove("test_sim_cli_pipe.shard");
+  remove("test_sim_cli_trace.json");
+  return ut_summary();
+}
