@@ -38,6 +38,7 @@ typedef struct Options {
   double tokens;           /* --tokens N (sim: days to train on N tokens), 0 if not given */
   double mfu;              /* --mfu R (sim: with --tokens, at this MFU), 0 if not given */
   bool shardings;          /* --shardings (explain: print every value's sharding) */
+  const char *show;        /* --show NAME (explain: draw that value's blocks over the devices), or NULL */
   DiagFormat diag_format;  /* --diag-format text|machine */
 } Options;
 

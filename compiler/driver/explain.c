@@ -18,6 +18,7 @@
 
 #include "bucket.h"
 #include "check.h"
+#include "explain_show.h"
 #include "explain_textbook.h"
 #include "report.h"
 #include "cost.h"
@@ -58,6 +59,7 @@ typedef struct CollRow {
   int nbucket;          /* a bucket (shard/bucket.h): its members, one run of their summed bytes;
                            0 for a collective of its own */
   const char *members;  /* a bucket's members: what each moves */
+  const char *region;   /* the pipeline region it runs in, or the pipeline's transfers; NULL outside */
 } CollRow;
 
 typedef struct Explain {
@@ -75,6 +77,7 @@ typedef struct Explain {
   MemoryReport mem;
   const PipeInfo *pipe; /* the step's pipeline (m->pipeline), or NULL */
   bool has_pipe;
+  const char *region;   /* the pipeline region being collected (CollRow.region) */
 } Explain;
 
 /* ---- formatting ---- */
@@ -295,8 +298,10 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
                .heading = arena_printf(E->a, "pipeline region: %s, x%s per step on %s", names[r],
                                        fmt_count(E->a, runs), on)};
     if (R->first) VEC_PUSH(E->a, E->ops, h); /* (an empty region: nothing to list) */
+    E->region = h.heading;
     collect(E, R, depth + 1, mult * runs, false, every ? 1 : 1.0 / pi->stages,
             every ? NULL : r == PR_LAST ? "last stage" : "first stage");
+    E->region = NULL;
   }
   /* the schedule's transfers */
   uint16_t st = 0;
@@ -313,7 +318,8 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
     for (int i = 0; i < pi->first_action[pi->stages]; i++)
       sends += pi->actions[i].kind == PA_SEND && pi->actions[i].backward == (dir == 1);
     CollRow c = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = st,
-                 .phase = dir ? PHASE_BACKWARD : PHASE_FORWARD, .loc = op->loc, .x = act, .y = act};
+                 .phase = dir ? PHASE_BACKWARD : PHASE_FORWARD, .loc = op->loc, .x = act, .y = act,
+                 .region = "pipeline transfers between stages, per microbatch"};
     c.count = mult * sends / pi->stages;
     c.reason = arena_printf(E->a,
                             "pipeline: each microbatch's %s moves to the %s stage at every boundary between chunks "
@@ -354,7 +360,7 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
                  (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
   if (op->kind == OP_ATTENTION_GRAD) block *= 2;
   CollRow r = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = op->ring, .phase = op->phase, .loc = op->loc,
-               .reason = op->reason, .x = k, .y = k, .stages = stages, .in_layer = in_layer};
+               .reason = op->reason, .x = k, .y = k, .stages = stages, .in_layer = in_layer, .region = E->region};
   r.count = mult * (n - 1);
   cost_collective(E->mesh, COLL_PERMUTE, op->ring, block, true, &r.cost);
   r.members = arena_printf(E->a, "%s (%s a step)", op->kind == OP_ATTENTION ? "K and V" : "K, V and their gradients",
@@ -394,7 +400,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
       for (int i = 0; op->bucket && i < counted.len; i++) seen |= counted.data[i] == op->bucket;
       if (seen) continue; /* counted with its bucket's first member */
       if (op->bucket) VEC_PUSH(E->a, counted, op->bucket);
-      CollRow r = {.op = op, .depth = depth, .stages = where_runs};
+      CollRow r = {.op = op, .depth = depth, .stages = where_runs, .region = E->region};
       coll_figures(E, op, mult * fr, &r);
       if (op->bucket) bucket_figures(E, op, &r);
       r.in_layer = in_layer;
@@ -487,6 +493,37 @@ static void strategy(const Explain *E, Strategy *s) {
   s->fsdp &= (uint16_t)~s->tp;
 }
 
+/* ---- totals ---- */
+
+/* Runs, bytes per device and time per step of the collectives of one kind, phase and axis group
+ * (-1: any), weighted by how often a step runs each: the totals of the text and of the JSON. */
+typedef struct Tally {
+  double runs, bytes, time_s;
+} Tally;
+
+static Tally tally(const Explain *E, int kind, int phase, int axes) {
+  Tally t = {0};
+  for (int i = 0; i < E->colls.len; i++) {
+    const CollRow *r = &E->colls.data[i];
+    if ((kind >= 0 && r->kind != (CollKind)kind) || (phase >= 0 && r->phase != phase) || (axes >= 0 && r->axes != axes))
+      continue;
+    t.runs += r->count, t.bytes += r->cost.bytes_per_device * r->count, t.time_s += r->cost.time_s * r->count;
+  }
+  return t;
+}
+
+/* The axis groups the collectives run over, in order of first appearance; returns how many. */
+static int axis_groups(const Explain *E, uint16_t *out, int max) {
+  int n = 0;
+  for (int i = 0; i < E->colls.len && n < max; i++) {
+    uint16_t ax = E->colls.data[i].axes;
+    bool dup = false;
+    for (int j = 0; j < n; j++) dup |= out[j] == ax;
+    if (!dup) out[n++] = ax;
+  }
+  return n;
+}
+
 /* ---- text ---- */
 
 static void print_header(FILE *out, const Explain *E) {
@@ -504,8 +541,54 @@ static void print_header(FILE *out, const Explain *E) {
     fprintf(out, "the whole training step, grouped by phase: forward, loss, backward, optimizer update\n");
   else
     fprintf(out, "the forward pass\n");
-  fprintf(out, "memory per device: %s of %s: %s\n", fmt_bytes(E->a, (double)E->mem.total),
-          fmt_bytes(E->a, E->mem.capacity), E->mem.fits ? "fits" : "does not fit");
+}
+
+static const char *verdict(double compute_s, double comm_s) {
+  return comm_s == 0 ? "no communication"
+         : comm_s <= compute_s ? "compute-bound (communication can hide behind compute)" : "communication-bound";
+}
+
+/* The collectives in order of the time they take per step (the largest first). */
+static int *colls_by_time(const Explain *E) {
+  int *idx = ARENA_ARRAY(E->a, int, E->colls.len + 1);
+  for (int i = 0; i < E->colls.len; i++) {
+    idx[i] = i;
+    double t = E->colls.data[i].cost.time_s * E->colls.data[i].count;
+    int j = i;
+    for (; j > 0 && E->colls.data[idx[j - 1]].cost.time_s * E->colls.data[idx[j - 1]].count < t; j--) idx[j] = idx[j - 1];
+    idx[j] = i;
+  }
+  return idx;
+}
+
+/* The summary, first: memory, compute against communication and the verdict, and the collectives
+ * that take longest (numbered as the detail lists them). */
+static void print_overview(FILE *out, const Explain *E) {
+  enum { TOP = 5 };
+  const MemoryReport *r = &E->mem;
+  fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? ", averaged over the pipeline's stages" : "");
+  fprintf(out, "  memory %s of %s: %s (params %s, grads %s, optimizer %s, activations %s, temporaries %s)\n",
+          fmt_bytes(E->a, (double)r->total), fmt_bytes(E->a, r->capacity), r->fits ? "fits" : "DOES NOT FIT",
+          fmt_bytes(E->a, (double)r->params), fmt_bytes(E->a, (double)r->grads), fmt_bytes(E->a, (double)r->optimizer),
+          fmt_bytes(E->a, (double)r->activations), fmt_bytes(E->a, (double)r->temporaries));
+  fprintf(out, "  compute %s, communication %s: %s\n", fmt_time(E->a, E->compute_s), fmt_time(E->a, E->comm_s),
+          verdict(E->compute_s, E->comm_s));
+  if (E->layer_loop)
+    fprintf(out, "  per layer (one iteration of the loop at %s%s): compute %s, communication %s: %s\n",
+            where(E, E->layer_loop->loc), E->m->step ? ", forward and backward" : "", fmt_time(E->a, E->layer_compute_s),
+            fmt_time(E->a, E->layer_comm_s), E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
+  if (E->colls.len == 0 || E->comm_s <= 0) return;
+  int *idx = colls_by_time(E), n = E->colls.len < TOP ? E->colls.len : TOP;
+  fprintf(out, "  the collectives that take longest (%d of %d; numbered as listed below):\n", n, E->colls.len);
+  for (int i = 0; i < n; i++) {
+    const CollRow *c = &E->colls.data[idx[i]];
+    double t = c->cost.time_s * c->count;
+    if (t <= 0) break;
+    fprintf(out, "    %2d. %s%s over %s at %s", idx[i] + 1, coll_kind_name(c->kind), c->op && c->op->reduce_max ? " (max)" : "",
+            axes_names(E, c->axes, true), where(E, c->loc));
+    if (c->count != 1) fprintf(out, ", x%s", fmt_count(E->a, c->count));
+    fprintf(out, ": %s, %.0f%% of the communication\n", fmt_time(E->a, t), 100 * t / E->comm_s);
+  }
 }
 
 static void print_ops(FILE *out, const Explain *E) {
@@ -543,9 +626,15 @@ static void print_ops(FILE *out, const Explain *E) {
 static void print_colls(FILE *out, const Explain *E) {
   fprintf(out, "\ncollectives (%d):\n", E->colls.len);
   if (E->colls.len == 0) fprintf(out, "  none: every op runs on the shards it has\n");
-  int phase = -1;
+  int phase = -1, width = report_width();
+  const char *region = NULL;
   for (int i = 0; i < E->colls.len; i++) {
     const CollRow *r = &E->colls.data[i];
+    if (r->region != region) { /* a pipeline region's collectives under its heading, as the ops */
+      region = r->region;
+      fprintf(out, "  == %s ==\n", region ? region : "after the pipeline");
+      phase = -1;
+    }
     if (E->m->step && r->phase != phase) {
       phase = r->phase;
       fprintf(out, "  -- %s --\n", phase_heading(phase));
@@ -560,67 +649,39 @@ static void print_colls(FILE *out, const Explain *E) {
     else fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
-    fprintf(out, "     why: %s\n", r->reason ? r->reason : "?");
+    report_wrapped(out, width, "     why: ", "          ", r->reason ? r->reason : "?");
   }
 }
 
 static void print_summary(FILE *out, const Explain *E) {
-  fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? ", averaged over the pipeline's stages" : "");
-  double n[COLL__COUNT] = {0}, b[COLL__COUNT] = {0}, t[COLL__COUNT] = {0};
-  for (int i = 0; i < E->colls.len; i++) {
-    const CollRow *r = &E->colls.data[i];
-    n[r->kind] += r->count;
-    b[r->kind] += r->cost.bytes_per_device * r->count;
-    t[r->kind] += r->cost.time_s * r->count;
-  }
+  fprintf(out, "\ntotals (per step, per device%s):\n", E->has_pipe ? ", averaged over the pipeline's stages" : "");
   fprintf(out, "  by kind:\n");
   if (E->colls.len == 0) fprintf(out, "    (none)\n");
-  for (int k = 0; k < COLL__COUNT; k++)
-    if (n[k] > 0)
-      fprintf(out, "    %-20s %8s runs %12s per device %12s\n", coll_kind_name((CollKind)k), fmt_count(E->a, n[k]),
-              fmt_bytes(E->a, b[k]), fmt_time(E->a, t[k]));
+  for (int k = 0; k < COLL__COUNT; k++) {
+    Tally t = tally(E, k, -1, -1);
+    if (t.runs > 0)
+      fprintf(out, "    %-20s %8s runs %12s per device %12s\n", coll_kind_name((CollKind)k), fmt_count(E->a, t.runs),
+              fmt_bytes(E->a, t.bytes), fmt_time(E->a, t.time_s));
+  }
   if (E->m->step) {
     fprintf(out, "  by phase:\n");
     for (int ph = PHASE_FORWARD; ph <= PHASE_UPDATE; ph++) {
-      double cn = 0, cb = 0, ct = 0;
-      for (int j = 0; j < E->colls.len; j++) {
-        const CollRow *r = &E->colls.data[j];
-        if (r->phase != ph) continue;
-        cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
-      }
-      if (cn > 0)
-        fprintf(out, "    %-20s %8s runs %12s per device %12s\n", phase_name(ph), fmt_count(E->a, cn),
-                fmt_bytes(E->a, cb), fmt_time(E->a, ct));
+      Tally t = tally(E, -1, ph, -1);
+      if (t.runs > 0)
+        fprintf(out, "    %-20s %8s runs %12s per device %12s\n", phase_name(ph), fmt_count(E->a, t.runs),
+                fmt_bytes(E->a, t.bytes), fmt_time(E->a, t.time_s));
     }
     if (E->colls.len == 0) fprintf(out, "    (none)\n");
   }
   fprintf(out, "  by axes:\n");
-  uint16_t seen[64];
-  int ns = 0;
-  for (int i = 0; i < E->colls.len && ns < 64; i++) {
-    uint16_t ax = E->colls.data[i].axes;
-    bool dup = false;
-    for (int j = 0; j < ns; j++) dup |= seen[j] == ax;
-    if (dup) continue;
-    seen[ns++] = ax;
-    double cn = 0, cb = 0, ct = 0;
-    for (int j = 0; j < E->colls.len; j++) {
-      const CollRow *r = &E->colls.data[j];
-      if (r->axes != ax) continue;
-      cn += r->count, cb += r->cost.bytes_per_device * r->count, ct += r->cost.time_s * r->count;
-    }
-    fprintf(out, "    %-20s %8s runs %12s per device %12s\n", axes_names(E, ax, true), fmt_count(E->a, cn),
-            fmt_bytes(E->a, cb), fmt_time(E->a, ct));
+  uint16_t groups[64];
+  int ng = axis_groups(E, groups, 64);
+  for (int i = 0; i < ng; i++) {
+    Tally t = tally(E, -1, -1, groups[i]);
+    fprintf(out, "    %-20s %8s runs %12s per device %12s\n", axes_names(E, groups[i], true), fmt_count(E->a, t.runs),
+            fmt_bytes(E->a, t.bytes), fmt_time(E->a, t.time_s));
   }
   if (E->colls.len == 0) fprintf(out, "    (none)\n");
-  fprintf(out, "  compute %s, communication %s: %s\n", fmt_time(E->a, E->compute_s), fmt_time(E->a, E->comm_s),
-          E->comm_s == 0 ? "no communication"
-          : E->comm_s <= E->compute_s ? "compute-bound (communication can hide behind compute)" : "communication-bound");
-  if (E->layer_loop) {
-    fprintf(out, "  per layer (one iteration of the loop at %s%s): compute %s, communication %s: %s\n",
-            where(E, E->layer_loop->loc), E->m->step ? ", forward and backward" : "", fmt_time(E->a, E->layer_compute_s), fmt_time(E->a, E->layer_comm_s),
-            E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
-  }
   Strategy s;
   strategy(E, &s);
   const Mesh *m = E->mesh;
@@ -651,26 +712,55 @@ static void print_summary(FILE *out, const Explain *E) {
   }
 }
 
+/* The stacked param a pipeline's layers come from ("blocks"): the first path with the stacking dim
+ * leading, up to its first dot. */
+static const char *pipeline_stack_name(const Explain *E, const PipeInfo *pi) {
+  for (int i = 0; i < E->m->nparams; i++) {
+    const IrParam *ip = &E->m->params[i];
+    if (ip->stack_depth < 1 || ip->spec.rank < 1 || ip->spec.dims[0] != pi->stack_dim) continue;
+    const char *dot = strchr(ip->path, '.');
+    return dot ? arena_strndup(E->a, ip->path, (size_t)(dot - ip->path)) : ip->path;
+  }
+  return "?";
+}
+
+/* Stage s's layers: "9-17", or under interleaving each chunk's ("2-3, 10-11"). */
+static const char *stage_layers(const Explain *E, const PipeInfo *pi, int s) {
+  const char *t = "";
+  for (int c = 0; c < pi->chunks; c++) {
+    int64_t a = ((int64_t)c * pi->stages + s) * pi->chunk_layers;
+    t = arena_printf(E->a, "%s%s%lld-%lld", t, c ? ", " : "", (long long)a, (long long)(a + pi->chunk_layers - 1));
+  }
+  return t;
+}
+
+/* The pipeline, labelled by the stacked loop it cuts into stages; the stages' layers follow one
+ * rule, said once, with the first two stages and the last as examples (no line per stage). */
 static void print_pipeline(FILE *out, const Explain *E) {
   const PipeInfo *pi = E->pipe;
   if (!pi) return;
   uint16_t st = 0;
   for (int k = 0; k < pi->nstage_axes; k++) st |= (uint16_t)(1u << pi->stage_axes[k]);
-  fprintf(out, "\npipeline: %d stages over %s, %lld layers in %d chunks of %lld, %d microbatch%s, schedule %s\n",
-          pi->stages, axes_names(E, st, true), (long long)pi->layers, pi->stages * pi->chunks,
-          (long long)pi->chunk_layers, pi->microbatches, pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi));
-  for (int s = 0; s < pi->stages; s++) {
-    if (pi->stages > 16 && s >= 2 && s < pi->stages - 2) {
-      if (s == 2) fprintf(out, "  ...\n");
-      continue;
-    }
-    fprintf(out, "  stage %d: layers", s);
-    for (int c = 0; c < pi->chunks; c++) {
-      int64_t g = (int64_t)c * pi->stages + s, a = g * pi->chunk_layers;
-      fprintf(out, "%s %lld-%lld", c ? "," : "", (long long)a, (long long)(a + pi->chunk_layers - 1));
-    }
-    fprintf(out, "%s\n", s == 0 ? " (and the ops before the layers)" : s == pi->stages - 1 ? " (and the ops after them)" : "");
-  }
+  /* the loop the stages cut: the layers' loop (E->layer_loop, in the chunk region), else the pipeline */
+  SrcLoc loop = E->layer_loop ? E->layer_loop->loc : E->m->pipeline->loc;
+  int width = report_width();
+  const char *head = arena_printf(
+      E->a, "pipeline of the stacked loop at %s (%s, %lld layers of `%s`): %d stages over %s, %d chunk%s of %lld layers per "
+      "stage, %d microbatch%s, schedule %s", where(E, loop), pipeline_stack_name(E, pi), (long long)pi->layers,
+      pi->stack_dim ? pi->stack_dim->name : "?", pi->stages, axes_names(E, st, true), pi->chunks, pi->chunks == 1 ? "" : "s",
+      (long long)pi->chunk_layers, pi->microbatches, pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi));
+  fputc('\n', out);
+  report_wrapped(out, width, "", "  ", head);
+  const char *rule = pi->chunks == 1
+                         ? arena_printf(E->a, "stage s holds layers %llds to %llds + %lld", (long long)pi->chunk_layers,
+                                        (long long)pi->chunk_layers, (long long)pi->chunk_layers - 1)
+                         : arena_printf(E->a, "stage s holds chunks c = 0..%d of %lld layers, chunk c from layer (%d c + s) x %lld",
+                                        pi->chunks - 1, (long long)pi->chunk_layers, pi->stages, (long long)pi->chunk_layers);
+  const char *ex = arena_printf(E->a, "%s: stage 0 %s (with the ops before the layers)", rule, stage_layers(E, pi, 0));
+  if (pi->stages > 2) ex = arena_printf(E->a, "%s, stage 1 %s%s", ex, stage_layers(E, pi, 1), pi->stages > 3 ? ", ..." : "");
+  if (pi->stages > 1)
+    ex = arena_printf(E->a, "%s, stage %d %s (with the ops after them)", ex, pi->stages - 1, stage_layers(E, pi, pi->stages - 1));
+  report_wrapped(out, width, "  ", "    ", ex);
   /* Narayanan et al. 2021: the bubble is (p - 1) / N of the ideal time (interleaved: / V as well) */
   double bubble = (double)(pi->stages - 1) / ((double)pi->microbatches * pi->chunks);
   fprintf(out, "  bubble: (p - 1) / %s = %.3g of the ideal step time\n", pi->chunks > 1 ? "(N V)" : "N", bubble);
@@ -714,6 +804,38 @@ static cJSON *axes_json(const Explain *E, uint16_t axes) {
   return a;
 }
 
+/* A place as the JSON gives it: its line and its file (the path as given for the main file, as
+ * explain's text names an imported one); null where the compiler made the thing. */
+static void json_place(const Explain *E, cJSON *o, SrcLoc loc) {
+  cJSON_AddNumberToObject(o, "line", loc.line);
+  if (!loc.file) cJSON_AddNullToObject(o, "file");
+  else cJSON_AddStringToObject(o, "file", loc.file == E->p->main_file ? report_file(loc) : file_name(E, loc));
+}
+
+/* A sharding as structure, beside its string: per dim the axes, major to minor, and the axes it
+ * is an unreduced partial sum over (with "reduction": "max" for a max). */
+static cJSON *sharding_json(const Explain *E, const Value *v) {
+  cJSON *o = cJSON_CreateObject(), *dims = cJSON_AddArrayToObject(o, "dims");
+  for (int d = 0; d < v->type.rank; d++) {
+    cJSON *e = cJSON_CreateObject(), *ax = cJSON_AddArrayToObject(e, "axes");
+    cJSON_AddStringToObject(e, "dim", v->type.dims[d]->name);
+    for (int k = 0; k < v->sharding.naxes[d]; k++)
+      cJSON_AddItemToArray(ax, cJSON_CreateString(E->mesh->axes[v->sharding.axes[d][k]].name));
+    cJSON_AddItemToArray(dims, e);
+  }
+  cJSON_AddItemToObject(o, "partial", axes_json(E, v->sharding.partial));
+  if (v->sharding.partial) cJSON_AddStringToObject(o, "reduction", v->partial_max ? "max" : "sum");
+  return o;
+}
+
+static cJSON *tally_json(Tally t) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddNumberToObject(e, "count", t.runs);
+  cJSON_AddNumberToObject(e, "bytes_per_device", t.bytes);
+  cJSON_AddNumberToObject(e, "time_s", t.time_s);
+  return e;
+}
+
 static cJSON *json_report(const Explain *E) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "mesh", E->mesh->name);
@@ -730,13 +852,15 @@ static cJSON *json_report(const Explain *E) {
     cJSON_AddItemToObject(c, "axes", axes_json(E, r->axes));
     cJSON_AddNumberToObject(c, "bytes_per_device", r->cost.bytes_per_device);
     cJSON_AddNumberToObject(c, "time_s", r->cost.time_s);
-    cJSON_AddNumberToObject(c, "line", r->loc.line);
-    if (r->loc.file && r->loc.file != E->p->main_file) cJSON_AddStringToObject(c, "file", file_name(E, r->loc));
+    json_place(E, c, r->loc);
     cJSON_AddStringToObject(c, "reason", r->reason ? r->reason : "");
     if (r->count != 1) cJSON_AddNumberToObject(c, "count", r->count);
     cJSON_AddStringToObject(c, "link", r->cost.link_name);
     cJSON_AddStringToObject(c, "tensor", sharding_text(E, r->x));
     cJSON_AddStringToObject(c, "result", sharding_text(E, r->y));
+    cJSON_AddItemToObject(c, "tensor_axes", sharding_json(E, r->x));
+    cJSON_AddItemToObject(c, "result_axes", sharding_json(E, r->y));
+    if (r->region) cJSON_AddStringToObject(c, "region", r->region);
     if (r->op && r->op->reduce_max) cJSON_AddStringToObject(c, "reduction", "max");
     if (r->stages) cJSON_AddStringToObject(c, "stages", r->stages);
     cJSON_AddBoolToObject(c, "in_layer", r->in_layer);
@@ -750,8 +874,7 @@ static cJSON *json_report(const Explain *E) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
     cJSON_AddStringToObject(j, "phase", phase_name(op->phase));
-    cJSON_AddNumberToObject(j, "line", op->loc.line);
-    if (op->loc.file && op->loc.file != E->p->main_file) cJSON_AddStringToObject(j, "file", file_name(E, op->loc));
+    json_place(E, j, op->loc);
     if (op->kind == OP_LOOP) {
       cJSON_AddNumberToObject(j, "iterations", (double)op->count);
     } else {
@@ -761,6 +884,7 @@ static cJSON *json_report(const Explain *E) {
       else if (v->name)
         cJSON_AddStringToObject(j, "name", v->name);
       cJSON_AddStringToObject(j, "sharding", sharding_text(E, v));
+      cJSON_AddItemToObject(j, "sharding_axes", sharding_json(E, v));
       cJSON *ls = cJSON_AddArrayToObject(j, "local_shape");
       for (int d = 0; d < v->type.rank; d++)
         cJSON_AddItemToArray(ls, cJSON_CreateNumber((double)sharding_local_extent(&v->type, &v->sharding, E->mesh, d)));
@@ -783,20 +907,40 @@ static cJSON *json_report(const Explain *E) {
   }
   cJSON *bk = cJSON_AddObjectToObject(s, "by_kind");
   for (int k = 0; k < COLL__COUNT; k++) {
-    double n = 0, b = 0, t = 0;
-    for (int i = 0; i < E->colls.len; i++) {
-      const CollRow *r = &E->colls.data[i];
-      if (r->kind != (CollKind)k) continue;
-      n += r->count, b += r->cost.bytes_per_device * r->count, t += r->cost.time_s * r->count;
-    }
-    if (n == 0) continue;
-    cJSON *e = cJSON_AddObjectToObject(bk, coll_kind_name((CollKind)k));
-    cJSON_AddNumberToObject(e, "count", n);
-    cJSON_AddNumberToObject(e, "bytes_per_device", b);
+    Tally t = tally(E, k, -1, -1);
+    if (t.runs > 0) cJSON_AddItemToObject(bk, coll_kind_name((CollKind)k), tally_json(t));
+  }
+  cJSON *bp = cJSON_AddObjectToObject(s, "by_phase");
+  for (int ph = PHASE_FORWARD; ph <= PHASE_UPDATE; ph++) {
+    Tally t = tally(E, -1, ph, -1);
+    if (t.runs > 0) cJSON_AddItemToObject(bp, phase_name(ph), tally_json(t));
+  }
+  cJSON *ba = cJSON_AddArrayToObject(s, "by_axes");
+  uint16_t groups[64];
+  int ng = axis_groups(E, groups, 64);
+  for (int i = 0; i < ng; i++) {
+    cJSON *e = tally_json(tally(E, -1, -1, groups[i]));
+    cJSON_AddItemToObject(e, "axes", axes_json(E, groups[i]));
+    cJSON_AddItemToArray(ba, e);
+  }
+  cJSON *top = cJSON_AddArrayToObject(s, "top"); /* the collectives that take longest: indices into "collectives" */
+  int *idx = colls_by_time(E);
+  for (int i = 0; i < E->colls.len && i < 5; i++) {
+    double t = E->colls.data[idx[i]].cost.time_s * E->colls.data[idx[i]].count;
+    if (t <= 0) break;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "collective", idx[i]);
     cJSON_AddNumberToObject(e, "time_s", t);
+    cJSON_AddNumberToObject(e, "share", E->comm_s > 0 ? t / E->comm_s : 0);
+    cJSON_AddItemToArray(top, e);
   }
   cJSON *mem = cJSON_AddObjectToObject(o, "memory");
   cJSON_AddNumberToObject(mem, "total", (double)E->mem.total);
+  cJSON_AddNumberToObject(mem, "params", (double)E->mem.params);
+  cJSON_AddNumberToObject(mem, "grads", (double)E->mem.grads);
+  cJSON_AddNumberToObject(mem, "optimizer", (double)E->mem.optimizer);
+  cJSON_AddNumberToObject(mem, "activations", (double)E->mem.activations);
+  cJSON_AddNumberToObject(mem, "temporaries", (double)E->mem.temporaries);
   cJSON_AddNumberToObject(mem, "capacity", E->mem.capacity);
   cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
   cJSON_AddBoolToObject(o, "fits", E->mem.fits);
@@ -851,6 +995,15 @@ int cmd_explain(const Options *o) {
                  "does not fit: %s per device on %s, which has %s of HBM (explain goes on)",
                  fmt_bytes(&arena, (double)E.mem.total), p->mesh->target->name, fmt_bytes(&arena, E.mem.capacity));
   }
+  if (o->show) { /* one value's blocks, and nothing else */
+    const char *why = NULL;
+    const Value *v = explain_show_find(&arena, m, o->show, &why);
+    if (!v) diag_usage("%s", why);
+    else if (o->format == FORMAT_JSON) report_json(explain_show_json(&arena, m, p, o->show, v));
+    else explain_show_text(stdout, &arena, m, p, o->show, v);
+    arena_free(&arena);
+    return v ? EXIT_OK : EXIT_USAGE;
+  }
   E.pipe = m->pipeline ? m->pipeline->pipe : NULL;
   E.has_pipe = E.pipe != NULL;
   E.loop_outer_mult = 1;
@@ -859,6 +1012,7 @@ int cmd_explain(const Options *o) {
     report_json(json_report(&E));
   } else {
     print_header(stdout, &E);
+    print_overview(stdout, &E);
     print_ops(stdout, &E);
     print_colls(stdout, &E);
     print_summary(stdout, &E);

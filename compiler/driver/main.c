@@ -52,6 +52,8 @@ static void print_help(FILE *f) {
           "  --mfu R                sim: with --tokens, at this MFU (a fraction) instead\n"
           "  --shardings            check: every param's and input's sharding and where it came\n"
           "                         from; explain: every value's\n"
+          "  --show NAME            explain: draw which block of NAME (a param, an input, a let)\n"
+          "                         each device holds, as a grid over the mesh axes\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
@@ -113,7 +115,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 /* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
 static int parse_args(int argc, char **argv, Options *o) {
   static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
-                                       "-o", "--trace", "--diag-format", "--tokens", "--mfu"};
+                                       "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -156,6 +158,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "--entry") == 0) o->entry = v;
     else if (strcmp(opt, "-o") == 0) o->output = v;
     else if (strcmp(opt, "--trace") == 0) o->trace = v;
+    else if (strcmp(opt, "--show") == 0) o->show = v;
     else if (strcmp(opt, "--tokens") == 0 || strcmp(opt, "--mfu") == 0) {
       char *end;
       double x = strtod(v, &end);

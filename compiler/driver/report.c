@@ -1,7 +1,9 @@
-/* report.c: one JSON object per command (see report.h). */
+/* report.c: one JSON object per command, and the text reports' line width (see report.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "report.h"
 
@@ -71,4 +73,36 @@ int report_end(const Options *o, int rc) {
   }
   memset(&R, 0, sizeof R);
   return rc;
+}
+
+int report_width(void) {
+  enum { DEFAULT = 100, NARROWEST = 60 };
+  if (!isatty(STDOUT_FILENO)) return DEFAULT;
+  struct winsize ws;
+  int w = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+  if (w <= 0) {
+    const char *c = getenv("COLUMNS");
+    w = c ? atoi(c) : DEFAULT;
+  }
+  return w < NARROWEST ? NARROWEST : w;
+}
+
+void report_wrapped(FILE *out, int width, const char *first, const char *indent, const char *text) {
+  int col = fprintf(out, "%s", first), start = col, ind = (int)strlen(indent);
+  for (const char *w = text; *w;) {
+    while (*w == ' ') w++;
+    const char *e = w;
+    while (*e && *e != ' ') e++;
+    int len = (int)(e - w);
+    if (len == 0) break;
+    if (col > start && col + 1 + len > width) {
+      fprintf(out, "\n%s", indent);
+      col = start = ind;
+    } else if (col > start) {
+      col += fprintf(out, " ");
+    }
+    col += fprintf(out, "%.*s", len, w);
+    w = e;
+  }
+  fputc('\n', out);
 }

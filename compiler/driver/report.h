@@ -15,6 +15,12 @@
 void report_begin(const Options *o);        /* collect diagnostics (JSON mode) */
 void report_json(cJSON *obj);               /* prints obj to stdout, then deletes it */
 int report_end(const Options *o, int rc);   /* the errors object if nothing was printed; returns rc */
+/* The columns text is wrapped to: the terminal's width when stdout is a terminal (at least 60),
+ * else 100 (a file, a pipe: output that does not change with the window). */
+int report_width(void);
+/* `first`, then `text`'s words, wrapped at `width` columns, each further line starting with
+ * `indent`; a newline at the end. A word longer than a line stays whole. */
+void report_wrapped(FILE *out, int width, const char *first, const char *indent, const char *text);
 /* The file of a place as reports print it: the path as given on the command line or resolved by
  * import (diagnostics print the same). */
 const char *report_file(SrcLoc loc);
