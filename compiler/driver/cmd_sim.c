@@ -18,6 +18,7 @@
 #include "check.h"
 #include "memory.h"
 #include "partition.h"
+#include "report.h"
 #include "sim.h"
 
 enum { TOP_LINES = 8, TOP_COLLECTIVES = 8 };
@@ -445,11 +446,7 @@ int cmd_sim(const Options *o) {
     cJSON_Delete(errors);
     cJSON_AddItemToObject(report, "warnings", warnings);
   }
-  char *s = cJSON_Print(report);
-  fputs(s, stdout);
-  fputc('\n', stdout);
-  free(s);
-  cJSON_Delete(report);
+  report_json(report); /* the one object: report_end prints no second one */
   arena_free(&arena);
   return rc;
 }

@@ -181,20 +181,6 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
-/* shardc parse FILE: the main file's tree (not its imports'), or the diagnostics and exit 1. */
-int cmd_parse(const Options *o) {
-  Arena arena;
-  arena_init(&arena);
-  ParsedProgram *prog = driver_load_program(o, &arena);
-  int rc = EXIT_PROGRAM_ERROR;
-  if (prog && diag_error_count() == 0) {
-    ast_print(stdout, prog->files[prog->nfiles - 1]);
-    rc = EXIT_OK;
-  }
-  arena_free(&arena);
-  return rc;
-}
-
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     json_requested |= strcmp(argv[i], "--format=json") == 0 ||
