@@ -567,10 +567,12 @@ static void print_overview(FILE *out, const Explain *E) {
   enum { TOP = 5 };
   const MemoryReport *r = &E->mem;
   fprintf(out, "\nsummary (per step, per device%s):\n", E->has_pipe ? ", averaged over the pipeline's stages" : "");
-  fprintf(out, "  memory %s of %s: %s (params %s, grads %s, optimizer %s, activations %s, temporaries %s)\n",
-          fmt_bytes(E->a, (double)r->total), fmt_bytes(E->a, r->capacity), r->fits ? "fits" : "DOES NOT FIT",
-          fmt_bytes(E->a, (double)r->params), fmt_bytes(E->a, (double)r->grads), fmt_bytes(E->a, (double)r->optimizer),
-          fmt_bytes(E->a, (double)r->activations), fmt_bytes(E->a, (double)r->temporaries));
+  fprintf(out, "  memory %s of %s: %s (params %s", fmt_bytes(E->a, (double)r->total), fmt_bytes(E->a, r->capacity),
+          r->fits ? "fits" : "DOES NOT FIT", fmt_bytes(E->a, (double)r->params));
+  if (E->m->step) /* a forward alone keeps no gradients, optimizer state or activations */
+    fprintf(out, ", grads %s, optimizer %s, activations %s", fmt_bytes(E->a, (double)r->grads),
+            fmt_bytes(E->a, (double)r->optimizer), fmt_bytes(E->a, (double)r->activations));
+  fprintf(out, ", temporaries %s)\n", fmt_bytes(E->a, (double)r->temporaries));
   fprintf(out, "  compute %s, communication %s: %s\n", fmt_time(E->a, E->compute_s), fmt_time(E->a, E->comm_s),
           verdict(E->compute_s, E->comm_s));
   if (E->layer_loop)
