@@ -83,7 +83,7 @@ typedef struct Search {
   FRule *rules;                /* the layout's, in order */
   int nrules;
   const Step *step;            /* a train step, or NULL */
-  double compute_s;            /* ideal compute per device per step: FLOPs / devices / peak */
+  double compute_s;            /* the program's ideal compute per device per step */
   double tokens_local;         /* rows of the entry's first input per device (TP estimates) */
   double input_bytes;          /* the entry's first input per device */
   int64_t layers;              /* the largest stacking dim (1 without) */
@@ -334,6 +334,14 @@ static void estimate(const Search *S, Cand *c) {
   c->est = est + 2 * gathered;
 }
 
+/* Does an input of the entry have d (batch, seq: the rows every op computes)? */
+static bool is_input_dim(const Search *S, const Dim *d) {
+  for (int i = 0; S->p->entry && i < S->p->entry->nargs; i++)
+    for (int k = 0; k < S->p->entry->args[i].type.rank; k++)
+      if (S->p->entry->args[i].type.dims[k] == d) return true;
+  return false;
+}
+
 /* ---- what a change is estimated to add (ranking only; the printed figures are checked) ---- */
 
 static double change_proxy(const Search *S, const Cand *c, const FitChange *ch) {
@@ -395,6 +403,8 @@ static double change_proxy(const Search *S, const Cand *c, const FitChange *ch) 
   }
   if (!in_params) /* an input's dim (seq): activations gathered where ops need it whole */
     t += 2 * (double)S->layers * cost_collective(S->mesh, COLL_ALL_GATHER, ch->added, S->input_bytes, true, NULL);
+  if (is_input_dim(S, ch->dim)) /* the activations' dim: each device computes a share of the rows */
+    t -= S->compute_s * (1 - 1 / (double)axes_prod(S->mesh, ch->added));
   return t;
 }
 
@@ -476,6 +486,7 @@ static void try_move(Search *S, const Cand *c, const FitChange *mv, CandVec *int
   }
   if (!first_seen(S, cand_key(&d))) return;
   estimate(S, &d);
+  if (d.est >= c->est * (1 - 1e-3) && c->n > 0) return; /* saves nothing on top of c: only costs */
   d.proxy = 0;
   for (int k = 0; k < d.n; k++) d.proxy += d.ch[k].proxy_s = change_proxy(S, &d, &d.ch[k]);
   S->out->candidates++;
@@ -580,6 +591,7 @@ static void figures_of(const MemoryReport *r, const IrModule *m, const Mesh *mes
   f->activations = r->activations, f->temporaries = r->temporaries;
   f->flops = r->flops_per_step;
   f->comm_s = step_comm_seconds(m, mesh);
+  f->compute_s = step_compute_seconds(m, mesh);
 }
 
 /* The program c proposes, checked: the declarations again where a dim is padded, then the layout
@@ -690,8 +702,7 @@ static void setup(Search *S) {
     for (int d = 0; d < ntok; d++) S->tokens_local *= (double)sharding_local_extent(&x->type, &x->sharding, S->mesh, d);
     S->input_bytes = (double)sharding_local_bytes(&x->type, &x->sharding, S->mesh);
   }
-  double peak = cost_peak_flops(S->mesh->target, DT_BF16, true) * (double)S->mesh->devices;
-  S->compute_s = peak > 0 ? S->out->base.flops / peak : 0;
+  S->compute_s = S->out->base.compute_s;
 }
 
 /* Params, gradients and optimizer state of the whole model, and the devices they need at least. */
@@ -723,10 +734,10 @@ static int by_cost(const void *a, const void *b) {
   return x->est < y->est ? -1 : x->est > y->est;
 }
 
-/* The time a checked plan adds: its collectives' and its FLOPs' (at peak) over the program's. */
+/* The time a checked plan adds per step and device (ideal): its ops' and its collectives', over
+ * the program's (a rule that shards the batch takes compute off each device). */
 static double plan_cost(const Search *S, const FitFigures *f) {
-  double peak = cost_peak_flops(S->mesh->target, DT_BF16, true) * (double)S->mesh->devices;
-  return (f->comm_s - S->out->base.comm_s) + (peak > 0 ? (f->flops - S->out->base.flops) / peak : 0);
+  return (f->compute_s - S->out->base.compute_s) + (f->comm_s - S->out->base.comm_s);
 }
 
 static void add_plan(Search *S, const Cand *c, const FitFigures *f) {
@@ -748,7 +759,13 @@ static void check_prefixes(Search *S, FitPlan *pl) {
     memcpy(c.ch, pl->change, sizeof(FitChange) * (size_t)(i + 1));
     check_full(S, &c, &pl->after[i], NULL);
   }
-  /* last changes that save nothing go: the program before them is as small, and checked */
+  /* a plan ends at its first program that fits (the changes after it are not needed), and last
+   * changes that save nothing go (the program before them is as small, and checked) */
+  for (int i = 0; i + 1 < pl->n; i++)
+    if (pl->after[i].valid && pl->after[i].fits) {
+      pl->n = i + 1;
+      break;
+    }
   while (pl->n > 1) {
     const FitFigures *before = &pl->after[pl->n - 2], *last = &pl->after[pl->n - 1];
     if (!before->valid || before->total > last->total || before->fits != last->fits) break;
@@ -826,7 +843,7 @@ void fit_change_text(const Program *p, const FitChange *c, char *buf, size_t n) 
     } else if (lname) {
       snprintf(buf, n, "%s%sadd `%s: %s` to layout %s", pad, sep, c->dim->name, ax, lname);
     } else {
-      snprintf(buf, n, "%s%sdeclare a layout with `%s: %s`", pad, sep, c->dim->name, ax);
+      snprintf(buf, n, "%s%sadd `%s: %s` to a new layout (the program declares none)", pad, sep, c->dim->name, ax);
     }
     return;
   }
@@ -850,7 +867,8 @@ static void change_what(const Search *S, const FitChange *c, char *buf, size_t n
     rule_set(S, &none, &rs);
     bool fsdp = (c->added & batch_axes(S, rs.r, rs.n, &none)) != 0;
     if (c->dim->name == intern_cstr("batch"))
-      snprintf(buf, n, "data parallelism over %s as well: fewer rows per device, gradients reduced over it too", ax);
+      snprintf(buf, n, "data parallelism over %s%s: fewer rows per device, gradients reduced over it%s", ax,
+               c->extends ? " as well" : "", c->extends ? " too" : "");
     else if (in_params && fsdp)
       snprintf(buf, n, "AllGathers of the weights with '%s' over %s before each use, forward and backward, and "
                "ReduceScatters of their gradients (FSDP)", c->dim->name, ax);

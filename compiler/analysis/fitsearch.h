@@ -36,6 +36,7 @@ typedef struct FitFigures {
   int64_t total;        /* bytes per device (the buffer plan's peak) */
   int64_t params, grads, optimizer, activations, temporaries;
   double comm_s;        /* ideal time of the step's collectives, per device (step_comm_seconds) */
+  double compute_s;     /* ideal time of its ops, per device (step_compute_seconds) */
   double flops;         /* flops_per_step, recomputation included */
 } FitFigures;
 
@@ -61,7 +62,7 @@ typedef struct FitPlan {
   FitFigures after[FIT_MAX_CHANGES];
   char text[FIT_MAX_CHANGES][400];   /* "add `embed: data` to layout dp" */
   char what[FIT_MAX_CHANGES][400];   /* the collectives or the compute it adds, in words */
-  double added_s;       /* the time it adds per step: collectives', and FLOPs' at peak (ideal) */
+  double added_s;       /* the time it adds per step and device, ideal: its ops' and its collectives' */
 } FitPlan;
 
 typedef struct FitAdvice {

@@ -164,3 +164,29 @@ static double comm_in(const IrFunc *f, const Mesh *mesh, double mult) {
 double step_comm_seconds(const IrModule *m, const Mesh *mesh) {
   return m && m->main && mesh ? comm_in(m->main, mesh, 1) : 0;
 }
+
+/* ---- a whole step's compute on one device ---- */
+
+static double compute_in(const IrFunc *f, const Target *t, double mult) {
+  double s = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) {
+      s += compute_in(op->body, t, mult * (double)op->count);
+      continue;
+    }
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) s += compute_in(op->pipe->region[r], t, mult * opcost_region_runs(op->pipe, r, false));
+      continue;
+    }
+    if (op->nresults < 1) continue;
+    OpCost c;
+    opcost(op, true, &c);
+    if (c.flops > 0 || c.bytes > 0) s += mult * cost_op_time(t, op->results[0]->type.dtype, c.flops, c.bytes, true);
+  }
+  return s;
+}
+
+double step_compute_seconds(const IrModule *m, const Mesh *mesh) {
+  return m && m->main && mesh && mesh->target ? compute_in(m->main, mesh->target, 1) : 0;
+}

@@ -40,6 +40,10 @@ void step_flops(const IrModule *m, StepFlops *out);
  * its transfers left out; a bucket's members each alone): the suggestions' measure of the
  * communication a change adds. */
 double step_comm_seconds(const IrModule *m, const Mesh *mesh);
+/* The ideal time of a step's ops on one device: each op's roofline at its local extents
+ * (cost_op_time, peak figures) times the runs a step makes of it, as step_comm_seconds counts. A
+ * localised module. */
+double step_compute_seconds(const IrModule *m, const Mesh *mesh);
 
 /* How many times one step runs each region of a pipeline (per stage that runs it): PR_FIRST,
  * PR_LAST, PR_FIRST_BWD once per microbatch; a chunk region once per microbatch and chunk the

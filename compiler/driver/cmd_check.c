@@ -90,6 +90,7 @@ static void json_advice(cJSON *o, const Program *p, const FitAdvice *fa) {
       if (pl->after[k].valid) { /* checked with the changes up to this one */
         cJSON_AddNumberToObject(c, "total", (double)pl->after[k].total);
         cJSON_AddNumberToObject(c, "adds_comm_s", pl->after[k].comm_s - prev->comm_s);
+        cJSON_AddNumberToObject(c, "adds_compute_s", pl->after[k].compute_s - prev->compute_s);
         cJSON_AddNumberToObject(c, "adds_flops", pl->after[k].flops - prev->flops);
         prev = &pl->after[k];
       }
@@ -102,6 +103,8 @@ static void json_advice(cJSON *o, const Program *p, const FitAdvice *fa) {
     cJSON_AddBoolToObject(s, "fits", end->fits);
     cJSON_AddStringToObject(s, "adds", adds);
     cJSON_AddNumberToObject(s, "comm_s", end->comm_s);
+    cJSON_AddNumberToObject(s, "compute_s", end->compute_s);
+    cJSON_AddNumberToObject(s, "adds_compute_s", end->compute_s - fa->base.compute_s);
     cJSON_AddNumberToObject(s, "adds_comm_s", end->comm_s - fa->base.comm_s);
     cJSON_AddNumberToObject(s, "flops_per_step", end->flops);
     cJSON_AddNumberToObject(s, "adds_s", pl->added_s);
@@ -227,9 +230,10 @@ static void print_delta(FILE *out, const FitFigures *prev, const FitFigures *f, 
   char a[32], b[32], t[32];
   memory_format_bytes(a, sizeof a, (double)prev->total);
   memory_format_bytes(b, sizeof b, (double)f->total);
-  double dc = f->comm_s - prev->comm_s, df = f->flops - prev->flops;
-  fprintf(out, "%s%s -> %s per device; collectives %s%s per step", indent, a, b, dc >= 0 ? "+" : "",
-          fmt_seconds(t, sizeof t, dc));
+  double dc = f->comm_s - prev->comm_s, dp = f->compute_s - prev->compute_s, df = f->flops - prev->flops;
+  char u[32];
+  fprintf(out, "%s%s -> %s per device; compute %s%s, collectives %s%s per step", indent, a, b, dp >= 0 ? "+" : "",
+          fmt_seconds(u, sizeof u, dp), dc >= 0 ? "+" : "", fmt_seconds(t, sizeof t, dc));
   if (df != 0) fprintf(out, ", FLOPs %+.3g (%+.2g%%)", df, prev->flops > 0 ? 100 * df / prev->flops : 0);
   fputc('\n', out);
 }
@@ -278,9 +282,11 @@ static void print_advice(FILE *out, const Program *p, const FitAdvice *fa) {
       }
       memory_format_bytes(b, sizeof b, (double)end->total);
       memory_format_bytes(c, sizeof c, mesh->target->hbm);
-      char t2[32];
-      fprintf(out, "  %s: %s of %s per device; collectives %s -> %s per step", end->fits ? "fits" : "still does not fit",
-              b, c, fmt_seconds(t, sizeof t, fa->base.comm_s), fmt_seconds(t2, sizeof t2, end->comm_s));
+      char t2[32], t3[32], t4[32];
+      fprintf(out, "  %s: %s of %s per device; compute %s -> %s, collectives %s -> %s per step",
+              end->fits ? "fits" : "still does not fit", b, c, fmt_seconds(t3, sizeof t3, fa->base.compute_s),
+              fmt_seconds(t4, sizeof t4, end->compute_s), fmt_seconds(t, sizeof t, fa->base.comm_s),
+              fmt_seconds(t2, sizeof t2, end->comm_s));
       if (end->flops != fa->base.flops)
         fprintf(out, ", FLOPs %.4g -> %.4g", fa->base.flops, end->flops);
       fputc('\n', out);
@@ -290,8 +296,10 @@ static void print_advice(FILE *out, const Program *p, const FitAdvice *fa) {
     fprintf(out, "  - ");
     for (int k = 0; k < pl->n; k++) fprintf(out, "%s%s", k ? "; " : "", pl->text[k]);
     memory_format_bytes(b, sizeof b, (double)end->total);
-    fprintf(out, "\n    %s per device, %s; collectives %s%s per step\n", b, end->fits ? "fits" : "does not fit",
-            end->comm_s >= fa->base.comm_s ? "+" : "", fmt_seconds(t, sizeof t, end->comm_s - fa->base.comm_s));
+    char u[32];
+    double dp = end->compute_s - fa->base.compute_s, dc = end->comm_s - fa->base.comm_s;
+    fprintf(out, "\n    %s per device, %s; compute %s%s, collectives %s%s per step\n", b, end->fits ? "fits" : "does not fit",
+            dp >= 0 ? "+" : "", fmt_seconds(u, sizeof u, dp), dc >= 0 ? "+" : "", fmt_seconds(t, sizeof t, dc));
   }
   for (int i = 0; i < fa->npads; i++) {
     const FitPlan *pl = &fa->pads[i];

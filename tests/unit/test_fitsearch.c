@@ -116,6 +116,8 @@ static bool find_rule(const char *s, size_t open, size_t close, const char *dim,
 /* The program text a plan describes, written from the changes' own terms. */
 static char *apply_plan(char *src, const Program *p, const FitChange *ch, int n, DimOption *dims, int *ndims) {
   const Mesh *m = p->mesh;
+  const char *layout = p->layout ? p->layout->name : "suggested";
+  if (!p->layout) src = splice(src, strlen(src), 0, "\nlayout suggested {\n}\n"); /* "a new layout" */
   for (int i = 0; i < n; i++) {
     const FitChange *c = &ch[i];
     if (c->pad_to > 0) dims[(*ndims)++] = (DimOption){c->dim->name, c->pad_to};
@@ -125,7 +127,7 @@ static char *apply_plan(char *src, const Program *p, const FitChange *ch, int n,
       int k = snprintf(text, sizeof text, " %s", c->naxes > 1 ? "(" : "");
       for (int j = 0; j < c->naxes; j++) k += snprintf(text + k, sizeof text - (size_t)k, "%s%s", j ? ", " : "", m->axes[c->axes[j]].name);
       snprintf(text + k, sizeof text - (size_t)k, "%s", c->naxes > 1 ? ")" : "");
-      if (!find_block(src, "layout", p->layout->name, &open, &close)) return src;
+      if (!find_block(src, "layout", layout, &open, &close)) return src;
       if (c->extends && find_rule(src, open, close, c->dim->name, &at, &len)) {
         src = splice(src, at, len, text);
       } else {
@@ -241,6 +243,7 @@ int main(void) {
   case_recheck("tests/check/gpt2_vocab_pad.shard", NULL);
   case_recheck("tests/check/needs_devices.shard", NULL);
   case_recheck("tests/check/suggest_indivisible_axis.shard", NULL);
+  case_recheck("tests/check/no_layout.shard", NULL);
 
   /* the bound, by hand in tests/check/needs_devices.shard */
   ut_begin("70B with adam on 8 H100s: needs at least 11 devices (846,649,753,600 B of params, grads and state)");
