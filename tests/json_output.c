@@ -133,7 +133,8 @@ static void job_finish(Job *j) {
 }
 
 int main(int argc, char **argv) {
-  const char *shardc = NULL;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each failure printed as found, even if this aborts */
+  char *shardc = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--shardc") == 0 && i + 1 < argc) shardc = realpath(argv[++i], NULL); /* run from elsewhere */
     else nftw(argv[i], collect, 16, FTW_PHYS);
@@ -163,5 +164,6 @@ int main(int argc, char **argv) {
   printf("%d passed, %d failed\n", passed, failed);
   for (int i = 0; i < nfiles; i++) free(files[i]);
   free(files);
+  free(shardc);
   return failed ? 1 : 0;
 }

@@ -870,7 +870,7 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
     if (mult[k] > 0) items_add(&S, &I, &S.subs[k]->tl, mult[k], mult);
   }
   free(mult);
-  qsort(I.v, (size_t)I.n, sizeof *I.v, item_cmp);
+  if (I.n > 1) qsort(I.v, (size_t)I.n, sizeof *I.v, item_cmp); /* (no items: I.v is NULL) */
   out->items = I.v;
   out->nitems = I.n;
   free(I.key);
