@@ -20,6 +20,7 @@
 #include "check.h"
 #include "explain_textbook.h"
 #include "report.h"
+#include "route.h"
 #include "cost.h"
 #include "memory.h"
 #include "opcost.h"
@@ -142,8 +143,8 @@ static const char *op_label(const Explain *E, const Op *op) {
   const Value *v = op->nresults ? op->results[0] : NULL;
   if (op->kind == OP_PARAM && op->index >= 0 && op->index < E->m->nparams)
     return arena_printf(E->a, "param %s", E->m->params[op->index].path);
-  if (v && v->name) return arena_printf(E->a, "%s %s", ir_op_name(op->kind), v->name);
-  return ir_op_name(op->kind);
+  if (v && v->name) return arena_printf(E->a, "%s %s", ir_op_label(op), v->name);
+  return ir_op_label(op);
 }
 
 /* The part of a train step an op belongs to (Op.phase), as explain names it. */
@@ -200,8 +201,9 @@ static CollKind coll_kind_of(OpKind k) {
 static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   const Value *x = op->operands[0], *y = op->results[0];
   r->kind = coll_kind_of(op->kind);
-  double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh);
-  if (r->kind == COLL_ALL_GATHER) bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh);
+  double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh) * ir_route_density(x);
+  if (r->kind == COLL_ALL_GATHER)
+    bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh) * ir_route_density(y);
   r->count = mult;
   r->axes = op->axes;
   r->phase = op->phase;
@@ -709,7 +711,7 @@ static cJSON *json_report(const Explain *E) {
     const Op *op = r->op;
     if (r->heading) continue;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
+    cJSON_AddStringToObject(j, "op", ir_op_label(op));
     cJSON_AddStringToObject(j, "phase", phase_name(op->phase));
     cJSON_AddNumberToObject(j, "line", op->loc.line);
     if (op->loc.file && op->loc.file != E->p->main_file) cJSON_AddStringToObject(j, "file", file_name(E, op->loc));

@@ -783,7 +783,11 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
       if (plan_reshape_back(P->mesh, op, &op->results[0]->sharding, &s)) cand_add_checked(P, out, v, &s);
     } else if (op->plan && op->plan->factored && use.operand < op->plan->nopnd) {
       Sharding s = strip(&op->plan->req[use.operand], rank, 0);
-      cand_add_checked(P, out, v, &s);
+      if (op->kind == OP_ROUTE && cand_fits(P, v, &s) && stacking_ok(P, v, &s))
+        cand_add(out, v, &s); /* route reads its tokens whole (a sharded tokens dim is an error there):
+                                 the logits may be less sharded for it */
+      else
+        cand_add_checked(P, out, v, &s);
       const Sharding *in[PLAN_MAX_OPERANDS];
       static const Sharding none;
       for (int i = 0; i < op->noperands; i++) in[i] = i == use.operand ? &none : &op->operands[i]->sharding;

@@ -15,6 +15,7 @@
 
 #include "autodiff.h"
 #include "diag.h"
+#include "route.h"
 #include "step.h"
 
 typedef VEC(Value *) ValueVec;
@@ -529,6 +530,7 @@ IrModule *step_build(Arena *a, const Program *p) {
   if (!m || !p->step || p->step->kind != STEP_TRAIN) return m;
   int before = diag_error_count();
   if (!step_build_module(m, p) || diag_error_count() > before) return NULL;
+  ir_route_mark(m); /* the whole step: its loops' residuals and their slices too */
   return m;
 }
 
