@@ -662,15 +662,27 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
         i++;
       }
     }
-    /* matmul case 2: a contracted dim keeps axes only where both operands shard it alike */
+    /* matmul case 2: a contracted dim keeps axes only where both operands shard it alike; where
+     * both shard it, over tuples that start alike (batch@data in one, batch@(data, ep) in the
+     * other), it keeps their common prefix (the rest is gathered, or moved to another dim) */
     if (op->kind == OP_CONTRACT && r.fk[f] == FK_SUM && nprop[f] > 0) {
-      bool alike = nprop[f] == 1;
-      for (int i = 0; alike && i < r.nopnd; i++) {
+      bool both = true;
+      for (int i = 0; both && i < r.nopnd; i++) {
         const Value *v = op->operands[i];
         for (int d = 0; d < v->type.rank; d++)
-          if (r.omap[i][d] == f && operands[i]->naxes[d] == 0) alike = false;
+          if (r.omap[i][d] == f && operands[i]->naxes[d] == 0) both = false;
       }
-      if (!alike) {
+      int common = both ? props[f][0].n : 0;
+      for (int i = 1; i < nprop[f]; i++) {
+        int c = 0;
+        while (c < common && c < props[f][i].n && props[f][i].ax[c] == props[f][0].ax[c]) c++;
+        common = c;
+      }
+      if (common > 0 && nprop[f] > 1 && r.fdim[f]->size % tuple_product(m, props[f][0].ax, common) == 0) {
+        props[f][0].n = (uint8_t)common;
+        props[f][0].mask = axes_mask(props[f][0].ax, common);
+        nprop[f] = 1;
+      } else if (!both || nprop[f] > 1) {
         nprop[f] = 0;
         why[f] = WHY_CASE2;
       }
