@@ -132,7 +132,7 @@ static const char *value_text(const Walk *W, const Value *v) {
   if (v->def) {
     if (v->def->kind == OP_PARAM && v->def->index >= 0 && v->def->index < W->m->nparams)
       return arena_printf(W->m->arena, "%s", W->m->params[v->def->index].path);
-    return arena_printf(W->m->arena, "the %s at %s", ir_op_name(v->def->kind), where(W, v->def->loc));
+    return arena_printf(W->m->arena, "the %s at %s", ir_op_label(v->def), where(W, v->def->loc));
   }
   return arena_printf(W->m->arena, "%%%d", v->id);
 }
@@ -369,8 +369,17 @@ static const Op *combined_by(const Value *v, const Op *reader) {
   return NULL;
 }
 
-/* " as X's d is (from ...)": an operand of op other than v that holds dim d over exactly `axes`
- * (the shards v is brought to line up with), or "". */
+/* The first op of v's function that reads v and is not a collective (who a reshard is for, when
+ * it follows v's op: a result's reshard), or NULL. */
+static const Op *first_reader(const Value *v) {
+  for (const Op *o = v->func ? v->func->first : NULL; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] == v && !ir_op_is_collective(o->kind)) return o;
+  return NULL;
+}
+
+/* " as w's batch is (from ...)": an operand of op other than v that holds dim d over `axes` (the
+ * shards v is brought to line up with; a cast of a named value by that name), or "". */
 static const char *lined_up_with(const Walk *W, const Op *op, const Value *v, const Dim *d, uint16_t axes) {
   for (int i = 0; op && i < op->noperands; i++) {
     const Value *o = op->operands[i];
@@ -378,37 +387,43 @@ static const char *lined_up_with(const Walk *W, const Op *op, const Value *v, co
     if (o == v || p < 0) continue;
     uint16_t m = 0;
     for (int k = 0; k < o->sharding.naxes[p]; k++) m |= (uint16_t)(1u << o->sharding.axes[p][k]);
-    if (m & axes) return arena_printf(W->m->arena, ", as %s %s is (from %s)", poss(W, value_text(W, o)), d->name,
-                                      dim_origin(W, o, p));
+    if (!(m & axes)) continue;
+    const Value *named = o;
+    if (!o->name && o->def && o->def->kind == OP_CAST && o->def->operands[0]->name) named = o->def->operands[0];
+    return arena_printf(W->m->arena, ", as %s %s is (from %s)", poss(W, value_text(W, named)), d->name,
+                        dim_origin(W, o, p));
   }
   return "";
 }
 
-/* The reason of an AllToAll that moves a dispatch's buffer to the experts or the experts'
- * outputs back to their tokens; NULL for any other. */
+/* The reason of an AllToAll that moves a dispatch's slots to the experts or the experts' slots back
+ * to their tokens (forward), or their gradients (backward); NULL for any other. */
 static const char *expert_a2a_reason(const Walk *W, const ReshardStep *s, const Value *v, const Op *op,
                                      const char *who) {
   const TensorType *t = &v->type;
   if (s->dim < 0 || s->dim2 < 0) return NULL;
   const Dim *to = t->dims[s->dim2], *from = t->dims[s->dim];
   const char *ax = axes_text(W, s->axes);
+  bool bwd = W->phase == PHASE_BACKWARD;
   const Op *comb = combined_by(v, op);
   if (comb)
     return arena_printf(W->m->arena,
-                        "expert parallelism: the combine at %s reads %s, the experts' outputs in their slots, "
-                        "with %s sharded over %s instead of %s%s: the AllToAll sends each group's slots back to "
-                        "the devices that hold its tokens",
-                        where(W, comb->loc), value_text(W, v), to->name, ax, from->name,
+                        "expert parallelism: the combine at %s reads %s, %s in their slots, with %s sharded over %s "
+                        "instead of %s%s: the AllToAll sends each group's slots back to the devices that hold its "
+                        "tokens",
+                        where(W, comb->loc), value_text(W, v),
+                        bwd ? "the gradient of the experts' inputs" : "the experts' outputs", to->name, ax, from->name,
                         lined_up_with(W, comb, v, to, s->axes));
   const Op *disp = dispatched_by(v);
-  if (disp)
-    return arena_printf(W->m->arena,
-                        "expert parallelism: %s reads %s, the slots the dispatch at %s fills, with %s sharded over "
-                        "%s instead of %s%s: the AllToAll sends each expert's slots to the devices that hold that "
-                        "expert",
-                        who, value_text(W, v), where(W, disp->loc), to->name, ax, from->name,
-                        lined_up_with(W, op, v, to, s->axes));
-  return NULL;
+  if (!disp) return NULL;
+  const Op *reader = op ? op : first_reader(v);
+  if (reader) who = arena_printf(W->m->arena, "the %s at %s", ir_op_label(reader), where(W, reader->loc));
+  return arena_printf(W->m->arena,
+                      "expert parallelism: %s reads %s, %s the dispatch at %s put in the experts' slots, with %s "
+                      "sharded over %s instead of %s%s: the AllToAll sends each expert's slots to the devices that "
+                      "hold that expert",
+                      who, value_text(W, v), bwd ? "the gradient of the experts' outputs, which" : "the tokens",
+                      where(W, disp->loc), to->name, ax, from->name, lined_up_with(W, reader, v, to, s->axes));
 }
 
 /* The reason of one reshard step of value v toward what `who` needs (already a phrase). */
