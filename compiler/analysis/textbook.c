@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "bucket.h"
+#include "route.h"
 #include "step.h"
 #include "textbook.h"
 
@@ -16,12 +17,46 @@ static int kind_index(OpKind k) {
   }
 }
 
+/* A collective of expert parallelism: an AllToAll of a dispatch's slots (through casts, transposes,
+ * slices and earlier collectives) or of what a combine reads, or any collective of a routed value
+ * (the routing weights' gradient summed over the tensor-parallel axes). */
+static bool expert_coll(const Op *op) {
+  const Value *x = op->operands[0];
+  if (x->route) return true;
+  if (op->kind != OP_ALL_TO_ALL) return false;
+  for (int k = 0; x && x->def && k < 16; k++) {
+    const Op *d = x->def;
+    if (ir_route_contract(d, NULL) == CONTRACT_DISPATCH) return true;
+    if (d->noperands != 1 || !(d->kind == OP_CAST || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE ||
+                               ir_op_is_collective(d->kind)))
+      break;
+    x = d->operands[0];
+  }
+  const Value *y = op->results[0];
+  for (const Op *o = op->func ? op->func->first : NULL; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] == y && ir_route_contract(o, NULL) == CONTRACT_COMBINE) return true;
+  return false;
+}
+
 static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double share) {
   int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
+    if (op->phase == PHASE_FORWARD && ir_route_contract(op, NULL) == CONTRACT_DISPATCH && !c->ep_slot_bytes)
+      c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
     int k = kind_index(op->kind);
     if (k < 0 || k >= CENSUS_KINDS) continue;
+    if (expert_coll(op)) {
+      const Value *v = op->kind == OP_ALL_GATHER ? op->results[0] : op->operands[0];
+      CollCost cc;
+      cost_collective(mesh, (CollKind)k, op->axes,
+                      (double)sharding_local_bytes(&v->type, &v->sharding, mesh) * ir_route_density(v), true, &cc);
+      c->ep_n[k]++;
+      c->ep_bytes[k] += cc.bytes_per_device * share;
+      if (k == COLL_ALL_TO_ALL) c->ep_axes |= op->axes;
+      continue;
+    }
     int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
     c->n[role][k] += 1;
     if (!op->bucket || op->bucket != bucket) c->runs[role][k] += 1;
@@ -67,21 +102,47 @@ static uint16_t batch_axes(const IrModule *m) {
   return ax;
 }
 
+/* d is the expert dim of a route in f. */
+static bool expert_dim(const IrFunc *f, const Dim *d) {
+  for (const Op *o = f->first; o; o = o->next)
+    if (o->kind == OP_ROUTE && o->ndims >= 3 && o->dims[0] == d) return true;
+  return false;
+}
+
+/* An AllGather in f reads v (through casts and transposes). */
+static bool gathered(const IrFunc *f, const Value *v) {
+  for (const Op *o = f->first; o; o = o->next) {
+    if (o->noperands != 1) continue;
+    const Value *x = o->operands[0];
+    while (x->def && x->def->noperands == 1 && (x->def->kind == OP_CAST || x->def->kind == OP_TRANSPOSE)) x = x->def->operands[0];
+    if (o->kind == OP_ALL_GATHER && x == v) return true;
+  }
+  return false;
+}
+
 void layer_census(const IrModule *m, const Mesh *mesh, LayerCensus *c) {
   memset(c, 0, sizeof *c);
   if (!m || !m->main || !mesh) return;
   c->dp = batch_axes(m);
   find_layers(m, m->main, mesh, c);
   if (!c->loop) return;
-  /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP) */
+  /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP; held
+   * sharded on a route's expert dim while the tokens come to them: expert parallelism) */
   uint16_t dp = c->dp;
   for (int i = 0; i < c->loop->nslices && i < c->loop->noperands; i++) {
     const Value *w = c->loop->operands[i]; /* (a forward loop's slices are its stacked params) */
     c->nweights++;
-    uint16_t ax = 0;
+    uint16_t ax = 0, on_experts = 0;
     for (int d = 1; d < w->type.rank; d++) /* the stacking dim aside */
-      for (int k = 0; k < w->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
-    if (ax & dp) c->nweights_gathered++;
+      for (int k = 0; k < w->sharding.naxes[d]; k++) {
+        ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
+        if (expert_dim(c->loop->body, w->type.dims[d])) on_experts |= (uint16_t)(1u << w->sharding.axes[d][k]);
+      }
+    if (!(ax & dp)) continue;
+    if (i < c->loop->body->ninputs && (ax & dp & ~on_experts) == 0 && !gathered(c->loop->body, c->loop->body->inputs[i]))
+      c->nweights_ep++;
+    else
+      c->nweights_gathered++;
   }
 }
 
@@ -220,6 +281,22 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
                                      .got = c->grad_scatters_dp, .want = c->nweights_gathered,
                                      .runs = c->runs[ROLE_GRADIENT][COLL_REDUCE_SCATTER],
                                      .per = "per layer and microbatch"});
+  }
+  /* expert parallelism: the slots to their experts and back, forward and backward (and again in
+   * a recomputation), (n-1)/n of the dispatch buffer each */
+  if (c->loop && c->ep_n[COLL_ALL_TO_ALL]) {
+    double ne = axes_size(mesh, c->ep_axes);
+    const char *st = arena_printf(a, "expert parallelism over %s (%d of the layer's %d weights the experts')",
+                                  axes_text(a, mesh, c->ep_axes), c->nweights_ep, c->nweights);
+    for (int k = 0; k < CENSUS_KINDS; k++) {
+      if (!c->ep_n[k]) continue;
+      bool a2a = k == COLL_ALL_TO_ALL;
+      add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Lepikhin et al. 2021", .kind = (CollKind)k,
+                                       .got = c->ep_n[k], .want = a2a ? (full ? 6 : 4) : -1, .runs = c->ep_n[k],
+                                       .got_bytes = c->ep_bytes[k] / c->ep_n[k],
+                                       .want_bytes = a2a ? c->ep_slot_bytes * (ne - 1) / ne : 0,
+                                       .per = "per layer and microbatch"});
+    }
   }
   /* data parallelism and ZeRO: the step's gradient collectives outside the layers */
   if (m->step) {
