@@ -418,13 +418,37 @@ static bool is_param_value(const Value *v) {
   return false;
 }
 
+/* d is the expert dim of a route in f (or in a loop body of it). */
+static bool route_expert_dim(const IrFunc *f, const Dim *d) {
+  for (const Op *o = f->first; o; o = o->next) {
+    if (o->kind == OP_ROUTE && o->ndims >= 3 && o->dims[0] == d) return true;
+    if (o->kind == OP_LOOP && o->body && route_expert_dim(o->body, d)) return true;
+  }
+  return false;
+}
+
+/* A gathered weight sharded on a route's expert dim alone (the router's gate, under `expert: ep`)
+ * is a small gather beside expert parallelism's AllToAlls, not FSDP's every weight gathered. */
+static bool gathers_router(const Explain *E, const Op *op) {
+  const Value *w = op->operands[0];
+  bool any = false;
+  for (int d = 0; d < w->type.rank; d++) {
+    uint16_t ax = 0;
+    for (int k = 0; k < w->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
+    if (!(ax & op->axes)) continue;
+    if (!route_expert_dim(E->m->main, w->type.dims[d])) return false;
+    any = true;
+  }
+  return any;
+}
+
 static void strategy_func(const Explain *E, const IrFunc *f, Strategy *s) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) strategy_func(E, op->body, s);
     for (int r = 0; op->kind == OP_PIPELINE && r < PR__COUNT; r++)
       if (op->pipe->region[r]) strategy_func(E, op->pipe->region[r], s);
     if (op->phase != PHASE_FORWARD) continue; /* a step's backward mirrors its forward */
-    if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0])) s->fsdp |= op->axes;
+    if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0]) && !gathers_router(E, op)) s->fsdp |= op->axes;
     if (op->kind == OP_CONTRACT && op->plan && op->plan->factored && op->plan->made_partial) {
       s->tp |= op->plan->made_partial;
       for (int k = 0; k < op->plan->nf; k++)
