@@ -28,6 +28,7 @@
 #include "partition.h"
 #include "route.h"
 #include "step.h"
+#include "textbook.h"
 #include "unit_test.h"
 
 #ifndef MOE_DIR
@@ -334,26 +335,31 @@ static void test_gradients(void) {
 static void count_a2a(const IrFunc *f, int axis, int n[3], int *other_axes) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) count_a2a(op->body, axis, n, other_axes);
+    for (int r = 0; op->kind == OP_PIPELINE && r < PR__COUNT; r++)
+      if (op->pipe->region[r]) count_a2a(op->pipe->region[r], axis, n, other_axes);
     if (op->kind != OP_ALL_TO_ALL) continue;
     if (op->axes != (1u << axis)) (*other_axes)++;
     n[op->phase == PHASE_RECOMPUTE ? 1 : op->phase == PHASE_BACKWARD ? 2 : 0]++;
   }
 }
 
-/* moe_layer.shard's step (adam, full remat) on pod = [data: 2, ep: 2], device by device, against
+/* A step (adam, full remat) on [data: 2, ep: 2] (and [stage: 2, ...]), device by device, against
  * the unsharded step: every output (loss, params, moments) within 1e-4 of its scale (f32). Under
  * `ep` each layer moves the dispatched slots to their experts and the experts' outputs back (2
  * AllToAlls over ep), again in the backward's recomputation (2), and the gradients of both the
  * other way (2): GShard's 2 + 2 + 2 per layer, appearing once each in the loop bodies. `dp` (every
  * weight replicated) moves none. */
-static void ep_case(const char *layout, const int want[3]) {
-  char name[96];
-  snprintf(name, sizeof name, "expert parallelism: the sharded step equals the unsharded one, layout %s", layout);
+static void ep_case(const char *file, const char *mesh, const char *layout, const int want[3]) {
+  char name[160];
+  snprintf(name, sizeof name, "expert parallelism: the sharded step equals the unsharded one, %s on %s, layout %s", file,
+           mesh, layout);
   if (!wanted(name)) return;
   ut_begin(name);
   InterpProgram ip;
-  if (interp_load(&ip, MOE_DIR "/moe_layer.shard", NULL, 0, layout, "pod", NULL) != EXIT_OK || !ip.cp.ir) {
-    ut_fail("moe_layer.shard does not load");
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", MOE_DIR, file);
+  if (interp_load(&ip, path, NULL, 0, layout, mesh, NULL) != EXIT_OK || !ip.cp.ir) {
+    ut_fail("%s does not load", file);
     ut_end();
     return;
   }
@@ -393,9 +399,13 @@ static void ep_case(const char *layout, const int want[3]) {
 }
 
 static void test_expert_parallel(void) {
-  static const int ep[3] = {2, 2, 2}, dp[3] = {0, 0, 0};
-  ep_case("ep", ep);
-  ep_case("dp", dp);
+  static const int ep[3] = {2, 2, 2}, none[3] = {0, 0, 0};
+  ep_case("moe_layer.shard", "pod", "ep", ep);
+  ep_case("moe_layer.shard", "pod", "dp", none);
+  /* the decoder: the same per layer; under a pipeline the layers' ops are in the stages' regions
+   * (a chunk's forward, a chunk's backward with its recomputation), each appearing once */
+  ep_case("mixtral_tiny.shard", "pod", "ep", ep);
+  ep_case("mixtral_tiny.shard", "pipe", "pp_ep", ep);
 }
 
 /* ---- the load-balancing loss ---- */
@@ -509,6 +519,51 @@ static void test_mixtral(void) {
   ut_end();
 }
 
+/* The sample's plan against GShard's count, per layer and microbatch: one sequence per (data, ep)
+ * device, so the dispatch buffer is 1 x 8 x 1024 x 4096 x 2 = 67,108,864 bytes and an AllToAll
+ * over ep's 8 devices sends 7/8 of it, 58,720,256; 2 AllToAlls forward, 2 recomputed (remat =
+ * full), 2 backward. Tensor parallelism keeps its Megatron count beside them (6 AllReduces of the
+ * [1, 4096, 4096] bf16 residual stream, 2 x 3/4 x 33,554,432 = 50,331,648 bytes each). */
+static void test_mixtral_plan(void) {
+  if (!wanted("mixtral plan")) return;
+  ut_begin("mixtral plan: 6 AllToAlls of 58.7 MB per layer and microbatch, Megatron's 6 AllReduces");
+  InterpProgram ip;
+  if (interp_load(&ip, SHARDC_SAMPLES "/mixtral_8x7b.shard", NULL, 0, NULL, NULL, NULL) != EXIT_OK || !ip.cp.ir ||
+      !interp_partition(&ip)) {
+    ut_fail("samples/mixtral_8x7b.shard does not load and partition");
+    ut_end();
+    return;
+  }
+  LayerCensus c;
+  layer_census(ip.cp.ir, ip.cp.prog->mesh, &c);
+  Arena a;
+  arena_init(&a);
+  TextbookRow rows[TEXTBOOK_MAX_ROWS];
+  int n = textbook_compare(&a, ip.cp.ir, ip.cp.prog, &c, rows);
+  bool ep = false, tp = false;
+  for (int i = 0; i < n; i++) {
+    const TextbookRow *r = &rows[i];
+    if (strstr(r->strategy, "expert parallelism over ep") && r->kind == COLL_ALL_TO_ALL) {
+      ep = true;
+      UT_CHECK(r->got == 6 && r->want == 6, "%d AllToAlls, the book %d", r->got, r->want);
+      UT_CHECK(r->got_bytes == 58720256.0 && r->want_bytes == 58720256.0, "%.0f bytes each, the book %.0f",
+               r->got_bytes, r->want_bytes);
+      UT_CHECK(!r->differs, "marked as more than the book");
+    }
+    if (strstr(r->strategy, "Megatron tensor parallelism over model") && r->kind == COLL_ALL_REDUCE) {
+      tp = true;
+      UT_CHECK(r->got == 6 && r->got_bytes == 50331648.0, "%d AllReduces of %.0f bytes", r->got, r->got_bytes);
+    }
+    UT_CHECK(!strstr(r->strategy, "FSDP") || strstr(r->strategy, "1 of the layer's"),
+             "the experts' weights counted as FSDP's: %s", r->strategy);
+  }
+  UT_CHECK(ep && tp, "no expert parallelism row (%d) or no tensor parallelism row (%d)", ep, tp);
+  UT_CHECK(c.nweights_ep == 3, "%d of the layer's weights are the experts', expected 3", c.nweights_ep);
+  arena_free(&a);
+  interp_unload(&ip);
+  ut_end();
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) only = argv[1];
   test_route_by_hand();
@@ -517,5 +572,6 @@ int main(int argc, char **argv) {
   test_expert_parallel();
   test_aux_loss();
   test_mixtral();
+  test_mixtral_plan();
   return ut_summary();
 }
