@@ -406,6 +406,8 @@ static void test_expert_parallel(void) {
    * (a chunk's forward, a chunk's backward with its recomputation), each appearing once */
   ep_case("mixtral_tiny.shard", "pod", "ep", ep);
   ep_case("mixtral_tiny.shard", "pipe", "pp_ep", ep);
+  /* sequence parallelism: no expert is sharded, and route reads the logits gathered along seq */
+  ep_case("mixtral_tiny.shard", "pod", "tp_sp", none);
 }
 
 /* ---- the load-balancing loss ---- */
