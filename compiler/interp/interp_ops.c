@@ -893,13 +893,10 @@ static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
   return r;
 }
 
-/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
- * scale * contract(q, k, over: head), causally masked; *st gets their type. */
-static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
-  Dim *hd = op->dims[0], *kd = op->dims[1], *qd = op->dims[2];
-  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
-      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
-    return NULL;
+/* scale * q . k over the head dim, masked under causal (the whole key dim, or one ring block);
+ * *st gets the scores' type. */
+static Tensor *attention_scores(Interp *I, const Op *op, Tensor *q, Tensor *k, TensorType *st) {
+  Dim *hd = op->dims[0];
   *st = (TensorType){.dtype = DT_F32};
   for (int i = 0; i < q->type.rank; i++)
     if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
@@ -911,7 +908,19 @@ static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Te
   Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
   if (!s) return NULL;
   for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
-  if (op->flag) mask_causal(I, s, qd, kd, -INFINITY);
+  if (op->flag) mask_causal(I, s, op->dims[2], op->dims[1], -INFINITY);
+  return s;
+}
+
+/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
+ * scale * contract(q, k, over: head), causally masked; *st gets their type. */
+static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
+  Dim *hd = op->dims[0], *kd = op->dims[1];
+  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
+      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
+    return NULL;
+  Tensor *s = attention_scores(I, op, q, k, st);
+  if (!s) return NULL;
   Tensor *p = softmax_of(I, op, s, kd);
   tensor_free(s);
   if (p) p->type.dtype = DT_F32;
@@ -998,24 +1007,6 @@ static Tensor *k_attention_grad(Interp *I, const Op *op, Tensor *const *x) {
  * contribution: dq over the key blocks that visit, dk and dv of the device's own block over the
  * query blocks it visits. */
 
-/* scale * q . k over the head dim, masked under causal: one (query block, key block) pair. */
-static Tensor *ring_scores(Interp *I, const Op *op, Tensor *q, Tensor *k, TensorType *st) {
-  Dim *hd = op->dims[0];
-  *st = (TensorType){.dtype = DT_F32};
-  for (int i = 0; i < q->type.rank; i++)
-    if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
-  for (int i = 0; i < k->type.rank; i++)
-    if (k->type.dims[i] != hd && tensor_type_find(&q->type, k->type.dims[i]) < 0) {
-      if (st->rank == MAX_RANK) return interp_fail(I, op, "attention scores have too many dims"), NULL;
-      st->dims[st->rank++] = k->type.dims[i];
-    }
-  Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
-  if (!s) return NULL;
-  for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
-  if (op->flag) mask_causal(I, s, op->dims[2], op->dims[1], -INFINITY);
-  return s;
-}
-
 /* A tensor of the rows of s (s without the key dim kd), filled with v. */
 static Tensor *row_tensor(const Tensor *s, const Dim *kd, double v) {
   TensorType t = s->type;
@@ -1070,7 +1061,7 @@ static Tensor *ring_forward(Interp *I, const Op *op, const RingBlocks *R) {
   bool ok = true;
   for (int j = 0; j < R->n && ok; j++) {
     TensorType st;
-    Tensor *s = ring_scores(I, op, R->q[0], R->k[j], &st);
+    Tensor *s = attention_scores(I, op, R->q[0], R->k[j], &st);
     if (!s) return tensor_free(acc), tensor_free(M), tensor_free(L), tensor_free(alpha), NULL;
     if (!M) {
       M = row_tensor(s, op->dims[1], -INFINITY);
@@ -1105,7 +1096,7 @@ static Tensor *ring_lse(Interp *I, const Op *op, Tensor *q, Tensor *const *k, in
   Tensor *M = NULL, *L = NULL;
   for (int j = 0; j < n; j++) {
     TensorType st;
-    Tensor *s = ring_scores(I, op, q, k[j], &st);
+    Tensor *s = attention_scores(I, op, q, k[j], &st);
     if (!s) return tensor_free(M), tensor_free(L), NULL;
     if (!M) M = row_tensor(s, op->dims[1], -INFINITY), L = row_tensor(s, op->dims[1], 0);
     online_step(s, op->dims[1], M, L, NULL);
@@ -1121,7 +1112,7 @@ static Tensor *ring_lse(Interp *I, const Op *op, Tensor *q, Tensor *const *k, in
 static Tensor *ring_pair_grad(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, Tensor *o, Tensor *dout,
                               Tensor *lse) {
   TensorType st;
-  Tensor *p = ring_scores(I, op, q, k, &st);
+  Tensor *p = attention_scores(I, op, q, k, &st);
   if (!p) return NULL;
   Tensor *ts[2] = {p, lse};
   Nest N;

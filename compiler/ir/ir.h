@@ -502,6 +502,9 @@ int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh 
  * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
  * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
 int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
+/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, a step's
+ * labels): the data-parallel axes. */
+uint16_t ir_batch_axes(const IrModule *m);
 
 /* Lowers p->entry (with p->step deciding nothing yet: the forward only) to IR. Type errors are
  * diagnostics; returns NULL when there were any. */
