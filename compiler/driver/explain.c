@@ -370,9 +370,9 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
       cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
       t += a2a.time_s, bytes += a2a.bytes_per_device;
     }
-    r.reason = arena_printf(E->a, "%s. The Ulysses form (the layout mapping heads to %s instead: AllToAlls of q, k and "
-                            "v to head sharding and of the output back) would move %s per run in 4 AllToAlls, %s, "
-                            "against the ring's %s in %d steps, %s, which overlap the attention",
+    r.reason = arena_printf(E->a, "%s. The Ulysses form (q, k, v and the output typed with heads over %s: AllToAlls of "
+                            "q, k and v to head sharding and of the output back) would move %s per run in 4 "
+                            "AllToAlls, %s, against the ring's %s in %d steps, %s, which overlap the attention",
                             op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
                             fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
                             fmt_time(E->a, r.cost.time_s * (n - 1)));
