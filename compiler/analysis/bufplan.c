@@ -179,6 +179,9 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       if (W->last[r] < k) W->last[r] = k;
     }
   for (int i = 0; i < f->noutputs; i++) W->last[find(W, f->outputs[i]->id)] = k;
+  /* params are resident: they outlive the step (a forward alone reads each once, early) */
+  for (const Op *op = f->first; op; op = op->next)
+    if (op->kind == OP_PARAM) W->last[find(W, op->results[0]->id)] = k;
   /* a loop body's stacked outputs are written into their row of the loop's result */
   for (int i = loop ? loop->ncarried : 0; loop && i < loop->ncarried + loop->nstacked && i < f->noutputs; i++)
     W->external[find(W, f->outputs[i]->id)] = 1;
@@ -359,6 +362,15 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       memset(&inner, 0, sizeof inner);
       walk_pipeline(W, op, &inner);
       has_inner = true;
+    }
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
+      /* ring attention: while it runs, the block arriving beside the one at hand (K and V; the
+       * backward also their gradients' travelling sums): never more than two K/V blocks */
+      int64_t blk = sat_add(W->bytes[op->operands[1]->id], W->bytes[op->operands[2]->id]);
+      Peak ring = {0};
+      ring.at.c[BUF_TEMP] = op->kind == OP_ATTENTION_GRAD ? sat_add(blk, blk) : blk;
+      ring.op = op; /* (no value of the program holds it: it is in no list of the largest buffers) */
+      consider(out, &live, &lv, &ring, op, 0);
     }
     consider(out, &live, &lv, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
     /* free what this op read (or made) for the last time */

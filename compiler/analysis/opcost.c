@@ -83,6 +83,13 @@ void opcost(const Op *op, bool local, OpCost *out) {
     if (op->kind == OP_ATTENTION || op->index == 0) out->flops = qk + pv;
     else if (op->index == 1) out->flops = qk;
     else out->flops = pv + qk, out->recompute_flops = qk;
+    /* ring attention: the local query block meets every key block, one per step of the ring */
+    int kd = tensor_type_find(&k->type, op->dims[1]);
+    if (op->ring && local && kd >= 0 && k->local[kd] > 0) {
+      double steps = (double)k->type.dims[kd]->size / (double)k->local[kd];
+      out->flops *= steps;
+      out->recompute_flops *= steps;
+    }
   }
 }
 
@@ -119,4 +126,15 @@ static void flops_in(const IrFunc *f, double mult, bool recompute, StepFlops *o)
 void step_flops(const IrModule *m, StepFlops *out) {
   memset(out, 0, sizeof *out);
   if (m && m->main) flops_in(m->main, 1, false, out);
+}
+
+double opcost_ring_pairs(const IrModule *m, const Op *op, int rank) {
+  if (!op->ring || !op->flag || op->ndims < 3 || op->noperands < 1) return 0;
+  const Value *q = op->operands[0];
+  int qd = tensor_type_find(&q->type, op->dims[2]);
+  if (qd < 0 || q->local[qd] <= 0) return 0;
+  int64_t block = q->local[qd];
+  double pairs = 0;
+  for (int64_t p = rank * block; p < (rank + 1) * block; p++) pairs += 1 + (double)ir_zigzag_logical(m, op->dims[2], p);
+  return pairs;
 }

@@ -41,4 +41,9 @@ void step_flops(const IrModule *m, StepFlops *out);
  * PR_LAST, PR_FIRST_BWD once per microbatch; a chunk region once per microbatch and chunk the
  * stage holds (V); `global`: summed over every stage (the chunk regions: N p V). */
 double opcost_region_runs(const PipeInfo *pi, int region, bool global);
+/* A causal ring attention's work on the device at ring rank `rank`: the (query, key) position
+ * pairs its query block keeps unmasked, sum over its storage positions p of 1 + the logical index
+ * of p (ir_zigzag_logical); 0 for any other op. Under the zigzag order every rank's is the same. */
+double opcost_ring_pairs(const IrModule *m, const Op *op, int rank);
+
 #endif

@@ -45,6 +45,16 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
     if (op->phase == PHASE_FORWARD && ir_route_contract(op, NULL) == CONTRACT_DISPATCH && !c->ep_slot_bytes)
       c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
+      int n = 1;
+      for (int a = 0; a < mesh->naxes; a++)
+        if (op->ring >> a & 1) n *= mesh->axes[a].size;
+      c->ring |= op->ring;
+      c->ring_steps += n - 1;
+      if (op->kind == OP_ATTENTION)
+        c->ring_bytes = (double)sharding_local_bytes(&op->operands[1]->type, &op->operands[1]->sharding, mesh) +
+                        (double)sharding_local_bytes(&op->operands[2]->type, &op->operands[2]->sharding, mesh);
+    }
     int k = kind_index(op->kind);
     if (k < 0 || k >= CENSUS_KINDS) continue;
     if (expert_coll(op)) {
@@ -90,18 +100,6 @@ static void find_layers(const IrModule *m, const IrFunc *f, const Mesh *mesh, La
   }
 }
 
-/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, labels). */
-static uint16_t batch_axes(const IrModule *m) {
-  uint16_t ax = 0;
-  for (int i = 0; i < m->main->ninputs; i++) {
-    const Value *v = m->main->inputs[i];
-    for (int d = 0; d < v->type.rank; d++)
-      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
-        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
-  }
-  return ax;
-}
-
 /* d is the expert dim of a route in f. */
 static bool expert_dim(const IrFunc *f, const Dim *d) {
   for (const Op *o = f->first; o; o = o->next)
@@ -123,7 +121,7 @@ static bool gathered(const IrFunc *f, const Value *v) {
 void layer_census(const IrModule *m, const Mesh *mesh, LayerCensus *c) {
   memset(c, 0, sizeof *c);
   if (!m || !m->main || !mesh) return;
-  c->dp = batch_axes(m);
+  c->dp = ir_batch_axes(m);
   find_layers(m, m->main, mesh, c);
   if (!c->loop) return;
   /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP; held
@@ -172,13 +170,6 @@ static double activation_bytes(const LayerCensus *c, const Mesh *mesh, uint16_t 
   return (double)sharding_local_bytes(&x->type, &s, mesh);
 }
 
-static const char *axes_text(Arena *a, const Mesh *mesh, uint16_t axes) {
-  char *t = "";
-  int n = 0;
-  for (int i = 0; i < mesh->naxes; i++)
-    if (axes & (1u << i)) t = arena_printf(a, "%s%s%s", t, n++ ? ", " : "", mesh->axes[i].name);
-  return n > 1 ? arena_printf(a, "(%s)", t) : t;
-}
 
 static void add_row(TextbookRow *rows, int *n, TextbookRow r) {
   if (*n >= TEXTBOOK_MAX_ROWS) return;
@@ -229,7 +220,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   uint16_t tp = (uint16_t)(c->axes[ROLE_ACTIVATION] & ~stage);
   if (c->loop && tp) {
     double act = activation_bytes(c, mesh, tp), nt = axes_size(mesh, tp);
-    const char *ax = axes_text(a, mesh, tp);
+    const char *ax = mesh_axes_text(a, mesh, tp);
     const char *per = "per layer and microbatch";
     int most = full ? 6 : 4;
     bool gathered = m->plan_choice.tp_axes && !m->plan_choice.kept;
@@ -269,10 +260,19 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
                                        .got = c->n[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .want = 0,
                                        .runs = c->runs[ROLE_ACTIVATION][COLL_ALL_TO_ALL], .per = per});
   }
+  /* context parallelism: the layer's rings */
+  if (c->loop && c->ring) {
+    int nr = (int)axes_size(mesh, c->ring);
+    add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "context parallelism over %s (ring attention)",
+                                                             mesh_axes_text(a, mesh, c->ring)),
+                                     .source = "Liu et al. 2023", .kind = COLL_PERMUTE, .got = c->ring_steps,
+                                     .want = (nr - 1) * (full ? 3 : 2), .runs = c->ring_steps,
+                                     .per = "per layer and microbatch (steps of the rings)"});
+  }
   /* FSDP: the layer's gathered weights */
   if (c->loop && c->nweights_gathered) {
     const char *st = arena_printf(a, "FSDP over %s (%d of the layer's %d weights sharded)",
-                                  axes_text(a, mesh, c->axes[ROLE_WEIGHT] ? c->axes[ROLE_WEIGHT] : batch_axes(m)),
+                                  mesh_axes_text(a, mesh, c->axes[ROLE_WEIGHT] ? c->axes[ROLE_WEIGHT] : ir_batch_axes(m)),
                                   c->nweights_gathered, c->nweights);
     add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Zhao et al. 2023", .kind = COLL_ALL_GATHER,
                                      .got = c->n[ROLE_WEIGHT][COLL_ALL_GATHER], .want = 2 * c->nweights_gathered,
@@ -287,7 +287,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   if (c->loop && c->ep_n[COLL_ALL_TO_ALL]) {
     double ne = axes_size(mesh, c->ep_axes);
     const char *st = arena_printf(a, "expert parallelism over %s (%d of the layer's %d weights the experts')",
-                                  axes_text(a, mesh, c->ep_axes), c->nweights_ep, c->nweights);
+                                  mesh_axes_text(a, mesh, c->ep_axes), c->nweights_ep, c->nweights);
     for (int k = 0; k < CENSUS_KINDS; k++) {
       if (!c->ep_n[k]) continue;
       bool a2a = k == COLL_ALL_TO_ALL;
@@ -336,7 +336,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
       want = activation_bytes(c, mesh, tp) / (tp ? axes_size(mesh, tp) : 1);
     }
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
-                                                             axes_text(a, mesh, stage), pi->stages, pi->chunks),
+                                                             mesh_axes_text(a, mesh, stage), pi->stages, pi->chunks),
                                      .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
                                      .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
                                      .got_bytes = got, .want_bytes = c->loop ? want : 0,
@@ -375,14 +375,14 @@ const char *textbook_note(Arena *a, const IrModule *m, const Program *p, const L
   return arena_printf(a,
                       "the layout shards %s over %s, so each layer moves %d activation collectives (%.2f MB per "
                       "device) that a plan with %s whole does not; %s",
-                      x->type.dims[sd]->name, axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
+                      x->type.dims[sd]->name, mesh_axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
                       x->type.dims[sd]->name,
                       divides ? arena_printf(a, "the microbatch's %lld sequences divide over %s, so sharding batch "
                                                 "over %s instead needs none of them (more activation memory per "
                                                 "device: each holds whole sequences)",
-                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
-                                             axes_text(a, mesh, pc->tp_axes))
+                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
+                                             mesh_axes_text(a, mesh, pc->tp_axes))
                               : arena_printf(a, "batch (%lld per microbatch) does not divide over %s, so it cannot "
                                                 "take those axes instead",
-                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
+                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
 }

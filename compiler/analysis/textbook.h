@@ -15,6 +15,9 @@
  *   ZeRO-1/2 (Rajbhandari et al. 2020): a ReduceScatter of every gradient and an AllGather of every
  *     updated param, no AllReduce of a gradient;
  *   pipelines: one send forward and one back per microbatch and stage boundary;
+ *   context parallelism (ring attention; Liu et al. 2023, Megatron-LM's context parallelism): n - 1
+ *     steps of K and V per forward, n - 1 of K, V and their gradients per backward, n - 1 more
+ *     where the backward recomputes the forward;
  *   expert parallelism (GShard, Lepikhin et al. 2021): per layer an AllToAll of the dispatched
  *     slots to their experts and one of the experts' outputs back, forward and backward, 2 more
  *     when the backward recomputes the block, each (n-1)/n of the dispatch buffer a device holds.
@@ -39,6 +42,10 @@ typedef struct LayerCensus {
   uint16_t axes[3];                       /* the axes the role's collectives run over */
   uint16_t dp;                            /* the axes sharding `batch` */
   int grad_scatters_dp;                   /* gradient ReduceScatters over (some of) dp in the layer */
+  uint16_t ring;                          /* the axes of the layer's ring attentions, or 0 */
+  int ring_steps;                         /* their CollectivePermute steps (n - 1 per ring: the
+                                             forward's, the backward's, a recomputed forward's) */
+  double ring_bytes;                      /* bytes per device of one forward step (K and V) */
   int nweights;                           /* stacked params the layer reads */
   int nweights_gathered;                  /* of which gathered (FSDP) */
   /* expert parallelism (route.h): the AllToAlls that take dispatched slots to their experts and

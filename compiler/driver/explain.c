@@ -347,6 +347,43 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
   }
 }
 
+/* A ring attention's ring (language.md: one collective_permute entry for the forward ring, K and V
+ * together, one for the backward's, K, V and their gradients), n - 1 steps per run. */
+static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_layer, const char *stages) {
+  int n = (int)sharding_axes_product(E->mesh, op->ring);
+  const Value *k = op->operands[1], *v = op->operands[2];
+  double block = (double)sharding_local_bytes(&k->type, &k->sharding, E->mesh) +
+                 (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
+  CollRow r = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = op->ring, .phase = op->phase, .loc = op->loc,
+               .reason = op->reason, .x = k, .y = k, .stages = stages, .in_layer = in_layer};
+  r.count = mult * (n - 1);
+  cost_collective(E->mesh, COLL_PERMUTE, op->ring, block, true, &r.cost);
+  r.members = arena_printf(E->a, "%s (%s a step)", op->kind == OP_ATTENTION ? "K and V" : "K, V and their gradients",
+                           fmt_bytes(E->a, block));
+  if (op->kind == OP_ATTENTION) { /* the other form, for the program at hand */
+    const Value *q = op->operands[0], *o = op->results[0];
+    double qb = (double)sharding_local_bytes(&q->type, &q->sharding, E->mesh);
+    double ob = (double)sharding_local_bytes(&o->type, &o->sharding, E->mesh);
+    CollCost a2a;
+    double t = 0, bytes = 0;
+    double moved[4] = {qb, block / 2, block / 2, ob};
+    for (int i = 0; i < 4; i++) {
+      cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
+      t += a2a.time_s, bytes += a2a.bytes_per_device;
+    }
+    r.reason = arena_printf(E->a, "%s. The Ulysses form (q, k, v and the output typed with heads over %s: AllToAlls of "
+                            "q, k and v to head sharding and of the output back) would move %s per run in 4 "
+                            "AllToAlls, %s, against the ring's %s in %d steps, %s, which overlap the attention",
+                            op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
+                            fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
+                            fmt_time(E->a, r.cost.time_s * (n - 1)));
+  }
+  VEC_PUSH(E->a, E->colls, r);
+  E->comm_s += r.cost.time_s * r.count;
+  if (in_layer) E->layer_comm_s += r.cost.time_s * (n - 1);
+}
+
 static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
                     const char *stages) {
   const Target *t = E->mesh->target;
@@ -368,6 +405,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
       if (r.in_layer) E->layer_comm_s += r.cost.time_s;
       continue;
     }
+    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
     if (op->kind == OP_CONST) continue;
     if (op->kind == OP_PIPELINE && op->pipe) {
       collect_pipeline(E, op, depth, mult);
@@ -544,6 +582,7 @@ static void print_colls(FILE *out, const Explain *E) {
     if (r->stages) fprintf(out, " (on the %s)", r->stages);
     fputc('\n', out);
     if (r->nbucket) fprintf(out, "     a bucket of %d: %s\n", r->nbucket, r->members);
+    else if (!r->op && r->members) fprintf(out, "     the ring's blocks: %s\n", r->members);
     else fprintf(out, "     %s -> %s\n", sharding_text(E, r->x), sharding_text(E, r->y));
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");

@@ -239,6 +239,35 @@ void interp_teardown(Interp *I) {
 
 /* Every OP_INPUT / OP_PARAM of main takes its whole tensor (checked against the value's type),
  * cut to each device's block in an SPMD run, rounded to the options' precision. */
+/* ---- a causal ring's zigzag order (IrModule.zigzag, ir_zigzag_logical) ---- */
+int64_t interp_logical_index(const Interp *I, const Dim *d, int64_t p) {
+  return I->spmd ? ir_zigzag_logical(I->m, d, p) : p;
+}
+
+Tensor *interp_zigzag_permute(const Interp *I, const Tensor *t, bool to_storage) {
+  Tensor *r = tensor_copy(t);
+  const struct Zigzag *z = &I->m->zigzag;
+  if (!r || !I->spmd || !z->axes) return r;
+  for (int ax = 0; ax < t->type.rank; ax++) {
+    const Dim *d = t->type.dims[ax];
+    if (d != z->dims[0] && d != z->dims[1]) continue;
+    /* along dim ax: storage position p holds logical position interp_logical_index(p) */
+    Tensor *src = tensor_copy(r);
+    if (!src) return tensor_free(r), NULL;
+    int64_t inner = 1, outer = 1, len = t->shape[ax];
+    for (int i = ax + 1; i < t->type.rank; i++) inner *= t->shape[i];
+    for (int i = 0; i < ax; i++) outer *= t->shape[i];
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t p = 0; p < len; p++) {
+        int64_t l = interp_logical_index(I, d, p);
+        int64_t to = to_storage ? p : l, from = to_storage ? l : p;
+        memcpy(r->data + (o * len + to) * inner, src->data + (o * len + from) * inner, sizeof(double) * (size_t)inner);
+      }
+    tensor_free(src);
+  }
+  return r;
+}
+
 bool interp_bind(Interp *I, Tensor *const *inputs, Tensor *const *params) {
   const IrModule *m = I->m;
   for (const Op *op = m->main->first; op; op = op->next) {
@@ -263,8 +292,10 @@ bool interp_bind(Interp *I, Tensor *const *inputs, Tensor *const *params) {
         int64_t st[MAX_RANK], sh[MAX_RANK];
         if (!spmd_block(I, op, v, d, st, sh)) return false;
         Tensor *ws = interp_pipe_permute(I->pipe, w, true); /* an interleaved pipeline's storage order */
-        t = ws ? iop_slice(ws, st, sh) : NULL;
+        Tensor *wz = ws ? interp_zigzag_permute(I, ws, true) : NULL; /* a causal ring's */
+        t = wz ? iop_slice(wz, st, sh) : NULL;
         tensor_free(ws);
+        tensor_free(wz);
       } else {
         t = tensor_copy(w);
       }

@@ -50,6 +50,23 @@ void interp_set(Interp *I, int dev, const Value *v, Tensor *t); /* frees what v 
 /* Rounds every element to what t's dtype holds under the options (interp_round_value). */
 void interp_round(const Interp *I, Tensor *t);
 
+/* A ring attention's blocks on one device, in the order the ring brings them (index 0: the
+ * device's own, j: the device j places back along the ring): q, k, v, and in the backward o and
+ * do. */
+typedef struct RingBlocks {
+  int n;
+  Tensor **q, **k, **v, **o, **dout;
+} RingBlocks;
+
+/* interp_ops.c: one device's ring attention (interp_spmd.c gathers the blocks). */
+Tensor *iop_ring_attention(Interp *I, const Op *op, const RingBlocks *R);
+
+/* The logical index of storage position p along d: a causal ring's zigzag order (IrModule.zigzag)
+ * in an SPMD run, p itself otherwise. */
+int64_t interp_logical_index(const Interp *I, const Dim *d, int64_t p);
+/* A whole tensor into (to_storage) or out of the zigzag order along those dims (a copy). */
+Tensor *interp_zigzag_permute(const Interp *I, const Tensor *t, bool to_storage);
+
 /* interp_ops.c: op (not a loop, input, param or collective) on blocks x[0..noperands); the
  * result's blocks follow from the operands'. NULL after an error. */
 Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x);

@@ -557,21 +557,23 @@ static Tensor *k_take(Interp *I, const Op *op, Tensor *table, Tensor *idx) {
   return r;
 }
 
-/* `fill` where the global index along k exceeds the one along q. */
-static void mask_causal(Tensor *t, const Dim *q, const Dim *k, double fill) {
+/* `fill` where the logical index along k exceeds the one along q (a zigzag-stored sequence's
+ * logical index: interp_logical_index). */
+static void mask_causal(const Interp *I, Tensor *t, const Dim *q, const Dim *k, double fill) {
   int pq = tensor_type_find(&t->type, q), pk = tensor_type_find(&t->type, k);
   if (pq < 0 || pk < 0) return;
   Nest N;
   nest_init(&N, 1);
   for (int i = 0; i < t->type.rank; i++) nest_dim(&N, t->type.dims[i], t->shape[i], &t);
   for (nest_begin(&N, NULL); !N.done; nest_next(&N))
-    if (t->start[pk] + N.idx[pk] > t->start[pq] + N.idx[pq]) t->data[N.off[0]] = fill;
+    if (interp_logical_index(I, k, t->start[pk] + N.idx[pk]) > interp_logical_index(I, q, t->start[pq] + N.idx[pq]))
+      t->data[N.off[0]] = fill;
 }
 
 static Tensor *k_causal(Interp *I, const Op *op, const Tensor *x) {
   Tensor *r = tensor_copy(x);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
-  mask_causal(r, op->dims[0], op->dims[1], -INFINITY);
+  mask_causal(I, r, op->dims[0], op->dims[1], -INFINITY);
   return r;
 }
 
@@ -784,7 +786,7 @@ static Tensor *k_take_grad(Interp *I, const Op *op, Tensor *idx, Tensor *dy) {
 static Tensor *k_causal_grad(Interp *I, const Op *op, const Tensor *dy) {
   Tensor *r = tensor_copy(dy);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
-  mask_causal(r, op->dims[0], op->dims[1], 0);
+  mask_causal(I, r, op->dims[0], op->dims[1], 0);
   return r;
 }
 
@@ -892,13 +894,10 @@ static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
   return r;
 }
 
-/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
- * scale * contract(q, k, over: head), causally masked; *st gets their type. */
-static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
-  Dim *hd = op->dims[0], *kd = op->dims[1], *qd = op->dims[2];
-  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
-      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
-    return NULL;
+/* scale * q . k over the head dim, masked under causal (the whole key dim, or one ring block);
+ * *st gets the scores' type. */
+static Tensor *attention_scores(Interp *I, const Op *op, Tensor *q, Tensor *k, TensorType *st) {
+  Dim *hd = op->dims[0];
   *st = (TensorType){.dtype = DT_F32};
   for (int i = 0; i < q->type.rank; i++)
     if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
@@ -910,7 +909,19 @@ static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Te
   Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
   if (!s) return NULL;
   for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
-  if (op->flag) mask_causal(s, qd, kd, -INFINITY);
+  if (op->flag) mask_causal(I, s, op->dims[2], op->dims[1], -INFINITY);
+  return s;
+}
+
+/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
+ * scale * contract(q, k, over: head), causally masked; *st gets their type. */
+static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
+  Dim *hd = op->dims[0], *kd = op->dims[1];
+  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
+      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
+    return NULL;
+  Tensor *s = attention_scores(I, op, q, k, st);
+  if (!s) return NULL;
   Tensor *p = softmax_of(I, op, s, kd);
   tensor_free(s);
   if (p) p->type.dtype = DT_F32;
@@ -1113,6 +1124,197 @@ static Tensor *k_route_grad(Interp *I, const Op *op, Tensor *const *x) {
     r->data[outer.off[0]] = s;
   }
   return r;
+}
+
+/* ---- ring attention (interp_spmd.c's spmd_ring; language.md, Context parallelism) ----
+ *
+ * One device's part of a ring: R->q[0] (and o, do) its query block, R->k[j], R->v[j] (and the
+ * query blocks R->q[j], ...) those of the device j places back along the ring, the order in which
+ * the ring brings them. The forward merges the key blocks by online softmax, step by step; the
+ * backward recomputes each query block's logsumexp over every key block, then sums each pair's
+ * contribution: dq over the key blocks that visit, dk and dv of the device's own block over the
+ * query blocks it visits. */
+
+/* A tensor of the rows of s (s without the key dim kd), filled with v. */
+static Tensor *row_tensor(const Tensor *s, const Dim *kd, double v) {
+  TensorType t = s->type;
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < s->type.rank; i++)
+    if (s->type.dims[i] != kd) t.dims[r] = s->type.dims[i], st[r] = s->start[i], sh[r] = s->shape[i], r++;
+  t.rank = r;
+  Tensor *x = tensor_new_block(&t, st, sh);
+  for (int64_t i = 0; x && i < x->n; i++) x->data[i] = v;
+  return x;
+}
+
+/* Multiplies each element of t by f's value for its row (f lacks some of t's dims: broadcast). */
+static void scale_rows(Tensor *t, Tensor *f, bool divide) {
+  Tensor *ts[2] = {t, f};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < t->type.rank; i++) nest_dim(&N, t->type.dims[i], t->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double x = f->data[N.off[1]];
+    t->data[N.off[0]] = divide ? (x > 0 ? t->data[N.off[0]] / x : 0) : t->data[N.off[0]] * x;
+  }
+}
+
+/* The online softmax over one more key block: with M, L the running row max and sum of
+ * exponentials, s the block's scores: M' = max(M, rowmax s), L = L e^(M - M') + sum e^(s - M');
+ * *alpha (if asked) gets e^(M - M') per row, and s becomes e^(s - M'). */
+static void online_step(Tensor *s, const Dim *kd, Tensor *M, Tensor *L, Tensor *alpha) {
+  Tensor *ts[4] = {s, M, L, alpha};
+  int64_t sd[4];
+  Nest N;
+  rows_over(&N, ts, 4, kd, sd);
+  int64_t n = s->shape[tensor_type_find(&s->type, kd)];
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double *row = s->data + N.off[0], m = M->data[N.off[1]];
+    double mn = m;
+    for (int64_t j = 0; j < n; j++) mn = row[j * sd[0]] > mn ? row[j * sd[0]] : mn;
+    double a = mn == -INFINITY ? 1 : exp(m - mn), sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+      row[j * sd[0]] = mn == -INFINITY ? 0 : exp(row[j * sd[0]] - mn);
+      sum += row[j * sd[0]];
+    }
+    M->data[N.off[1]] = mn;
+    L->data[N.off[2]] = L->data[N.off[2]] * a + sum;
+    if (alpha) alpha->data[N.off[3]] = a;
+  }
+}
+
+static Tensor *ring_forward(Interp *I, const Op *op, const RingBlocks *R) {
+  Tensor *acc = NULL, *M = NULL, *L = NULL, *alpha = NULL;
+  bool ok = true;
+  for (int j = 0; j < R->n && ok; j++) {
+    TensorType st;
+    Tensor *s = attention_scores(I, op, R->q[0], R->k[j], &st);
+    if (!s) return tensor_free(acc), tensor_free(M), tensor_free(L), tensor_free(alpha), NULL;
+    if (!M) {
+      M = row_tensor(s, op->dims[1], -INFINITY);
+      L = row_tensor(s, op->dims[1], 0);
+      alpha = row_tensor(s, op->dims[1], 1);
+    }
+    online_step(s, op->dims[1], M, L, alpha);
+    Tensor *pv = contract_into(I, op, s, R->v[j], &op->dims[1], 1, &op->results[0]->type);
+    tensor_free(s);
+    if (!pv) {
+      ok = false;
+      break;
+    }
+    if (!acc) {
+      acc = pv;
+    } else {
+      scale_rows(acc, alpha, false);
+      for (int64_t i = 0; i < acc->n; i++) acc->data[i] += pv->data[i];
+      tensor_free(pv);
+    }
+  }
+  if (ok && acc) scale_rows(acc, L, true);
+  tensor_free(M);
+  tensor_free(L);
+  tensor_free(alpha);
+  if (!ok) return tensor_free(acc), NULL;
+  return acc;
+}
+
+/* log of the softmax's denominator for query block q over every key block (its row tensor). */
+static Tensor *ring_lse(Interp *I, const Op *op, Tensor *q, Tensor *const *k, int n) {
+  Tensor *M = NULL, *L = NULL;
+  for (int j = 0; j < n; j++) {
+    TensorType st;
+    Tensor *s = attention_scores(I, op, q, k[j], &st);
+    if (!s) return tensor_free(M), tensor_free(L), NULL;
+    if (!M) M = row_tensor(s, op->dims[1], -INFINITY), L = row_tensor(s, op->dims[1], 0);
+    online_step(s, op->dims[1], M, L, NULL);
+    tensor_free(s);
+  }
+  for (int64_t i = 0; M && i < M->n; i++) M->data[i] = L->data[i] > 0 ? M->data[i] + log(L->data[i]) : -INFINITY;
+  tensor_free(L);
+  return M;
+}
+
+/* One (query block, key block) pair's contribution to dq, dk or dv (Op.index), by
+ * k_attention_grad's formulas with p = e^(s - lse) for the query block's logsumexp. */
+static Tensor *ring_pair_grad(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, Tensor *o, Tensor *dout,
+                              Tensor *lse) {
+  TensorType st;
+  Tensor *p = attention_scores(I, op, q, k, &st);
+  if (!p) return NULL;
+  Tensor *ts[2] = {p, lse};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < p->type.rank; i++) nest_dim(&N, p->type.dims[i], p->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    double l = lse->data[N.off[1]];
+    p->data[N.off[0]] = l == -INFINITY ? 0 : exp(p->data[N.off[0]] - l);
+  }
+  Dim *vo[MAX_RANK];
+  int nvo = 0;
+  TensorType dt = {.dtype = DT_F32};
+  for (int i = 0; i < o->type.rank; i++) {
+    Dim *d = o->type.dims[i];
+    if (tensor_type_find(&st, d) >= 0) dt.dims[dt.rank++] = d;
+    else vo[nvo++] = d;
+  }
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *r = NULL;
+  Dim *over[MAX_RANK];
+  int nover = 0;
+  if (op->index == 2) {
+    for (int i = 0; i < st.rank; i++)
+      if (tensor_type_find(&v->type, st.dims[i]) < 0) over[nover++] = st.dims[i];
+    r = contract_into(I, op, p, dout, over, nover, rt);
+    tensor_free(p);
+    return r;
+  }
+  Tensor *dp = contract_into(I, op, dout, v, vo, nvo, &st);
+  Tensor *D = dp ? contract_into(I, op, dout, o, vo, nvo, &dt) : NULL;
+  if (dp && D) {
+    Tensor *t3[3] = {p, dp, D};
+    nest_init(&N, 3);
+    for (int i = 0; i < st.rank; i++) nest_dim(&N, st.dims[i], p->shape[i], t3);
+    for (nest_begin(&N, NULL); !N.done; nest_next(&N))
+      dp->data[N.off[1]] = p->data[N.off[0]] * (dp->data[N.off[1]] - D->data[N.off[2]]);
+    if (op->index == 0) {
+      r = contract_into(I, op, dp, k, &op->dims[1], 1, rt);
+    } else {
+      for (int i = 0; i < st.rank; i++)
+        if (tensor_type_find(&k->type, st.dims[i]) < 0) over[nover++] = st.dims[i];
+      r = contract_into(I, op, dp, q, over, nover, rt);
+    }
+    for (int64_t i = 0; r && i < r->n; i++) r->data[i] *= op->scalar;
+  }
+  tensor_free(p);
+  tensor_free(dp);
+  tensor_free(D);
+  return r;
+}
+
+static Tensor *ring_backward(Interp *I, const Op *op, const RingBlocks *R) {
+  Tensor *sum = NULL;
+  for (int j = 0; j < R->n; j++) {
+    /* dq: the own query block against the key block j; dk, dv: query block j against the own key
+     * block */
+    int qi = op->index == 0 ? 0 : j, ki = op->index == 0 ? j : 0;
+    Tensor *lse = ring_lse(I, op, R->q[qi], R->k, R->n); /* (over every key block, in any order) */
+    Tensor *c = lse ? ring_pair_grad(I, op, R->q[qi], R->k[ki], R->v[ki], R->o[qi], R->dout[qi], lse) : NULL;
+    tensor_free(lse);
+    if (!c) return tensor_free(sum), NULL;
+    if (!sum) {
+      sum = c;
+      continue;
+    }
+    for (int64_t i = 0; i < sum->n; i++) sum->data[i] += c->data[i];
+    tensor_free(c);
+  }
+  return sum;
+}
+
+Tensor *iop_ring_attention(Interp *I, const Op *op, const RingBlocks *R) {
+  if (R->n < 1) return interp_fail(I, op, "a ring of no devices"), NULL;
+  return op->kind == OP_ATTENTION ? ring_forward(I, op, R) : ring_backward(I, op, R);
 }
 
 /* ---- the dispatcher ---- */

@@ -403,7 +403,77 @@ static bool check_offsets(Interp *I, const Op *op, int dev, Tensor *const *x, co
   return true;
 }
 
+static bool same_group(const Interp *I, int a, int b, uint16_t axes);
+
+/* ---- ring attention ----
+ *
+ * Each device's ring: the devices of its group along Op.ring (same coordinates elsewhere), by
+ * their rank on the ring's axes (mixed radix, the first axis most significant); the block that
+ * reaches device r at step j is that of rank r - j (mod n), as a +1 CollectivePermute passes
+ * them. The kernel (interp_ops.c's iop_ring_attention) merges them. */
+static int ring_rank(const Interp *I, int dev, uint16_t axes) {
+  int r = 0;
+  for (int a = 0; a < I->mesh->naxes; a++)
+    if (axes >> a & 1) r = r * I->mesh->axes[a].size + coord(I, dev, a);
+  return r;
+}
+
+static bool spmd_ring(Interp *I, const Op *op) {
+  uint16_t A = real_axes(I, op->ring);
+  const Value *res = op->results[0];
+  if (!valid_sharding(I, op, res)) return false;
+  int n = 1;
+  for (int a = 0; a < I->mesh->naxes; a++)
+    if (A >> a & 1) n *= I->mesh->axes[a].size;
+  bool bwd = op->kind == OP_ATTENTION_GRAD;
+  if (op->noperands < (bwd ? 5 : 3)) return interp_fail(I, op, "ring attention with %d operands", op->noperands);
+  Tensor **q = calloc((size_t)n, sizeof *q), **k = calloc((size_t)n, sizeof *k), **v = calloc((size_t)n, sizeof *v);
+  Tensor **o = calloc((size_t)n, sizeof *o), **dout = calloc((size_t)n, sizeof *dout);
+  int *by_rank = calloc((size_t)n, sizeof *by_rank);
+  bool ok = q && k && v && o && dout && by_rank;
+  if (!ok) interp_fail(I, op, "out of memory");
+  for (int d = 0; ok && d < I->ndev; d++) {
+    if (!I->active[d]) continue;
+    for (int e = 0; e < I->ndev; e++)
+      if (same_group(I, d, e, A)) by_rank[ring_rank(I, e, A)] = e;
+    int r = ring_rank(I, d, A);
+    for (int j = 0; j < n && ok; j++) {
+      int src = by_rank[((r - j) % n + n) % n];
+      q[j] = interp_val(I, src, op->operands[0]);
+      k[j] = interp_val(I, src, op->operands[1]);
+      v[j] = interp_val(I, src, op->operands[2]);
+      o[j] = bwd ? interp_val(I, src, op->operands[3]) : NULL;
+      dout[j] = bwd ? interp_val(I, src, op->operands[4]) : NULL;
+      if (!q[j] || !k[j] || !v[j] || (bwd && (!o[j] || !dout[j]))) ok = interp_fail(I, op, "a ring block is missing");
+    }
+    if (!ok) break;
+    int64_t rs[MAX_RANK], rsh[MAX_RANK];
+    if (!block_under(I, op, &res->type, &res->sharding, d, rs, rsh)) {
+      ok = false;
+      break;
+    }
+    RingBlocks R = {.n = n, .q = q, .k = k, .v = v, .o = o, .dout = dout};
+    Tensor *t = iop_ring_attention(I, op, &R);
+    if (!t) {
+      ok = false;
+      break;
+    }
+    if (!same_block(t, rs, rsh)) {
+      tensor_free(t);
+      ok = interp_fail(I, op, "ring attention computes another block than its result's on device %d", d);
+      break;
+    }
+    t->type.dtype = res->type.dtype;
+    interp_round(I, t);
+    interp_set(I, d, res, t);
+    I->st->ops++;
+  }
+  free(q), free(k), free(v), free(o), free(dout), free(by_rank);
+  return ok;
+}
+
 bool spmd_op(Interp *I, const Op *op) {
+  if (op->ring && (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD)) return spmd_ring(I, op);
   int n = op->noperands;
   if (I->m->localized && op->in_shard)
     return interp_fail(I, op, "reads an operand sliced (in_shard) in a localised module: an implicit slice");
@@ -766,7 +836,9 @@ bool interp_run_spmd(const IrModule *m, const Mesh *mesh, const InterpOptions *o
   bool ok = interp_setup(&I, m, mesh, o, st) && interp_bind(&I, inputs, params) && interp_exec(&I);
   for (int i = 0; ok && i < m->main->noutputs; i++) {
     Tensor *st = reassemble(&I, m->main->outputs[i]);
-    outputs[i] = st ? interp_pipe_permute(I.pipe, st, false) : NULL; /* back from storage order */
+    Tensor *lt = st ? interp_pipe_permute(I.pipe, st, false) : NULL; /* back from storage order */
+    outputs[i] = lt ? interp_zigzag_permute(&I, lt, false) : NULL;
+    tensor_free(lt);
     tensor_free(st);
     ok = outputs[i] != NULL;
   }

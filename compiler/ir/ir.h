@@ -399,6 +399,10 @@ struct Op {
                            is the identity otherwise; 0 for every other op */
   bool partitioned;     /* partition.c has handled the op (it skips such ops when run again) */
   uint8_t role;         /* a collective's CollRole (shard/bucket.c) */
+  uint16_t ring;        /* OP_ATTENTION(_GRAD) run as ring attention over these axes (partition.c;
+                           language.md, Context parallelism): q, o, do keep their query block, the
+                           K/V blocks (and in the backward their gradients) travel the ring, n - 1
+                           CollectivePermute steps merged by online softmax; 0: an ordinary op */
   int bucket;           /* a collective in a bucket (shard/bucket.c): the bucket's number, shared
                            by its members, which run as one collective of their summed bytes; 0:
                            none */
@@ -456,6 +460,15 @@ typedef struct IrModule {
   struct StepInfo *step; /* step.h: main is a whole train step (its inputs, outputs, gradients);
                             NULL for a forward only */
   Op *pipeline;         /* the step's OP_PIPELINE (stages.c), or NULL */
+  struct Zigzag {       /* a causal ring's load balance (partition.c): dims `dims` (the query and
+                           key sequence) sharded over `axes` are stored in zigzag order: split into
+                           2n chunks, device i holds chunks i and 2n-1-i; every tensor with them
+                           keeps that order (the interpreter permutes inputs and outputs, causal
+                           masks read the logical index) */
+    const struct Dim *dims[2];
+    uint16_t axes;      /* 0: none */
+    int n;
+  } zigzag;
   struct PlanChoice {   /* propagate.c's two whole-step candidates, where the layout shards a
                            weight over axes that do not shard the batch (tensor parallelism) */
     uint16_t tp_axes;   /* those axes; 0: one candidate only, nothing to report */
@@ -507,6 +520,13 @@ char *tensor_type_format(char *buf, size_t n, const TensorType *t);
 char *sharding_format(char *buf, size_t n, const TensorType *t, const Sharding *s, const Mesh *m);
 int64_t sharding_local_extent(const TensorType *t, const Sharding *s, const Mesh *m, int dim);
 int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh *m);
+/* The logical index of storage position p along d under m's zigzag order (IrModule.zigzag): a dim
+ * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
+ * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
+int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
+/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, a step's
+ * labels): the data-parallel axes. */
+uint16_t ir_batch_axes(const IrModule *m);
 
 /* Lowers p->entry (with p->step deciding nothing yet: the forward only) to IR. Type errors are
  * diagnostics; returns NULL when there were any. */

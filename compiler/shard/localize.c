@@ -159,8 +159,8 @@ static bool needs_whole(const Op *op, const Dim *d) {
     for (int k = 0; k < op->ndims; k++)
       if (op->dims[k] == d) return true;
     return false;
-  case OP_ATTENTION: case OP_ATTENTION_GRAD:
-    return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
+  case OP_ATTENTION: case OP_ATTENTION_GRAD: /* (a ring's key dim is its own block: the ring brings the others) */
+    return op->ndims >= 2 && (op->dims[0] == d || (op->dims[1] == d && !op->ring));
   case OP_ROUTE: /* top-k along the experts, slots in order of the tokens */
     return op->ndims >= 3 && (op->dims[0] == d || op->dims[1] == d || op->dims[2] == d);
   default: return false;
@@ -294,6 +294,8 @@ static void add_off_of(Loc *L, Op *op, const Value *v, const Dim *d, int cap) {
   if (p >= 0) add_off(L, op, dim_index_of(L, v, p), cap);
 }
 
+static void coll_part(Loc *L, CollSpec *c, int dim, const int8_t *axes, int n);
+
 static void localize_facts(Loc *L, Op *op) {
   switch (op->kind) {
   case OP_CAUSAL: case OP_CAUSAL_GRAD: /* dims[0] the query dim, dims[1] the key dim */
@@ -306,6 +308,17 @@ static void localize_facts(Loc *L, Op *op) {
     if (op->flag && op->ndims >= 3 && op->noperands >= 2) {
       add_off_of(L, op, op->operands[0], op->dims[2], 2);
       add_off_of(L, op, op->operands[1], op->dims[1], 2);
+    }
+    if (op->ring) { /* the ring: a permute's spec over its axes (the key block arriving at step j is
+                       the one of the device j places back along it) */
+      CollSpec *c = ARENA_NEW(L->m->arena, CollSpec);
+      int8_t a[MAX_AXES_PER_DIM];
+      int n = 0;
+      for (int ax = 0; ax < L->mesh->naxes && n < MAX_AXES_PER_DIM; ax++)
+        if ((op->ring >> ax & 1) && L->mesh->axes[ax].size > 1) a[n++] = (int8_t)ax;
+      coll_part(L, c, -1, a, n);
+      c->shift = 1;
+      op->coll = c;
     }
     break;
   case OP_TAKE:

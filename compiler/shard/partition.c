@@ -281,6 +281,11 @@ static const char *lost_text(const Walk *W, const Op *op, int i, int d, uint16_t
   for (int g = 0; pl && g < pl->nf; g++)
     if (pl->fdim[g] == v->type.dims[d]) f = g;
   uint8_t why = f >= 0 ? pl->why[f] : WHY_NONE;
+  if (f >= 0 && pl->fkind[f] == FK_RING && !pl->ring_axes) /* attention's key dim, not a ring */
+    return arena_printf(W->m->arena,
+                        "the %s at %s needs %s whole; %s shards it over %s (from %s) (ring attention needs the "
+                        "layout to map the query dim to those axes and no head dim to them)",
+                        opn, line, dn, vn, an, org);
   switch (why) {
   case WHY_CASE2:
     return arena_printf(W->m->arena,
@@ -1053,6 +1058,51 @@ static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
   reshard_result(W, f, c, cr, &pl->natural, mult);
 }
 
+/* Ring attention (the op's plan put its key dim on its query dim's axes): the op runs the ring
+ * itself, n - 1 CollectivePermute steps of the K/V blocks (the backward's first op: K, V and
+ * their gradients), charged here. Under `causal` the sequence is stored in zigzag order
+ * (IrModule.zigzag) so that every device does the same work. */
+static void ring_attention(Walk *W, Op *op, double mult) {
+  const OpPlan *pl = op->plan;
+  uint16_t ring = pl->ring_axes;
+  int n = (int)sharding_axes_product(W->mesh, ring);
+  bool carries = op->kind == OP_ATTENTION || op->index == 0; /* the op that carries the ring's cost */
+  if (carries) {
+    const Value *k = op->operands[1], *v = op->operands[2];
+    double block = (double)sharding_local_bytes(&k->type, &pl->req[1], W->mesh) +
+                   (double)sharding_local_bytes(&v->type, &pl->req[2], W->mesh);
+    if (op->kind == OP_ATTENTION_GRAD) block *= 2;
+    charge(W, (n - 1) * cost_collective(W->mesh, COLL_PERMUTE, ring, block, true, NULL), 1, mult);
+  }
+  if (!W->apply) return;
+  op->ring = ring;
+  bool zig = op->flag && n > 1 && op->ndims > 2;
+  if (zig && op->dims[2]->size % (2 * n) != 0) {
+    diag_error(op->loc, "causal ring attention over %s splits %s (%lld) into 2 x %d chunks, which it does not divide",
+               axes_text(W, ring), op->dims[2]->name, (long long)op->dims[2]->size, n);
+    zig = false;
+  }
+  if (zig) {
+    struct Zigzag *z = &W->m->zigzag;
+    if (!z->axes) *z = (struct Zigzag){.dims = {op->dims[2], op->dims[1]}, .axes = ring, .n = n};
+    else if (z->axes != ring || (z->dims[0] != op->dims[2] && z->dims[0] != op->dims[1]))
+      diag_error(op->loc, "two causal ring attentions split different sequences or over different axes: one "
+                          "zigzag order per program");
+  }
+  const Dim *qd = op->ndims > 2 ? op->dims[2] : NULL, *kd = op->ndims > 1 ? op->dims[1] : NULL;
+  op->reason = arena_printf(
+      W->m->arena,
+      "ring attention over %s (the layout maps %s there and no head dim): each device keeps its %s block and the "
+      "%s travel the ring, %d CollectivePermute steps, each overlapped with the attention of the block at hand "
+      "and merged by online softmax; no device holds more than two K/V blocks%s",
+      axes_text(W, ring), qd ? qd->name : "the query dim", qd ? qd->name : "query",
+      op->kind == OP_ATTENTION ? "K/V blocks" : "K/V blocks and their gradients", n - 1,
+      zig ? arena_printf(W->m->arena, "; causal: %s and %s are split into %d chunks, device i holding chunks i and "
+                                      "%d-i, so that every device does the same work",
+                         qd ? qd->name : "?", kd ? kd->name : "?", 2 * n, 2 * n - 1)
+          : "");
+}
+
 static void walk_factored(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   OpPlan *pl = op->plan;
   W->orig[0] = op->noperands > 0 ? op->operands[0] : NULL;
@@ -1082,6 +1132,7 @@ static void walk_factored(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cac
         in_shard[k] = op->operands[k]->sharding;
     op->in_shard = in_shard;
   }
+  if (pl->ring_axes) ring_attention(W, op, mult);
   const TensorType *rt = &op->results[0]->type;
   if (pl->max_axes && sharding_axes_product(W->mesh, pl->max_axes) > 1) {
     max_allreduce(W, f, op, mult);

@@ -68,7 +68,10 @@ typedef enum {
   FK_SUM,     /* summed over (contracted, sum/mean, take's table rows): sharded -> partial sum */
   FK_MAX,     /* max over it: sharded -> local max + AllReduce(max) of the result */
   FK_STATS,   /* softmax / norm over it: sharded -> local statistics + AllReduce of them */
-  FK_WHOLE    /* the op needs it whole (attention's head and key dims) */
+  FK_WHOLE,   /* the op needs it whole (attention's head dims) */
+  FK_RING     /* attention's key dim: whole, or sharded over exactly the axes of the query dim, and
+                 then the op runs as ring attention over them (Op.ring; language.md, Context
+                 parallelism): the K/V blocks travel the ring, no gather */
 } FactorKind;
 
 /* Why a factor got the axes it got (explain's reasons). */
@@ -102,6 +105,7 @@ typedef struct OpPlan {
   uint16_t stats_axes;                /* FK_STATS factors' axes: statistics are all-reduced */
   int nstats;                         /* how many f32 statistics AllReduces (softmax 2, rmsnorm 1,
                                          layernorm 2) */
+  uint16_t ring_axes;                 /* attention(_grad) as ring attention over these axes, or 0 */
   int stats_factor;                   /* the FK_STATS factor sharded, or -1 */
   bool conflict;                      /* the assignment was chosen by cost among candidates */
   double time_s;                      /* this op's collectives (operand reshards, in-op, result) */

@@ -374,14 +374,16 @@ static bool rule_build(const Op *op, Rule *r) {
     r->sums = true;
     break;
   case OP_ATTENTION:
-    for (int j = 0; j < 2 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
+    if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_WHOLE);
+    if (op->ndims > 1) rule_set_kind(r, op->dims[1], FK_RING);
     break;
   case OP_ATTENTION_GRAD:
-    for (int j = 0; j < 2 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
+    if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_WHOLE);
+    if (op->ndims > 1) rule_set_kind(r, op->dims[1], FK_RING);
     if (op->noperands == 5) {
       const TensorType *q = &op->operands[0]->type, *v = &op->operands[2]->type;
       for (int d = 0; d < v->rank; d++) /* the value's own dims: the forward's PV output dims */
-        if (tensor_type_find(q, v->dims[d]) < 0) rule_set_kind(r, v->dims[d], FK_WHOLE);
+        if (tensor_type_find(q, v->dims[d]) < 0 && v->dims[d] != op->dims[1]) rule_set_kind(r, v->dims[d], FK_WHOLE);
       rule_missing_dims(r, op, 0, FK_SUM); /* dk, dv: summed over the query dim (and groups) */
       rule_missing_dims(r, op, 1, FK_WHOLE);
       r->sums = true;
@@ -473,6 +475,7 @@ typedef struct Cand {
   int ncoll;
   int layout_score;
   int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
+  uint16_t ring;     /* ring attention over these axes (FK_RING sharded), or 0 */
 } Cand;
 
 /* The stats tensor of an op over factor f: the result without that dim, in f32. */
@@ -496,6 +499,33 @@ static uint16_t axes_lost(const Sharding *from, const Sharding *to, int rank) {
   uint16_t lost = 0;
   for (int d = 0; d < rank; d++) lost |= (uint16_t)(dim_mask(from, d) & ~dim_mask(to, d));
   return lost;
+}
+
+/* language.md: the ring is the layout's: it maps the query dim to `ring` and none of q's other
+ * dims (heads, head, a group) to any of those axes (where it maps heads there, attention runs in
+ * the Ulysses form instead: AllToAlls from sequence to heads and back). */
+static bool ring_by_layout(const Program *p, const Op *op, uint16_t ring) {
+  if (op->ndims < 3 || op->noperands < 1) return false;
+  const TensorType *qt = &op->operands[0]->type;
+  Sharding pref;
+  sharding_layout_preferred(p, qt, &pref);
+  for (int d = 0; d < qt->rank; d++) {
+    uint16_t ax = dim_mask(&pref, d);
+    if (qt->dims[d] == op->dims[2] ? ax != ring : (ax & ring) != 0) return false;
+  }
+  return true;
+}
+
+/* The ring of one ring-attention op: n - 1 CollectivePermute steps of the blocks that travel.
+ * The forward sends K and V; the backward's first op (dq, Op.index 0) carries the backward ring,
+ * K, V and their gradients (the three gradient ops are one kernel: dk and dv add nothing). */
+static double ring_seconds(const Mesh *m, const Op *op, const Sharding *const *opnd, uint16_t ring) {
+  if (op->kind == OP_ATTENTION_GRAD && op->index != 0) return 0;
+  int n = (int)sharding_axes_product(m, ring);
+  const Value *k = op->operands[1], *v = op->operands[2];
+  double block = (double)sharding_local_bytes(&k->type, opnd[1], m) + (double)sharding_local_bytes(&v->type, opnd[2], m);
+  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
+  return (n - 1) * cost_collective(m, COLL_PERMUTE, ring, block, true, NULL);
 }
 
 static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
@@ -541,6 +571,11 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     if (r->fk[f] == FK_MAX) k->maxax |= mk;
     if (r->fk[f] == FK_STATS) k->statsax |= mk, k->stats_factor = f;
   }
+  if (k->ring) { /* the ring sums over every query block itself: no partial sum over its axes */
+    k->made &= (uint16_t)~k->ring;
+    k->time_s += ring_seconds(m, op, opnd, k->ring);
+    k->ncoll++;
+  }
   nat->partial = (uint16_t)(passed | k->made);
   if (k->maxax && sharding_axes_product(m, k->maxax) > 1) {
     k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, NULL);
@@ -582,10 +617,13 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
   k->valid = true;
 }
 
-/* Strictly better: fewer kept weight shardings broken (PlanCtx.keep), then less time (beyond
- * rounding), then fewer collectives, then closer to the layout. */
+/* Strictly better: fewer kept weight shardings broken (PlanCtx.keep), then ring attention where
+ * it is possible, then less time (beyond rounding), then fewer collectives, then closer to the
+ * layout. */
 static bool cand_better(const Cand *a, const Cand *b) {
   if (a->kept_broken != b->kept_broken) return a->kept_broken < b->kept_broken;
+  /* language.md: where the query and key dims share axes, attention runs as a ring */
+  if ((a->ring != 0) != (b->ring != 0)) return a->ring != 0;
   double eps = 1e-12 + 1e-9 * fmax(a->choose_s, b->choose_s);
   if (a->choose_s < b->choose_s - eps) return true;
   if (a->choose_s > b->choose_s + eps) return false;
@@ -741,13 +779,26 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
       k.src[f] = -2;
       if (ch < nprop[f]) { /* the last choice of a contested factor is "no axes" */
         const Proposal *p = &props[f][ch];
-        if (used & p->mask) ok = false;
-        used |= p->mask;
+        if (r.fk[f] != FK_RING) { /* (a ring's key dim shares the query dim's axes: checked below) */
+          if (used & p->mask) ok = false;
+          used |= p->mask;
+        }
         memcpy(k.ax[f], p->ax, sizeof k.ax[f]);
         k.nax[f] = p->n;
         k.src[f] = p->src;
         k.src_dim[f] = p->src_dim;
       }
+    }
+    if (!ok) continue;
+    /* attention's key dim: whole, or on exactly the query dim's axes (a ring) */
+    for (int f = 0; f < r.nf && ok; f++) {
+      if (r.fk[f] != FK_RING || !k.nax[f]) continue;
+      int q = -1;
+      for (int g = 0; g < r.nf; g++)
+        if (op->ndims > 2 && r.fdim[g] == op->dims[2]) q = g;
+      ok = q >= 0 && k.nax[q] == k.nax[f] && memcmp(k.ax[q], k.ax[f], (size_t)k.nax[f]) == 0 &&
+           ring_by_layout(c->p, op, axes_mask(k.ax[f], k.nax[f]));
+      if (ok) k.ring = axes_mask(k.ax[f], k.nax[f]);
     }
     if (!ok) continue;
     cand_eval(c, op, &r, operands, passed, target, &pref, &k);
@@ -792,6 +843,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   out->stats_axes = best.statsax;
   out->stats_factor = best.stats_factor;
   out->nstats = best.statsax ? r.nstats : 0;
+  out->ring_axes = best.ring;
   out->conflict = nconflict > 0;
   out->time_s = best.time_s;
   if (have_alt && nconflict) out->alt_time_s = alt.choose_s;

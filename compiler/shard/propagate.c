@@ -832,19 +832,9 @@ static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
 
 /* ---- the tensor-parallel candidate ----
  *
- * The axes sharding `batch` (those of main's inputs' dims named so): a weight sharded over them is
- * FSDP's, gathered where used; over the others it is tensor parallelism's, and keeping it so is
- * the first whole-step candidate. */
-static uint16_t batch_axes_of(const IrModule *m) {
-  uint16_t ax = 0;
-  for (int i = 0; i < m->main->ninputs; i++) {
-    const Value *v = m->main->inputs[i];
-    for (int d = 0; d < v->type.rank; d++)
-      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
-        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
-  }
-  return ax;
-}
+ * A weight sharded over the axes that shard `batch` (ir_batch_axes) is FSDP's, gathered where
+ * used; over the others it is tensor parallelism's, and keeping it so is the first whole-step
+ * candidate. */
 
 /* keep[v] for every value that is a weight (a param, and through casts, views and loop slices
  * what reads it whole), the tensor-parallel axes of its sharding; returns their union. */
@@ -934,7 +924,7 @@ void propagate_module(IrModule *m, const Program *p) {
   setup_func(&P, m->main, incremental);
   P.keep = ARENA_ARRAY(&a, uint16_t, n);
   if (!incremental) derive(&P); /* the tied values' shardings (a loop's stacked params), for the stage axes */
-  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, batch_axes_of(m), all_stage_axes(m->main));
+  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, ir_batch_axes(m), all_stage_axes(m->main));
   memo_reset(&P); /* (the memo's plans are a function of the constraint too) */
   m->plan_choice = (struct PlanChoice){0};
   if (tp) {

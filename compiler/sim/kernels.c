@@ -198,6 +198,21 @@ double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCo
                                ideal, out);
 }
 
+/* Ring attention (Op.ring): n steps, each the attention of one K/V block (1/n of the op's
+ * compute) while the next block arrives: the first step's compute, then n - 1 steps of whichever
+ * is longer, the block's compute or its CollectivePermute (K and V; the backward also their
+ * gradients). */
+static double ring_seconds(const Mesh *mesh, const Op *op, double compute, bool ideal) {
+  int n = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (op->ring >> a & 1) n *= mesh->axes[a].size;
+  if (n < 2 || op->noperands < 3) return compute;
+  double block = sim_value_bytes(op->operands[1]) + sim_value_bytes(op->operands[2]);
+  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
+  double step = cost_collective(mesh, COLL_PERMUTE, op->ring, block, ideal, NULL), c = compute / n;
+  return c + (n - 1) * (c > step ? c : step);
+}
+
 /* ---- the kernels of a module ---- */
 
 typedef struct KBuild {
@@ -346,6 +361,7 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
                            : op->kind == OP_ATTENTION_GRAD ? SIMK_ATTENTION_BWD : SIMK_MEMORY;
       SimKernel *k = new_kernel(K, op, kind);
       k->time_s = sim_op_seconds(c->mesh, op, c->ideal, &k->op);
+      if (op->ring) k->time_s = ring_seconds(c->mesh, op, k->time_s, c->ideal);
       OpCost oc;
       opcost(op, true, &oc);
       k->flops = kind == SIMK_ATTENTION_BWD ? k->op.flops : oc.flops;

@@ -261,12 +261,30 @@ static bool whole_dim(const Op *op, const Dim *d) {
   case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
   case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
     return op->ndims > 0 && op->dims[0] == d; /* sharded, partitioning rewrites them (statistics) */
-  case OP_ATTENTION: case OP_ATTENTION_GRAD:
-    return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
+  case OP_ATTENTION: case OP_ATTENTION_GRAD: /* a ring's key dim: checked by ring_ok */
+    return op->ndims >= 2 && (op->dims[0] == d || (op->dims[1] == d && !op->ring));
   case OP_ROUTE: /* top-k along the experts, slots filled in order of the tokens */
     return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
   default: return false;
   }
+}
+
+/* Ring attention (language.md, Context parallelism): q's query dim and k's and v's key dim are
+ * sharded over exactly the ring's axes, in the same order, and no other dim of q over any of them;
+ * the result is no partial sum over them (the ring sums every block itself). */
+static bool ring_ok(Ctx *c, const Op *op) {
+  if (!op->ring) return true;
+  const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
+  int qd = tensor_type_find(&q->type, op->dims[2]), kd = tensor_type_find(&k->type, op->dims[1]);
+  int vd = tensor_type_find(&v->type, op->dims[1]);
+  bool ok = qd >= 0 && kd >= 0 && vd >= 0 && dim_mask(&q->sharding, qd) == op->ring &&
+            dims_same(&q->sharding, qd, &k->sharding, kd) && dims_same(&k->sharding, kd, &v->sharding, vd);
+  for (int d = 0; ok && d < q->type.rank; d++)
+    if (d != qd && (dim_mask(&q->sharding, d) & op->ring)) ok = false;
+  if (ok && (op->results[0]->sharding.partial & op->ring)) ok = false;
+  if (!ok) note("%s at line %d: not a ring over %s as its operands are sharded", ir_op_name(op->kind), op->loc.line, "its axes");
+  (void)c;
+  return ok;
 }
 
 /* Zeros (a constant 0, or its broadcast): a partial sum of zeros over any axes. */
@@ -361,6 +379,10 @@ static bool check_op(Ctx *c, const Op *op) {
           ok = false, note("%s at line %d: operands disagree on %s", ir_op_name(op->kind), op->loc.line, dim->name);
       }
     }
+  }
+  if (op->ring) { /* the ring sums over the query and key blocks itself */
+    ok &= ring_ok(c, op);
+    summed &= (uint16_t)~op->ring;
   }
   if (zeros(op) && !summed && !passed) {
     /* zeros may be declared partial (a microbatch loop's accumulators start so) */

@@ -22,6 +22,7 @@
 
 #include "interp.h"
 #include "bucket.h"
+#include "opcost.h"
 #include "partition.h"
 #include "step.h"
 #include "unit_test.h"
@@ -294,6 +295,8 @@ int main(int argc, char **argv) {
   static const char *llama_mb = STEP_SPMD_DIR "/llama_tiny_mb.shard";
   static const char *mlp = SHARDC_SAMPLES "/mlp.shard";
   static const char *gpt = STEP_SPMD_DIR "/gpt_tiny.shard";
+  static const char *ring_causal = STEP_SPMD_DIR "/ring_causal.shard";
+  static const char *ring_full = STEP_SPMD_DIR "/ring_full.shard";
   static const char *zero0 = STEP_SPMD_DIR "/llama_tiny_zero0.shard";
   static const char *zero1 = STEP_SPMD_DIR "/llama_tiny_zero1.shard";
   static const char *zero2 = STEP_SPMD_DIR "/llama_tiny_zero2.shard";
@@ -330,6 +333,15 @@ int main(int argc, char **argv) {
                                           .max_bwd_gathers = -1, .no_logits_gather = true}, 0, 0},
     {llama_mb, none, 1, "pod", "dp", {.bwd_reduces = 1, .max_bwd_gathers = 0}, 0, 0},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
+    /* ring attention (language.md, Context parallelism) over 2, 4 and 8 devices, causal (in
+     * zigzag order) and not: no gather of k or v anywhere; the forward's only collective is the
+     * loss's AllReduce, the backward's the AllReduces of the 4 weight gradients (one bucket) */
+    {ring_causal, NULL, 0, "ring2", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_causal, NULL, 0, "ring4", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_causal, NULL, 0, "ring8", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring2", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring4", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
+    {ring_full, NULL, 0, "ring8", "cp", {.exact = (const int[8]){0, 0, 1, 0, 0, 0, 4, 0}, .max_bwd_gathers = 0}, 0, 0},
     /* zero = 0, 1, 2 on data and tensor parallelism (check_zero) */
     {zero0, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 1}, 0, 0},
     {zero1, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 2}, 0, 0},
@@ -342,6 +354,37 @@ int main(int argc, char **argv) {
     {gpt, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
   };
   for (size_t i = 0; i < ARRAY_LEN(cases); i++) run_case(&cases[i]);
+  /* the causal ring's zigzag balance: every device's query block keeps as many (query, key) pairs
+   * unmasked. seq = 32 over n devices, chunks of c = 32 / 2n; device i holds chunks i and 2n-1-i:
+   * its pairs are sum over both chunks of (logical index + 1) = c (i c + (c+1)/2) + c ((2n-1-i) c +
+   * (c+1)/2) = c^2 (2n - 1) + c (c + 1), the same for every i. Contiguous blocks (device i holding
+   * [i S/n, (i+1) S/n)) would give device n-1 the most, (2n-1)/1 times device 0's for large S. */
+  static const char *ring_meshes[] = {"ring2", "ring4", "ring8"};
+  for (int k = 0; k < 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "ring.zigzag_balance.%s", ring_meshes[k]);
+    if (only && !strstr(name, only)) continue;
+    ut_begin(name);
+    InterpProgram ip;
+    if (interp_load(&ip, ring_causal, NULL, 0, "cp", ring_meshes[k], NULL) != EXIT_OK || !ip.cp.ir ||
+        !interp_partition(&ip)) {
+      ut_fail("%s does not load and partition", ring_causal);
+    } else {
+      const Op *att = NULL;
+      for (const Op *op = ip.cp.ir->main->first; op && !att; op = op->next)
+        if (op->kind == OP_ATTENTION) att = op;
+      UT_CHECK(att && att->ring, "the attention is not a ring");
+      int n = 2 << k;
+      double c = 32.0 / (2 * n), want = c * c * (2 * n - 1) + c * (c + 1);
+      for (int r = 0; att && r < n; r++)
+        ut_near(arena_printf(&ip.arena, "pairs on device %d", r), opcost_ring_pairs(ip.cp.ir, att, r), want, 0);
+      double first = 0, last = 0; /* the same blocks stored contiguously: unbalanced */
+      for (int64_t p = 0; p < 32 / n; p++) first += p + 1, last += 32 - 32 / n + p + 1;
+      UT_CHECK(last > first, "contiguous blocks would be balanced too (%g, %g): the test cannot fail", first, last);
+    }
+    interp_unload(&ip);
+    ut_end();
+  }
   /* the same claims at LLaMA 3 8B's sizes (propagated and partitioned, not run), where each
    * layer's gradient is large enough that reducing it once per microbatch shows in the time */
   static const char *llama8b[] = {"batch=512", "seq=8192", "embed=4096", "hidden=14336", "heads=32",
