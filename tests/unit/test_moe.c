@@ -1,4 +1,3 @@
-#define _GNU_SOURCE /* mkstemps */
 /* test_moe.c: mixture of experts, from `route` to expert parallelism (route.h; docs/moe.md).
  *
  *   route by hand        route's slots against ones worked out by hand from small logits: ties to
@@ -12,20 +11,23 @@
  *   gradients            the MoE block's step against central finite differences (double
  *                        precision), under each remat policy
  *   expert parallelism   the step on a mesh whose `ep` axis shards the experts, device by device,
- *                        equals the unsharded step; the AllToAlls are where the book puts them
+ *                        equals the unsharded step (a MoE block; the Mixtral-style decoder alone,
+ *                        on two pipeline stages, and under sequence parallelism); the AllToAlls
+ *                        are where GShard puts them
+ *   the load-balancing loss  layers' moe_mlp.aux_loss against a hand computation
  *   Mixtral 8x7B         the sample's parameter count and active parameters per token from its
- *                        shapes, against the published 46.7e9 and 12.9e9
+ *                        shapes, against the published 46.7e9 and 12.9e9; its plan's AllToAlls
+ *                        (count and bytes) against GShard's, by hand
  *
  *   test_moe [NAME]      every case, or those whose name contains NAME */
+#define _GNU_SOURCE /* mkstemps */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bufplan.h"
 #include "interp.h"
 #include "opcost.h"
-#include "partition.h"
 #include "route.h"
 #include "step.h"
 #include "textbook.h"
