@@ -5,10 +5,12 @@
  * the in-place decisions in program order (a buffer read for the last time by an elementwise op
  * takes its result), then the walk that adds up the live bytes. Sums saturate: a plan whose peak
  * exceeds 2^63 bytes reports INT64_MAX, never a wrapped figure. */
+#include <math.h>
 #include <string.h>
 
 #include "bufplan.h"
 #include "checked.h"
+#include "route.h"
 #include "stages.h"
 #include "step.h"
 
@@ -60,6 +62,7 @@ static int32_t find(PW *W, int32_t v) {
   return v;
 }
 
+/* A route-patterned value is held as k (expert, slot, value) entries per token (route.h). */
 static int64_t value_bytes(const Value *v) {
   int64_t n = dtype_bytes(v->type.dtype);
   for (int i = 0; i < v->type.rank; i++) {
@@ -67,7 +70,8 @@ static int64_t value_bytes(const Value *v) {
     if (e > 0 && n > INT64_MAX / e) return INT64_MAX;
     n *= e;
   }
-  return n;
+  double d = ir_route_density(v);
+  return d < 1 ? (int64_t)ceil((double)n * d) : n;
 }
 
 /* ---- classes ---- */

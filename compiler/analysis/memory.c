@@ -25,6 +25,7 @@
 #include "cost.h"
 #include "diag.h"
 #include "memory.h"
+#include "route.h"
 #include "opcost.h"
 #include "partition.h"
 #include "pipeline.h"
@@ -51,7 +52,7 @@ static const char *buffer_text(Arena *a, const IrModule *m, const BufLive *b) {
   if (b->count > 1) return arena_printf(a, "activations kept for the backward (%d microbatch chunks in flight)", b->count);
   if (v->def && v->def->kind == OP_PARAM && v->def->index >= 0 && v->def->index < m->nparams)
     return arena_printf(a, "param %s", m->params[v->def->index].path);
-  const char *op = v->def ? ir_op_name(v->def->kind) : "value";
+  const char *op = v->def ? ir_op_label(v->def) : "value";
   if (v->name) return arena_printf(a, "%s %s (the %s)", what[b->cls], v->name, op);
   return arena_printf(a, "%s: the %s's result", what[b->cls], op);
 }

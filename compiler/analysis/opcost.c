@@ -3,6 +3,7 @@
 
 #include "cost.h"
 #include "opcost.h"
+#include "route.h"
 
 static double extent(const Value *v, int i, bool local) {
   return local ? (double)v->local[i] : (double)v->type.dims[i]->size;
@@ -40,8 +41,9 @@ static double prod2(const Value *a, const Value *b, const Dim *drop, const Dim *
   return f;
 }
 
+/* A route-patterned value is held as its entries (route.h). */
 static double value_bytes(const Value *v, bool local) {
-  double n = dtype_bytes(v->type.dtype);
+  double n = dtype_bytes(v->type.dtype) * ir_route_density(v);
   for (int i = 0; i < v->type.rank; i++) n *= extent(v, i, local);
   return n;
 }
@@ -62,7 +64,17 @@ void opcost(const Op *op, bool local, OpCost *out) {
   for (int i = 0; i < op->noperands; i++) out->bytes += value_bytes(op->operands[i], local);
   for (int r = 0; r < op->nresults; r++) out->bytes += value_bytes(op->results[r], local);
   if (op->kind == OP_CONTRACT && op->noperands == 2) {
-    out->flops = prod2(op->operands[0], op->operands[1], NULL, NULL, NULL, 0, local);
+    /* a dispatch or a combine moves rows (language.md): 0 FLOPs */
+    if (ir_route_contract(op, NULL) == CONTRACT_DENSE)
+      out->flops = prod2(op->operands[0], op->operands[1], NULL, NULL, NULL, 0, local);
+    return;
+  }
+  if (op->kind == OP_ROUTE_GRAD && op->noperands == 3) { /* a dot product over dims[] per entry */
+    const Value *r = op->results[0], *from[2] = {op->operands[1], op->operands[2]};
+    double f = 2 * ir_route_fill(r);
+    for (int i = 0; i < r->type.rank; i++) f *= extent(r, i, local);
+    for (int j = 0; j < op->ndims; j++) f *= dim_extent(from, 2, op->dims[j], local);
+    out->flops = f;
     return;
   }
   if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 2) {

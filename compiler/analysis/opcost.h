@@ -1,11 +1,13 @@
 /* opcost.h: what one run of one op costs: FLOPs and HBM bytes moved. The one cost function check,
  * explain and sim read (language.md's FLOP counting; the bytes of the roofline).
  *
- * FLOPs: a contraction counts 2 x the product of its distinct dims; the fused attention its two
+ * FLOPs: a contraction counts 2 x the product of its distinct dims (a dispatch or a combine of a
+ * route's pattern 0, route_grad 2 x its entries x its contracted dims: route.h); the fused attention its two
  * contractions (QK over q's and k's dims, PV over q's dims without the head dim, the key dim and
  * v's); its backward (ir.h's OP_ATTENTION_GRAD) dq = QK + PV, dk = QK, dv = PV + QK, where dv's QK
  * is the recomputed scores (counted apart: not in the model's FLOPs); every other op 0.
- * Bytes: the operands read and the results written, each once, at their size (a slice: the block it
+ * Bytes: the operands read and the results written, each once, at their size (a route-patterned value
+ * as its entries, ir_route_density; a slice: the block it
  * keeps, read and written; a rename, split or merge: none, they are views); the fused attention
  * reads q, k, v (and its backward o and do) and writes its result, never the scores (flash
  * attention). Collectives, loops, pipelines, inputs, params and constants cost 0 here (their

@@ -7,6 +7,7 @@
 #include "partition.h"
 #include "pipeline.h"
 #include "propagate.h"
+#include "route.h"
 #include "stages.h"
 #include "step.h"
 
@@ -45,12 +46,14 @@ bool pipeline_run(IrModule *m, const Program *p) {
   int before = diag_error_count();
   propagate_module(m, p);
   if (!partition_module(m, p) || diag_error_count() > before) return false;
+  ir_route_mark(m); /* the collectives of patterned values keep their pattern (route.h) */
   if (!ir_verify(m, stderr)) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the partitioned IR does not verify");
     return false;
   }
   bucket_module(m, p);
   if (!localize_module(m, p) || !stages_module(m, p)) return false;
+  ir_route_mark(m); /* and so do their slices, and a pipeline's regions */
   if (!ir_verify(m, stderr)) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the pipelined IR does not verify");
     return false;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "bucket.h"
+#include "route.h"
 #include "step.h"
 #include "textbook.h"
 
@@ -16,10 +17,34 @@ static int kind_index(OpKind k) {
   }
 }
 
+/* A collective of expert parallelism: an AllToAll of a dispatch's slots (through casts, transposes,
+ * slices and earlier collectives) or of what a combine reads, or any collective of a routed value
+ * (the routing weights' gradient summed over the tensor-parallel axes). */
+static bool expert_coll(const Op *op) {
+  const Value *x = op->operands[0];
+  if (x->route) return true;
+  if (op->kind != OP_ALL_TO_ALL) return false;
+  for (int k = 0; x && x->def && k < 16; k++) {
+    const Op *d = x->def;
+    if (ir_route_contract(d, NULL) == CONTRACT_DISPATCH) return true;
+    if (d->noperands != 1 || !(d->kind == OP_CAST || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE ||
+                               ir_op_is_collective(d->kind)))
+      break;
+    x = d->operands[0];
+  }
+  const Value *y = op->results[0];
+  for (const Op *o = op->func ? op->func->first : NULL; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] == y && ir_route_contract(o, NULL) == CONTRACT_COMBINE) return true;
+  return false;
+}
+
 static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double share) {
   int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
+    if (op->phase == PHASE_FORWARD && ir_route_contract(op, NULL) == CONTRACT_DISPATCH && !c->ep_slot_bytes)
+      c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
     if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
       int n = 1;
       for (int a = 0; a < mesh->naxes; a++)
@@ -32,6 +57,16 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
     }
     int k = kind_index(op->kind);
     if (k < 0 || k >= CENSUS_KINDS) continue;
+    if (expert_coll(op)) {
+      const Value *v = op->kind == OP_ALL_GATHER ? op->results[0] : op->operands[0];
+      CollCost cc;
+      cost_collective(mesh, (CollKind)k, op->axes,
+                      (double)sharding_local_bytes(&v->type, &v->sharding, mesh) * ir_route_density(v), true, &cc);
+      c->ep_n[k]++;
+      c->ep_bytes[k] += cc.bytes_per_device * share;
+      if (k == COLL_ALL_TO_ALL) c->ep_axes |= op->axes;
+      continue;
+    }
     int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
     c->n[role][k] += 1;
     if (!op->bucket || op->bucket != bucket) c->runs[role][k] += 1;
@@ -65,33 +100,47 @@ static void find_layers(const IrModule *m, const IrFunc *f, const Mesh *mesh, La
   }
 }
 
-/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, labels). */
-static uint16_t batch_axes(const IrModule *m) {
-  uint16_t ax = 0;
-  for (int i = 0; i < m->main->ninputs; i++) {
-    const Value *v = m->main->inputs[i];
-    for (int d = 0; d < v->type.rank; d++)
-      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
-        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
+/* d is the expert dim of a route in f. */
+static bool expert_dim(const IrFunc *f, const Dim *d) {
+  for (const Op *o = f->first; o; o = o->next)
+    if (o->kind == OP_ROUTE && o->ndims >= 3 && o->dims[0] == d) return true;
+  return false;
+}
+
+/* An AllGather in f reads v (through casts and transposes). */
+static bool gathered(const IrFunc *f, const Value *v) {
+  for (const Op *o = f->first; o; o = o->next) {
+    if (o->noperands != 1) continue;
+    const Value *x = o->operands[0];
+    while (x->def && x->def->noperands == 1 && (x->def->kind == OP_CAST || x->def->kind == OP_TRANSPOSE)) x = x->def->operands[0];
+    if (o->kind == OP_ALL_GATHER && x == v) return true;
   }
-  return ax;
+  return false;
 }
 
 void layer_census(const IrModule *m, const Mesh *mesh, LayerCensus *c) {
   memset(c, 0, sizeof *c);
   if (!m || !m->main || !mesh) return;
-  c->dp = batch_axes(m);
+  c->dp = ir_batch_axes(m);
   find_layers(m, m->main, mesh, c);
   if (!c->loop) return;
-  /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP) */
+  /* the stacked params the layer reads, and those sharded over a batch axis (gathered: FSDP; held
+   * sharded on a route's expert dim while the tokens come to them: expert parallelism) */
   uint16_t dp = c->dp;
   for (int i = 0; i < c->loop->nslices && i < c->loop->noperands; i++) {
     const Value *w = c->loop->operands[i]; /* (a forward loop's slices are its stacked params) */
     c->nweights++;
-    uint16_t ax = 0;
+    uint16_t ax = 0, on_experts = 0;
     for (int d = 1; d < w->type.rank; d++) /* the stacking dim aside */
-      for (int k = 0; k < w->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
-    if (ax & dp) c->nweights_gathered++;
+      for (int k = 0; k < w->sharding.naxes[d]; k++) {
+        ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
+        if (expert_dim(c->loop->body, w->type.dims[d])) on_experts |= (uint16_t)(1u << w->sharding.axes[d][k]);
+      }
+    if (!(ax & dp)) continue;
+    if (i < c->loop->body->ninputs && (ax & dp & ~on_experts) == 0 && !gathered(c->loop->body, c->loop->body->inputs[i]))
+      c->nweights_ep++;
+    else
+      c->nweights_gathered++;
   }
 }
 
@@ -121,13 +170,6 @@ static double activation_bytes(const LayerCensus *c, const Mesh *mesh, uint16_t 
   return (double)sharding_local_bytes(&x->type, &s, mesh);
 }
 
-static const char *axes_text(Arena *a, const Mesh *mesh, uint16_t axes) {
-  char *t = "";
-  int n = 0;
-  for (int i = 0; i < mesh->naxes; i++)
-    if (axes & (1u << i)) t = arena_printf(a, "%s%s%s", t, n++ ? ", " : "", mesh->axes[i].name);
-  return n > 1 ? arena_printf(a, "(%s)", t) : t;
-}
 
 static void add_row(TextbookRow *rows, int *n, TextbookRow r) {
   if (*n >= TEXTBOOK_MAX_ROWS) return;
@@ -178,7 +220,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   uint16_t tp = (uint16_t)(c->axes[ROLE_ACTIVATION] & ~stage);
   if (c->loop && tp) {
     double act = activation_bytes(c, mesh, tp), nt = axes_size(mesh, tp);
-    const char *ax = axes_text(a, mesh, tp);
+    const char *ax = mesh_axes_text(a, mesh, tp);
     const char *per = "per layer and microbatch";
     int most = full ? 6 : 4;
     bool gathered = m->plan_choice.tp_axes && !m->plan_choice.kept;
@@ -222,7 +264,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   if (c->loop && c->ring) {
     int nr = (int)axes_size(mesh, c->ring);
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "context parallelism over %s (ring attention)",
-                                                             axes_text(a, mesh, c->ring)),
+                                                             mesh_axes_text(a, mesh, c->ring)),
                                      .source = "Liu et al. 2023", .kind = COLL_PERMUTE, .got = c->ring_steps,
                                      .want = (nr - 1) * (full ? 3 : 2), .runs = c->ring_steps,
                                      .per = "per layer and microbatch (steps of the rings)"});
@@ -230,7 +272,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   /* FSDP: the layer's gathered weights */
   if (c->loop && c->nweights_gathered) {
     const char *st = arena_printf(a, "FSDP over %s (%d of the layer's %d weights sharded)",
-                                  axes_text(a, mesh, c->axes[ROLE_WEIGHT] ? c->axes[ROLE_WEIGHT] : batch_axes(m)),
+                                  mesh_axes_text(a, mesh, c->axes[ROLE_WEIGHT] ? c->axes[ROLE_WEIGHT] : ir_batch_axes(m)),
                                   c->nweights_gathered, c->nweights);
     add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Zhao et al. 2023", .kind = COLL_ALL_GATHER,
                                      .got = c->n[ROLE_WEIGHT][COLL_ALL_GATHER], .want = 2 * c->nweights_gathered,
@@ -239,6 +281,22 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
                                      .got = c->grad_scatters_dp, .want = c->nweights_gathered,
                                      .runs = c->runs[ROLE_GRADIENT][COLL_REDUCE_SCATTER],
                                      .per = "per layer and microbatch"});
+  }
+  /* expert parallelism: the slots to their experts and back, forward and backward (and again in
+   * a recomputation), (n-1)/n of the dispatch buffer each */
+  if (c->loop && c->ep_n[COLL_ALL_TO_ALL]) {
+    double ne = axes_size(mesh, c->ep_axes);
+    const char *st = arena_printf(a, "expert parallelism over %s (%d of the layer's %d weights the experts')",
+                                  mesh_axes_text(a, mesh, c->ep_axes), c->nweights_ep, c->nweights);
+    for (int k = 0; k < CENSUS_KINDS; k++) {
+      if (!c->ep_n[k]) continue;
+      bool a2a = k == COLL_ALL_TO_ALL;
+      add_row(rows, &n, (TextbookRow){.strategy = st, .source = "Lepikhin et al. 2021", .kind = (CollKind)k,
+                                       .got = c->ep_n[k], .want = a2a ? (full ? 6 : 4) : -1, .runs = c->ep_n[k],
+                                       .got_bytes = c->ep_bytes[k] / c->ep_n[k],
+                                       .want_bytes = a2a ? c->ep_slot_bytes * (ne - 1) / ne : 0,
+                                       .per = "per layer and microbatch"});
+    }
   }
   /* data parallelism and ZeRO: the step's gradient collectives outside the layers */
   if (m->step) {
@@ -278,7 +336,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
       want = activation_bytes(c, mesh, tp) / (tp ? axes_size(mesh, tp) : 1);
     }
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
-                                                             axes_text(a, mesh, stage), pi->stages, pi->chunks),
+                                                             mesh_axes_text(a, mesh, stage), pi->stages, pi->chunks),
                                      .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
                                      .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
                                      .got_bytes = got, .want_bytes = c->loop ? want : 0,
@@ -317,14 +375,14 @@ const char *textbook_note(Arena *a, const IrModule *m, const Program *p, const L
   return arena_printf(a,
                       "the layout shards %s over %s, so each layer moves %d activation collectives (%.2f MB per "
                       "device) that a plan with %s whole does not; %s",
-                      x->type.dims[sd]->name, axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
+                      x->type.dims[sd]->name, mesh_axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
                       x->type.dims[sd]->name,
                       divides ? arena_printf(a, "the microbatch's %lld sequences divide over %s, so sharding batch "
                                                 "over %s instead needs none of them (more activation memory per "
                                                 "device: each holds whole sequences)",
-                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
-                                             axes_text(a, mesh, pc->tp_axes))
+                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
+                                             mesh_axes_text(a, mesh, pc->tp_axes))
                               : arena_printf(a, "batch (%lld per microbatch) does not divide over %s, so it cannot "
                                                 "take those axes instead",
-                                             (long long)b, axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
+                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
 }

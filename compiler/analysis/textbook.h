@@ -17,7 +17,10 @@
  *   pipelines: one send forward and one back per microbatch and stage boundary;
  *   context parallelism (ring attention; Liu et al. 2023, Megatron-LM's context parallelism): n - 1
  *     steps of K and V per forward, n - 1 of K, V and their gradients per backward, n - 1 more
- *     where the backward recomputes the forward.
+ *     where the backward recomputes the forward;
+ *   expert parallelism (GShard, Lepikhin et al. 2021): per layer an AllToAll of the dispatched
+ *     slots to their experts and one of the experts' outputs back, forward and backward, 2 more
+ *     when the backward recomputes the block, each (n-1)/n of the dispatch buffer a device holds.
  * The bytes of an activation collective are (n-1)/n (AllGather, ReduceScatter) or 2(n-1)/n
  * (AllReduce) times the layer's activation [batch, seq, embed] as one microbatch holds it on a
  * device with the tensor-parallel axes gathered. */
@@ -45,6 +48,14 @@ typedef struct LayerCensus {
   double ring_bytes;                      /* bytes per device of one forward step (K and V) */
   int nweights;                           /* stacked params the layer reads */
   int nweights_gathered;                  /* of which gathered (FSDP) */
+  /* expert parallelism (route.h): the AllToAlls that take dispatched slots to their experts and
+   * back, and the collectives of routed values, apart from the roles above */
+  int ep_n[CENSUS_KINDS];
+  double ep_bytes[CENSUS_KINDS];
+  uint16_t ep_axes;
+  double ep_slot_bytes;                   /* the forward's dispatch buffer as a device holds it */
+  int nweights_ep;                        /* stacked params sharded over a batch axis on a route's
+                                             expert dim and never gathered (not FSDP's) */
 } LayerCensus;
 
 /* Counts the layer's collectives: the first stacked loop of the step (or forward) that is not the

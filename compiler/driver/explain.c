@@ -21,6 +21,7 @@
 #include "explain_show.h"
 #include "explain_textbook.h"
 #include "report.h"
+#include "route.h"
 #include "cost.h"
 #include "memory.h"
 #include "opcost.h"
@@ -145,8 +146,8 @@ static const char *op_label(const Explain *E, const Op *op) {
   const Value *v = op->nresults ? op->results[0] : NULL;
   if (op->kind == OP_PARAM && op->index >= 0 && op->index < E->m->nparams)
     return arena_printf(E->a, "param %s", E->m->params[op->index].path);
-  if (v && v->name) return arena_printf(E->a, "%s %s", ir_op_name(op->kind), v->name);
-  return ir_op_name(op->kind);
+  if (v && v->name) return arena_printf(E->a, "%s %s", ir_op_label(op), v->name);
+  return ir_op_label(op);
 }
 
 /* The part of a train step an op belongs to (Op.phase), as explain names it. */
@@ -203,8 +204,9 @@ static CollKind coll_kind_of(OpKind k) {
 static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   const Value *x = op->operands[0], *y = op->results[0];
   r->kind = coll_kind_of(op->kind);
-  double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh);
-  if (r->kind == COLL_ALL_GATHER) bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh);
+  double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh) * ir_route_density(x);
+  if (r->kind == COLL_ALL_GATHER)
+    bytes = (double)sharding_local_bytes(&y->type, &y->sharding, E->mesh) * ir_route_density(y);
   r->count = mult;
   r->axes = op->axes;
   r->phase = op->phase;
@@ -376,9 +378,9 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
       cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
       t += a2a.time_s, bytes += a2a.bytes_per_device;
     }
-    r.reason = arena_printf(E->a, "%s. The Ulysses form (the layout mapping heads to %s instead: AllToAlls of q, k and "
-                            "v to head sharding and of the output back) would move %s per run in 4 AllToAlls, %s, "
-                            "against the ring's %s in %d steps, %s, which overlap the attention",
+    r.reason = arena_printf(E->a, "%s. The Ulysses form (q, k, v and the output typed with heads over %s: AllToAlls of "
+                            "q, k and v to head sharding and of the output back) would move %s per run in 4 "
+                            "AllToAlls, %s, against the ring's %s in %d steps, %s, which overlap the attention",
                             op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
                             fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
                             fmt_time(E->a, r.cost.time_s * (n - 1)));
@@ -460,13 +462,37 @@ static bool is_param_value(const Value *v) {
   return false;
 }
 
+/* d is the expert dim of a route in f (or in a loop body of it). */
+static bool route_expert_dim(const IrFunc *f, const Dim *d) {
+  for (const Op *o = f->first; o; o = o->next) {
+    if (o->kind == OP_ROUTE && o->ndims >= 3 && o->dims[0] == d) return true;
+    if (o->kind == OP_LOOP && o->body && route_expert_dim(o->body, d)) return true;
+  }
+  return false;
+}
+
+/* A gathered weight sharded on a route's expert dim alone (the router's gate, under `expert: ep`)
+ * is a small gather beside expert parallelism's AllToAlls, not FSDP's every weight gathered. */
+static bool gathers_router(const Explain *E, const Op *op) {
+  const Value *w = op->operands[0];
+  bool any = false;
+  for (int d = 0; d < w->type.rank; d++) {
+    uint16_t ax = 0;
+    for (int k = 0; k < w->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << w->sharding.axes[d][k]);
+    if (!(ax & op->axes)) continue;
+    if (!route_expert_dim(E->m->main, w->type.dims[d])) return false;
+    any = true;
+  }
+  return any;
+}
+
 static void strategy_func(const Explain *E, const IrFunc *f, Strategy *s) {
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) strategy_func(E, op->body, s);
     for (int r = 0; op->kind == OP_PIPELINE && r < PR__COUNT; r++)
       if (op->pipe->region[r]) strategy_func(E, op->pipe->region[r], s);
     if (op->phase != PHASE_FORWARD) continue; /* a step's backward mirrors its forward */
-    if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0])) s->fsdp |= op->axes;
+    if (op->kind == OP_ALL_GATHER && is_param_value(op->operands[0]) && !gathers_router(E, op)) s->fsdp |= op->axes;
     if (op->kind == OP_CONTRACT && op->plan && op->plan->factored && op->plan->made_partial) {
       s->tp |= op->plan->made_partial;
       for (int k = 0; k < op->plan->nf; k++)
@@ -874,7 +900,7 @@ static cJSON *json_report(const Explain *E) {
     const Op *op = r->op;
     if (r->heading) continue;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "op", ir_op_name(op->kind));
+    cJSON_AddStringToObject(j, "op", ir_op_label(op));
     cJSON_AddStringToObject(j, "phase", phase_name(op->phase));
     json_place(E, j, op->loc);
     if (op->kind == OP_LOOP) {

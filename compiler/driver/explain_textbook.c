@@ -7,13 +7,6 @@
 
 static const char *fmt_mb(Arena *a, double b) { return arena_printf(a, "%.2f MB", b / 1e6); }
 
-static const char *axes_text(Arena *a, const Mesh *mesh, uint16_t axes) {
-  char *t = "";
-  int n = 0;
-  for (int i = 0; i < mesh->naxes; i++)
-    if (axes & (1u << i)) t = arena_printf(a, "%s%s%s", t, n++ ? ", " : "", mesh->axes[i].name);
-  return n > 1 ? arena_printf(a, "(%s)", t) : t;
-}
 
 /* text after `first`, wrapped at 100 columns, continuation lines after `indent` */
 static void print_wrapped(FILE *out, const char *first, const char *indent, const char *text) {
@@ -42,7 +35,7 @@ void explain_textbook_text(FILE *out, Arena *a, const IrModule *m, const Program
   if (n == 0 && !pc->tp_axes) return;
   fprintf(out, "\nagainst the textbook (each strategy's collectives as the literature counts them):\n");
   if (pc->tp_axes) {
-    const char *ax = axes_text(a, p->mesh, pc->tp_axes);
+    const char *ax = mesh_axes_text(a, p->mesh, pc->tp_axes);
     double ratio = pc->kept ? (pc->kept_s > 0 ? pc->free_s / pc->kept_s : 1) : (pc->free_s > 0 ? pc->kept_s / pc->free_s : 1);
     if (pc->kept && ratio < 1.005)
       fprintf(out, "  plan: tensor parallelism as the layout writes it (every weight kept sharded over %s), the first\n"

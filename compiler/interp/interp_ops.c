@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "interp_int.h"
+#include "route.h"
 
 /* ---- blocks and strides ---- */
 
@@ -893,13 +894,10 @@ static Tensor *k_onehot(Interp *I, const Op *op, Tensor *idx) {
   return r;
 }
 
-/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
- * scale * contract(q, k, over: head), causally masked; *st gets their type. */
-static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
-  Dim *hd = op->dims[0], *kd = op->dims[1], *qd = op->dims[2];
-  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
-      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
-    return NULL;
+/* scale * q . k over the head dim, masked under causal (the whole key dim, or one ring block);
+ * *st gets the scores' type. */
+static Tensor *attention_scores(Interp *I, const Op *op, Tensor *q, Tensor *k, TensorType *st) {
+  Dim *hd = op->dims[0];
   *st = (TensorType){.dtype = DT_F32};
   for (int i = 0; i < q->type.rank; i++)
     if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
@@ -911,7 +909,19 @@ static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Te
   Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
   if (!s) return NULL;
   for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
-  if (op->flag) mask_causal(I, s, qd, kd, -INFINITY);
+  if (op->flag) mask_causal(I, s, op->dims[2], op->dims[1], -INFINITY);
+  return s;
+}
+
+/* The scores of attention(q, k, v) as the forward computes them: softmax over the key dim of
+ * scale * contract(q, k, over: head), causally masked; *st gets their type. */
+static Tensor *attention_probs(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, TensorType *st) {
+  Dim *hd = op->dims[0], *kd = op->dims[1];
+  if (!need_whole(I, op, q, hd, ir_op_name(op->kind)) || !need_whole(I, op, k, hd, ir_op_name(op->kind)) ||
+      !need_whole(I, op, k, kd, ir_op_name(op->kind)) || !need_whole(I, op, v, kd, ir_op_name(op->kind)))
+    return NULL;
+  Tensor *s = attention_scores(I, op, q, k, st);
+  if (!s) return NULL;
   Tensor *p = softmax_of(I, op, s, kd);
   tensor_free(s);
   if (p) p->type.dtype = DT_F32;
@@ -989,6 +999,133 @@ static Tensor *k_attention_grad(Interp *I, const Op *op, Tensor *const *x) {
   return r;
 }
 
+/* ---- routing (route.h) ---- */
+
+/* route(l, top: k, over: e, tokens: t, slots: c), by ir.h's definition: per group (an index of
+ * l's dims but e and t), each token's k choices (the largest logits along e, the lower index
+ * first among equals; a NaN is never larger), then the slots: all first choices in order of t,
+ * then all second choices, ..., each taking its expert's next slot while there is one. e and t
+ * whole here; the result holds l's blocks and c whole. */
+static Tensor *k_route(Interp *I, const Op *op, Tensor *l) {
+  const TensorType *rt = &op->results[0]->type;
+  const Dim *e = op->dims[0], *t = op->dims[1], *c = op->dims[2];
+  int k = op->index;
+  if (!need_whole(I, op, l, e, "route") || !need_whole(I, op, l, t, "route")) return NULL;
+  int64_t st[MAX_RANK], sh[MAX_RANK];
+  for (int i = 0; i < rt->rank; i++) {
+    int p = tensor_type_find(&l->type, rt->dims[i]);
+    if (p >= 0) st[i] = l->start[p], sh[i] = l->shape[p];
+    else st[i] = 0, sh[i] = rt->dims[i]->size; /* the slot dim */
+  }
+  Tensor *r = tensor_new_block(rt, st, sh);
+  int64_t E = e->size, T = t->size, C = c->size;
+  int *choice = r ? malloc(sizeof(int) * (size_t)(T * k)) : NULL;
+  int64_t *fill = choice ? calloc((size_t)E, sizeof *fill) : NULL;
+  if (!fill) {
+    free(choice);
+    tensor_free(r);
+    return interp_fail(I, op, "out of memory"), NULL;
+  }
+  int64_t le = stride_of(l, e), lt = stride_of(l, t), re = stride_of(r, e), rtk = stride_of(r, t), rc = stride_of(r, c);
+  Tensor *ts[2] = {l, r};
+  Nest N;
+  nest_init(&N, 2);
+  for (int i = 0; i < l->type.rank; i++)
+    if (l->type.dims[i] != e && l->type.dims[i] != t) nest_dim(&N, l->type.dims[i], l->shape[i], ts);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    for (int64_t j = 0; j < T; j++) { /* token j's choices, best first */
+      const double *row = l->data + N.off[0] + j * lt;
+      for (int q = 0; q < k; q++) {
+        int best = -1;
+        double bv = 0;
+        for (int64_t x = 0; x < E; x++) {
+          bool taken = false;
+          for (int p = 0; p < q; p++) taken |= choice[j * k + p] == x;
+          double v = isnan(row[x * le]) ? -INFINITY : row[x * le];
+          if (!taken && (best < 0 || v > bv)) best = (int)x, bv = v;
+        }
+        choice[j * k + q] = best;
+      }
+    }
+    memset(fill, 0, sizeof *fill * (size_t)E);
+    for (int q = 0; q < k; q++)
+      for (int64_t j = 0; j < T; j++) {
+        int x = choice[j * k + q];
+        if (fill[x] < C) r->data[N.off[1] + j * rtk + x * re + fill[x]++ * rc] = 1;
+      }
+  }
+  free(choice);
+  free(fill);
+  return r;
+}
+
+/* A dispatch or a combine (route.h) as the indexed copy it is: for each nonzero entry of the
+ * patterned operand p, the other operand's row there (its dims p lacks) times the entry, added
+ * into the result's row there. A dispatch's slot gets at most one token; a combine's token adds
+ * up its k entries. The contracted dims are held alike by both operands (the sum is over the
+ * block they hold: a partial sum where it is part). */
+static Tensor *k_routed(Interp *I, const Op *op, Tensor *a, Tensor *b, int pat) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *x2[2] = {a, b};
+  Tensor *p = x2[pat], *x = x2[1 - pat];
+  for (int k = 0; k < op->ndims; k++) {
+    int64_t s0, e0;
+    if (tensor_type_find(&a->type, op->dims[k]) < 0 || tensor_type_find(&b->type, op->dims[k]) < 0)
+      return interp_fail(I, op, "contracted dim %s is missing from an operand", op->dims[k]->name), NULL;
+    if (dim_block(I, op, op->dims[k], x2, 2, &s0, &e0) <= 0) return NULL;
+  }
+  Tensor *r = result_by_name(I, op, rt, x2, 2);
+  if (!r) return NULL;
+  Tensor *ts[3] = {r, p, x};
+  Nest outer, inner;
+  nest_init(&outer, 3);
+  nest_init(&inner, 3);
+  for (int i = 0; i < p->type.rank; i++) nest_dim(&outer, p->type.dims[i], p->shape[i], ts);
+  for (int i = 0; i < x->type.rank; i++)
+    if (tensor_type_find(&p->type, x->type.dims[i]) < 0) nest_dim(&inner, x->type.dims[i], x->shape[i], ts);
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    double v = p->data[outer.off[1]];
+    if (v == 0) continue;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner))
+      r->data[inner.off[0]] += v * x->data[inner.off[2]];
+  }
+  return r;
+}
+
+/* route_grad(p, a, b): at each nonzero entry of p, the sum over dims[] of a * b there; 0
+ * elsewhere. */
+static Tensor *k_route_grad(Interp *I, const Op *op, Tensor *const *x) {
+  const TensorType *rt = &op->results[0]->type;
+  Tensor *p = x[0], *a = x[1], *b = x[2];
+  Tensor *r = result_by_name(I, op, rt, x, 3);
+  if (!r) return NULL;
+  Tensor *ts[4] = {r, p, a, b};
+  Nest outer, inner;
+  nest_init(&outer, 4);
+  nest_init(&inner, 4);
+  for (int i = 0; i < rt->rank; i++) nest_dim(&outer, rt->dims[i], r->shape[i], ts);
+  for (int k = 0; k < op->ndims; k++) {
+    int64_t s0, e0;
+    Tensor *ab[2] = {a, b};
+    if (tensor_type_find(&a->type, op->dims[k]) < 0 || tensor_type_find(&b->type, op->dims[k]) < 0) {
+      tensor_free(r);
+      return interp_fail(I, op, "contracted dim %s is missing from an operand", op->dims[k]->name), NULL;
+    }
+    if (dim_block(I, op, op->dims[k], ab, 2, &s0, &e0) <= 0) {
+      tensor_free(r);
+      return NULL;
+    }
+    nest_dim(&inner, op->dims[k], e0, ts);
+  }
+  for (nest_begin(&outer, NULL); !outer.done; nest_next(&outer)) {
+    if (p->data[outer.off[1]] == 0) continue;
+    double s = 0;
+    for (nest_begin(&inner, outer.off); !inner.done; nest_next(&inner)) s += a->data[inner.off[2]] * b->data[inner.off[3]];
+    r->data[outer.off[0]] = s;
+  }
+  return r;
+}
+
 /* ---- ring attention (interp_spmd.c's spmd_ring; language.md, Context parallelism) ----
  *
  * One device's part of a ring: R->q[0] (and o, do) its query block, R->k[j], R->v[j] (and the
@@ -997,24 +1134,6 @@ static Tensor *k_attention_grad(Interp *I, const Op *op, Tensor *const *x) {
  * backward recomputes each query block's logsumexp over every key block, then sums each pair's
  * contribution: dq over the key blocks that visit, dk and dv of the device's own block over the
  * query blocks it visits. */
-
-/* scale * q . k over the head dim, masked under causal: one (query block, key block) pair. */
-static Tensor *ring_scores(Interp *I, const Op *op, Tensor *q, Tensor *k, TensorType *st) {
-  Dim *hd = op->dims[0];
-  *st = (TensorType){.dtype = DT_F32};
-  for (int i = 0; i < q->type.rank; i++)
-    if (q->type.dims[i] != hd) st->dims[st->rank++] = q->type.dims[i];
-  for (int i = 0; i < k->type.rank; i++)
-    if (k->type.dims[i] != hd && tensor_type_find(&q->type, k->type.dims[i]) < 0) {
-      if (st->rank == MAX_RANK) return interp_fail(I, op, "attention scores have too many dims"), NULL;
-      st->dims[st->rank++] = k->type.dims[i];
-    }
-  Tensor *s = contract_into(I, op, q, k, &hd, 1, st);
-  if (!s) return NULL;
-  for (int64_t i = 0; i < s->n; i++) s->data[i] *= op->scalar;
-  if (op->flag) mask_causal(I, s, op->dims[2], op->dims[1], -INFINITY);
-  return s;
-}
 
 /* A tensor of the rows of s (s without the key dim kd), filled with v. */
 static Tensor *row_tensor(const Tensor *s, const Dim *kd, double v) {
@@ -1070,7 +1189,7 @@ static Tensor *ring_forward(Interp *I, const Op *op, const RingBlocks *R) {
   bool ok = true;
   for (int j = 0; j < R->n && ok; j++) {
     TensorType st;
-    Tensor *s = ring_scores(I, op, R->q[0], R->k[j], &st);
+    Tensor *s = attention_scores(I, op, R->q[0], R->k[j], &st);
     if (!s) return tensor_free(acc), tensor_free(M), tensor_free(L), tensor_free(alpha), NULL;
     if (!M) {
       M = row_tensor(s, op->dims[1], -INFINITY);
@@ -1105,7 +1224,7 @@ static Tensor *ring_lse(Interp *I, const Op *op, Tensor *q, Tensor *const *k, in
   Tensor *M = NULL, *L = NULL;
   for (int j = 0; j < n; j++) {
     TensorType st;
-    Tensor *s = ring_scores(I, op, q, k[j], &st);
+    Tensor *s = attention_scores(I, op, q, k[j], &st);
     if (!s) return tensor_free(M), tensor_free(L), NULL;
     if (!M) M = row_tensor(s, op->dims[1], -INFINITY), L = row_tensor(s, op->dims[1], 0);
     online_step(s, op->dims[1], M, L, NULL);
@@ -1121,7 +1240,7 @@ static Tensor *ring_lse(Interp *I, const Op *op, Tensor *q, Tensor *const *k, in
 static Tensor *ring_pair_grad(Interp *I, const Op *op, Tensor *q, Tensor *k, Tensor *v, Tensor *o, Tensor *dout,
                               Tensor *lse) {
   TensorType st;
-  Tensor *p = ring_scores(I, op, q, k, &st);
+  Tensor *p = attention_scores(I, op, q, k, &st);
   if (!p) return NULL;
   Tensor *ts[2] = {p, lse};
   Nest N;
@@ -1211,7 +1330,12 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
     if (r && r->n == 1) r->data[0] = op->scalar;
     else interp_fail(I, op, "a constant must be rank 0");
     break;
-  case OP_CONTRACT: r = contract_into(I, op, x[0], x[1], op->dims, op->ndims, rt); break;
+  case OP_CONTRACT: {
+    int pat;
+    if (ir_route_contract(op, &pat) != CONTRACT_DENSE && pat >= 0) r = k_routed(I, op, x[0], x[1], pat);
+    else r = contract_into(I, op, x[0], x[1], op->dims, op->ndims, rt);
+    break;
+  }
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: r = k_binary(I, op, x[0], x[1]); break;
   case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
   case OP_RELU: case OP_GELU: case OP_SILU:
@@ -1247,6 +1371,8 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
     if (!r) return interp_fail(I, op, "slice: the operand does not hold the block"), NULL;
     break;
   case OP_ONEHOT: r = k_onehot(I, op, x[0]); break;
+  case OP_ROUTE: r = k_route(I, op, x[0]); break;
+  case OP_ROUTE_GRAD: r = k_route_grad(I, op, x); break;
   /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
    * kernel is a -Wswitch warning) */
   case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_PIPELINE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:

@@ -230,7 +230,7 @@ bool spmd_loop_check(Interp *I, const Op *op) {
 static int summed_dims(const Op *op, const Dim **out) {
   int n = 0;
   switch (op->kind) {
-  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX:
+  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ROUTE_GRAD:
     for (int k = 0; k < op->ndims; k++) out[n++] = op->dims[k];
     return n;
   case OP_TAKE: /* the table's rows: a masked local gather */
@@ -266,7 +266,7 @@ static int linear_operand(OpKind k) {
     return 1;
   case OP_MAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY_GRAD:
     return 2;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CONTRACT: case OP_MAX:
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CONTRACT: case OP_MAX: case OP_ROUTE_GRAD:
     return -2;
   default:
     return -1;
@@ -327,6 +327,11 @@ static bool derive_partial(Interp *I, const Op *op, const Sharding *eff, uint16_
   case OP_MUL: case OP_CONTRACT:
     if (P[0] && P[1]) return interp_fail(I, op, "multiplies two partial sums");
     *out = P[0] | P[1] | made;
+    return true;
+  case OP_ROUTE_GRAD: /* a contraction of a and b at p's entries */
+    if (P[0]) return interp_fail(I, op, "reads its pattern as a partial sum");
+    if (P[1] && P[2]) return interp_fail(I, op, "multiplies two partial sums");
+    *out = P[1] | P[2] | made;
     return true;
   case OP_DIV:
     if (P[1]) return interp_fail(I, op, "divides by a partial sum");

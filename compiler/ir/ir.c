@@ -477,3 +477,14 @@ int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p) {
   int64_t chunk = o < c ? b : 2 * z->n - 1 - b;
   return chunk * c + o % c;
 }
+
+uint16_t ir_batch_axes(const IrModule *m) {
+  uint16_t ax = 0;
+  for (int i = 0; m && m->main && i < m->main->ninputs; i++) {
+    const Value *v = m->main->inputs[i];
+    for (int d = 0; d < v->type.rank; d++)
+      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
+        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
+  }
+  return ax;
+}

@@ -141,7 +141,24 @@
   /* ---- pipelines (shard/stages.c): a pipelined step's microbatch loop, made explicit */     \
   X(OP_PIPELINE, "pipeline", -1)  /* operands and results as the microbatch loop it replaces \
                                      (slices, carried accumulators, invariants); runs Op.pipe: \
-                                     per stage, its regions in the schedule's order */
+                                     per stage, its regions in the schedule's order */       \
+  /* ---- mixture of experts (route.h, ir_route.c; docs/moe.md) */                            \
+  X(OP_ROUTE, "route", 1)         /* (logits) -> f32, the logits' dims then dims[2] (the slot  \
+                                     dim): 1 where a token (an index of the logits' dims but   \
+                                     dims[0], the expert dim) sends one of its `index` = k     \
+                                     choices (the k largest logits along dims[0], ties to the  \
+                                     lower index) to that expert in that slot, else 0. Within  \
+                                     a group (an index of the dims but dims[0] and dims[1], the \
+                                     token dim) an expert's slots fill with every first choice \
+                                     in order of dims[1], then every second choice, and so on; \
+                                     a choice that finds its expert's slots full is dropped.   \
+                                     No gradient; dims[0], dims[1] whole where it runs */      \
+  X(OP_ROUTE_GRAD, "route_grad", 3) /* (p, a, b): contract(a, b, over: dims[]) where p is      \
+                                     nonzero, 0 elsewhere; p: a route pattern (Value.route)   \
+                                     with the result's dims; the result: p's dims (in any     \
+                                     order), a's dtype. The gradient of the patterned operand \
+                                     of a dispatch or a combine (autodiff.c): k dot products  \
+                                     per token */
 
 /* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
 #define IR_ADAM_BETA1 0.9
@@ -324,6 +341,10 @@ typedef struct Value {
   int64_t local[MAX_RANK];
   const Op *saved_attention; /* saved and the output of this OP_ATTENTION (or its stacked rows):
                                 the attention's f32 softmax statistics are kept beside it */
+  const Op *route;      /* route.h: the OP_ROUTE whose pattern this value keeps (the route's result,
+                           its casts, its products with tensors that lack the slot dim, ...: zero
+                           wherever the route's result is), stored as k (expert, slot, value)
+                           entries per token (ir_route_density); NULL: dense. ir_route_mark sets it */
 } Value;
 
 /* A model parameter, flattened to a path: `blocks.attn.wq`. Stacked params carry the stacking dim
@@ -347,8 +368,9 @@ struct Op {
   Dim **dims;           /* op-specific, see IR_OPS */
   int ndims;
   double scalar;        /* OP_CONST value, attention scale */
-  int index;            /* OP_INPUT / OP_PARAM index; loop: index of the stacked dim's Dim */
-  int flag;             /* OP_ATTENTION: causal */
+  int index;            /* OP_INPUT / OP_PARAM index; loop: index of the stacked dim's Dim; OP_ROUTE: k */
+  int flag;             /* OP_ATTENTION: causal; OP_CONTRACT: RouteContract (route.h: a dispatch or
+                           a combine, which move data and compute nothing) */
   /* OP_LOOP */
   IrFunc *body;
   int64_t count;        /* trips */
@@ -502,6 +524,9 @@ int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh 
  * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
  * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
 int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
+/* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, a step's
+ * labels): the data-parallel axes. */
+uint16_t ir_batch_axes(const IrModule *m);
 
 /* Lowers p->entry (with p->step deciding nothing yet: the forward only) to IR. Type errors are
  * diagnostics; returns NULL when there were any. */

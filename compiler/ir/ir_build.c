@@ -46,6 +46,7 @@
 #include "checked.h"
 #include "diag.h"
 #include "ir.h"
+#include "route.h"
 #include "suggest.h"
 
 #define MAX_INLINE_DEPTH 64  /* calls nested deeper than this are reported, not followed */
@@ -440,8 +441,8 @@ static const Builtin *find_builtin(Name n) {
 
 static const char known_functions[] =
   "exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, sum, mean, max, softmax, rmsnorm, "
-  "layernorm, contract, split, merge, take, causal, size, the casts f32 bf16 f16 f8 i32 i8, and "
-  "a model's own fns";
+  "layernorm, contract, split, merge, take, causal, route, size, the casts f32 bf16 f16 f8 i32 i8, "
+  "and a model's own fns";
 
 /* ---- emitting ---- */
 
@@ -1207,6 +1208,93 @@ static Ex lower_size(Builder *b, const Node *call) {
   return ex_lit((double)d->size, false);
 }
 
+/* route(l, top: k, over: e, tokens: t, slots: c) (language.md, fixed): l a float tensor, e and t
+ * two different dims of it, c a declared dim it lacks, k a whole number in [1, |e|]; the result is
+ * f32 with l's dims then c (route.h). Its named arguments are its own, so it reads them itself. */
+static Ex lower_route(Builder *b, const Node *call) {
+  static const char *const keys[4] = {"top", "over", "tokens", "slots"};
+  const Node *named[4] = {NULL, NULL, NULL, NULL}, *logits = NULL;
+  bool ok = true;
+  int npos = 0;
+  for (const Node *a = call->items; a; a = a->next) {
+    if (a->kind != N_NAMED_ARG) {
+      if (npos++ == 0) logits = a;
+      continue;
+    }
+    int k = 0;
+    while (k < 4 && strcmp(a->name, keys[k]) != 0) k++;
+    if (k == 4) {
+      err(b, nloc(a), "unknown named argument %s: in route (it takes top:, over:, tokens: and slots:)", a->name);
+      ok = false;
+    } else if (named[k]) {
+      err(b, nloc(a), "%s: is given twice", keys[k]);
+      ok = false;
+    } else {
+      named[k] = a;
+    }
+  }
+  if (npos != 1) {
+    err(b, expr_span(call), "route takes 1 argument (the logits) and top:, over:, tokens:, slots:, found %d "
+        "arguments", npos);
+    return ex_err();
+  }
+  for (int k = 0; k < 4; k++)
+    if (!named[k]) {
+      err(b, expr_span(call), "route needs %s: (route(logits, top: 2, over: expert, tokens: seq, slots: cap))",
+          keys[k]);
+      ok = false;
+    }
+  if (!ok) return ex_err();
+  Ex l = need_tensor(b, lower_expr(b, logits), logits, "route");
+  Ex top = lower_expr(b, named[0]->value);
+  Dim *e = dim_ref(b, named[1]->value), *t = dim_ref(b, named[2]->value), *c = dim_ref(b, named[3]->value);
+  if (l.kind != EX_VAL || top.kind == EX_ERR || !e || !t || !c) return ex_err();
+  const Value *x = l.v;
+  if (!need_float(b, x, logits, "route")) return ex_err();
+  SrcLoc eloc = expr_span(named[1]->value), tloc = expr_span(named[2]->value), cloc = expr_span(named[3]->value);
+  if (tensor_type_find(&x->type, e) < 0) {
+    err(b, eloc, "route over %s: %s: %s has no dim %s", e->name, expr_text(b, logits, "the logits"),
+        tstr(b, &x->type), e->name);
+    return ex_err();
+  }
+  if (tensor_type_find(&x->type, t) < 0) {
+    err(b, tloc, "route tokens %s: %s: %s has no dim %s", t->name, expr_text(b, logits, "the logits"),
+        tstr(b, &x->type), t->name);
+    return ex_err();
+  }
+  if (t == e) {
+    err(b, tloc, "route needs the tokens dim to differ from the experts dim, found %s for both", e->name);
+    return ex_err();
+  }
+  if (tensor_type_find(&x->type, c) >= 0) {
+    err(b, cloc, "route slots %s: the slot dim must be new, but %s: %s has it already", c->name,
+        expr_text(b, logits, "the logits"), tstr(b, &x->type));
+    return ex_err();
+  }
+  SrcLoc kloc = expr_span(named[0]->value);
+  if (top.kind != EX_LIT || top.is_float || top.num != floor(top.num)) {
+    err(b, kloc, "route's top: must be a whole number (how many experts each token picks)");
+    return ex_err();
+  }
+  if (top.num < 1 || top.num > (double)e->size) {
+    err(b, kloc, "route's top: is %g, but a token can pick 1 to %lld experts (%s = %lld)", top.num,
+        (long long)e->size, e->name, (long long)e->size);
+    return ex_err();
+  }
+  if (x->type.rank == MAX_RANK) {
+    err(b, expr_span(call), "a tensor has at most %d dims; route's result would have more", MAX_RANK);
+    return ex_err();
+  }
+  TensorType r = x->type;
+  r.dtype = DT_F32;
+  r.dims[r.rank++] = c;
+  Dim *dims[3] = {e, t, c};
+  Value *ops[1] = {l.v};
+  Value *v = emit_dims(b, OP_ROUTE, expr_span(call), ops, 1, r, dims, 3);
+  v->def->index = (int)top.num;
+  return ex_val(v);
+}
+
 /* Calls of model functions are inlined: each argument converted to the declared type (a
  * boundary), the callee's body lowered with its params bound to `inst`. */
 static Ex call_fn(Builder *b, const Node *call, const FnDecl *fn, Inst *inst, const char *shown) {
@@ -1295,6 +1383,7 @@ static Ex lower_call(Builder *b, const Node *call) {
   }
   Name fname = callee->name;
   if (strcmp(fname, "size") == 0) return lower_size(b, call);
+  if (strcmp(fname, "route") == 0) return lower_route(b, call);
   DType cast = dtype_from_name(fname);
   const Builtin *bi = find_builtin(fname);
   CallArgs ca;
@@ -1309,6 +1398,7 @@ static Ex lower_call(Builder *b, const Node *call) {
     Suggest s = suggest_begin(worth_suggesting() ? fname : NULL);
     for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(&s, builtins[i].name);
     suggest_try(&s, "size");
+    suggest_try(&s, "route");
     for (int i = 0; i < DT__COUNT; i++) suggest_try(&s, dtype_name((DType)i));
     for (int i = 0; b->inst && i < b->inst->model->nfns; i++) suggest_try(&s, b->inst->model->fns[i].name);
     char sb[160];
@@ -1905,5 +1995,6 @@ IrModule *ir_build(Arena *a, const Program *p) {
   arena_free(&ck.tmp);
   if (!m || diag_error_count() > before) return NULL;
   ir_fuse_attention(m);
+  ir_route_mark(m);
   return m;
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ir.h"
+#include "route.h"
 
 static void print_number(FILE *out, double x) {
   char buf[64];
@@ -44,6 +45,8 @@ static void print_type(FILE *out, const IrModule *m, const Value *v) {
     for (int i = 0; i < v->type.rank; i++) fprintf(out, "%s%lld", i ? "x" : "", (long long)v->local[i]);
     fputc('>', out);
   }
+  if (v->route && v->route->nresults == 1) /* held as k entries per token (route.h) */
+    fprintf(out, " entries(%%%d)", v->route->results[0]->id);
 }
 
 static void print_dims(FILE *out, Dim *const *dims, int n) {
@@ -164,9 +167,15 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   switch (op->kind) {
   case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
   case OP_MAX_GRAD: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_GRAD: case OP_PICK: case OP_ONEHOT:
+  case OP_CROSS_ENTROPY_GRAD: case OP_PICK: case OP_ONEHOT: case OP_ROUTE_GRAD:
     fputs(" over ", out);
     print_dims(out, op->dims, op->ndims);
+    if (ir_route_contract(op, NULL) != CONTRACT_DENSE) fprintf(out, " (%s)", ir_op_label(op));
+    break;
+  case OP_ROUTE:
+    if (op->ndims == 3)
+      fprintf(out, " top %d over [%s] tokens [%s] slots [%s]", op->index, op->dims[0]->name, op->dims[1]->name,
+              op->dims[2]->name);
     break;
   case OP_BROADCAST:
     fputs(" adding ", out);

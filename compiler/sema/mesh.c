@@ -191,3 +191,11 @@ bool mesh_form(Mesh *m) {
   }
   return mesh_form_tpu(m);
 }
+
+const char *mesh_axes_text(Arena *a, const Mesh *m, uint16_t axes) {
+  char *t = "";
+  int n = 0;
+  for (int i = 0; i < m->naxes; i++)
+    if (axes & (1u << i)) t = arena_printf(a, "%s%s%s", t, n++ ? ", " : "", m->axes[i].name);
+  return n > 1 ? arena_printf(a, "(%s)", t) : t;
+}

@@ -123,6 +123,9 @@ typedef struct Mesh {
   int64_t slices;       /* TPU: number of slices (1 within one slice; >1 means DCN axes) */
 } Mesh;
 int mesh_axis_index(const Mesh *m, Name axis); /* -1 if absent */
+/* The axes of a mask by name, in mesh order: "model", "(data, model)" (parenthesised when more
+ * than one); "" for none. */
+const char *mesh_axes_text(Arena *a, const Mesh *m, uint16_t axes);
 /* Places m's axes (name, size, loc set; major to minor) on m->target (mesh.c), filling each axis's
  * link figures, m->devices and m->slices. A mesh the target cannot form is an error saying why
  * (language.md's forming rules); returns false then, quietly when the target itself is broken

@@ -161,6 +161,8 @@ static bool needs_whole(const Op *op, const Dim *d) {
     return false;
   case OP_ATTENTION: case OP_ATTENTION_GRAD: /* (a ring's key dim is its own block: the ring brings the others) */
     return op->ndims >= 2 && (op->dims[0] == d || (op->dims[1] == d && !op->ring));
+  case OP_ROUTE: /* top-k along the experts, slots in order of the tokens */
+    return op->ndims >= 3 && (op->dims[0] == d || op->dims[1] == d || op->dims[2] == d);
   default: return false;
   }
 }
@@ -237,6 +239,10 @@ static bool natural_result(Loc *L, const Op *op, Sharding *out) {
       found = true;
       out->naxes[e] = x->sharding.naxes[d];
       memcpy(out->axes[e], x->sharding.axes[d], sizeof out->axes[e]);
+    }
+    if (!found && op->kind == OP_ROUTE && op->ndims >= 3 && r->type.dims[e] == op->dims[2]) {
+      out->naxes[e] = 0; /* route's slot dim: made whole */
+      continue;
     }
     if (!found) return fail(L, op, "a result dim comes from no operand");
   }

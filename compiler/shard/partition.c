@@ -33,6 +33,7 @@
 
 #include "diag.h"
 #include "partition.h"
+#include "route.h"
 #include "step.h"
 
 #define NORM_EPSILON 1e-5 /* rmsnorm / layernorm epsilon in their statistics form */
@@ -131,7 +132,7 @@ static const char *value_text(const Walk *W, const Value *v) {
   if (v->def) {
     if (v->def->kind == OP_PARAM && v->def->index >= 0 && v->def->index < W->m->nparams)
       return arena_printf(W->m->arena, "%s", W->m->params[v->def->index].path);
-    return arena_printf(W->m->arena, "the %s at %s", ir_op_name(v->def->kind), where(W, v->def->loc));
+    return arena_printf(W->m->arena, "the %s at %s", ir_op_label(v->def), where(W, v->def->loc));
   }
   return arena_printf(W->m->arena, "%%%d", v->id);
 }
@@ -348,6 +349,88 @@ static bool is_param(const Value *v) {
   return false;
 }
 
+/* ---- expert parallelism's AllToAlls (route.h) ---- */
+
+/* The dispatch whose buffer v is (through casts, transposes, slices and earlier collectives). */
+static const Op *dispatched_by(const Value *v) {
+  for (int k = 0; v && v->def && k < 16; k++) {
+    const Op *d = v->def;
+    if (ir_route_contract(d, NULL) == CONTRACT_DISPATCH) return d;
+    if (d->noperands != 1 || !(d->kind == OP_CAST || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE ||
+                               ir_op_is_collective(d->kind)))
+      return NULL;
+    v = d->operands[0];
+  }
+  return NULL;
+}
+
+/* The combine reading v: `reader` if it is one, else (reader NULL: a result resharded after its
+ * op) the first combine of v's function that reads it. */
+static const Op *combined_by(const Value *v, const Op *reader) {
+  if (reader) return ir_route_contract(reader, NULL) == CONTRACT_COMBINE ? reader : NULL;
+  for (const Op *o = v->func ? v->func->first : NULL; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] == v && ir_route_contract(o, NULL) == CONTRACT_COMBINE) return o;
+  return NULL;
+}
+
+/* The first op of v's function that reads v and is not a collective (who a reshard is for, when
+ * it follows v's op: a result's reshard), or NULL. */
+static const Op *first_reader(const Value *v) {
+  for (const Op *o = v->func ? v->func->first : NULL; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] == v && !ir_op_is_collective(o->kind)) return o;
+  return NULL;
+}
+
+/* " as w's batch is (from ...)": an operand of op other than v that holds dim d over `axes` (the
+ * shards v is brought to line up with; a cast of a named value by that name), or "". */
+static const char *lined_up_with(const Walk *W, const Op *op, const Value *v, const Dim *d, uint16_t axes) {
+  for (int i = 0; op && i < op->noperands; i++) {
+    const Value *o = op->operands[i];
+    int p = tensor_type_find(&o->type, d);
+    if (o == v || p < 0) continue;
+    uint16_t m = 0;
+    for (int k = 0; k < o->sharding.naxes[p]; k++) m |= (uint16_t)(1u << o->sharding.axes[p][k]);
+    if (!(m & axes)) continue;
+    const Value *named = o;
+    if (!o->name && o->def && o->def->kind == OP_CAST && o->def->operands[0]->name) named = o->def->operands[0];
+    return arena_printf(W->m->arena, ", as %s %s is (from %s)", poss(W, value_text(W, named)), d->name,
+                        dim_origin(W, o, p));
+  }
+  return "";
+}
+
+/* The reason of an AllToAll that moves a dispatch's slots to the experts or the experts' slots back
+ * to their tokens (forward), or their gradients (backward); NULL for any other. */
+static const char *expert_a2a_reason(const Walk *W, const ReshardStep *s, const Value *v, const Op *op,
+                                     const char *who) {
+  const TensorType *t = &v->type;
+  if (s->dim < 0 || s->dim2 < 0) return NULL;
+  const Dim *to = t->dims[s->dim2], *from = t->dims[s->dim];
+  const char *ax = axes_text(W, s->axes);
+  bool bwd = W->phase == PHASE_BACKWARD;
+  const Op *comb = combined_by(v, op);
+  if (comb)
+    return arena_printf(W->m->arena,
+                        "expert parallelism: the combine at %s reads %s, %s in their slots, with %s sharded over %s "
+                        "instead of %s%s: the AllToAll sends each group's slots back to the devices that hold its "
+                        "tokens",
+                        where(W, comb->loc), value_text(W, v),
+                        bwd ? "the gradient of the experts' inputs" : "the experts' outputs", to->name, ax, from->name,
+                        lined_up_with(W, comb, v, to, s->axes));
+  const Op *disp = dispatched_by(v);
+  if (!disp) return NULL;
+  const Op *reader = op ? op : first_reader(v);
+  if (reader) who = arena_printf(W->m->arena, "the %s at %s", ir_op_label(reader), where(W, reader->loc));
+  return arena_printf(W->m->arena,
+                      "expert parallelism: %s reads %s, %s the dispatch at %s put in the experts' slots, with %s "
+                      "sharded over %s instead of %s%s: the AllToAll sends each expert's slots to the devices that "
+                      "hold that expert",
+                      who, value_text(W, v), bwd ? "the gradient of the experts' outputs, which" : "the tokens",
+                      where(W, disp->loc), to->name, ax, from->name, lined_up_with(W, reader, v, to, s->axes));
+}
+
 /* The reason of one reshard step of value v toward what `who` needs (already a phrase). */
 static const char *step_reason(const Walk *W, const ReshardStep *s, const Value *v, const Op *op, int operand,
                                const char *who) {
@@ -361,10 +444,13 @@ static const char *step_reason(const Walk *W, const ReshardStep *s, const Value 
     return arena_printf(W->m->arena, "%s; %s needs it summed and sharded as %s, so the sum is a ReduceScatter",
                         why, who, shard_text(W, t, &s->after));
   }
-  case COLL_ALL_TO_ALL:
+  case COLL_ALL_TO_ALL: {
+    const char *ep = expert_a2a_reason(W, s, v, op, who);
+    if (ep) return ep;
     return arena_printf(W->m->arena, "%s needs %s shards over %s on %s instead of %s (%s)", who, poss(W, value_text(W, v)),
                         axes_text(W, s->axes), t->dims[s->dim2]->name, t->dims[s->dim]->name,
                         dim_origin(W, v, s->dim));
+  }
   case COLL_ALL_GATHER: {
     const char *parts = "";
     for (int d = 0; d < t->rank; d++) {
@@ -883,6 +969,12 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
                                            shard_text(W, &r->type, &want))
                             : arena_printf(W->m->arena, "propagation's choice for %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want));
+  for (const Op *u = f->first; u && !r->spec; u = u->next) /* logits made whole along a route's tokens */
+    if (u->kind == OP_ROUTE && u->noperands == 1 && u->operands[0] == r && u->ndims >= 3) {
+      who = arena_printf(W->m->arena, "the route at %s, which fills each expert's slots in order of %s and so reads "
+                         "the logits whole along it,", where(W, u->loc), u->dims[1]->name);
+      break;
+    }
   Value saved = *r;
   r->sharding = *nat;
   raw_origins(r, op);
@@ -1219,6 +1311,28 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
   op->partitioned = W->apply;
 }
 
+/* route fills each expert's slots in order of the token dim within a group: the tokens a group
+ * sends must be on one device. A token dim the logits hold sharded is an error (language.md), not
+ * a gather; counted as one in a dry run, so propagation keeps it whole where it can. */
+static void route_tokens_whole(Walk *W, const Op *op) {
+  if (op->noperands != 1 || op->ndims < 3) return;
+  const Value *l = op->operands[0];
+  int d = tensor_type_find(&l->type, op->dims[1]);
+  if (d < 0) return;
+  uint16_t ax = 0;
+  for (int k = 0; k < l->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << l->sharding.axes[d][k]);
+  if (sharding_axes_product(W->mesh, ax) <= 1) return;
+  W->cost.errors++;
+  if (!W->apply) return;
+  diag_error(op->loc,
+             "route reads %s with its tokens dim %s sharded over %s (from %s), but route fills each expert's "
+             "slots in order of %s, so every token of a group must be on one device; leave %s unsharded here "
+             "(shard the groups, the other dims of the logits, instead)",
+             value_text(W, l), op->dims[1]->name, axes_text(W, ax), dim_origin(W, l, d), op->dims[1]->name,
+             op->dims[1]->name);
+  W->errors++;
+}
+
 static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
   Op *next;
   for (Op *op = f->first; op; op = next) {
@@ -1229,6 +1343,7 @@ static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
       walk_loop(W, f, op, mult, cache);
       continue;
     }
+    if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
     if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
     else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
     else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);

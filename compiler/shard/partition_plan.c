@@ -294,6 +294,9 @@ static void rule_missing_dims(Rule *r, const Op *op, int i, FactorKind k) {
  *                      q its result lacks (the query dim, a group dim) summed;
  *   cross_entropy(_grad) statistics over the class dim: Megatron's vocab-parallel loss (3 small
  *                      AllReduces; the gradient reuses the cross entropy's logsumexp).
+ * Routing (route.h): route needs its expert and token dims whole and makes its slot dim whole;
+ * route_grad is a contraction whose mask operand has the result's dims. A dispatch or a combine
+ * is an OP_CONTRACT, planned as one.
  * Partial sums pass through the operand an op is linear in (interp_spmd.c's linear_operand). */
 static bool rule_build(const Op *op, Rule *r) {
   memset(r, 0, sizeof *r);
@@ -309,7 +312,7 @@ static bool rule_build(const Op *op, Rule *r) {
   case OP_BROADCAST: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_MAX_GRAD:
   case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_TAKE_GRAD: case OP_CAUSAL_GRAD:
   case OP_ATTENTION_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_SGD_UPDATE:
-  case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
+  case OP_ADAM_MOMENT: case OP_ADAM_UPDATE: case OP_ROUTE: case OP_ROUTE_GRAD:
     break;
   default:
     if (!is_unary_elementwise(op->kind)) return false;
@@ -391,6 +394,15 @@ static bool rule_build(const Op *op, Rule *r) {
      * the gradient reuses the logsumexp its cross entropy kept (0) */
     if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
     r->nstats = op->kind == OP_CROSS_ENTROPY ? 3 : 0;
+    break;
+  case OP_ROUTE: /* top-k along the expert dim, slots filled in order of the token dim (partition.c
+                  * reports a token dim sharded where route reads it); the slot dim made whole */
+    for (int j = 0; j < 3 && j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_WHOLE);
+    break;
+  case OP_ROUTE_GRAD: /* a contraction at the pattern's entries: its mask keeps the result's dims */
+    for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
+    r->pass = PASS_ONE;
+    r->sums = true;
     break;
   case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: r->pass = PASS_LIN, r->lin = 1; break;
   case OP_MAX_GRAD: r->pass = PASS_LIN, r->lin = 2; break;
@@ -688,18 +700,47 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
         i++;
       }
     }
-    /* matmul case 2: a contracted dim keeps axes only where both operands shard it alike */
+    /* matmul case 2: a contracted dim keeps axes only where both operands shard it alike; where
+     * both shard it, over tuples that start alike (batch@data in one, batch@(data, ep) in the
+     * other), it keeps their common prefix (the rest is gathered, or moved to another dim) */
     if (op->kind == OP_CONTRACT && r.fk[f] == FK_SUM && nprop[f] > 0) {
-      bool alike = nprop[f] == 1;
-      for (int i = 0; alike && i < r.nopnd; i++) {
+      bool both = true;
+      for (int i = 0; both && i < r.nopnd; i++) {
         const Value *v = op->operands[i];
         for (int d = 0; d < v->type.rank; d++)
-          if (r.omap[i][d] == f && operands[i]->naxes[d] == 0) alike = false;
+          if (r.omap[i][d] == f && operands[i]->naxes[d] == 0) both = false;
       }
-      if (!alike) {
+      int common = both ? props[f][0].n : 0;
+      for (int i = 1; i < nprop[f]; i++) {
+        int c = 0;
+        while (c < common && c < props[f][i].n && props[f][i].ax[c] == props[f][0].ax[c]) c++;
+        common = c;
+      }
+      if (common > 0 && nprop[f] > 1 && r.fdim[f]->size % tuple_product(m, props[f][0].ax, common) == 0) {
+        props[f][0].n = (uint8_t)common;
+        props[f][0].mask = axes_mask(props[f][0].ax, common);
+        nprop[f] = 1;
+      } else if (!both || nprop[f] > 1) {
         nprop[f] = 0;
         why[f] = WHY_CASE2;
       }
+    }
+  }
+
+  /* a proposal of several axes whose minor ones another factor is proposed also offers its prefix
+   * without them: batch@(data, ep) can keep data while ep moves to the experts (one AllToAll,
+   * expert parallelism's), rather than lose both */
+  for (int f = 0; f < r.nf; f++) {
+    int n0 = nprop[f];
+    for (int i = 0; i < n0; i++) {
+      Proposal p = props[f][i];
+      uint16_t other = 0;
+      for (int g = 0; g < r.nf; g++)
+        for (int j = 0; g != f && j < nprop[g]; j++) other |= props[g][j].mask;
+      int n = p.n;
+      while (n > 1 && (other & bit(p.ax[n - 1]))) n--;
+      if (n < p.n && r.fdim[f]->size % tuple_product(m, p.ax, n) == 0)
+        add_proposal(props[f], &nprop[f], p.ax, n, p.src, p.src_dim);
     }
   }
 

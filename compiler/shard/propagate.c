@@ -783,7 +783,11 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
       if (plan_reshape_back(P->mesh, op, &op->results[0]->sharding, &s)) cand_add_checked(P, out, v, &s);
     } else if (op->plan && op->plan->factored && use.operand < op->plan->nopnd) {
       Sharding s = strip(&op->plan->req[use.operand], rank, 0);
-      cand_add_checked(P, out, v, &s);
+      if (op->kind == OP_ROUTE && cand_fits(P, v, &s) && stacking_ok(P, v, &s))
+        cand_add(out, v, &s); /* route reads its tokens whole (a sharded tokens dim is an error there):
+                                 the logits may be less sharded for it */
+      else
+        cand_add_checked(P, out, v, &s);
       const Sharding *in[PLAN_MAX_OPERANDS];
       static const Sharding none;
       for (int i = 0; i < op->noperands; i++) in[i] = i == use.operand ? &none : &op->operands[i]->sharding;
@@ -828,19 +832,9 @@ static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
 
 /* ---- the tensor-parallel candidate ----
  *
- * The axes sharding `batch` (those of main's inputs' dims named so): a weight sharded over them is
- * FSDP's, gathered where used; over the others it is tensor parallelism's, and keeping it so is
- * the first whole-step candidate. */
-static uint16_t batch_axes_of(const IrModule *m) {
-  uint16_t ax = 0;
-  for (int i = 0; i < m->main->ninputs; i++) {
-    const Value *v = m->main->inputs[i];
-    for (int d = 0; d < v->type.rank; d++)
-      if (v->type.dims[d]->name && strcmp(v->type.dims[d]->name, "batch") == 0)
-        for (int k = 0; k < v->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << v->sharding.axes[d][k]);
-  }
-  return ax;
-}
+ * A weight sharded over the axes that shard `batch` (ir_batch_axes) is FSDP's, gathered where
+ * used; over the others it is tensor parallelism's, and keeping it so is the first whole-step
+ * candidate. */
 
 /* keep[v] for every value that is a weight (a param, and through casts, views and loop slices
  * what reads it whole), the tensor-parallel axes of its sharding; returns their union. */
@@ -930,7 +924,7 @@ void propagate_module(IrModule *m, const Program *p) {
   setup_func(&P, m->main, incremental);
   P.keep = ARENA_ARRAY(&a, uint16_t, n);
   if (!incremental) derive(&P); /* the tied values' shardings (a loop's stacked params), for the stage axes */
-  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, batch_axes_of(m), all_stage_axes(m->main));
+  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, ir_batch_axes(m), all_stage_axes(m->main));
   memo_reset(&P); /* (the memo's plans are a function of the constraint too) */
   m->plan_choice = (struct PlanChoice){0};
   if (tp) {

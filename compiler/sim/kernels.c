@@ -4,6 +4,7 @@
  * Out: one SimKernel per kernel a compiler would launch, priced by the cost model (cost.h) from
  * the FLOPs and bytes opcost.h states:
  *
+ *   dispatch, combine a route's data movement (route.h): a memory-bound kernel of their bytes
  *   contraction       cost_matmul: M the first operand's own dims, N the second's, K the
  *                     contracted ones, batch the dims both keep (local extents); the dtype of the
  *                     wider operand
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "opcost.h"
+#include "route.h"
 #include "sim.h"
 
 static const char *const kernel_names[] = {
@@ -39,7 +41,7 @@ const char *sim_kernel_kind_name(SimKernelKind k) {
 
 double sim_value_bytes(const Value *v) {
   if (!v) return 0;
-  double n = dtype_bytes(v->type.dtype);
+  double n = dtype_bytes(v->type.dtype) * ir_route_density(v); /* a route pattern: its entries */
   for (int i = 0; i < v->type.rank; i++) n *= (double)(v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size);
   return n;
 }
@@ -149,7 +151,8 @@ double sim_op_seconds(const Mesh *mesh, const Op *op, bool ideal, OpTime *out) {
   if (out) *out = z;
   if (!mesh || !op || no_kernel(op) || is_view(op) || ir_op_is_collective(op->kind)) return 0;
   const Target *t = mesh->target;
-  if (op->kind == OP_CONTRACT && op->noperands == 2) return price_matmul(t, op, ideal, out);
+  if (op->kind == OP_CONTRACT && op->noperands == 2 && ir_route_contract(op, NULL) == CONTRACT_DENSE)
+    return price_matmul(t, op, ideal, out); /* (a dispatch or a combine moves rows: memory-bound) */
   if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 3)
     return cost_attention(t, op->operands[0]->type.dtype, attention_shape(op), op->kind == OP_ATTENTION_GRAD,
                           ideal, out);
@@ -353,7 +356,7 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
       continue;
     }
     if (!is_fusible(op)) {
-      SimKernelKind kind = op->kind == OP_CONTRACT ? SIMK_MATMUL
+      SimKernelKind kind = op->kind == OP_CONTRACT && ir_route_contract(op, NULL) == CONTRACT_DENSE ? SIMK_MATMUL
                            : op->kind == OP_ATTENTION ? SIMK_ATTENTION
                            : op->kind == OP_ATTENTION_GRAD ? SIMK_ATTENTION_BWD : SIMK_MEMORY;
       SimKernel *k = new_kernel(K, op, kind);

@@ -38,6 +38,7 @@
 #include "diag.h"
 #include "opcost.h"
 #include "partition.h"
+#include "route.h"
 #include "sim.h"
 #include "sim_int.h"
 #include "stages.h"
@@ -241,13 +242,13 @@ static const char *kernel_label(Sim *S, int ki) {
     break;
   case SIMK_FUSED:
     if (k->nops > 1)
-      s = arena_printf(S->a, "fused %s%s%s (%d ops)%s", ir_op_name(op->kind), name ? " " : "", name ? name : "",
+      s = arena_printf(S->a, "fused %s%s%s (%d ops)%s", ir_op_label(op), name ? " " : "", name ? name : "",
                        k->nops, phase_suffix(op->phase));
     else
-      s = arena_printf(S->a, "%s%s%s%s", ir_op_name(op->kind), name ? " " : "", name ? name : "", phase_suffix(op->phase));
+      s = arena_printf(S->a, "%s%s%s%s", ir_op_label(op), name ? " " : "", name ? name : "", phase_suffix(op->phase));
     break;
   default:
-    s = arena_printf(S->a, "%s%s%s%s", ir_op_name(op->kind), name ? " " : "", name ? name : "", phase_suffix(op->phase));
+    s = arena_printf(S->a, "%s%s%s%s", ir_op_label(op), name ? " " : "", name ? name : "", phase_suffix(op->phase));
   }
   S->kname[ki] = s;
   return s;

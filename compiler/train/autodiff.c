@@ -27,6 +27,7 @@
 
 #include "autodiff.h"
 #include "diag.h"
+#include "route.h"
 
 typedef VEC(Value *) ValueVec;
 typedef VEC(int) IntVec;
@@ -267,10 +268,11 @@ Op *ad_clone_op(const AdClone *cl, const Op *src, IrFunc *dst, Value *const *ope
 static bool needs(const Ctx *c, const Value *v) { return v && v->id < c->nneeds && c->needs[v->id]; }
 
 /* Forward propagation of `needs` through f's ops: a float result needs a gradient when any
- * operand does (a loop's results: when any of its operands does). */
+ * operand does (a loop's results: when any of its operands does). A route's never does (the gate
+ * learns through the probabilities its result is multiplied with). */
 static void needs_forward(Ctx *c, const IrFunc *f) {
   for (const Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_CONST) continue;
+    if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_CONST || op->kind == OP_ROUTE) continue;
     bool any = false;
     for (int i = 0; i < op->noperands; i++) any |= needs(c, op->operands[i]);
     for (int i = 0; i < op->nresults; i++) {
@@ -453,6 +455,23 @@ static Value *contract_grad(Ctx *c, SrcLoc loc, Value *g, Value *other, const Te
   return bdims(c, OP_CONTRACT, loc, ops, 2, swap ? t2 : t1, over, n);
 }
 
+/* The gradient of the patterned operand `self` of a dispatch or a combine (route.h): what
+ * contract_grad would give, g . other over the dims of g that self lacks, but only at the route's
+ * entries (an OP_ROUTE_GRAD masked by the route's result): elsewhere self is zero, and whatever
+ * reads the gradient of a patterned value multiplies it by the pattern again. So it is k dot
+ * products per token, never the dense [tokens, experts, slots] product. */
+static Value *route_contract_grad(Ctx *c, SrcLoc loc, Value *g, Value *other, Value *self) {
+  Dim *over[MAX_RANK];
+  int n = 0;
+  for (int i = 0; i < g->type.rank; i++)
+    if (tensor_type_find(&self->type, g->type.dims[i]) < 0) over[n++] = g->type.dims[i];
+  Value *mask = ir_route_source(self);
+  Value *ops[3] = {X(mask ? mask : self), g, X(other)};
+  TensorType t = self->type;
+  t.dtype = g->type.dtype;
+  return bdims(c, OP_ROUTE_GRAD, loc, ops, 3, t, over, n);
+}
+
 /* The normalised x of a norm, in f32, from ordinary ops: rmsnorm(f32(x), 1) or
  * layernorm(f32(x), 1, 0). Its product with the incoming gradient, summed over the dims the
  * scale lacks, is the scale's gradient. */
@@ -564,9 +583,18 @@ static void backprop_op(Ctx *c, Op *op) {
     }
     break;
   }
-  case OP_CONTRACT:
-    if (needs(c, a)) add_grad(c, a, contract_grad(c, loc, g, b, &a->type), loc);
-    if (needs(c, b)) add_grad(c, b, contract_grad(c, loc, g, a, &b->type), loc);
+  case OP_CONTRACT: {
+    int pat;
+    bool routed = ir_route_contract(op, &pat) != CONTRACT_DENSE && pat >= 0;
+    if (needs(c, a))
+      add_grad(c, a, routed && pat == 0 ? route_contract_grad(c, loc, g, b, a) : contract_grad(c, loc, g, b, &a->type),
+               loc);
+    if (needs(c, b))
+      add_grad(c, b, routed && pat == 1 ? route_contract_grad(c, loc, g, a, b) : contract_grad(c, loc, g, a, &b->type),
+               loc);
+    break;
+  }
+  case OP_ROUTE: /* no gradient (needs_forward): its result never has one */
     break;
   case OP_RENAME: {
     int np = op->ndims / 2;
@@ -843,6 +871,7 @@ static void walk(Ctx *c) {
 bool autodiff_append(IrModule *m, IrFunc *f, Value *loss, Value *seed, Value *const *wrt, int nwrt,
                      RematKind remat, Value **grads) {
   Ad ad = {.m = m, .remat = remat};
+  ir_route_mark_func(f); /* the forward's dispatches and combines (a step's copy of it is new) */
   Ctx *c = ctx_new(&ad, f, f, NULL);
   for (int i = 0; i < nwrt; i++)
     if (wrt[i] && wrt[i]->id < c->nneeds && is_float(wrt[i]->type.dtype)) c->needs[wrt[i]->id] = 1;
@@ -855,5 +884,6 @@ bool autodiff_append(IrModule *m, IrFunc *f, Value *loss, Value *seed, Value *co
     Value *g = wrt[i] && wrt[i]->id < c->n ? c->grad[wrt[i]->id] : NULL;
     grads[i] = g ? g : zeros(c, wrt[i]->type, loss && loss->def ? loss->def->loc : (SrcLoc){0});
   }
+  ir_route_mark_func(f); /* the backward's */
   return !ad.failed;
 }

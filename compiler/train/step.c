@@ -15,6 +15,7 @@
 
 #include "autodiff.h"
 #include "diag.h"
+#include "route.h"
 #include "step.h"
 
 typedef VEC(Value *) ValueVec;
@@ -529,6 +530,7 @@ IrModule *step_build(Arena *a, const Program *p) {
   if (!m || !p->step || p->step->kind != STEP_TRAIN) return m;
   int before = diag_error_count();
   if (!step_build_module(m, p) || diag_error_count() > before) return NULL;
+  ir_route_mark(m); /* the whole step: its loops' residuals and their slices too */
   return m;
 }
 
@@ -541,7 +543,7 @@ static int64_t saved_in(const IrFunc *f, const Mesh *mesh) {
       const Value *v = op->results[r];
       if (!v->saved) continue;
       int64_t vb = sharding_local_bytes(&v->type, &v->sharding, mesh);
-      b += vb;
+      b += ir_route_density(v) < 1 ? (int64_t)((double)vb * ir_route_density(v)) : vb; /* route.h's entries */
       const Op *at = v->saved_attention;
       if (at && at->nresults == 1 && at->noperands == 3) {
         /* the statistics: one f32 per query row: v's local elements over the dims the

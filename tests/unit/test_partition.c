@@ -224,7 +224,7 @@ static bool check_collective(Ctx *c, const Op *op) {
 
 static bool nonlinear(OpKind k) {
   return (k >= OP_EXP && k <= OP_SILU) || k == OP_SOFTMAX || k == OP_RMSNORM || k == OP_LAYERNORM ||
-         k == OP_CAUSAL || k == OP_ATTENTION || k == OP_TAKE || k == OP_MAX;
+         k == OP_CAUSAL || k == OP_ATTENTION || k == OP_TAKE || k == OP_MAX || k == OP_ROUTE;
 }
 
 /* The training ops (ir.h's definitions): the one operand each is linear in, which alone may be a
@@ -243,7 +243,8 @@ static int training_linear_operand(OpKind k) {
 
 /* The dims op sums over (their axes become partial) and the dims it needs whole. */
 static bool summed_dim(const Op *op, const Dim *d) {
-  if (op->kind == OP_CONTRACT || op->kind == OP_SUM || op->kind == OP_MEAN || op->kind == OP_MAX)
+  if (op->kind == OP_CONTRACT || op->kind == OP_SUM || op->kind == OP_MEAN || op->kind == OP_MAX ||
+      op->kind == OP_ROUTE_GRAD) /* (route_grad: a contraction at its pattern's entries) */
     for (int j = 0; j < op->ndims; j++)
       if (op->dims[j] == d) return true;
   if (op->kind == OP_TAKE) return op->operands[0]->type.rank > 0 && op->operands[0]->type.dims[0] == d;
@@ -262,6 +263,8 @@ static bool whole_dim(const Op *op, const Dim *d) {
     return op->ndims > 0 && op->dims[0] == d; /* sharded, partitioning rewrites them (statistics) */
   case OP_ATTENTION: case OP_ATTENTION_GRAD: /* a ring's key dim: checked by ring_ok */
     return op->ndims >= 2 && (op->dims[0] == d || (op->dims[1] == d && !op->ring));
+  case OP_ROUTE: /* top-k along the experts, slots filled in order of the tokens */
+    return op->ndims >= 2 && (op->dims[0] == d || op->dims[1] == d);
   default: return false;
   }
 }
@@ -345,8 +348,10 @@ static bool check_op(Ctx *c, const Op *op) {
                        op->loc.line, i);
   if ((op->kind == OP_ADD || op->kind == OP_SUB) && n == 2 && in[0].partial != in[1].partial)
     ok = false, note("%s at line %d adds unequally partial operands", ir_op_name(op->kind), op->loc.line);
-  if ((op->kind == OP_MUL || op->kind == OP_CONTRACT || op->kind == OP_DIV) && npartial > 1)
+  if ((op->kind == OP_MUL || op->kind == OP_CONTRACT || op->kind == OP_DIV || op->kind == OP_ROUTE_GRAD) && npartial > 1)
     ok = false, note("%s at line %d multiplies two partial sums", ir_op_name(op->kind), op->loc.line);
+  if (op->kind == OP_ROUTE_GRAD && n == 3 && in[0].partial)
+    ok = false, note("route_grad at line %d reads its pattern as a partial sum", op->loc.line);
   if (op->kind == OP_DIV && n == 2 && in[1].partial) ok = false, note("div at line %d divides by a partial sum", op->loc.line);
   if (op->kind == OP_CAST && in[0].partial && dtype_bytes(r->type.dtype) > dtype_bytes(op->operands[0]->type.dtype) &&
       op->phase != PHASE_ACCUMULATE) /* the microbatch accumulators sum unreduced gradients in f32 */
