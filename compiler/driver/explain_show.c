@@ -316,14 +316,13 @@ cJSON *explain_show_json(Arena *a, const IrModule *m, const Program *p, const ch
       cJSON_AddStringToObject(e, "devices", g.cells[r * g.dcols + c].label);
       cJSON_AddNumberToObject(e, "count", (double)g.cells[r * g.dcols + c].count);
       cJSON *blk = cJSON_AddArrayToObject(e, "block");
-      int64_t cc = c;
-      for (int i = g.nsd - 1; i >= 0; i--) {
-        int d = g.sd[i];
-        int64_t b = i == 0 ? r : cc % g.blocks[d];
-        if (i > 0) cc /= g.blocks[d];
+      int64_t b[MAX_RANK], cc = c; /* the cell's block along each sharded dim, the rows' first */
+      for (int i = g.nsd - 1; i >= 1; i--) b[i] = cc % g.blocks[g.sd[i]], cc /= g.blocks[g.sd[i]];
+      b[0] = r;
+      for (int i = 0; i < g.nsd; i++) {
         cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "dim", v->type.dims[d]->name);
-        cJSON_AddStringToObject(x, "range", block_range(a, m, &g, d, b));
+        cJSON_AddStringToObject(x, "dim", v->type.dims[g.sd[i]]->name);
+        cJSON_AddStringToObject(x, "range", block_range(a, m, &g, g.sd[i], b[i]));
         cJSON_AddItemToArray(blk, x);
       }
       cJSON_AddItemToArray(row, e);
