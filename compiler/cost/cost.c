@@ -517,6 +517,24 @@ double cost_collective(const Mesh *m, CollKind kind, uint16_t axes_mask, double 
   return c.time_s;
 }
 
+double cost_collective_group(const Mesh *m, CollKind kind, uint16_t axes_mask, int ngroup, double bytes,
+                             bool ideal, CollCost *out) {
+  if (!m || ngroup <= 1) return cost_collective(m, kind, axes_mask, bytes, ideal, out);
+  Mesh g = *m;
+  for (int a = 0; a < g.naxes; a++) {
+    if (!((axes_mask >> a) & 1)) continue;
+    MeshAxis *x = &g.axes[a];
+    x->size = ngroup;
+    x->wraparound = false;
+    if (x->per_node > 1 && x->link == LINK_NETWORK) x->per_node = 1;
+    if (x->per_node > ngroup) x->per_node = ngroup;
+    for (int d = 0; d < MAX_TORUS_DIMS; d++) x->torus_extent[d] = d == 0 ? ngroup : 1;
+    x->torus_dims = 1;
+    break; /* a group names one axis */
+  }
+  return cost_collective(&g, kind, axes_mask, bytes, ideal, out);
+}
+
 /* ---- rooflines ---- */
 
 double cost_peak_flops(const Target *t, DType dt, bool ideal) {

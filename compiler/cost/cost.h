@@ -87,6 +87,11 @@ typedef struct CollCost {
  * out != NULL. */
 double cost_collective(const Mesh *m, CollKind kind, uint16_t axes_mask, double bytes, bool ideal,
                        CollCost *out);
+/* The same among a group of `ngroup` devices spread along the one axis in axes_mask (a tied param's
+ * first and last pipeline stage): priced as a ring of ngroup on that axis, open, its members far
+ * apart (one per node on a GPU axis that crosses nodes). ngroup <= 1: cost_collective itself. */
+double cost_collective_group(const Mesh *m, CollKind kind, uint16_t axes_mask, int ngroup, double bytes,
+                             bool ideal, CollCost *out);
 
 /* ---- rooflines ---- */
 

@@ -213,7 +213,7 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   r->loc = op->loc;
   r->reason = op->reason;
   r->x = x, r->y = y;
-  cost_collective(E->mesh, r->kind, op->axes, bytes, true, &r->cost);
+  cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0, bytes, true, &r->cost);
 }
 
 /* What a bucket member moves: the name of the value it reduces into or gathers from, following

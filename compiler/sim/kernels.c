@@ -161,33 +161,10 @@ double sim_op_seconds(const Mesh *mesh, const Op *op, bool ideal, OpTime *out) {
   return cost_memory_op(t, c.bytes, ideal, out);
 }
 
-/* A mesh whose axis a has only `n` devices in its ring: the collective among a CollSpec group (a
- * tied param's first and last stage). The group's members sit far apart on the axis: one device
- * per node on a GPU axis that crosses nodes, an open ring on a TPU axis. */
-static Mesh group_mesh(const Mesh *m, uint16_t axes, int n) {
-  Mesh g = *m;
-  for (int a = 0; a < g.naxes; a++) {
-    if (!((axes >> a) & 1)) continue;
-    MeshAxis *x = &g.axes[a];
-    x->size = n;
-    x->wraparound = false;
-    if (x->per_node > 1 && x->link == LINK_NETWORK) x->per_node = 1;
-    if (x->per_node > n) x->per_node = n;
-    for (int d = 0; d < MAX_TORUS_DIMS; d++) x->torus_extent[d] = d == 0 ? n : 1;
-    x->torus_dims = 1;
-    break; /* a group names one axis */
-  }
-  return g;
-}
-
 /* op's collective moving `bytes` (a bucket's: its members' sum) */
 static double collective_seconds_of(const Mesh *mesh, const Op *op, double bytes, bool ideal, CollCost *out) {
-  CollKind k = coll_kind_of(op->kind);
-  if (op->coll && op->coll->ngroup > 1) {
-    Mesh g = group_mesh(mesh, op->axes, op->coll->ngroup);
-    return cost_collective(&g, k, op->axes, bytes, ideal, out);
-  }
-  return cost_collective(mesh, k, op->axes, bytes, ideal, out);
+  return cost_collective_group(mesh, coll_kind_of(op->kind), op->axes, op->coll ? op->coll->ngroup : 0, bytes, ideal,
+                               out);
 }
 
 double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCost *out) {
