@@ -62,6 +62,35 @@ typedef struct PlanMemo {
   size_t lcap, llen;
 } PlanMemo;
 
+/* What a trial derivation overwrote, to put back when its pin is rejected. */
+typedef struct SavedValue {
+  Value *v;
+  Value old;
+} SavedValue;
+
+typedef struct SavedPlan {
+  Op *op;
+  const struct PlanEntry *last; /* the op's LastPlan entry then */
+  OpPlan old;
+} SavedPlan;
+
+/* The units of main in program order (its ops; a loop with its whole body is one), and what a
+ * trial derivation changed. */
+typedef struct Units {
+  Op **op;
+  int n;
+  int *of_value;        /* by value id: the unit deriving it (a loop body's values: the loop), or -1 */
+  const Op **key;       /* op -> unit, open addressing, power-of-two size */
+  int *val;
+  size_t cap;
+  int *heap;            /* units to derive again, least first */
+  int nheap;
+  bool *queued;
+  VEC(SavedValue) saved_v;
+  VEC(SavedPlan) saved_p;
+  long derived;         /* units derived by trials (statistics) */
+} Units;
+
 typedef struct Prop {
   IrModule *m;
   const Program *p;
@@ -79,6 +108,7 @@ typedef struct Prop {
   PlanMemo memo;
   uint16_t *keep;       /* by value id: the tensor-parallel axes a weight keeps (PlanCtx.keep) */
   bool keeping;         /* the search runs with `keep` */
+  Units units;          /* the search's incremental derivation (derive_from) */
 } Prop;
 
 typedef struct Score {
@@ -576,46 +606,212 @@ static void derive_reshape(Prop *P, Op *op) {
   r->partial_loc = x->partial_loc;
 }
 
-static void derive_func(Prop *P, IrFunc *f, uint16_t blocked) {
-  PlanCtx c = plan_ctx(P, blocked);
-  for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP) {
-      if (op->body) derive_loop(P, op, blocked);
-      continue;
+/* One op of a function (not a loop, not a reshape): its plan, and its result where free. */
+static void derive_op(Prop *P, const PlanCtx *c, Op *op) {
+  if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) return;
+  Value *r = op->results[0];
+  if (P->kind[r->id] == V_CONST || (P->kind[r->id] == V_FIXED && !op->operands)) return;
+  if (op->partitioned) return;
+  const Sharding *in[PLAN_MAX_OPERANDS];
+  for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
+  const Sharding *target = NULL;
+  if (P->kind[r->id] == V_FIXED) target = &r->sharding;
+  else if (P->pinned[r->id]) target = &P->pin[r->id];
+  OpPlan *pl = op_plan(P, op);
+  if (target && target->partial && P->pinned[r->id] && plan_memo(P, c, op, in, NULL, pl) &&
+      (target->partial & ~pl->natural.partial))
+    target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
+  if (!plan_memo(P, c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
+    if (is_free(P, r)) {
+      Sharding none;
+      memset(&none, 0, sizeof none);
+      set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
+      origin_clear(r);
     }
-    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
-      if (op->noperands == 1 && op->nresults == 1) derive_reshape(P, op);
-      continue;
-    }
-    if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) continue;
-    Value *r = op->results[0];
-    if (P->kind[r->id] == V_CONST || (P->kind[r->id] == V_FIXED && !op->operands)) continue;
-    if (op->partitioned) continue;
-    const Sharding *in[PLAN_MAX_OPERANDS];
-    for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
-    const Sharding *target = NULL;
-    if (P->kind[r->id] == V_FIXED) target = &r->sharding;
-    else if (P->pinned[r->id]) target = &P->pin[r->id];
-    OpPlan *pl = op_plan(P, op);
-    if (target && target->partial && P->pinned[r->id] && plan_memo(P, &c, op, in, NULL, pl) &&
-        (target->partial & ~pl->natural.partial))
-      target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
-    if (!plan_memo(P, &c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
-      if (is_free(P, r)) {
-        Sharding none;
-        memset(&none, 0, sizeof none);
-        set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
-        origin_clear(r);
-      }
-      continue;
-    }
-    if (!is_free(P, r)) continue;
-    set_derived(r, target ? target : &pl->natural, op->loc);
-    origin_from_plan(r, op, pl);
+    return;
+  }
+  if (!is_free(P, r)) return;
+  set_derived(r, target ? target : &pl->natural, op->loc);
+  origin_from_plan(r, op, pl);
+}
+
+/* Any op of a function, as derive_func derives it in program order. */
+static void derive_any(Prop *P, const PlanCtx *c, Op *op, uint16_t blocked) {
+  if (op->kind == OP_LOOP) {
+    if (op->body) derive_loop(P, op, blocked);
+  } else if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
+    if (op->noperands == 1 && op->nresults == 1) derive_reshape(P, op);
+  } else {
+    derive_op(P, c, op);
   }
 }
 
+static void derive_func(Prop *P, IrFunc *f, uint16_t blocked) {
+  PlanCtx c = plan_ctx(P, blocked);
+  for (Op *op = f->first; op; op = op->next) derive_any(P, &c, op, blocked);
+}
+
 static void derive(Prop *P) { derive_func(P, P->m->main, 0); }
+
+/* ---- incremental derivation ----
+ *
+ * A trial pin changes only what depends on the pinned value. derive() derives every op of main in
+ * program order, each from its operands' shardings and its own pins (a loop: its whole body, from
+ * its operands); so deriving again only the units whose inputs changed, in program order, leaves
+ * every sharding and plan as derive() would. derive_from starts at the pinned value's unit and
+ * follows the uses of every result that changed; what it overwrites is saved first, so that a
+ * rejected pin is undone by putting it back (undo_trial), not by deriving again. */
+
+static size_t unit_slot(const Units *U, const Op *op) {
+  size_t j = ptr_hash(op) & (U->cap - 1);
+  while (U->key[j] && U->key[j] != op) j = (j + 1) & (U->cap - 1);
+  return j;
+}
+
+static int unit_index(const Units *U, const Op *op) {
+  size_t j = unit_slot(U, op);
+  return U->key[j] ? U->val[j] : -1;
+}
+
+static void units_mark_body(Prop *P, const IrFunc *f, int u) {
+  for (int i = 0; i < f->ninputs; i++)
+    if (f->inputs[i] && f->inputs[i]->id < P->nvalues) P->units.of_value[f->inputs[i]->id] = u;
+  for (const Op *op = f->first; op; op = op->next) {
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r] && op->results[r]->id < P->nvalues) P->units.of_value[op->results[r]->id] = u;
+    if (op->kind == OP_LOOP && op->body) units_mark_body(P, op->body, u);
+  }
+}
+
+static void units_build(Prop *P) {
+  Units *U = &P->units;
+  int n = 0;
+  for (Op *op = P->m->main->first; op; op = op->next) n++;
+  U->n = n;
+  U->op = ARENA_ARRAY(P->a, Op *, n > 0 ? n : 1);
+  U->heap = ARENA_ARRAY(P->a, int, n > 0 ? n : 1);
+  U->queued = ARENA_ARRAY(P->a, bool, n > 0 ? n : 1);
+  U->of_value = ARENA_ARRAY(P->a, int, P->nvalues > 0 ? P->nvalues : 1);
+  for (int i = 0; i < P->nvalues; i++) U->of_value[i] = -1;
+  U->cap = 16;
+  while (U->cap < 2 * (size_t)n + 2) U->cap *= 2;
+  U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
+  U->val = ARENA_ARRAY(P->a, int, U->cap);
+  int i = 0;
+  for (Op *op = P->m->main->first; op; op = op->next, i++) {
+    U->op[i] = op;
+    size_t j = unit_slot(U, op);
+    U->key[j] = op;
+    U->val[j] = i;
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = i;
+    if (op->kind == OP_LOOP && op->body) units_mark_body(P, op->body, i);
+  }
+}
+
+static void unit_push(Units *U, int u) {
+  if (u < 0 || U->queued[u]) return;
+  U->queued[u] = true;
+  int i = U->nheap++;
+  while (i > 0 && U->heap[(i - 1) / 2] > u) {
+    U->heap[i] = U->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  U->heap[i] = u;
+}
+
+static int unit_pop(Units *U) {
+  int top = U->heap[0], last = U->heap[--U->nheap], i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= U->nheap) break;
+    if (c + 1 < U->nheap && U->heap[c + 1] < U->heap[c]) c++;
+    if (U->heap[c] >= last) break;
+    U->heap[i] = U->heap[c];
+    i = c;
+  }
+  if (U->nheap > 0) U->heap[i] = last;
+  U->queued[top] = false;
+  return top;
+}
+
+static void save_value(Prop *P, Value *v) { VEC_PUSH(P->a, P->units.saved_v, ((SavedValue){.v = v, .old = *v})); }
+
+static void save_plan(Prop *P, Op *op) {
+  if (!op->plan) return;
+  SavedPlan sp = {.op = op, .last = last_slot(&P->memo, op)->e, .old = *op->plan};
+  VEC_PUSH(P->a, P->units.saved_p, sp);
+}
+
+static void save_func(Prop *P, IrFunc *f) {
+  for (int i = 0; i < f->ninputs; i++) save_value(P, f->inputs[i]);
+  for (Op *op = f->first; op; op = op->next) {
+    save_plan(P, op);
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r]) save_value(P, op->results[r]);
+    if (op->kind == OP_LOOP && op->body) save_func(P, op->body);
+  }
+}
+
+/* Saves what deriving unit op may overwrite: its results first (derive_from compares them), its
+ * plan, and for a loop its operands (zeros it may make partial) and its whole body. */
+static void save_unit(Prop *P, Op *op) {
+  for (int r = 0; r < op->nresults; r++)
+    if (op->results[r]) save_value(P, op->results[r]);
+  save_plan(P, op);
+  if (op->kind != OP_LOOP || !op->body) return;
+  for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
+  save_func(P, op->body);
+}
+
+/* Derives unit op again. A loop's zeros that are a broadcast (read by the loop alone) are derived
+ * again first, as derive() does before the loop overwrites them. */
+static void derive_unit(Prop *P, Op *op) {
+  PlanCtx c = plan_ctx(P, 0);
+  if (op->kind == OP_LOOP && op->body)
+    for (int i = op->nslices; i < op->noperands; i++) {
+      Op *d = op->operands[i]->def;
+      if (d && d->kind != OP_CONST && d->func == P->m->main && zero_for(P, op->operands[i])) {
+        save_unit(P, d);
+        derive_any(P, &c, d, 0);
+      }
+    }
+  derive_any(P, &c, op, 0);
+}
+
+/* derive() after v's pin changed, deriving only what depends on v (see above). */
+static void derive_from(Prop *P, const Value *v) {
+  Units *U = &P->units;
+  unit_push(U, v->id < P->nvalues ? U->of_value[v->id] : -1);
+  while (U->nheap > 0) {
+    int u = unit_pop(U);
+    Op *op = U->op[u];
+    int first = U->saved_v.len;
+    save_unit(P, op);
+    derive_unit(P, op);
+    U->derived++;
+    for (int r = 0; r < op->nresults; r++) {
+      Value *res = op->results[r];
+      if (!res || memcmp(&U->saved_v.data[first + r].old.sharding, &res->sharding, sizeof(Sharding)) == 0) continue;
+      for (int k = 0; res->id < P->nvalues && k < P->uses[res->id].len; k++)
+        unit_push(U, unit_index(U, P->uses[res->id].data[k].op));
+    }
+  }
+}
+
+/* Puts back what the trial derivations since the last commit_trial overwrote. */
+static void undo_trial(Prop *P) {
+  Units *U = &P->units;
+  for (int i = U->saved_p.len - 1; i >= 0; i--) {
+    SavedPlan *sp = &U->saved_p.data[i];
+    *sp->op->plan = sp->old;
+    last_slot(&P->memo, sp->op)->e = sp->last;
+  }
+  for (int i = U->saved_v.len - 1; i >= 0; i--) *U->saved_v.data[i].v = U->saved_v.data[i].old;
+  U->saved_v.len = U->saved_p.len = 0;
+}
+
+static void commit_trial(Prop *P) { P->units.saved_v.len = P->units.saved_p.len = 0; }
 
 /* ---- the objective ---- */
 
@@ -878,6 +1074,7 @@ static void memo_reset(Prop *P) {
 
 static void search(Prop *P) {
   derive(P);
+  units_build(P);
   Score best = score(P);
   for (int round = 0; round < MAX_ROUNDS; round++) {
     bool improved = false;
@@ -890,17 +1087,18 @@ static void search(Prop *P) {
         Sharding old = P->pin[v->id];
         P->pinned[v->id] = true;
         P->pin[v->id] = c.s[k];
-        derive(P);
+        derive_from(P, v);
         Score s = score(P);
         if (score_better(&s, &best)) {
           best = s;
           improved = true;
+          commit_trial(P);
         } else {
           P->pinned[v->id] = was;
           P->pin[v->id] = old;
+          undo_trial(P);
         }
       }
-      derive(P);
     }
     if (!improved) break;
   }
