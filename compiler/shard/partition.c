@@ -29,6 +29,7 @@
  * where it reduces one. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -62,6 +63,8 @@ typedef struct Walk {
                            value ("the gradient of blocks.ffn.w_up, one layer's row"), or NULL */
   VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
   const Value *orig[2]; /* the op being partitioned: its first two operands as written */
+  struct PartLedger *ledger; /* a ledger's walk of one unit: main's reshards go to its keys */
+  const void *ledger_cache;  /* main's cache, which the ledger's keys stand for */
 } Walk;
 
 /* A cross entropy over a sharded class dim keeps its logsumexp (labels-shaped, f32) for its
@@ -543,10 +546,13 @@ static void charge(Walk *W, double time, double n, double mult) {
   W->cost.count += n * mult;
 }
 
+static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult);
+
 /* v brought to `to` before `pos` (NULL: at f's end): the value to use instead of v. */
 static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
+  if (W->ledger && (const void *)cache == W->ledger_cache) return ledger_reshard(W, f, v, to, mult);
   for (int i = 0; i < cache->len; i++)
     if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
         sharding_equal(&cache->data[i].to, to, v->type.rank))
@@ -1333,21 +1339,25 @@ static void route_tokens_whole(Walk *W, const Op *op) {
   W->errors++;
 }
 
+static void walk_op(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  if (op->partitioned || ir_op_is_collective(op->kind)) return;
+  W->phase = op->phase;
+  if (op->kind == OP_LOOP) {
+    walk_loop(W, f, op, mult, cache);
+    return;
+  }
+  if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
+  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
+  else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
+  else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
+  if (W->apply) op->partitioned = true;
+}
+
 static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
   Op *next;
   for (Op *op = f->first; op; op = next) {
     next = op->next;
-    if (op->partitioned || ir_op_is_collective(op->kind)) continue;
-    W->phase = op->phase;
-    if (op->kind == OP_LOOP) {
-      walk_loop(W, f, op, mult, cache);
-      continue;
-    }
-    if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
-    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
-    else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
-    else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
-    if (W->apply) op->partitioned = true;
+    walk_op(W, f, op, mult, cache);
   }
 }
 
@@ -1400,6 +1410,285 @@ PartCost partition_cost(const IrModule *m, const Program *p) {
   walk_module(&W);
   arena_free(&tmp);
   return W.cost;
+}
+
+/* ---- the ledger: partition_cost kept up to date unit by unit ----
+ *
+ * The dry walk adds up, per op of main in program order (a unit: a loop with its whole body is
+ * one; main's outputs are the last), the op's own collectives and the reshards of its operands,
+ * each distinct reshard of a value (value, target, phase) charged once: main's cache. The ledger
+ * keeps each unit's own cost and the reshard keys it asked for, every key with the count of units
+ * asking for it; the total is the units' costs plus the cost of every key asked for. When
+ * shardings change, only the units that read or write a changed value (or read it through a
+ * rename, which reshards its source) are walked again: their old figures are taken out, all of
+ * them first, so that a key still asked for is asked for only by units whose values did not
+ * change, and its cost still holds, then they are walked again, in program order. A cross
+ * entropy and its gradient share a logsumexp through the walk: when either is walked, all of
+ * main's are. Sums are in long double, so that the total of many updates stays within rounding
+ * of the walk's own sum (tests/unit/test_propagate.c checks it against partition_cost). */
+
+typedef struct LedgerKey {
+  const Value *v;
+  Sharding to;          /* canonical: dims past the value's rank and axes past naxes zero */
+  int phase;            /* phase_class */
+  int refs;             /* units asking for it */
+  double time_s, count; /* its reshard's, charged while refs > 0 */
+  uint64_t hash;
+} LedgerKey;
+
+typedef VEC(LedgerKey *) KeyVec;
+typedef VEC(int) IntVec;
+
+struct PartLedger {
+  IrModule *m;
+  const Program *p;
+  Arena a;
+  Op **unit;            /* main's ops in program order; unit n stands for main's outputs */
+  int n;
+  const Op **okey;      /* op -> unit, open addressing */
+  int *oval;
+  size_t ocap;
+  int nvalues;
+  IntVec *users;        /* by value id (main's values): the units reading it */
+  bool *is_output;      /* by value id: an output of main */
+  PartCost *own;        /* by unit: its collectives but main's cached reshards */
+  KeyVec *req;          /* by unit: the keys it asked for */
+  bool *is_ce;          /* by unit: a cross entropy or its gradient */
+  bool any_ce;
+  LedgerKey **slot;     /* keys, open addressing */
+  size_t cap, len;
+  bool *dirty;
+  IntVec list;
+  CacheVec main_cache;  /* never filled: stands for main's cache in the ledger's walks */
+  int cur;              /* the unit being walked */
+  long double time_s, count;
+  long errors;
+  long walked;          /* units walked (statistics) */
+};
+
+static uint64_t ledger_hash(const LedgerKey *k) {
+  uint64_t h = (uint64_t)(uintptr_t)k->v * 0x9e3779b97f4a7c15ull ^ (uint64_t)k->phase;
+  const unsigned char *b = (const unsigned char *)&k->to;
+  for (size_t i = 0; i < sizeof k->to; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h ^ (h >> 31);
+}
+
+static size_t ledger_op_slot(const PartLedger *L, const Op *op) {
+  uint64_t x = (uint64_t)(uintptr_t)op;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  size_t j = (size_t)(x ^ (x >> 29)) & (L->ocap - 1);
+  while (L->okey[j] && L->okey[j] != op) j = (j + 1) & (L->ocap - 1);
+  return j;
+}
+
+static int ledger_unit_of(const PartLedger *L, const Op *op) {
+  if (!op) return -1;
+  size_t j = ledger_op_slot(L, op);
+  return L->okey[j] ? L->oval[j] : -1;
+}
+
+static void ledger_grow(PartLedger *L) {
+  size_t ncap = L->cap ? 2 * L->cap : 1024;
+  LedgerKey **ns = ARENA_ARRAY(&L->a, LedgerKey *, ncap);
+  for (size_t i = 0; i < L->cap; i++) {
+    LedgerKey *k = L->slot[i];
+    if (!k) continue;
+    size_t j = (size_t)k->hash & (ncap - 1);
+    while (ns[j]) j = (j + 1) & (ncap - 1);
+    ns[j] = k;
+  }
+  L->slot = ns;
+  L->cap = ncap;
+}
+
+/* reshard_value on main's cache, in a ledger's walk: the key asked for (a rename's source's, as
+ * reshard_value resolves it), charged to the ledger when no unit asked for it yet. */
+static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult) {
+  PartLedger *L = W->ledger;
+  const Op *rn = v->def;
+  if (rn && rn->kind == OP_RENAME && rn->func == f && rn->noperands == 1 && rn->operands[0]->func == f &&
+      sharding_equal(&rn->operands[0]->sharding, &v->sharding, v->type.rank)) {
+    Value *u = rn->operands[0];
+    if (!sharding_equal(&u->sharding, to, v->type.rank)) ledger_reshard(W, f, u, to, mult);
+    return v;
+  }
+  LedgerKey k;
+  memset(&k, 0, sizeof k);
+  k.v = v;
+  k.phase = phase_class(W->phase);
+  k.to.partial = to->partial;
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++) {
+    k.to.naxes[d] = to->naxes[d];
+    memcpy(k.to.axes[d], to->axes[d], to->naxes[d]);
+  }
+  k.hash = ledger_hash(&k);
+  LedgerKey *e = NULL;
+  if (L->cap)
+    for (size_t j = (size_t)k.hash & (L->cap - 1); L->slot[j]; j = (j + 1) & (L->cap - 1)) {
+      LedgerKey *x = L->slot[j];
+      if (x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) {
+        e = x;
+        break;
+      }
+    }
+  if (!e || e->refs == 0) {
+    Reshard rs;
+    if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+    if (!e) {
+      if (2 * (L->len + 1) > L->cap) ledger_grow(L);
+      e = ARENA_NEW(&L->a, LedgerKey);
+      *e = k;
+      size_t j = (size_t)k.hash & (L->cap - 1);
+      while (L->slot[j]) j = (j + 1) & (L->cap - 1);
+      L->slot[j] = e;
+      L->len++;
+    }
+    e->time_s = rs.time_s * mult;
+    e->count = rs.n * mult;
+    L->time_s += e->time_s;
+    L->count += e->count;
+  }
+  e->refs++;
+  VEC_PUSH(&L->a, L->req[L->cur], e);
+  return v;
+}
+
+static void ledger_mark(PartLedger *L, int u) {
+  if (u < 0 || u > L->n || L->dirty[u]) return;
+  L->dirty[u] = true;
+  VEC_PUSH(&L->a, L->list, u);
+}
+
+/* The units that read v, and through renames of it (reshard_value reshards a rename's source). */
+static void ledger_mark_users(PartLedger *L, const Value *v, int depth) {
+  if (!v || v->id < 0 || v->id >= L->nvalues || depth > 64) return;
+  if (L->is_output[v->id]) ledger_mark(L, L->n);
+  for (int i = 0; i < L->users[v->id].len; i++) {
+    int u = L->users[v->id].data[i];
+    ledger_mark(L, u);
+    const Op *op = u < L->n ? L->unit[u] : NULL;
+    if (op && op->kind == OP_RENAME && op->nresults == 1) ledger_mark_users(L, op->results[0], depth + 1);
+  }
+}
+
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+/* Takes the marked units' figures out, all of them, then walks them again in program order. */
+static void ledger_rewalk(PartLedger *L) {
+  if (L->any_ce)
+    for (int i = 0; i < L->list.len; i++)
+      if (L->is_ce[L->list.data[i]]) {
+        for (int u = 0; u < L->n; u++)
+          if (L->is_ce[u]) ledger_mark(L, u);
+        break;
+      }
+  qsort(L->list.data, (size_t)L->list.len, sizeof(int), cmp_int);
+  for (int i = 0; i < L->list.len; i++) {
+    int u = L->list.data[i];
+    L->time_s -= L->own[u].time_s;
+    L->count -= L->own[u].count;
+    L->errors -= L->own[u].errors;
+    for (int k = 0; k < L->req[u].len; k++) {
+      LedgerKey *e = L->req[u].data[k];
+      if (--e->refs > 0) continue;
+      L->time_s -= e->time_s;
+      L->count -= e->count;
+    }
+    L->req[u].len = 0;
+  }
+  Arena tmp;
+  arena_init(&tmp);
+  Walk W = {.m = L->m, .p = L->p, .mesh = L->p->mesh, .apply = false, .tmp = &tmp, .ledger = L,
+            .ledger_cache = &L->main_cache};
+  for (int i = 0; i < L->list.len; i++) {
+    int u = L->list.data[i];
+    L->cur = u;
+    W.cost = (PartCost){0};
+    if (u == L->n) walk_outputs(&W, &L->main_cache);
+    else walk_op(&W, L->m->main, L->unit[u], 1, &L->main_cache);
+    L->own[u] = W.cost;
+    L->time_s += W.cost.time_s;
+    L->count += W.cost.count;
+    L->errors += W.cost.errors;
+    L->dirty[u] = false;
+    L->walked++;
+  }
+  L->list.len = 0;
+  arena_free(&tmp);
+}
+
+PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return NULL;
+  PartLedger *L = calloc(1, sizeof *L);
+  if (!L) abort();
+  L->m = m;
+  L->p = p;
+  arena_init(&L->a);
+  int n = 0;
+  for (Op *op = m->main->first; op; op = op->next) n++;
+  L->n = n;
+  L->unit = ARENA_ARRAY(&L->a, Op *, n + 1);
+  L->ocap = 16;
+  while (L->ocap < 2 * (size_t)n + 2) L->ocap *= 2;
+  L->okey = ARENA_ARRAY(&L->a, const Op *, L->ocap);
+  L->oval = ARENA_ARRAY(&L->a, int, L->ocap);
+  L->nvalues = m->nvalues > 0 ? m->nvalues : 1;
+  L->users = ARENA_ARRAY(&L->a, IntVec, L->nvalues);
+  L->is_output = ARENA_ARRAY(&L->a, bool, L->nvalues);
+  L->own = ARENA_ARRAY(&L->a, PartCost, n + 1);
+  L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
+  L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
+  L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
+  int i = 0;
+  for (Op *op = m->main->first; op; op = op->next, i++) {
+    L->unit[i] = op;
+    size_t j = ledger_op_slot(L, op);
+    L->okey[j] = op;
+    L->oval[j] = i;
+    L->is_ce[i] = op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD;
+    L->any_ce |= L->is_ce[i];
+    for (int k = 0; k < op->noperands; k++) {
+      const Value *v = op->operands[k];
+      IntVec *uv = v && v->id >= 0 && v->id < L->nvalues ? &L->users[v->id] : NULL;
+      if (uv && (!uv->len || uv->data[uv->len - 1] != i)) VEC_PUSH(&L->a, *uv, i);
+    }
+  }
+  for (int k = 0; k < m->main->noutputs; k++) {
+    const Value *v = m->main->outputs[k];
+    if (v && v->id >= 0 && v->id < L->nvalues) L->is_output[v->id] = true;
+  }
+  for (int u = 0; u <= n; u++) ledger_mark(L, u);
+  ledger_rewalk(L);
+  return L;
+}
+
+void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals) {
+  if (!L) return;
+  for (int i = 0; i < nops; i++) ledger_mark(L, ledger_unit_of(L, ops[i]));
+  for (int i = 0; i < nvals; i++) {
+    const Value *v = vals[i];
+    if (!v || v->func != L->m->main) continue;
+    ledger_mark(L, ledger_unit_of(L, v->def));
+    ledger_mark_users(L, v, 0);
+  }
+  ledger_rewalk(L);
+}
+
+PartCost partition_ledger_cost(const PartLedger *L) {
+  PartCost c = {0};
+  if (!L) return c;
+  c.time_s = (double)L->time_s;
+  c.count = (double)L->count;
+  c.errors = (int)L->errors;
+  return c;
+}
+
+long partition_ledger_walked(const PartLedger *L) { return L ? L->walked : 0; }
+
+void partition_ledger_free(PartLedger *L) {
+  if (!L) return;
+  arena_free(&L->a);
+  free(L);
 }
 
 /* ---- reductions after a sum: one instead of two ----

@@ -88,6 +88,13 @@ typedef struct Units {
   bool *queued;
   VEC(SavedValue) saved_v;
   VEC(SavedPlan) saved_p;
+  VEC(Op *) trial_ops;  /* the units a trial derived again (the ledger walks them again) */
+  VEC(Value *) trial_vals; /* main's values whose sharding a trial changed */
+  int *stamp;           /* by value id: the trial that last listed it */
+  int trial;
+  bool *in_order;       /* by value id: a FREE value (the layout term counts it) */
+  PartLedger *ledger;   /* the collectives' cost, op by op */
+  int layout;           /* score's layout term, kept up to date */
   long derived;         /* units derived by trials (statistics) */
 } Units;
 
@@ -693,6 +700,9 @@ static void units_build(Prop *P) {
   U->queued = ARENA_ARRAY(P->a, bool, n > 0 ? n : 1);
   U->of_value = ARENA_ARRAY(P->a, int, P->nvalues > 0 ? P->nvalues : 1);
   for (int i = 0; i < P->nvalues; i++) U->of_value[i] = -1;
+  U->stamp = ARENA_ARRAY(P->a, int, P->nvalues > 0 ? P->nvalues : 1);
+  U->in_order = ARENA_ARRAY(P->a, bool, P->nvalues > 0 ? P->nvalues : 1);
+  for (int i = 0; i < P->order.len; i++) U->in_order[P->order.data[i]->id] = true;
   U->cap = 16;
   while (U->cap < 2 * (size_t)n + 2) U->cap *= 2;
   U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
@@ -774,6 +784,7 @@ static void derive_unit(Prop *P, Op *op) {
       if (d && d->kind != OP_CONST && d->func == P->m->main && zero_for(P, op->operands[i])) {
         save_unit(P, d);
         derive_any(P, &c, d, 0);
+        VEC_PUSH(P->a, P->units.trial_ops, d);
       }
     }
   derive_any(P, &c, op, 0);
@@ -789,6 +800,7 @@ static void derive_from(Prop *P, const Value *v) {
     int first = U->saved_v.len;
     save_unit(P, op);
     derive_unit(P, op);
+    VEC_PUSH(P->a, U->trial_ops, op);
     U->derived++;
     for (int r = 0; r < op->nresults; r++) {
       Value *res = op->results[r];
@@ -797,6 +809,26 @@ static void derive_from(Prop *P, const Value *v) {
         unit_push(U, unit_index(U, P->uses[res->id].data[k].op));
     }
   }
+}
+
+static int layout_match(const Prop *P, const Value *v, const Sharding *a);
+
+/* After a trial's derivation: the values it changed (each once, from its state before the
+ * trial), the layout term moved by them, and the ledger walked again where they are. */
+static void trial_account(Prop *P) {
+  Units *U = &P->units;
+  U->trial++;
+  U->trial_vals.len = 0;
+  for (int i = 0; i < U->saved_v.len; i++) {
+    Value *v = U->saved_v.data[i].v;
+    const Sharding *old = &U->saved_v.data[i].old.sharding;
+    if (v->id < 0 || v->id >= P->nvalues || U->stamp[v->id] == U->trial) continue;
+    U->stamp[v->id] = U->trial;
+    if (memcmp(old, &v->sharding, sizeof *old) == 0) continue;
+    if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
+    if (v->func == P->m->main) VEC_PUSH(P->a, U->trial_vals, v);
+  }
+  partition_ledger_update(U->ledger, U->trial_ops.data, U->trial_ops.len, U->trial_vals.data, U->trial_vals.len);
 }
 
 /* Puts back what the trial derivations since the last commit_trial overwrote. */
@@ -811,22 +843,33 @@ static void undo_trial(Prop *P) {
   U->saved_v.len = U->saved_p.len = 0;
 }
 
-static void commit_trial(Prop *P) { P->units.saved_v.len = P->units.saved_p.len = 0; }
+static void commit_trial(Prop *P) {
+  P->units.saved_v.len = P->units.saved_p.len = 0;
+  P->units.trial_ops.len = P->units.trial_vals.len = 0;
+}
 
 /* ---- the objective ---- */
+
+/* How many of v's dims are sharded as the layout maps them (score's layout term). */
+static int layout_match(const Prop *P, const Value *v, const Sharding *a) {
+  int n = 0;
+  const Sharding *b = &P->pref[v->id];
+  for (int d = 0; d < v->type.rank; d++)
+    n += a->naxes[d] == b->naxes[d] && memcmp(a->axes[d], b->axes[d], a->naxes[d]) == 0;
+  return n;
+}
 
 static Score score(Prop *P) {
   PartCost c = partition_cost(P->m, P->p);
   Score s = {.errors = c.errors, .time_s = c.time_s, .count = c.count};
-  for (int i = 0; i < P->order.len; i++) {
-    const Value *v = P->order.data[i];
-    for (int d = 0; d < v->type.rank; d++) {
-      const Sharding *a = &v->sharding, *b = &P->pref[v->id];
-      bool eq = a->naxes[d] == b->naxes[d] && memcmp(a->axes[d], b->axes[d], a->naxes[d]) == 0;
-      s.layout += eq;
-    }
-  }
+  for (int i = 0; i < P->order.len; i++) s.layout += layout_match(P, P->order.data[i], &P->order.data[i]->sharding);
   return s;
+}
+
+/* score() from the ledger and the layout term the trials keep up to date. */
+static Score score_kept(const Prop *P) {
+  PartCost c = partition_ledger_cost(P->units.ledger);
+  return (Score){.errors = c.errors, .time_s = c.time_s, .count = c.count, .layout = P->units.layout};
 }
 
 static bool score_better(const Score *a, const Score *b) {
@@ -1024,6 +1067,49 @@ static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
   return m;
 }
 
+/* ---- the audit (tests): the incremental figures against a full recomputation ---- */
+
+static PropagateAudit *audit;
+
+void propagate_audit(PropagateAudit *a) { audit = a; }
+
+/* Checks, after a trial (s: its score; NULL after it was undone), that the ledger's cost and the
+ * layout term equal score()'s, and that derive() would leave every sharding as it is. */
+static void audit_trial(Prop *P, const Score *s) {
+  Score kept = s ? *s : score_kept(P);
+  Score full = score(P);
+  audit->checked++;
+  double tol = 1e-12 + 1e-9 * fmax(fabs(full.time_s), fabs(kept.time_s));
+  double err = fabs(full.time_s - kept.time_s);
+  if (full.time_s > 0 && err / full.time_s > audit->max_rel_err) audit->max_rel_err = err / full.time_s;
+  bool ok = full.errors == kept.errors && err <= tol && fabs(full.count - kept.count) <= 1e-6 &&
+            full.layout == kept.layout;
+  /* the shardings derive() gives (origins aside: the search never reads them) */
+  int n = P->nvalues;
+  Sharding *now = malloc(sizeof *now * (size_t)(n > 0 ? n : 1));
+  bool *seen = calloc((size_t)(n > 0 ? n : 1), 1);
+  if (!now || !seen) abort();
+  Value **vals = malloc(sizeof *vals * (size_t)(n > 0 ? n : 1));
+  if (!vals) abort();
+  int nv = 0;
+  for (int i = 0; i < P->order.len; i++) {
+    Value *v = P->order.data[i];
+    if (v->id < n && !seen[v->id]) seen[v->id] = true, now[v->id] = v->sharding, vals[nv++] = v;
+  }
+  PlanMemo keep_memo = P->memo;
+  derive(P);
+  for (int i = 0; i < nv; i++)
+    if (memcmp(&now[vals[i]->id], &vals[i]->sharding, sizeof(Sharding)) != 0) {
+      ok = false;
+      vals[i]->sharding = now[vals[i]->id];
+    }
+  (void)keep_memo;
+  free(now);
+  free(seen);
+  free(vals);
+  if (!ok) audit->mismatches++;
+}
+
 /* ---- the search ---- */
 
 /* ---- the tensor-parallel candidate ----
@@ -1075,7 +1161,9 @@ static void memo_reset(Prop *P) {
 static void search(Prop *P) {
   derive(P);
   units_build(P);
+  P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
+  P->units.layout = best.layout;
   for (int round = 0; round < MAX_ROUNDS; round++) {
     bool improved = false;
     for (int i = 0; i < P->order.len; i++) {
@@ -1087,8 +1175,11 @@ static void search(Prop *P) {
         Sharding old = P->pin[v->id];
         P->pinned[v->id] = true;
         P->pin[v->id] = c.s[k];
+        int layout = P->units.layout;
         derive_from(P, v);
-        Score s = score(P);
+        trial_account(P);
+        Score s = score_kept(P);
+        if (audit) audit_trial(P, &s);
         if (score_better(&s, &best)) {
           best = s;
           improved = true;
@@ -1097,11 +1188,18 @@ static void search(Prop *P) {
           P->pinned[v->id] = was;
           P->pin[v->id] = old;
           undo_trial(P);
+          P->units.layout = layout;
+          partition_ledger_update(P->units.ledger, P->units.trial_ops.data, P->units.trial_ops.len,
+                                  P->units.trial_vals.data, P->units.trial_vals.len);
+          commit_trial(P);
+          if (audit) audit_trial(P, NULL);
         }
       }
     }
     if (!improved) break;
   }
+  partition_ledger_free(P->units.ledger);
+  P->units.ledger = NULL;
   derive(P);
 }
 

@@ -35,4 +35,14 @@
  * since) are inferred; the others stay as they are. */
 void propagate_module(IrModule *m, const Program *p);
 
+/* A test's check of the search's incremental figures (tests/unit/test_propagate.c): while set,
+ * after every trial pin (accepted, and again once undone) the search compares the ledger's
+ * collective cost and its layout term with a full partition_cost and count, and the shardings
+ * with a full derivation, counting the trials checked and those that differ. Slow: tests only. */
+typedef struct PropagateAudit {
+  long checked, mismatches;
+  double max_rel_err;   /* the largest relative difference of the collectives' time seen */
+} PropagateAudit;
+void propagate_audit(PropagateAudit *a); /* NULL: off */
+
 #endif
