@@ -15,6 +15,7 @@
  * nothing but the IR, the program and the (deterministic) order of the search. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1096,14 +1097,15 @@ static void audit_trial(Prop *P, const Score *s) {
     Value *v = P->order.data[i];
     if (v->id < n && !seen[v->id]) seen[v->id] = true, now[v->id] = v->sharding, vals[nv++] = v;
   }
-  PlanMemo keep_memo = P->memo;
   derive(P);
-  for (int i = 0; i < nv; i++)
-    if (memcmp(&now[vals[i]->id], &vals[i]->sharding, sizeof(Sharding)) != 0) {
+  for (int i = 0; i < nv; i++) /* as the search compares them: bytes past a dim's axes are free */
+    if (!sharding_equal(&now[vals[i]->id], &vals[i]->sharding, vals[i]->type.rank)) {
       ok = false;
       vals[i]->sharding = now[vals[i]->id];
     }
-  (void)keep_memo;
+  if (!ok && getenv("SHARDC_AUDIT_DEBUG"))
+    fprintf(stderr, "audit: errors %d/%d time %.17g/%.17g count %.17g/%.17g layout %d/%d\n", kept.errors, full.errors,
+            kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout);
   free(now);
   free(seen);
   free(vals);
