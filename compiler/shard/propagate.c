@@ -1166,10 +1166,18 @@ static void search(Prop *P) {
   P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
   P->units.layout = best.layout;
+  /* A value whose trials were all rejected, with no pin accepted anywhere since, would see the
+   * same plan, make the same candidates and have them rejected again: it is skipped. (A rejected
+   * trial is undone exactly, so the plan is the same.) */
+  long accepted = 0;
+  long *rejected_at = ARENA_ARRAY(P->a, long, P->order.len > 0 ? P->order.len : 1);
+  for (int i = 0; i < P->order.len; i++) rejected_at[i] = -1;
   for (int round = 0; round < MAX_ROUNDS; round++) {
     bool improved = false;
     for (int i = 0; i < P->order.len; i++) {
       Value *v = P->order.data[i];
+      if (rejected_at[i] == accepted) continue;
+      long before = accepted;
       Cands c;
       candidates(P, v, func_blocked(P, v->func), &c);
       for (int k = 0; k < c.n; k++) {
@@ -1185,6 +1193,7 @@ static void search(Prop *P) {
         if (score_better(&s, &best)) {
           best = s;
           improved = true;
+          accepted++;
           commit_trial(P);
         } else {
           P->pinned[v->id] = was;
@@ -1197,9 +1206,13 @@ static void search(Prop *P) {
           if (audit) audit_trial(P, NULL);
         }
       }
+      if (accepted == before) rejected_at[i] = accepted;
     }
     if (!improved) break;
   }
+  if (getenv("SHARDC_PROP_STATS"))
+    fprintf(stderr, "search: %d free values, %d units, %ld units derived by trials, %ld ledger walks\n", P->order.len,
+            P->units.n, P->units.derived, partition_ledger_walked(P->units.ledger));
   partition_ledger_free(P->units.ledger);
   P->units.ledger = NULL;
   derive(P);
