@@ -63,6 +63,7 @@ typedef struct Walk {
                            value ("the gradient of blocks.ffn.w_up, one layer's row"), or NULL */
   VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
   const Value *orig[2]; /* the op being partitioned: its first two operands as written */
+  Op *hint;             /* the op inserted last (insert_before) */
   struct PartLedger *ledger; /* a ledger's walk of one unit: main's reshards go to its keys */
   const void *ledger_cache;  /* main's cache, which the ledger's keys stand for */
 } Walk;
@@ -528,10 +529,27 @@ static Op *chain_new(Walk *W, IrFunc *f, SrcLoc loc, Value *x, const Reshard *rs
   return first;
 }
 
-static void splice_before(IrFunc *f, Op *pos, Op *first) {
+/* ir_insert_before, looking for pos's predecessor from the op inserted last first: the walk
+ * inserts in program order, so pos is mostly just after it, and the insertions of a whole walk
+ * cost about one pass over the function instead of one each. */
+static void insert_before(Walk *W, IrFunc *f, Op *pos, Op *op) {
+  if (pos && W->hint && W->hint->func == f && f->first != pos)
+    for (Op *o = W->hint; o; o = o->next)
+      if (o->next == pos) {
+        op->func = f;
+        op->next = pos;
+        o->next = op;
+        W->hint = op;
+        return;
+      }
+  ir_insert_before(f, pos, op);
+  W->hint = op;
+}
+
+static void splice_before(Walk *W, IrFunc *f, Op *pos, Op *first) {
   while (first) {
     Op *n = first->next;
-    ir_insert_before(f, pos, first);
+    insert_before(W, f, pos, first);
     first = n;
   }
 }
@@ -577,7 +595,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
       memcpy(out->dim_src, v->dim_src, sizeof out->dim_src);
       memcpy(out->dim_loc, v->dim_loc, sizeof out->dim_loc);
       out->name = v->name;
-      ir_insert_before(f, pos, r);
+      insert_before(W, f, pos, r);
     }
     Cached c = {v, *to, out, phase_class(W->phase)};
     VEC_PUSH(W->tmp, *cache, c);
@@ -589,7 +607,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
   Value *out = v;
   if (W->apply && rs.n > 0) {
     Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
-    splice_before(f, pos, first);
+    splice_before(W, f, pos, first);
   }
   Cached c = {v, *to, out, phase_class(W->phase)};
   VEC_PUSH(W->tmp, *cache, c);
@@ -612,7 +630,7 @@ static Value *emit_before(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Val
   if (s) r->sharding = *s;
   r->shard_source = SHARD_PROPAGATED;
   r->shard_loc = loc;
-  ir_insert_before(f, pos, o);
+  insert_before(W, f, pos, o);
   return r;
 }
 
@@ -642,7 +660,7 @@ static Value *reduce_all(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Valu
   part->partial_loc = loc;
   Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
   c->reduce_max = k == OP_MAX;
-  ir_insert_before(f, pos, c);
+  insert_before(W, f, pos, c);
   return c->results[0];
 }
 
@@ -658,7 +676,7 @@ static Value *pick_all(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, Value *x, const 
   Value *part = emit_before(W, f, pos, OP_PICK, loc, ops, 2, t, &raw, &d, 1);
   part->partial_loc = loc;
   Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
-  ir_insert_before(f, pos, c);
+  insert_before(W, f, pos, c);
   return c->results[0];
 }
 
@@ -987,7 +1005,7 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   Value *last;
   Op *first = chain_new(W, f, op->loc, r, &rs, NULL, -1, who, &last);
   ir_replace_uses(f, r, last); /* the chain is not in f yet: it keeps reading r */
-  splice_before(f, after->next, first);
+  splice_before(W, f, after->next, first);
   /* the final value takes r's identity as the source knows it */
   last->name = r->name;
   last->spec = r->spec;
@@ -1054,7 +1072,7 @@ static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
   c->reduce_max = true;
   Value *cr = c->results[0];
   ir_replace_uses(f, r, cr);
-  ir_insert_before(f, op->next, c);
+  insert_before(W, f, op->next, c);
   cr->name = r->name;
   cr->spec = r->spec;
   memcpy(cr->dim_src, r->dim_src, sizeof cr->dim_src);

@@ -1103,9 +1103,11 @@ static void audit_trial(Prop *P, const Score *s) {
       ok = false;
       vals[i]->sharding = now[vals[i]->id];
     }
-  if (!ok && getenv("SHARDC_AUDIT_DEBUG"))
-    fprintf(stderr, "audit: errors %d/%d time %.17g/%.17g count %.17g/%.17g layout %d/%d\n", kept.errors, full.errors,
-            kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout);
+  if (!ok && !audit->first[0])
+    snprintf(audit->first, sizeof audit->first,
+             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s", kept.errors,
+             full.errors, kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout,
+             s ? "" : ", after an undo");
   free(now);
   free(seen);
   free(vals);
@@ -1210,9 +1212,10 @@ static void search(Prop *P) {
     }
     if (!improved) break;
   }
-  if (getenv("SHARDC_PROP_STATS"))
-    fprintf(stderr, "search: %d free values, %d units, %ld units derived by trials, %ld ledger walks\n", P->order.len,
-            P->units.n, P->units.derived, partition_ledger_walked(P->units.ledger));
+  if (audit) {
+    audit->derived += P->units.derived;
+    audit->walked += partition_ledger_walked(P->units.ledger);
+  }
   partition_ledger_free(P->units.ledger);
   P->units.ledger = NULL;
   derive(P);

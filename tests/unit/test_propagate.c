@@ -57,9 +57,11 @@ static int run_config(const char *path, const char *mesh, const char *layout, co
   }
   arena_free(&a);
   const char *verdict = res < 0 ? "SKIP" : res ? "PASS" : "FAIL";
-  printf("%s %s mesh=%s layout=%s%s%s: %ld trials checked, %ld differ, largest relative time difference %.1e\n",
+  printf("%s %s mesh=%s layout=%s%s%s: %ld trials checked (%ld units derived again, %ld re-costed), %ld differ, "
+         "largest relative time difference %.1e\n",
          verdict, path, mesh ? mesh : "-", layout ? layout : "-", entry ? " entry=" : "", entry ? entry : "",
-         au.checked, au.mismatches, au.max_rel_err);
+         au.checked, au.derived, au.walked, au.mismatches, au.max_rel_err);
+  if (au.first[0]) printf("  first difference: %s\n", au.first);
   total_checked += au.checked;
   if (au.max_rel_err > worst_rel) worst_rel = au.max_rel_err;
   if (res < 0) nskip++;
