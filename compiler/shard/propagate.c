@@ -585,6 +585,7 @@ static void derive_reshape(Prop *P, Op *op) {
   pl->reshape_bad_dim = -1;
   Value *x = op->operands[0], *r = op->results[0];
   Sharding s;
+  memset(&s, 0, sizeof s);
   int bad = -1;
   plan_reshape(P->mesh, op, &x->sharding, &s, &bad);
   pl->reshape_bad_dim = bad;
@@ -805,7 +806,7 @@ static void derive_from(Prop *P, const Value *v) {
     U->derived++;
     for (int r = 0; r < op->nresults; r++) {
       Value *res = op->results[r];
-      if (!res || memcmp(&U->saved_v.data[first + r].old.sharding, &res->sharding, sizeof(Sharding)) == 0) continue;
+      if (!res || sharding_equal(&U->saved_v.data[first + r].old.sharding, &res->sharding, res->type.rank)) continue;
       for (int k = 0; res->id < P->nvalues && k < P->uses[res->id].len; k++)
         unit_push(U, unit_index(U, P->uses[res->id].data[k].op));
     }
@@ -825,7 +826,7 @@ static void trial_account(Prop *P) {
     const Sharding *old = &U->saved_v.data[i].old.sharding;
     if (v->id < 0 || v->id >= P->nvalues || U->stamp[v->id] == U->trial) continue;
     U->stamp[v->id] = U->trial;
-    if (memcmp(old, &v->sharding, sizeof *old) == 0) continue;
+    if (sharding_equal(old, &v->sharding, v->type.rank)) continue; /* (bytes past a dim's axes are free) */
     if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
     if (v->func == P->m->main) VEC_PUSH(P->a, U->trial_vals, v);
   }
