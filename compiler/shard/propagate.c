@@ -75,12 +75,26 @@ typedef struct SavedPlan {
   OpPlan old;
 } SavedPlan;
 
-/* The units of main in program order (its ops; a loop with its whole body is one), and what a
- * trial derivation changed. */
+/* The units derivation is made of, in program order: every op of every function, a loop split
+ * into its head (body inputs from its operands) and its tail (results from the body), its body's
+ * units between them; and what a trial derivation changed. */
+enum { UNIT_OP, UNIT_HEAD, UNIT_TAIL };
+
+typedef struct UnitInfo {
+  Op *op;
+  uint8_t kind;         /* UNIT_* */
+  uint16_t blocked;     /* the stage axes of the loops around it */
+  int tail;             /* a head: its tail */
+  int parent_head;      /* the head of the loop whose body holds it, or -1 (main) */
+} UnitInfo;
+
 typedef struct Units {
-  Op **op;
+  UnitInfo *u;
   int n;
-  int *of_value;        /* by value id: the unit deriving it (a loop body's values: the loop), or -1 */
+  int *of_value;        /* by value id: the unit deriving it (a body input: its loop's head), or -1 */
+  int *tail_reads;      /* by value id: the tail reading it (a body's inputs and outputs), or -1 */
+  int *done;            /* by unit: the pass that last derived a tail */
+  int pass;
   const Op **key;       /* op -> unit, open addressing, power-of-two size */
   int *val;
   size_t cap;
@@ -516,10 +530,10 @@ static bool follow_partial_sums(Prop *P, Op *op, uint16_t inner) {
   return changed;
 }
 
-static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
+/* A loop's body inputs from its operands (and pins): the first step of derive_loop. */
+static void loop_head(Prop *P, Op *op, uint16_t blocked) {
   IrFunc *b = op->body;
-  uint16_t stages = loop_stage_axes(op);
-  uint16_t inner = blocked | stages;
+  uint16_t inner = blocked | loop_stage_axes(op);
   for (int i = 0; i < b->ninputs && i < op->noperands; i++) {
     Value *in = b->inputs[i], *outer = op->operands[i];
     if (P->kind[in->id] == V_FIXED) {
@@ -552,8 +566,11 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
     set_derived(in, &s, op->loc);
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
   }
-  derive_func(P, b, inner);
-  if (follow_partial_sums(P, op, inner)) derive_func(P, b, inner);
+}
+
+/* A loop's results from its body (and pins), and its plan: the last step of derive_loop. */
+static void loop_tail(Prop *P, Op *op) {
+  IrFunc *b = op->body;
   /* carried results: the carried body input's sharding (one for every iteration) */
   for (int r = 0; r < op->ncarried && r < op->nresults && op->nslices + r < b->ninputs; r++) {
     Value *res = op->results[r], *in = b->inputs[op->nslices + r];
@@ -577,6 +594,15 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
   OpPlan *pl = op_plan(P, op);
   memset(pl, 0, sizeof *pl);
   pl->reshape_bad_dim = -1;
+}
+
+static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
+  IrFunc *b = op->body;
+  uint16_t inner = blocked | loop_stage_axes(op);
+  loop_head(P, op, blocked);
+  derive_func(P, b, inner);
+  if (follow_partial_sums(P, op, inner)) derive_func(P, b, inner);
+  loop_tail(P, op);
 }
 
 static void derive_reshape(Prop *P, Op *op) {
@@ -682,43 +708,64 @@ static int unit_index(const Units *U, const Op *op) {
   return U->key[j] ? U->val[j] : -1;
 }
 
-static void units_mark_body(Prop *P, const IrFunc *f, int u) {
-  for (int i = 0; i < f->ninputs; i++)
-    if (f->inputs[i] && f->inputs[i]->id < P->nvalues) P->units.of_value[f->inputs[i]->id] = u;
-  for (const Op *op = f->first; op; op = op->next) {
+static int units_add(Units *U, Op *op, int kind, uint16_t blocked, int parent_head) {
+  U->u[U->n] = (UnitInfo){.op = op, .kind = (uint8_t)kind, .blocked = blocked, .tail = -1, .parent_head = parent_head};
+  return U->n++;
+}
+
+static int units_count(const IrFunc *f) {
+  int n = 0;
+  for (const Op *op = f->first; op; op = op->next) n += op->kind == OP_LOOP && op->body ? 2 + units_count(op->body) : 1;
+  return n;
+}
+
+static void units_func(Prop *P, IrFunc *f, uint16_t blocked, int parent_head) {
+  Units *U = &P->units;
+  for (Op *op = f->first; op; op = op->next) {
+    bool loop = op->kind == OP_LOOP && op->body;
+    int u = units_add(U, op, loop ? UNIT_HEAD : UNIT_OP, blocked, parent_head);
+    size_t j = unit_slot(U, op);
+    U->key[j] = op;
+    U->val[j] = u;
+    if (!loop) {
+      for (int r = 0; r < op->nresults; r++)
+        if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = u;
+      continue;
+    }
+    IrFunc *b = op->body;
+    for (int i = 0; i < b->ninputs; i++)
+      if (b->inputs[i] && b->inputs[i]->id < P->nvalues) U->of_value[b->inputs[i]->id] = u;
+    units_func(P, b, (uint16_t)(blocked | loop_stage_axes(op)), u);
+    int t = units_add(U, op, UNIT_TAIL, blocked, parent_head);
+    U->u[u].tail = t;
     for (int r = 0; r < op->nresults; r++)
-      if (op->results[r] && op->results[r]->id < P->nvalues) P->units.of_value[op->results[r]->id] = u;
-    if (op->kind == OP_LOOP && op->body) units_mark_body(P, op->body, u);
+      if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = t;
+    for (int i = 0; i < b->ninputs; i++)
+      if (b->inputs[i] && b->inputs[i]->id < P->nvalues) U->tail_reads[b->inputs[i]->id] = t;
+    for (int i = 0; i < b->noutputs; i++)
+      if (b->outputs[i] && b->outputs[i]->id < P->nvalues) U->tail_reads[b->outputs[i]->id] = t;
   }
 }
 
 static void units_build(Prop *P) {
   Units *U = &P->units;
-  int n = 0;
-  for (Op *op = P->m->main->first; op; op = op->next) n++;
-  U->n = n;
-  U->op = ARENA_ARRAY(P->a, Op *, n > 0 ? n : 1);
+  int n = units_count(P->m->main), nv = P->nvalues > 0 ? P->nvalues : 1;
+  U->n = 0;
+  U->u = ARENA_ARRAY(P->a, UnitInfo, n > 0 ? n : 1);
   U->heap = ARENA_ARRAY(P->a, int, n > 0 ? n : 1);
   U->queued = ARENA_ARRAY(P->a, bool, n > 0 ? n : 1);
-  U->of_value = ARENA_ARRAY(P->a, int, P->nvalues > 0 ? P->nvalues : 1);
-  for (int i = 0; i < P->nvalues; i++) U->of_value[i] = -1;
-  U->stamp = ARENA_ARRAY(P->a, int, P->nvalues > 0 ? P->nvalues : 1);
-  U->in_order = ARENA_ARRAY(P->a, bool, P->nvalues > 0 ? P->nvalues : 1);
+  U->done = ARENA_ARRAY(P->a, int, n > 0 ? n : 1);
+  U->of_value = ARENA_ARRAY(P->a, int, nv);
+  U->tail_reads = ARENA_ARRAY(P->a, int, nv);
+  for (int i = 0; i < P->nvalues; i++) U->of_value[i] = U->tail_reads[i] = -1;
+  U->stamp = ARENA_ARRAY(P->a, int, nv);
+  U->in_order = ARENA_ARRAY(P->a, bool, nv);
   for (int i = 0; i < P->order.len; i++) U->in_order[P->order.data[i]->id] = true;
   U->cap = 16;
   while (U->cap < 2 * (size_t)n + 2) U->cap *= 2;
   U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
   U->val = ARENA_ARRAY(P->a, int, U->cap);
-  int i = 0;
-  for (Op *op = P->m->main->first; op; op = op->next, i++) {
-    U->op[i] = op;
-    size_t j = unit_slot(U, op);
-    U->key[j] = op;
-    U->val[j] = i;
-    for (int r = 0; r < op->nresults; r++)
-      if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = i;
-    if (op->kind == OP_LOOP && op->body) units_mark_body(P, op->body, i);
-  }
+  units_func(P, P->m->main, 0, -1);
 }
 
 static void unit_push(Units *U, int u) {
@@ -755,62 +802,96 @@ static void save_plan(Prop *P, Op *op) {
   VEC_PUSH(P->a, P->units.saved_p, sp);
 }
 
-static void save_func(Prop *P, IrFunc *f) {
-  for (int i = 0; i < f->ninputs; i++) save_value(P, f->inputs[i]);
-  for (Op *op = f->first; op; op = op->next) {
-    save_plan(P, op);
-    for (int r = 0; r < op->nresults; r++)
-      if (op->results[r]) save_value(P, op->results[r]);
-    if (op->kind == OP_LOOP && op->body) save_func(P, op->body);
+/* v's sharding changed: queue the units that read it. */
+static void unit_changed(Prop *P, const Value *v) {
+  Units *U = &P->units;
+  if (v->id < 0 || v->id >= P->nvalues) return;
+  for (int k = 0; k < P->uses[v->id].len; k++) unit_push(U, unit_index(U, P->uses[v->id].data[k].op));
+  unit_push(U, U->tail_reads[v->id]);
+}
+
+/* Queues the units reading the values saved from `first` on (n of them) whose sharding changed. */
+static void changed_since(Prop *P, int first, int n) {
+  for (int i = first; i < first + n; i++) {
+    const SavedValue *sv = &P->units.saved_v.data[i];
+    if (!sharding_equal(&sv->old.sharding, &sv->v->sharding, sv->v->type.rank)) unit_changed(P, sv->v);
   }
 }
 
-/* Saves what deriving unit op may overwrite: its results first (derive_from compares them), its
- * plan, and for a loop its operands (zeros it may make partial) and its whole body. */
-static void save_unit(Prop *P, Op *op) {
+static void drain(Prop *P, int limit);
+
+/* Derives unit u again, as derive() would at its place, and queues what reads what changed. A
+ * head first derives again its loop's zeros that are a broadcast (read by the loop alone), as
+ * derive() does before the loop overwrites them. A tail runs follow_partial_sums and, where it
+ * changed an accumulator, derives again the body units reading it before finishing (derive()'s
+ * second pass over the body). */
+static void derive_unit(Prop *P, int u) {
+  Units *U = &P->units;
+  UnitInfo *ui = &U->u[u];
+  Op *op = ui->op;
+  PlanCtx c = plan_ctx(P, ui->blocked);
+  VEC_PUSH(P->a, U->trial_ops, op);
+  U->derived++;
+  if (ui->kind == UNIT_OP) {
+    int first = U->saved_v.len;
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r]) save_value(P, op->results[r]);
+    save_plan(P, op);
+    derive_any(P, &c, op, ui->blocked);
+    changed_since(P, first, U->saved_v.len - first);
+    return;
+  }
+  IrFunc *b = op->body;
+  if (ui->kind == UNIT_HEAD) {
+    for (int i = op->nslices; i < op->noperands; i++) {
+      Op *d = op->operands[i]->def;
+      if (d && d->kind != OP_CONST && d->func == op->func && zero_for(P, op->operands[i])) {
+        save_value(P, op->operands[i]);
+        save_plan(P, d);
+        derive_any(P, &c, d, ui->blocked);
+        VEC_PUSH(P->a, U->trial_ops, d);
+      }
+    }
+    int first = U->saved_v.len;
+    for (int i = 0; i < b->ninputs; i++) save_value(P, b->inputs[i]);
+    for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
+    loop_head(P, op, ui->blocked);
+    changed_since(P, first, b->ninputs);
+    unit_push(U, ui->tail);
+    return;
+  }
+  if (U->done[u] == U->pass) return; /* nothing in the body changed since */
+  U->done[u] = U->pass;
+  int first = U->saved_v.len;
+  for (int i = 0; i < b->ninputs; i++) save_value(P, b->inputs[i]);
+  for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
+  if (follow_partial_sums(P, op, (uint16_t)(ui->blocked | loop_stage_axes(op)))) {
+    changed_since(P, first, b->ninputs);
+    drain(P, u);
+  }
+  first = U->saved_v.len;
   for (int r = 0; r < op->nresults; r++)
     if (op->results[r]) save_value(P, op->results[r]);
   save_plan(P, op);
-  if (op->kind != OP_LOOP || !op->body) return;
-  for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
-  save_func(P, op->body);
+  loop_tail(P, op);
+  changed_since(P, first, U->saved_v.len - first);
 }
 
-/* Derives unit op again. A loop's zeros that are a broadcast (read by the loop alone) are derived
- * again first, as derive() does before the loop overwrites them. */
-static void derive_unit(Prop *P, Op *op) {
-  PlanCtx c = plan_ctx(P, 0);
-  if (op->kind == OP_LOOP && op->body)
-    for (int i = op->nslices; i < op->noperands; i++) {
-      Op *d = op->operands[i]->def;
-      if (d && d->kind != OP_CONST && d->func == P->m->main && zero_for(P, op->operands[i])) {
-        save_unit(P, d);
-        derive_any(P, &c, d, 0);
-        VEC_PUSH(P->a, P->units.trial_ops, d);
-      }
-    }
-  derive_any(P, &c, op, 0);
+/* Derives the queued units before `limit`, least first. */
+static void drain(Prop *P, int limit) {
+  Units *U = &P->units;
+  while (U->nheap > 0 && U->heap[0] < limit) derive_unit(P, unit_pop(U));
 }
 
-/* derive() after v's pin changed, deriving only what depends on v (see above). */
+/* derive() after v's pin changed, deriving only what depends on v (see above): v's unit, and the
+ * heads of the loops around it (so that their tails run follow_partial_sums as derive() does). */
 static void derive_from(Prop *P, const Value *v) {
   Units *U = &P->units;
-  unit_push(U, v->id < P->nvalues ? U->of_value[v->id] : -1);
-  while (U->nheap > 0) {
-    int u = unit_pop(U);
-    Op *op = U->op[u];
-    int first = U->saved_v.len;
-    save_unit(P, op);
-    derive_unit(P, op);
-    VEC_PUSH(P->a, U->trial_ops, op);
-    U->derived++;
-    for (int r = 0; r < op->nresults; r++) {
-      Value *res = op->results[r];
-      if (!res || sharding_equal(&U->saved_v.data[first + r].old.sharding, &res->sharding, res->type.rank)) continue;
-      for (int k = 0; res->id < P->nvalues && k < P->uses[res->id].len; k++)
-        unit_push(U, unit_index(U, P->uses[res->id].data[k].op));
-    }
-  }
+  U->pass++;
+  int u = v->id < P->nvalues ? U->of_value[v->id] : -1;
+  unit_push(U, u);
+  for (int h = u >= 0 ? U->u[u].parent_head : -1; h >= 0; h = U->u[h].parent_head) unit_push(U, h);
+  drain(P, INT32_MAX);
 }
 
 static int layout_match(const Prop *P, const Value *v, const Sharding *a);
@@ -828,7 +909,7 @@ static void trial_account(Prop *P) {
     U->stamp[v->id] = U->trial;
     if (sharding_equal(old, &v->sharding, v->type.rank)) continue; /* (bytes past a dim's axes are free) */
     if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
-    if (v->func == P->m->main) VEC_PUSH(P->a, U->trial_vals, v);
+    VEC_PUSH(P->a, U->trial_vals, v);
   }
   partition_ledger_update(U->ledger, U->trial_ops.data, U->trial_ops.len, U->trial_vals.data, U->trial_vals.len);
 }
