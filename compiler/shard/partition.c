@@ -64,8 +64,7 @@ typedef struct Walk {
   VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
   const Value *orig[2]; /* the op being partitioned: its first two operands as written */
   Op *hint;             /* the op inserted last (insert_before) */
-  struct PartLedger *ledger; /* a ledger's walk of one unit: main's reshards go to its keys */
-  const void *ledger_cache;  /* main's cache, which the ledger's keys stand for */
+  struct PartLedger *ledger; /* a ledger's walk of one unit: every cached reshard goes to its keys */
 } Walk;
 
 /* A cross entropy over a sharded class dim keeps its logsumexp (labels-shaped, f32) for its
@@ -570,7 +569,7 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
 static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
-  if (W->ledger && (const void *)cache == W->ledger_cache) return ledger_reshard(W, f, v, to, mult);
+  if (W->ledger) return ledger_reshard(W, f, v, to, mult);
   for (int i = 0; i < cache->len; i++)
     if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
         sharding_equal(&cache->data[i].to, to, v->type.rank))
@@ -1262,10 +1261,9 @@ static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
   return arena_printf(W->m->arena, "the gradient of %s (one layer's row)", name + 5);
 }
 
-static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+/* A loop's carried and invariant values resharded before it to the body's sharding. */
+static void walk_loop_head(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
-  if (!b) return;
-  double trips = op->count > 0 ? (double)op->count : 1;
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     bool carried = i < op->nslices + op->ncarried;
@@ -1276,8 +1274,13 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
     Value *nv = reshard_value(W, f, op, outer, &in->sharding, mult, cache, NULL, -1, who, op->loc);
     if (W->apply) op->operands[i] = nv;
   }
-  CacheVec inner = {0};
-  walk_func(W, b, mult * trips, &inner);
+}
+
+/* The body's end (inner: the body's cache): carried values resharded for the next iteration, a
+ * pipeline's stage transfers, stacked rows as their result holds them. */
+static void walk_loop_tail(Walk *W, Op *op, double mult, CacheVec *inner) {
+  IrFunc *b = op->body;
+  double trips = op->count > 0 ? (double)op->count : 1;
   W->phase = op->phase; /* the body's end: carried and stacked values as the loop holds them */
   uint16_t st = stage_axes(op);
   int64_t stages = sharding_axes_product(W->mesh, st);
@@ -1286,7 +1289,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
     const char *who = WHO(W,
                                    "the next iteration of the loop at %s (carried %s: %s)", where(W, op->loc),
                                    value_text(W, in), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
-    Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, &inner, NULL, -1, who, op->loc);
+    Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, inner, NULL, -1, who, op->loc);
     if (W->apply) b->outputs[r] = nv;
     if (stages > 1) { /* pipeline: the activations move to the next stage at each stage boundary */
       int mb = microbatches(W->p), pmb = pipe_microbatches(W);
@@ -1328,10 +1331,20 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
                                    res->name ? res->name : "its result", W->apply ? ", " : "",
                                    W->apply ? shard_text(W, &res->type, &res->sharding) : "");
     W->subject = stacked_grad_subject(W, op, r);
-    Value *nv = reshard_value(W, b, NULL, out, &want, mult * trips, &inner, NULL, -1, who, op->loc);
+    Value *nv = reshard_value(W, b, NULL, out, &want, mult * trips, inner, NULL, -1, who, op->loc);
     W->subject = NULL;
     if (W->apply) b->outputs[r] = nv;
   }
+}
+
+static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  IrFunc *b = op->body;
+  if (!b) return;
+  double trips = op->count > 0 ? (double)op->count : 1;
+  walk_loop_head(W, f, op, mult, cache);
+  CacheVec inner = {0};
+  walk_func(W, b, mult * trips, &inner);
+  walk_loop_tail(W, op, mult, &inner);
   op->partitioned = W->apply;
 }
 
@@ -1457,17 +1470,32 @@ typedef struct LedgerKey {
 typedef VEC(LedgerKey *) KeyVec;
 typedef VEC(int) IntVec;
 
+enum { LU_OP, LU_HEAD, LU_TAIL, LU_OUTPUTS };
+
+/* One unit of the walk: an op of any function, a loop's head (its operands resharded, in the
+ * loop's function) or tail (its body's end), or main's outputs. */
+typedef struct LedgerUnit {
+  Op *op;
+  IrFunc *f;            /* the function it is walked in (a tail: the loop's) */
+  uint8_t kind;         /* LU_* */
+  int tail;             /* a head: its tail */
+  double mult;          /* the walk's multiplier there (loop bodies: their trips) */
+} LedgerUnit;
+
 struct PartLedger {
   IrModule *m;
   const Program *p;
   Arena a;
-  Op **unit;            /* main's ops in program order; unit n stands for main's outputs */
+  LedgerUnit *unit;     /* in program order, loop bodies between their head and tail; the last
+                           stands for main's outputs */
   int n;
   const Op **okey;      /* op -> unit, open addressing */
   int *oval;
   size_t ocap;
   int nvalues;
-  IntVec *users;        /* by value id (main's values): the units reading it */
+  IntVec *users;        /* by value id: the units reading it (a loop's: its head; a body's inputs and
+                           outputs: the tail too) */
+  int *def_unit;        /* by value id: the unit making it (a loop result: its tail), or -1 */
   bool *is_output;      /* by value id: an output of main */
   PartCost *own;        /* by unit: its collectives but main's cached reshards */
   KeyVec *req;          /* by unit: the keys it asked for */
@@ -1477,7 +1505,7 @@ struct PartLedger {
   size_t cap, len;
   bool *dirty;
   IntVec list;
-  CacheVec main_cache;  /* never filled: stands for main's cache in the ledger's walks */
+  CacheVec cache;       /* never filled: stands for every function's cache in the ledger's walks */
   int cur;              /* the unit being walked */
   long double time_s, count;
   long errors;
@@ -1584,7 +1612,7 @@ static void ledger_mark_users(PartLedger *L, const Value *v, int depth) {
   for (int i = 0; i < L->users[v->id].len; i++) {
     int u = L->users[v->id].data[i];
     ledger_mark(L, u);
-    const Op *op = u < L->n ? L->unit[u] : NULL;
+    const Op *op = u < L->n && L->unit[u].kind == LU_OP ? L->unit[u].op : NULL;
     if (op && op->kind == OP_RENAME && op->nresults == 1) ledger_mark_users(L, op->results[0], depth + 1);
   }
 }
@@ -1616,14 +1644,21 @@ static void ledger_rewalk(PartLedger *L) {
   }
   Arena tmp;
   arena_init(&tmp);
-  Walk W = {.m = L->m, .p = L->p, .mesh = L->p->mesh, .apply = false, .tmp = &tmp, .ledger = L,
-            .ledger_cache = &L->main_cache};
+  Walk W = {.m = L->m, .p = L->p, .mesh = L->p->mesh, .apply = false, .tmp = &tmp, .ledger = L};
   for (int i = 0; i < L->list.len; i++) {
     int u = L->list.data[i];
     L->cur = u;
     W.cost = (PartCost){0};
-    if (u == L->n) walk_outputs(&W, &L->main_cache);
-    else walk_op(&W, L->m->main, L->unit[u], 1, &L->main_cache);
+    const LedgerUnit *lu = &L->unit[u];
+    if (lu->kind == LU_OUTPUTS) {
+      walk_outputs(&W, &L->cache);
+    } else if (lu->kind == LU_OP) {
+      walk_op(&W, lu->f, lu->op, lu->mult, &L->cache);
+    } else if (!lu->op->partitioned) {
+      W.phase = lu->op->phase;
+      if (lu->kind == LU_HEAD) walk_loop_head(&W, lu->f, lu->op, lu->mult, &L->cache);
+      else walk_loop_tail(&W, lu->op, lu->mult, &L->cache);
+    }
     L->own[u] = W.cost;
     L->time_s += W.cost.time_s;
     L->count += W.cost.count;
@@ -1635,6 +1670,52 @@ static void ledger_rewalk(PartLedger *L) {
   arena_free(&tmp);
 }
 
+static int ledger_count(const IrFunc *f) {
+  int n = 0;
+  for (const Op *op = f->first; op; op = op->next) n += op->kind == OP_LOOP && op->body ? 2 + ledger_count(op->body) : 1;
+  return n;
+}
+
+static void ledger_user(PartLedger *L, const Value *v, int u) {
+  IntVec *uv = v && v->id >= 0 && v->id < L->nvalues ? &L->users[v->id] : NULL;
+  if (uv && (!uv->len || uv->data[uv->len - 1] != u)) VEC_PUSH(&L->a, *uv, u);
+}
+
+static void ledger_def(PartLedger *L, const Value *v, int u) {
+  if (v && v->id >= 0 && v->id < L->nvalues) L->def_unit[v->id] = u;
+}
+
+static int ledger_add(PartLedger *L, Op *op, IrFunc *f, int kind, double mult) {
+  L->unit[L->n] = (LedgerUnit){.op = op, .f = f, .kind = (uint8_t)kind, .tail = -1, .mult = mult};
+  L->is_ce[L->n] = kind == LU_OP && (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD);
+  L->any_ce |= L->is_ce[L->n];
+  return L->n++;
+}
+
+/* f's units, in the walk's order, with their users and defining units. */
+static void ledger_func(PartLedger *L, IrFunc *f, double mult) {
+  for (Op *op = f->first; op; op = op->next) {
+    bool loop = op->kind == OP_LOOP && op->body;
+    int u = ledger_add(L, op, f, loop ? LU_HEAD : LU_OP, mult);
+    size_t j = ledger_op_slot(L, op);
+    L->okey[j] = op;
+    L->oval[j] = u;
+    for (int k = 0; k < op->noperands; k++) ledger_user(L, op->operands[k], u);
+    if (!loop) {
+      for (int r = 0; r < op->nresults; r++) ledger_def(L, op->results[r], u);
+      continue;
+    }
+    IrFunc *b = op->body;
+    for (int i = 0; i < b->ninputs; i++) ledger_user(L, b->inputs[i], u), ledger_def(L, b->inputs[i], u);
+    ledger_func(L, b, mult * (op->count > 0 ? (double)op->count : 1));
+    int t = ledger_add(L, op, f, LU_TAIL, mult);
+    L->unit[u].tail = t;
+    for (int i = 0; i < b->ninputs; i++) ledger_user(L, b->inputs[i], t);
+    for (int i = 0; i < b->noutputs; i++) ledger_user(L, b->outputs[i], t);
+    for (int r = 0; r < op->nresults; r++) ledger_user(L, op->results[r], t), ledger_def(L, op->results[r], t);
+  }
+}
+
 PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
   if (!m || !m->main || !p || !p->mesh) return NULL;
   PartLedger *L = calloc(1, sizeof *L);
@@ -1642,51 +1723,43 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
   L->m = m;
   L->p = p;
   arena_init(&L->a);
-  int n = 0;
-  for (Op *op = m->main->first; op; op = op->next) n++;
-  L->n = n;
-  L->unit = ARENA_ARRAY(&L->a, Op *, n + 1);
+  int n = ledger_count(m->main);
+  L->unit = ARENA_ARRAY(&L->a, LedgerUnit, n + 1);
   L->ocap = 16;
   while (L->ocap < 2 * (size_t)n + 2) L->ocap *= 2;
   L->okey = ARENA_ARRAY(&L->a, const Op *, L->ocap);
   L->oval = ARENA_ARRAY(&L->a, int, L->ocap);
   L->nvalues = m->nvalues > 0 ? m->nvalues : 1;
   L->users = ARENA_ARRAY(&L->a, IntVec, L->nvalues);
+  L->def_unit = ARENA_ARRAY(&L->a, int, L->nvalues);
+  for (int i = 0; i < L->nvalues; i++) L->def_unit[i] = -1;
   L->is_output = ARENA_ARRAY(&L->a, bool, L->nvalues);
   L->own = ARENA_ARRAY(&L->a, PartCost, n + 1);
   L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
   L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
   L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
-  int i = 0;
-  for (Op *op = m->main->first; op; op = op->next, i++) {
-    L->unit[i] = op;
-    size_t j = ledger_op_slot(L, op);
-    L->okey[j] = op;
-    L->oval[j] = i;
-    L->is_ce[i] = op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD;
-    L->any_ce |= L->is_ce[i];
-    for (int k = 0; k < op->noperands; k++) {
-      const Value *v = op->operands[k];
-      IntVec *uv = v && v->id >= 0 && v->id < L->nvalues ? &L->users[v->id] : NULL;
-      if (uv && (!uv->len || uv->data[uv->len - 1] != i)) VEC_PUSH(&L->a, *uv, i);
-    }
-  }
+  ledger_func(L, m->main, 1);
+  L->unit[L->n] = (LedgerUnit){.kind = LU_OUTPUTS, .f = m->main, .tail = -1, .mult = 1};
   for (int k = 0; k < m->main->noutputs; k++) {
     const Value *v = m->main->outputs[k];
     if (v && v->id >= 0 && v->id < L->nvalues) L->is_output[v->id] = true;
   }
-  for (int u = 0; u <= n; u++) ledger_mark(L, u);
+  for (int u = 0; u <= L->n; u++) ledger_mark(L, u);
   ledger_rewalk(L);
   return L;
 }
 
 void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals) {
   if (!L) return;
-  for (int i = 0; i < nops; i++) ledger_mark(L, ledger_unit_of(L, ops[i]));
+  for (int i = 0; i < nops; i++) {
+    int u = ledger_unit_of(L, ops[i]);
+    ledger_mark(L, u);
+    if (u >= 0 && L->unit[u].kind == LU_HEAD) ledger_mark(L, L->unit[u].tail);
+  }
   for (int i = 0; i < nvals; i++) {
     const Value *v = vals[i];
-    if (!v || v->func != L->m->main) continue;
-    ledger_mark(L, ledger_unit_of(L, v->def));
+    if (!v || v->id < 0 || v->id >= L->nvalues) continue;
+    ledger_mark(L, L->def_unit[v->id]);
     ledger_mark_users(L, v, 0);
   }
   ledger_rewalk(L);
