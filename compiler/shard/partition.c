@@ -1510,7 +1510,26 @@ struct PartLedger {
   long double time_s, count;
   long errors;
   long walked;          /* units walked (statistics) */
+  /* a trial's undo log (partition_ledger_begin .. rollback): each unit walked again, with its
+   * figures and keys before; each key whose cost a walk set anew */
+  bool logging;
+  VEC(struct LedgerUndo) undo;
+  KeyVec undo_keys;     /* the old keys of the units in `undo`, one run each */
+  VEC(struct KeyCost) undo_costs;
+  long double saved_time_s, saved_count;
+  long saved_errors;
 };
+
+typedef struct LedgerUndo {
+  int unit;
+  PartCost own;
+  int first, n;         /* its old keys: undo_keys[first .. first + n) */
+} LedgerUndo;
+
+typedef struct KeyCost {
+  LedgerKey *e;
+  double time_s, count;
+} KeyCost;
 
 static uint64_t ledger_hash(const LedgerKey *k) {
   uint64_t h = (uint64_t)(uintptr_t)k->v * 0x9e3779b97f4a7c15ull ^ (uint64_t)k->phase;
@@ -1580,6 +1599,7 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
   if (!e || e->refs == 0) {
     Reshard rs;
     if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+    if (e && L->logging) VEC_PUSH(&L->a, L->undo_costs, ((KeyCost){e, e->time_s, e->count}));
     if (!e) {
       if (2 * (L->len + 1) > L->cap) ledger_grow(L);
       e = ARENA_NEW(&L->a, LedgerKey);
@@ -1631,6 +1651,11 @@ static void ledger_rewalk(PartLedger *L) {
   qsort(L->list.data, (size_t)L->list.len, sizeof(int), cmp_int);
   for (int i = 0; i < L->list.len; i++) {
     int u = L->list.data[i];
+    if (L->logging) {
+      LedgerUndo un = {.unit = u, .own = L->own[u], .first = L->undo_keys.len, .n = L->req[u].len};
+      VEC_PUSH(&L->a, L->undo, un);
+      for (int k = 0; k < L->req[u].len; k++) VEC_PUSH(&L->a, L->undo_keys, L->req[u].data[k]);
+    }
     L->time_s -= L->own[u].time_s;
     L->count -= L->own[u].count;
     L->errors -= L->own[u].errors;
@@ -1763,6 +1788,46 @@ void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *con
     ledger_mark_users(L, v, 0);
   }
   ledger_rewalk(L);
+}
+
+void partition_ledger_begin(PartLedger *L) {
+  if (!L) return;
+  L->logging = true;
+  L->undo.len = L->undo_keys.len = L->undo_costs.len = 0;
+  L->saved_time_s = L->time_s;
+  L->saved_count = L->count;
+  L->saved_errors = L->errors;
+}
+
+void partition_ledger_commit(PartLedger *L) {
+  if (!L) return;
+  L->logging = false;
+  L->undo.len = L->undo_keys.len = L->undo_costs.len = 0;
+}
+
+void partition_ledger_rollback(PartLedger *L) {
+  if (!L || !L->logging) return;
+  for (int i = L->undo.len - 1; i >= 0; i--) {
+    const LedgerUndo *un = &L->undo.data[i];
+    KeyVec *r = &L->req[un->unit];
+    for (int k = 0; k < r->len; k++) r->data[k]->refs--;
+    r->len = 0;
+    for (int k = 0; k < un->n; k++) {
+      LedgerKey *e = L->undo_keys.data[un->first + k];
+      e->refs++;
+      VEC_PUSH(&L->a, *r, e);
+    }
+    L->own[un->unit] = un->own;
+  }
+  for (int i = L->undo_costs.len - 1; i >= 0; i--) {
+    const KeyCost *kc = &L->undo_costs.data[i];
+    kc->e->time_s = kc->time_s;
+    kc->e->count = kc->count;
+  }
+  L->time_s = L->saved_time_s;
+  L->count = L->saved_count;
+  L->errors = L->saved_errors;
+  partition_ledger_commit(L);
 }
 
 PartCost partition_ledger_cost(const PartLedger *L) {

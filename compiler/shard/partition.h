@@ -177,6 +177,11 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p);
 void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals);
 PartCost partition_ledger_cost(const PartLedger *L);
 long partition_ledger_walked(const PartLedger *L); /* ops walked since created (statistics) */
+/* A trial: updates after begin are undone by rollback (the figures and keys put back as they were
+ * at begin, exactly), or kept by commit. */
+void partition_ledger_begin(PartLedger *L);
+void partition_ledger_rollback(PartLedger *L);
+void partition_ledger_commit(PartLedger *L);
 void partition_ledger_free(PartLedger *L);
 
 /* Inserts the collectives into m (every function and loop body), records each one's reason, and

@@ -1270,6 +1270,7 @@ static void search(Prop *P) {
         P->pinned[v->id] = true;
         P->pin[v->id] = c.s[k];
         int layout = P->units.layout;
+        partition_ledger_begin(P->units.ledger);
         derive_from(P, v);
         trial_account(P);
         Score s = score_kept(P);
@@ -1278,14 +1279,14 @@ static void search(Prop *P) {
           best = s;
           improved = true;
           accepted++;
+          partition_ledger_commit(P->units.ledger);
           commit_trial(P);
         } else {
           P->pinned[v->id] = was;
           P->pin[v->id] = old;
           undo_trial(P);
           P->units.layout = layout;
-          partition_ledger_update(P->units.ledger, P->units.trial_ops.data, P->units.trial_ops.len,
-                                  P->units.trial_vals.data, P->units.trial_vals.len);
+          partition_ledger_rollback(P->units.ledger);
           commit_trial(P);
           if (audit) audit_trial(P, NULL);
         }
