@@ -64,6 +64,8 @@ typedef struct Walk {
   VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
   const Value *orig[2]; /* the op being partitioned: its first two operands as written */
   Op *hint;             /* the op inserted last (insert_before) */
+  Value **subst;        /* by value id: what its later readers read instead (replace_later) */
+  int nsubst;
   struct PartLedger *ledger; /* a ledger's walk of one unit: every cached reshard goes to its keys */
 } Walk;
 
@@ -545,6 +547,33 @@ static void insert_before(Walk *W, IrFunc *f, Op *pos, Op *op) {
   W->hint = op;
 }
 
+/* ir_replace_uses(f, from, to) for the uses of `from` the walk has not reached yet, which are all
+ * of them but the collectives just made for it (a value is read after its op, and the walk is
+ * at its op): each later op's operands, and f's outputs, are replaced as the walk reaches them
+ * (take_replaced), instead of searching the whole function for every replaced value. */
+static void replace_later(Walk *W, const Value *from, Value *to) {
+  if (from->id < 0) return;
+  if (from->id >= W->nsubst) {
+    int n = W->nsubst ? W->nsubst : 1024;
+    while (n <= from->id) n *= 2;
+    Value **ns = ARENA_ARRAY(W->tmp, Value *, n);
+    if (W->nsubst) memcpy(ns, W->subst, sizeof *ns * (size_t)W->nsubst);
+    W->subst = ns;
+    W->nsubst = n;
+  }
+  W->subst[from->id] = to;
+}
+
+static Value *replaced(const Walk *W, Value *v) {
+  for (int k = 0; v && v->id >= 0 && v->id < W->nsubst && W->subst[v->id] && k < 64; k++) v = W->subst[v->id];
+  return v;
+}
+
+static void take_replaced(const Walk *W, Value **vals, int n) {
+  if (!W->nsubst) return;
+  for (int i = 0; i < n; i++) vals[i] = replaced(W, vals[i]);
+}
+
 static void splice_before(Walk *W, IrFunc *f, Op *pos, Op *first) {
   while (first) {
     Op *n = first->next;
@@ -894,7 +923,7 @@ static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   y->shard_source = res->shard_source;
   memcpy(y->dim_src, res->dim_src, sizeof y->dim_src);
   memcpy(y->dim_loc, res->dim_loc, sizeof y->dim_loc);
-  ir_replace_uses(f, res, y);
+  replace_later(W, res, y);
   ir_remove(f, op);
   return y;
 }
@@ -1003,7 +1032,7 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   raw_origins(r, op);
   Value *last;
   Op *first = chain_new(W, f, op->loc, r, &rs, NULL, -1, who, &last);
-  ir_replace_uses(f, r, last); /* the chain is not in f yet: it keeps reading r */
+  replace_later(W, r, last); /* the chain keeps reading r */
   splice_before(W, f, after->next, first);
   /* the final value takes r's identity as the source knows it */
   last->name = r->name;
@@ -1070,7 +1099,7 @@ static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
   Op *c = coll_new(W, f, OP_ALL_REDUCE, op->loc, r, &pl->natural, pl->max_axes, why);
   c->reduce_max = true;
   Value *cr = c->results[0];
-  ir_replace_uses(f, r, cr);
+  replace_later(W, r, cr);
   insert_before(W, f, op->next, c);
   cr->name = r->name;
   cr->spec = r->spec;
@@ -1371,6 +1400,7 @@ static void route_tokens_whole(Walk *W, const Op *op) {
 }
 
 static void walk_op(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  if (W->apply) take_replaced(W, op->operands, op->noperands);
   if (op->partitioned || ir_op_is_collective(op->kind)) return;
   W->phase = op->phase;
   if (op->kind == OP_LOOP) {
@@ -1390,6 +1420,7 @@ static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
     next = op->next;
     walk_op(W, f, op, mult, cache);
   }
+  if (W->apply) take_replaced(W, f->outputs, f->noutputs);
 }
 
 /* The entry's outputs take its written return type (ir_build already made them carry it; this
