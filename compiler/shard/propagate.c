@@ -11,7 +11,8 @@
  *
  * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
  * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
- * partition_cost() better. Only pins persist between derivations, so the result depends on
+ * partition_cost() better. A trial derives again only the units its pin reaches (derive_from),
+ * costs them in partition.c's ledger, and is undone from what it saved. Only pins persist between derivations, so the result depends on
  * nothing but the IR, the program and the (deterministic) order of the search. */
 #include <math.h>
 #include <stdint.h>
@@ -104,7 +105,7 @@ typedef struct Units {
   VEC(SavedValue) saved_v;
   VEC(SavedPlan) saved_p;
   VEC(Op *) trial_ops;  /* the units a trial derived again (the ledger walks them again) */
-  VEC(Value *) trial_vals; /* main's values whose sharding a trial changed */
+  VEC(Value *) trial_vals; /* the values whose sharding a trial changed */
   int *stamp;           /* by value id: the trial that last listed it */
   int trial;
   bool *in_order;       /* by value id: a FREE value (the layout term counts it) */
