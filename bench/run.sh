@@ -43,6 +43,12 @@ if [ -x "$build/bench/bench_fit" ]; then
   "$build/bench/bench_fit" --blocks 100 --reps 1 --out "$build/bench/fit_100.shard" >/dev/null
 fi
 
+# ---- check's pass pipeline on N unrolled matmul layers (bench/bench_propagate.c) ----
+if [ -x "$build/bench/bench_propagate" ]; then
+  echo "bench: propagation: $build/bench/bench_propagate --reps 3"
+  "$build/bench/bench_propagate" --reps 3
+fi
+
 # ---- the runtime: GEMM vs cblas_sgemm, AllReduce vs memcpy, barriers (bench/bench_runtime.c) ----
 if [ -x "$build/bench/bench_runtime" ]; then
   echo "bench: runtime: $build/bench/bench_runtime --reps 5"

@@ -191,6 +191,11 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
   /* an updated param or state takes the buffer of what it replaces (main only) */
   const StepInfo *si = W->m->step;
   if (f == W->m->main && si) {
+    int32_t *def_k = ARENA_ARRAY(W->a, int32_t, W->bp->nvalues); /* by value id: its op's index in f, or 0 */
+    k = 0;
+    for (const Op *op = f->first; op; op = op->next, k++)
+      for (int r = 0; r < op->nresults; r++)
+        if (op->results[r] && op->results[r]->id < W->bp->nvalues) def_k[op->results[r]->id] = k;
     for (int j = 0; j < si->nparams; j++) {
       const StepParam *sp = &si->params[j];
       const Value *in[4] = {sp->value, sp->in_master >= 0 ? f->inputs[sp->in_master] : NULL,
@@ -202,9 +207,7 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
         int32_t ri = find(W, in[q]->id), ro = find(W, o->id);
         if (ri == ro || W->external[ro]) continue;
         /* the input's buffer is free once its last reader ran: the output is written after */
-        int def = 0, kk = 0;
-        for (const Op *op = f->first; op; op = op->next, kk++)
-          if (op == o->def) def = kk;
+        int def = o->id < W->bp->nvalues ? def_k[o->id] : 0;
         if (W->last[ri] <= def || W->last[ri] == n) {
           W->last[ri] = W->last[ri] > W->last[ro] ? W->last[ri] : W->last[ro];
           W->parent[ro] = ri;

@@ -29,6 +29,7 @@
  * where it reduces one. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -62,6 +63,10 @@ typedef struct Walk {
                            value ("the gradient of blocks.ffn.w_up, one layer's row"), or NULL */
   VEC(struct LseKept) lse; /* the logsumexps of the vocab-parallel cross entropies walked so far */
   const Value *orig[2]; /* the op being partitioned: its first two operands as written */
+  Op *hint;             /* the op inserted last (insert_before) */
+  Value **subst;        /* by value id: what its later readers read instead (replace_later) */
+  int nsubst;
+  struct PartLedger *ledger; /* a ledger's walk of one unit: every cached reshard goes to its keys */
 } Walk;
 
 /* A cross entropy over a sharded class dim keeps its logsumexp (labels-shaped, f32) for its
@@ -525,10 +530,54 @@ static Op *chain_new(Walk *W, IrFunc *f, SrcLoc loc, Value *x, const Reshard *rs
   return first;
 }
 
-static void splice_before(IrFunc *f, Op *pos, Op *first) {
+/* ir_insert_before, looking for pos's predecessor from the op inserted last first: the walk
+ * inserts in program order, so pos is mostly just after it, and the insertions of a whole walk
+ * cost about one pass over the function instead of one each. */
+static void insert_before(Walk *W, IrFunc *f, Op *pos, Op *op) {
+  if (pos && W->hint && W->hint->func == f && f->first != pos)
+    for (Op *o = W->hint; o; o = o->next)
+      if (o->next == pos) {
+        op->func = f;
+        op->next = pos;
+        o->next = op;
+        W->hint = op;
+        return;
+      }
+  ir_insert_before(f, pos, op);
+  W->hint = op;
+}
+
+/* ir_replace_uses(f, from, to) for the uses of `from` the walk has not reached yet, which are all
+ * of them but the collectives just made for it (a value is read after its op, and the walk is
+ * at its op): each later op's operands, and f's outputs, are replaced as the walk reaches them
+ * (take_replaced), instead of searching the whole function for every replaced value. */
+static void replace_later(Walk *W, const Value *from, Value *to) {
+  if (from->id < 0) return;
+  if (from->id >= W->nsubst) {
+    int n = W->nsubst ? W->nsubst : 1024;
+    while (n <= from->id) n *= 2;
+    Value **ns = ARENA_ARRAY(W->tmp, Value *, n);
+    if (W->nsubst) memcpy(ns, W->subst, sizeof *ns * (size_t)W->nsubst);
+    W->subst = ns;
+    W->nsubst = n;
+  }
+  W->subst[from->id] = to;
+}
+
+static Value *replaced(const Walk *W, Value *v) {
+  for (int k = 0; v && v->id >= 0 && v->id < W->nsubst && W->subst[v->id] && k < 64; k++) v = W->subst[v->id];
+  return v;
+}
+
+static void take_replaced(const Walk *W, Value **vals, int n) {
+  if (!W->nsubst) return;
+  for (int i = 0; i < n; i++) vals[i] = replaced(W, vals[i]);
+}
+
+static void splice_before(Walk *W, IrFunc *f, Op *pos, Op *first) {
   while (first) {
     Op *n = first->next;
-    ir_insert_before(f, pos, first);
+    insert_before(W, f, pos, first);
     first = n;
   }
 }
@@ -543,10 +592,13 @@ static void charge(Walk *W, double time, double n, double mult) {
   W->cost.count += n * mult;
 }
 
+static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult);
+
 /* v brought to `to` before `pos` (NULL: at f's end): the value to use instead of v. */
 static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
+  if (W->ledger) return ledger_reshard(W, f, v, to, mult);
   for (int i = 0; i < cache->len; i++)
     if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
         sharding_equal(&cache->data[i].to, to, v->type.rank))
@@ -571,7 +623,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
       memcpy(out->dim_src, v->dim_src, sizeof out->dim_src);
       memcpy(out->dim_loc, v->dim_loc, sizeof out->dim_loc);
       out->name = v->name;
-      ir_insert_before(f, pos, r);
+      insert_before(W, f, pos, r);
     }
     Cached c = {v, *to, out, phase_class(W->phase)};
     VEC_PUSH(W->tmp, *cache, c);
@@ -583,7 +635,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
   Value *out = v;
   if (W->apply && rs.n > 0) {
     Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
-    splice_before(f, pos, first);
+    splice_before(W, f, pos, first);
   }
   Cached c = {v, *to, out, phase_class(W->phase)};
   VEC_PUSH(W->tmp, *cache, c);
@@ -606,7 +658,7 @@ static Value *emit_before(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Val
   if (s) r->sharding = *s;
   r->shard_source = SHARD_PROPAGATED;
   r->shard_loc = loc;
-  ir_insert_before(f, pos, o);
+  insert_before(W, f, pos, o);
   return r;
 }
 
@@ -636,7 +688,7 @@ static Value *reduce_all(Walk *W, IrFunc *f, Op *pos, OpKind k, SrcLoc loc, Valu
   part->partial_loc = loc;
   Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
   c->reduce_max = k == OP_MAX;
-  ir_insert_before(f, pos, c);
+  insert_before(W, f, pos, c);
   return c->results[0];
 }
 
@@ -652,7 +704,7 @@ static Value *pick_all(Walk *W, IrFunc *f, Op *pos, SrcLoc loc, Value *x, const 
   Value *part = emit_before(W, f, pos, OP_PICK, loc, ops, 2, t, &raw, &d, 1);
   part->partial_loc = loc;
   Op *c = coll_new(W, f, OP_ALL_REDUCE, loc, part, &rs, axes, why);
-  ir_insert_before(f, pos, c);
+  insert_before(W, f, pos, c);
   return c->results[0];
 }
 
@@ -871,7 +923,7 @@ static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   y->shard_source = res->shard_source;
   memcpy(y->dim_src, res->dim_src, sizeof y->dim_src);
   memcpy(y->dim_loc, res->dim_loc, sizeof y->dim_loc);
-  ir_replace_uses(f, res, y);
+  replace_later(W, res, y);
   ir_remove(f, op);
   return y;
 }
@@ -980,8 +1032,8 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   raw_origins(r, op);
   Value *last;
   Op *first = chain_new(W, f, op->loc, r, &rs, NULL, -1, who, &last);
-  ir_replace_uses(f, r, last); /* the chain is not in f yet: it keeps reading r */
-  splice_before(f, after->next, first);
+  replace_later(W, r, last); /* the chain keeps reading r */
+  splice_before(W, f, after->next, first);
   /* the final value takes r's identity as the source knows it */
   last->name = r->name;
   last->spec = r->spec;
@@ -1047,8 +1099,8 @@ static void max_allreduce(Walk *W, IrFunc *f, Op *op, double mult) {
   Op *c = coll_new(W, f, OP_ALL_REDUCE, op->loc, r, &pl->natural, pl->max_axes, why);
   c->reduce_max = true;
   Value *cr = c->results[0];
-  ir_replace_uses(f, r, cr);
-  ir_insert_before(f, op->next, c);
+  replace_later(W, r, cr);
+  insert_before(W, f, op->next, c);
   cr->name = r->name;
   cr->spec = r->spec;
   memcpy(cr->dim_src, r->dim_src, sizeof cr->dim_src);
@@ -1238,10 +1290,9 @@ static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
   return arena_printf(W->m->arena, "the gradient of %s (one layer's row)", name + 5);
 }
 
-static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+/* A loop's carried and invariant values resharded before it to the body's sharding. */
+static void walk_loop_head(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
-  if (!b) return;
-  double trips = op->count > 0 ? (double)op->count : 1;
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     bool carried = i < op->nslices + op->ncarried;
@@ -1252,8 +1303,13 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
     Value *nv = reshard_value(W, f, op, outer, &in->sharding, mult, cache, NULL, -1, who, op->loc);
     if (W->apply) op->operands[i] = nv;
   }
-  CacheVec inner = {0};
-  walk_func(W, b, mult * trips, &inner);
+}
+
+/* The body's end (inner: the body's cache): carried values resharded for the next iteration, a
+ * pipeline's stage transfers, stacked rows as their result holds them. */
+static void walk_loop_tail(Walk *W, Op *op, double mult, CacheVec *inner) {
+  IrFunc *b = op->body;
+  double trips = op->count > 0 ? (double)op->count : 1;
   W->phase = op->phase; /* the body's end: carried and stacked values as the loop holds them */
   uint16_t st = stage_axes(op);
   int64_t stages = sharding_axes_product(W->mesh, st);
@@ -1262,7 +1318,7 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
     const char *who = WHO(W,
                                    "the next iteration of the loop at %s (carried %s: %s)", where(W, op->loc),
                                    value_text(W, in), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
-    Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, &inner, NULL, -1, who, op->loc);
+    Value *nv = reshard_value(W, b, NULL, out, &in->sharding, mult * trips, inner, NULL, -1, who, op->loc);
     if (W->apply) b->outputs[r] = nv;
     if (stages > 1) { /* pipeline: the activations move to the next stage at each stage boundary */
       int mb = microbatches(W->p), pmb = pipe_microbatches(W);
@@ -1304,10 +1360,20 @@ static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) 
                                    res->name ? res->name : "its result", W->apply ? ", " : "",
                                    W->apply ? shard_text(W, &res->type, &res->sharding) : "");
     W->subject = stacked_grad_subject(W, op, r);
-    Value *nv = reshard_value(W, b, NULL, out, &want, mult * trips, &inner, NULL, -1, who, op->loc);
+    Value *nv = reshard_value(W, b, NULL, out, &want, mult * trips, inner, NULL, -1, who, op->loc);
     W->subject = NULL;
     if (W->apply) b->outputs[r] = nv;
   }
+}
+
+static void walk_loop(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  IrFunc *b = op->body;
+  if (!b) return;
+  double trips = op->count > 0 ? (double)op->count : 1;
+  walk_loop_head(W, f, op, mult, cache);
+  CacheVec inner = {0};
+  walk_func(W, b, mult * trips, &inner);
+  walk_loop_tail(W, op, mult, &inner);
   op->partitioned = W->apply;
 }
 
@@ -1333,22 +1399,28 @@ static void route_tokens_whole(Walk *W, const Op *op) {
   W->errors++;
 }
 
+static void walk_op(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
+  if (W->apply) take_replaced(W, op->operands, op->noperands);
+  if (op->partitioned || ir_op_is_collective(op->kind)) return;
+  W->phase = op->phase;
+  if (op->kind == OP_LOOP) {
+    walk_loop(W, f, op, mult, cache);
+    return;
+  }
+  if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
+  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
+  else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
+  else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
+  if (W->apply) op->partitioned = true;
+}
+
 static void walk_func(Walk *W, IrFunc *f, double mult, CacheVec *cache) {
   Op *next;
   for (Op *op = f->first; op; op = next) {
     next = op->next;
-    if (op->partitioned || ir_op_is_collective(op->kind)) continue;
-    W->phase = op->phase;
-    if (op->kind == OP_LOOP) {
-      walk_loop(W, f, op, mult, cache);
-      continue;
-    }
-    if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
-    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
-    else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
-    else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
-    if (W->apply) op->partitioned = true;
+    walk_op(W, f, op, mult, cache);
   }
+  if (W->apply) take_replaced(W, f->outputs, f->noutputs);
 }
 
 /* The entry's outputs take its written return type (ir_build already made them carry it; this
@@ -1400,6 +1472,410 @@ PartCost partition_cost(const IrModule *m, const Program *p) {
   walk_module(&W);
   arena_free(&tmp);
   return W.cost;
+}
+
+/* ---- the ledger: partition_cost kept up to date unit by unit ----
+ *
+ * The dry walk adds up, per op of main in program order (a unit: a loop with its whole body is
+ * one; main's outputs are the last), the op's own collectives and the reshards of its operands,
+ * each distinct reshard of a value (value, target, phase) charged once: main's cache. The ledger
+ * keeps each unit's own cost and the reshard keys it asked for, every key with the count of units
+ * asking for it; the total is the units' costs plus the cost of every key asked for. When
+ * shardings change, only the units that read or write a changed value (or read it through a
+ * rename, which reshards its source) are walked again: their old figures are taken out, all of
+ * them first, so that a key still asked for is asked for only by units whose values did not
+ * change, and its cost still holds, then they are walked again, in program order. A cross
+ * entropy and its gradient share a logsumexp through the walk: when either is walked, all of
+ * main's are. Sums are in long double, so that the total of many updates stays within rounding
+ * of the walk's own sum (tests/unit/test_propagate.c checks it against partition_cost). */
+
+typedef struct LedgerKey {
+  const Value *v;
+  Sharding to;          /* canonical: dims past the value's rank and axes past naxes zero */
+  int phase;            /* phase_class */
+  int refs;             /* units asking for it */
+  double time_s, count; /* its reshard's, charged while refs > 0 */
+  uint64_t hash;
+} LedgerKey;
+
+typedef VEC(LedgerKey *) KeyVec;
+typedef VEC(int) IntVec;
+
+enum { LU_OP, LU_HEAD, LU_TAIL, LU_OUTPUTS };
+
+/* One unit of the walk: an op of any function, a loop's head (its operands resharded, in the
+ * loop's function) or tail (its body's end), or main's outputs. */
+typedef struct LedgerUnit {
+  Op *op;
+  IrFunc *f;            /* the function it is walked in (a tail: the loop's) */
+  uint8_t kind;         /* LU_* */
+  int tail;             /* a head: its tail */
+  double mult;          /* the walk's multiplier there (loop bodies: their trips) */
+} LedgerUnit;
+
+struct PartLedger {
+  IrModule *m;
+  const Program *p;
+  Arena a;
+  LedgerUnit *unit;     /* in program order, loop bodies between their head and tail; the last
+                           stands for main's outputs */
+  int n;
+  const Op **okey;      /* op -> unit, open addressing */
+  int *oval;
+  size_t ocap;
+  int nvalues;
+  IntVec *users;        /* by value id: the units reading it (a loop's: its head; a body's inputs and
+                           outputs: the tail too) */
+  int *def_unit;        /* by value id: the unit making it (a loop result: its tail), or -1 */
+  bool *is_output;      /* by value id: an output of main */
+  PartCost *own;        /* by unit: its collectives but main's cached reshards */
+  KeyVec *req;          /* by unit: the keys it asked for */
+  bool *is_ce;          /* by unit: a cross entropy or its gradient */
+  bool any_ce;
+  LedgerKey **slot;     /* keys, open addressing */
+  size_t cap, len;
+  bool *dirty;
+  IntVec list;
+  CacheVec cache;       /* never filled: stands for every function's cache in the ledger's walks */
+  int cur;              /* the unit being walked */
+  long double time_s, count;
+  long errors;
+  long walked;          /* units walked (statistics) */
+  /* a trial's undo log (partition_ledger_begin .. rollback): each unit walked again, with its
+   * figures and keys before; each key whose cost a walk set anew */
+  bool logging;
+  VEC(struct LedgerUndo) undo;
+  KeyVec undo_keys;     /* the old keys of the units in `undo`, one run each */
+  VEC(struct KeyCost) undo_costs;
+  long double saved_time_s, saved_count;
+  long saved_errors;
+};
+
+typedef struct LedgerUndo {
+  int unit;
+  PartCost own;
+  int first, n;         /* its old keys: undo_keys[first .. first + n) */
+} LedgerUndo;
+
+typedef struct KeyCost {
+  LedgerKey *e;
+  double time_s, count;
+} KeyCost;
+
+static uint64_t ledger_hash(const LedgerKey *k) {
+  uint64_t h = (uint64_t)(uintptr_t)k->v * 0x9e3779b97f4a7c15ull ^ (uint64_t)k->phase;
+  const unsigned char *b = (const unsigned char *)&k->to;
+  for (size_t i = 0; i < sizeof k->to; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h ^ (h >> 31);
+}
+
+static size_t ledger_op_slot(const PartLedger *L, const Op *op) {
+  uint64_t x = (uint64_t)(uintptr_t)op;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  size_t j = (size_t)(x ^ (x >> 29)) & (L->ocap - 1);
+  while (L->okey[j] && L->okey[j] != op) j = (j + 1) & (L->ocap - 1);
+  return j;
+}
+
+static int ledger_unit_of(const PartLedger *L, const Op *op) {
+  if (!op) return -1;
+  size_t j = ledger_op_slot(L, op);
+  return L->okey[j] ? L->oval[j] : -1;
+}
+
+static void ledger_grow(PartLedger *L) {
+  size_t ncap = L->cap ? 2 * L->cap : 1024;
+  LedgerKey **ns = ARENA_ARRAY(&L->a, LedgerKey *, ncap);
+  for (size_t i = 0; i < L->cap; i++) {
+    LedgerKey *k = L->slot[i];
+    if (!k) continue;
+    size_t j = (size_t)k->hash & (ncap - 1);
+    while (ns[j]) j = (j + 1) & (ncap - 1);
+    ns[j] = k;
+  }
+  L->slot = ns;
+  L->cap = ncap;
+}
+
+/* reshard_value on main's cache, in a ledger's walk: the key asked for (a rename's source's, as
+ * reshard_value resolves it), charged to the ledger when no unit asked for it yet. */
+static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult) {
+  PartLedger *L = W->ledger;
+  const Op *rn = v->def;
+  if (rn && rn->kind == OP_RENAME && rn->func == f && rn->noperands == 1 && rn->operands[0]->func == f &&
+      sharding_equal(&rn->operands[0]->sharding, &v->sharding, v->type.rank)) {
+    Value *u = rn->operands[0];
+    if (!sharding_equal(&u->sharding, to, v->type.rank)) ledger_reshard(W, f, u, to, mult);
+    return v;
+  }
+  LedgerKey k;
+  memset(&k, 0, sizeof k);
+  k.v = v;
+  k.phase = phase_class(W->phase);
+  k.to.partial = to->partial;
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++) {
+    k.to.naxes[d] = to->naxes[d];
+    memcpy(k.to.axes[d], to->axes[d], to->naxes[d]);
+  }
+  k.hash = ledger_hash(&k);
+  LedgerKey *e = NULL;
+  if (L->cap)
+    for (size_t j = (size_t)k.hash & (L->cap - 1); L->slot[j]; j = (j + 1) & (L->cap - 1)) {
+      LedgerKey *x = L->slot[j];
+      if (x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) {
+        e = x;
+        break;
+      }
+    }
+  if (!e || e->refs == 0) {
+    Reshard rs;
+    if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+    if (e && L->logging) VEC_PUSH(&L->a, L->undo_costs, ((KeyCost){e, e->time_s, e->count}));
+    if (!e) {
+      if (2 * (L->len + 1) > L->cap) ledger_grow(L);
+      e = ARENA_NEW(&L->a, LedgerKey);
+      *e = k;
+      size_t j = (size_t)k.hash & (L->cap - 1);
+      while (L->slot[j]) j = (j + 1) & (L->cap - 1);
+      L->slot[j] = e;
+      L->len++;
+    }
+    e->time_s = rs.time_s * mult;
+    e->count = rs.n * mult;
+    L->time_s += e->time_s;
+    L->count += e->count;
+  }
+  e->refs++;
+  VEC_PUSH(&L->a, L->req[L->cur], e);
+  return v;
+}
+
+static void ledger_mark(PartLedger *L, int u) {
+  if (u < 0 || u > L->n || L->dirty[u]) return;
+  L->dirty[u] = true;
+  VEC_PUSH(&L->a, L->list, u);
+}
+
+/* The units that read v, and through renames of it (reshard_value reshards a rename's source). */
+static void ledger_mark_users(PartLedger *L, const Value *v, int depth) {
+  if (!v || v->id < 0 || v->id >= L->nvalues || depth > 64) return;
+  if (L->is_output[v->id]) ledger_mark(L, L->n);
+  for (int i = 0; i < L->users[v->id].len; i++) {
+    int u = L->users[v->id].data[i];
+    ledger_mark(L, u);
+    const Op *op = u < L->n && L->unit[u].kind == LU_OP ? L->unit[u].op : NULL;
+    if (op && op->kind == OP_RENAME && op->nresults == 1) ledger_mark_users(L, op->results[0], depth + 1);
+  }
+}
+
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+/* Takes the marked units' figures out, all of them, then walks them again in program order. */
+static void ledger_rewalk(PartLedger *L) {
+  if (L->any_ce)
+    for (int i = 0; i < L->list.len; i++)
+      if (L->is_ce[L->list.data[i]]) {
+        for (int u = 0; u < L->n; u++)
+          if (L->is_ce[u]) ledger_mark(L, u);
+        break;
+      }
+  qsort(L->list.data, (size_t)L->list.len, sizeof(int), cmp_int);
+  for (int i = 0; i < L->list.len; i++) {
+    int u = L->list.data[i];
+    if (L->logging) {
+      LedgerUndo un = {.unit = u, .own = L->own[u], .first = L->undo_keys.len, .n = L->req[u].len};
+      VEC_PUSH(&L->a, L->undo, un);
+      for (int k = 0; k < L->req[u].len; k++) VEC_PUSH(&L->a, L->undo_keys, L->req[u].data[k]);
+    }
+    L->time_s -= L->own[u].time_s;
+    L->count -= L->own[u].count;
+    L->errors -= L->own[u].errors;
+    for (int k = 0; k < L->req[u].len; k++) {
+      LedgerKey *e = L->req[u].data[k];
+      if (--e->refs > 0) continue;
+      L->time_s -= e->time_s;
+      L->count -= e->count;
+    }
+    L->req[u].len = 0;
+  }
+  Arena tmp;
+  arena_init(&tmp);
+  Walk W = {.m = L->m, .p = L->p, .mesh = L->p->mesh, .apply = false, .tmp = &tmp, .ledger = L};
+  for (int i = 0; i < L->list.len; i++) {
+    int u = L->list.data[i];
+    L->cur = u;
+    W.cost = (PartCost){0};
+    const LedgerUnit *lu = &L->unit[u];
+    if (lu->kind == LU_OUTPUTS) {
+      walk_outputs(&W, &L->cache);
+    } else if (lu->kind == LU_OP) {
+      walk_op(&W, lu->f, lu->op, lu->mult, &L->cache);
+    } else if (!lu->op->partitioned) {
+      W.phase = lu->op->phase;
+      if (lu->kind == LU_HEAD) walk_loop_head(&W, lu->f, lu->op, lu->mult, &L->cache);
+      else walk_loop_tail(&W, lu->op, lu->mult, &L->cache);
+    }
+    L->own[u] = W.cost;
+    L->time_s += W.cost.time_s;
+    L->count += W.cost.count;
+    L->errors += W.cost.errors;
+    L->dirty[u] = false;
+    L->walked++;
+  }
+  L->list.len = 0;
+  arena_free(&tmp);
+}
+
+static int ledger_count(const IrFunc *f) {
+  int n = 0;
+  for (const Op *op = f->first; op; op = op->next) n += op->kind == OP_LOOP && op->body ? 2 + ledger_count(op->body) : 1;
+  return n;
+}
+
+static void ledger_user(PartLedger *L, const Value *v, int u) {
+  IntVec *uv = v && v->id >= 0 && v->id < L->nvalues ? &L->users[v->id] : NULL;
+  if (uv && (!uv->len || uv->data[uv->len - 1] != u)) VEC_PUSH(&L->a, *uv, u);
+}
+
+static void ledger_def(PartLedger *L, const Value *v, int u) {
+  if (v && v->id >= 0 && v->id < L->nvalues) L->def_unit[v->id] = u;
+}
+
+static int ledger_add(PartLedger *L, Op *op, IrFunc *f, int kind, double mult) {
+  L->unit[L->n] = (LedgerUnit){.op = op, .f = f, .kind = (uint8_t)kind, .tail = -1, .mult = mult};
+  L->is_ce[L->n] = kind == LU_OP && (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD);
+  L->any_ce |= L->is_ce[L->n];
+  return L->n++;
+}
+
+/* f's units, in the walk's order, with their users and defining units. */
+static void ledger_func(PartLedger *L, IrFunc *f, double mult) {
+  for (Op *op = f->first; op; op = op->next) {
+    bool loop = op->kind == OP_LOOP && op->body;
+    int u = ledger_add(L, op, f, loop ? LU_HEAD : LU_OP, mult);
+    size_t j = ledger_op_slot(L, op);
+    L->okey[j] = op;
+    L->oval[j] = u;
+    for (int k = 0; k < op->noperands; k++) ledger_user(L, op->operands[k], u);
+    if (!loop) {
+      for (int r = 0; r < op->nresults; r++) ledger_def(L, op->results[r], u);
+      continue;
+    }
+    IrFunc *b = op->body;
+    for (int i = 0; i < b->ninputs; i++) ledger_user(L, b->inputs[i], u), ledger_def(L, b->inputs[i], u);
+    ledger_func(L, b, mult * (op->count > 0 ? (double)op->count : 1));
+    int t = ledger_add(L, op, f, LU_TAIL, mult);
+    L->unit[u].tail = t;
+    for (int i = 0; i < b->ninputs; i++) ledger_user(L, b->inputs[i], t);
+    for (int i = 0; i < b->noutputs; i++) ledger_user(L, b->outputs[i], t);
+    for (int r = 0; r < op->nresults; r++) ledger_user(L, op->results[r], t), ledger_def(L, op->results[r], t);
+  }
+}
+
+PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return NULL;
+  PartLedger *L = calloc(1, sizeof *L);
+  if (!L) abort();
+  L->m = m;
+  L->p = p;
+  arena_init(&L->a);
+  int n = ledger_count(m->main);
+  L->unit = ARENA_ARRAY(&L->a, LedgerUnit, n + 1);
+  L->ocap = 16;
+  while (L->ocap < 2 * (size_t)n + 2) L->ocap *= 2;
+  L->okey = ARENA_ARRAY(&L->a, const Op *, L->ocap);
+  L->oval = ARENA_ARRAY(&L->a, int, L->ocap);
+  L->nvalues = m->nvalues > 0 ? m->nvalues : 1;
+  L->users = ARENA_ARRAY(&L->a, IntVec, L->nvalues);
+  L->def_unit = ARENA_ARRAY(&L->a, int, L->nvalues);
+  for (int i = 0; i < L->nvalues; i++) L->def_unit[i] = -1;
+  L->is_output = ARENA_ARRAY(&L->a, bool, L->nvalues);
+  L->own = ARENA_ARRAY(&L->a, PartCost, n + 1);
+  L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
+  L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
+  L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
+  ledger_func(L, m->main, 1);
+  L->unit[L->n] = (LedgerUnit){.kind = LU_OUTPUTS, .f = m->main, .tail = -1, .mult = 1};
+  for (int k = 0; k < m->main->noutputs; k++) {
+    const Value *v = m->main->outputs[k];
+    if (v && v->id >= 0 && v->id < L->nvalues) L->is_output[v->id] = true;
+  }
+  for (int u = 0; u <= L->n; u++) ledger_mark(L, u);
+  ledger_rewalk(L);
+  return L;
+}
+
+void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals) {
+  if (!L) return;
+  for (int i = 0; i < nops; i++) {
+    int u = ledger_unit_of(L, ops[i]);
+    ledger_mark(L, u);
+    if (u >= 0 && L->unit[u].kind == LU_HEAD) ledger_mark(L, L->unit[u].tail);
+  }
+  for (int i = 0; i < nvals; i++) {
+    const Value *v = vals[i];
+    if (!v || v->id < 0 || v->id >= L->nvalues) continue;
+    ledger_mark(L, L->def_unit[v->id]);
+    ledger_mark_users(L, v, 0);
+  }
+  ledger_rewalk(L);
+}
+
+void partition_ledger_begin(PartLedger *L) {
+  if (!L) return;
+  L->logging = true;
+  L->undo.len = L->undo_keys.len = L->undo_costs.len = 0;
+  L->saved_time_s = L->time_s;
+  L->saved_count = L->count;
+  L->saved_errors = L->errors;
+}
+
+void partition_ledger_commit(PartLedger *L) {
+  if (!L) return;
+  L->logging = false;
+  L->undo.len = L->undo_keys.len = L->undo_costs.len = 0;
+}
+
+void partition_ledger_rollback(PartLedger *L) {
+  if (!L || !L->logging) return;
+  for (int i = L->undo.len - 1; i >= 0; i--) {
+    const LedgerUndo *un = &L->undo.data[i];
+    KeyVec *r = &L->req[un->unit];
+    for (int k = 0; k < r->len; k++) r->data[k]->refs--;
+    r->len = 0;
+    for (int k = 0; k < un->n; k++) {
+      LedgerKey *e = L->undo_keys.data[un->first + k];
+      e->refs++;
+      VEC_PUSH(&L->a, *r, e);
+    }
+    L->own[un->unit] = un->own;
+  }
+  for (int i = L->undo_costs.len - 1; i >= 0; i--) {
+    const KeyCost *kc = &L->undo_costs.data[i];
+    kc->e->time_s = kc->time_s;
+    kc->e->count = kc->count;
+  }
+  L->time_s = L->saved_time_s;
+  L->count = L->saved_count;
+  L->errors = L->saved_errors;
+  partition_ledger_commit(L);
+}
+
+PartCost partition_ledger_cost(const PartLedger *L) {
+  PartCost c = {0};
+  if (!L) return c;
+  c.time_s = (double)L->time_s;
+  c.count = (double)L->count;
+  c.errors = (int)L->errors;
+  return c;
+}
+
+long partition_ledger_walked(const PartLedger *L) { return L ? L->walked : 0; }
+
+void partition_ledger_free(PartLedger *L) {
+  if (!L) return;
+  arena_free(&L->a);
+  free(L);
 }
 
 /* ---- reductions after a sum: one instead of two ----

@@ -165,6 +165,25 @@ typedef struct PartCost {
  * it: the objective propagation minimises. */
 PartCost partition_cost(const IrModule *m, const Program *p);
 
+/* partition_cost kept up to date as shardings change (propagation's search): a ledger of each op
+ * of main's collectives (a loop with its body is one op; main's outputs one more) and of the
+ * reshards they ask for, each distinct one charged once as the walk's cache does. After shardings
+ * or plans change, partition_ledger_update walks again only the ops listed (those derived again:
+ * their plans may have changed), and those that read or define a value listed (main's values
+ * whose sharding changed; through renames too); partition_ledger_cost then equals partition_cost
+ * of the module as it is (within rounding). */
+typedef struct PartLedger PartLedger;
+PartLedger *partition_ledger_new(IrModule *m, const Program *p);
+void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals);
+PartCost partition_ledger_cost(const PartLedger *L);
+long partition_ledger_walked(const PartLedger *L); /* ops walked since created (statistics) */
+/* A trial: updates after begin are undone by rollback (the figures and keys put back as they were
+ * at begin, exactly), or kept by commit. */
+void partition_ledger_begin(PartLedger *L);
+void partition_ledger_rollback(PartLedger *L);
+void partition_ledger_commit(PartLedger *L);
+void partition_ledger_free(PartLedger *L);
+
 /* Inserts the collectives into m (every function and loop body), records each one's reason, and
  * reports located errors (a reshape that cannot keep its operand's sharding) and warnings (a
  * written type that forces a sharded value replicated). Ops already partitioned are skipped, so it

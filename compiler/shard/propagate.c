@@ -11,10 +11,12 @@
  *
  * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
  * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
- * partition_cost() better. Only pins persist between derivations, so the result depends on
+ * partition_cost() better. A trial derives again only the units its pin reaches (derive_from),
+ * costs them in partition.c's ledger, and is undone from what it saved. Only pins persist between derivations, so the result depends on
  * nothing but the IR, the program and the (deterministic) order of the search. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +64,56 @@ typedef struct PlanMemo {
   size_t lcap, llen;
 } PlanMemo;
 
+/* What a trial derivation overwrote, to put back when its pin is rejected. */
+typedef struct SavedValue {
+  Value *v;
+  Value old;
+} SavedValue;
+
+typedef struct SavedPlan {
+  Op *op;
+  const struct PlanEntry *last; /* the op's LastPlan entry then */
+  OpPlan old;
+} SavedPlan;
+
+/* The units derivation is made of, in program order: every op of every function, a loop split
+ * into its head (body inputs from its operands) and its tail (results from the body), its body's
+ * units between them; and what a trial derivation changed. */
+enum { UNIT_OP, UNIT_HEAD, UNIT_TAIL };
+
+typedef struct UnitInfo {
+  Op *op;
+  uint8_t kind;         /* UNIT_* */
+  uint16_t blocked;     /* the stage axes of the loops around it */
+  int tail;             /* a head: its tail */
+  int parent_head;      /* the head of the loop whose body holds it, or -1 (main) */
+} UnitInfo;
+
+typedef struct Units {
+  UnitInfo *u;
+  int n;
+  int *of_value;        /* by value id: the unit deriving it (a body input: its loop's head), or -1 */
+  int *tail_reads;      /* by value id: the tail reading it (a body's inputs and outputs), or -1 */
+  int *done;            /* by unit: the pass that last derived a tail */
+  int pass;
+  const Op **key;       /* op -> unit, open addressing, power-of-two size */
+  int *val;
+  size_t cap;
+  int *heap;            /* units to derive again, least first */
+  int nheap;
+  bool *queued;
+  VEC(SavedValue) saved_v;
+  VEC(SavedPlan) saved_p;
+  VEC(Op *) trial_ops;  /* the units a trial derived again (the ledger walks them again) */
+  VEC(Value *) trial_vals; /* the values whose sharding a trial changed */
+  int *stamp;           /* by value id: the trial that last listed it */
+  int trial;
+  bool *in_order;       /* by value id: a FREE value (the layout term counts it) */
+  PartLedger *ledger;   /* the collectives' cost, op by op */
+  int layout;           /* score's layout term, kept up to date */
+  long derived;         /* units derived by trials (statistics) */
+} Units;
+
 typedef struct Prop {
   IrModule *m;
   const Program *p;
@@ -79,6 +131,7 @@ typedef struct Prop {
   PlanMemo memo;
   uint16_t *keep;       /* by value id: the tensor-parallel axes a weight keeps (PlanCtx.keep) */
   bool keeping;         /* the search runs with `keep` */
+  Units units;          /* the search's incremental derivation (derive_from) */
 } Prop;
 
 typedef struct Score {
@@ -478,10 +531,10 @@ static bool follow_partial_sums(Prop *P, Op *op, uint16_t inner) {
   return changed;
 }
 
-static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
+/* A loop's body inputs from its operands (and pins): the first step of derive_loop. */
+static void loop_head(Prop *P, Op *op, uint16_t blocked) {
   IrFunc *b = op->body;
-  uint16_t stages = loop_stage_axes(op);
-  uint16_t inner = blocked | stages;
+  uint16_t inner = blocked | loop_stage_axes(op);
   for (int i = 0; i < b->ninputs && i < op->noperands; i++) {
     Value *in = b->inputs[i], *outer = op->operands[i];
     if (P->kind[in->id] == V_FIXED) {
@@ -514,8 +567,11 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
     set_derived(in, &s, op->loc);
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
   }
-  derive_func(P, b, inner);
-  if (follow_partial_sums(P, op, inner)) derive_func(P, b, inner);
+}
+
+/* A loop's results from its body (and pins), and its plan: the last step of derive_loop. */
+static void loop_tail(Prop *P, Op *op) {
+  IrFunc *b = op->body;
   /* carried results: the carried body input's sharding (one for every iteration) */
   for (int r = 0; r < op->ncarried && r < op->nresults && op->nslices + r < b->ninputs; r++) {
     Value *res = op->results[r], *in = b->inputs[op->nslices + r];
@@ -541,12 +597,22 @@ static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
   pl->reshape_bad_dim = -1;
 }
 
+static void derive_loop(Prop *P, Op *op, uint16_t blocked) {
+  IrFunc *b = op->body;
+  uint16_t inner = blocked | loop_stage_axes(op);
+  loop_head(P, op, blocked);
+  derive_func(P, b, inner);
+  if (follow_partial_sums(P, op, inner)) derive_func(P, b, inner);
+  loop_tail(P, op);
+}
+
 static void derive_reshape(Prop *P, Op *op) {
   OpPlan *pl = op_plan(P, op);
   memset(pl, 0, sizeof *pl);
   pl->reshape_bad_dim = -1;
   Value *x = op->operands[0], *r = op->results[0];
   Sharding s;
+  memset(&s, 0, sizeof s);
   int bad = -1;
   plan_reshape(P->mesh, op, &x->sharding, &s, &bad);
   pl->reshape_bad_dim = bad;
@@ -576,61 +642,318 @@ static void derive_reshape(Prop *P, Op *op) {
   r->partial_loc = x->partial_loc;
 }
 
+/* One op of a function (not a loop, not a reshape): its plan, and its result where free. */
+static void derive_op(Prop *P, const PlanCtx *c, Op *op) {
+  if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) return;
+  Value *r = op->results[0];
+  if (P->kind[r->id] == V_CONST || (P->kind[r->id] == V_FIXED && !op->operands)) return;
+  if (op->partitioned) return;
+  const Sharding *in[PLAN_MAX_OPERANDS];
+  for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
+  const Sharding *target = NULL;
+  if (P->kind[r->id] == V_FIXED) target = &r->sharding;
+  else if (P->pinned[r->id]) target = &P->pin[r->id];
+  OpPlan *pl = op_plan(P, op);
+  if (target && target->partial && P->pinned[r->id] && plan_memo(P, c, op, in, NULL, pl) &&
+      (target->partial & ~pl->natural.partial))
+    target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
+  if (!plan_memo(P, c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
+    if (is_free(P, r)) {
+      Sharding none;
+      memset(&none, 0, sizeof none);
+      set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
+      origin_clear(r);
+    }
+    return;
+  }
+  if (!is_free(P, r)) return;
+  set_derived(r, target ? target : &pl->natural, op->loc);
+  origin_from_plan(r, op, pl);
+}
+
+/* Any op of a function, as derive_func derives it in program order. */
+static void derive_any(Prop *P, const PlanCtx *c, Op *op, uint16_t blocked) {
+  if (op->kind == OP_LOOP) {
+    if (op->body) derive_loop(P, op, blocked);
+  } else if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
+    if (op->noperands == 1 && op->nresults == 1) derive_reshape(P, op);
+  } else {
+    derive_op(P, c, op);
+  }
+}
+
 static void derive_func(Prop *P, IrFunc *f, uint16_t blocked) {
   PlanCtx c = plan_ctx(P, blocked);
-  for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP) {
-      if (op->body) derive_loop(P, op, blocked);
-      continue;
-    }
-    if (op->kind == OP_SPLIT || op->kind == OP_MERGE) {
-      if (op->noperands == 1 && op->nresults == 1) derive_reshape(P, op);
-      continue;
-    }
-    if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) continue;
-    Value *r = op->results[0];
-    if (P->kind[r->id] == V_CONST || (P->kind[r->id] == V_FIXED && !op->operands)) continue;
-    if (op->partitioned) continue;
-    const Sharding *in[PLAN_MAX_OPERANDS];
-    for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
-    const Sharding *target = NULL;
-    if (P->kind[r->id] == V_FIXED) target = &r->sharding;
-    else if (P->pinned[r->id]) target = &P->pin[r->id];
-    OpPlan *pl = op_plan(P, op);
-    if (target && target->partial && P->pinned[r->id] && plan_memo(P, &c, op, in, NULL, pl) &&
-        (target->partial & ~pl->natural.partial))
-      target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
-    if (!plan_memo(P, &c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
-      if (is_free(P, r)) {
-        Sharding none;
-        memset(&none, 0, sizeof none);
-        set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
-        origin_clear(r);
-      }
-      continue;
-    }
-    if (!is_free(P, r)) continue;
-    set_derived(r, target ? target : &pl->natural, op->loc);
-    origin_from_plan(r, op, pl);
-  }
+  for (Op *op = f->first; op; op = op->next) derive_any(P, &c, op, blocked);
 }
 
 static void derive(Prop *P) { derive_func(P, P->m->main, 0); }
 
+/* ---- incremental derivation ----
+ *
+ * A trial pin changes only what depends on the pinned value. derive() derives every op of main in
+ * program order, each from its operands' shardings and its own pins (a loop: its whole body, from
+ * its operands); so deriving again only the units whose inputs changed, in program order, leaves
+ * every sharding and plan as derive() would. derive_from starts at the pinned value's unit and
+ * follows the uses of every result that changed; what it overwrites is saved first, so that a
+ * rejected pin is undone by putting it back (undo_trial), not by deriving again. */
+
+static size_t unit_slot(const Units *U, const Op *op) {
+  size_t j = ptr_hash(op) & (U->cap - 1);
+  while (U->key[j] && U->key[j] != op) j = (j + 1) & (U->cap - 1);
+  return j;
+}
+
+static int unit_index(const Units *U, const Op *op) {
+  size_t j = unit_slot(U, op);
+  return U->key[j] ? U->val[j] : -1;
+}
+
+static int units_add(Units *U, Op *op, int kind, uint16_t blocked, int parent_head) {
+  U->u[U->n] = (UnitInfo){.op = op, .kind = (uint8_t)kind, .blocked = blocked, .tail = -1, .parent_head = parent_head};
+  return U->n++;
+}
+
+static int units_count(const IrFunc *f) {
+  int n = 0;
+  for (const Op *op = f->first; op; op = op->next) n += op->kind == OP_LOOP && op->body ? 2 + units_count(op->body) : 1;
+  return n;
+}
+
+static void units_func(Prop *P, IrFunc *f, uint16_t blocked, int parent_head) {
+  Units *U = &P->units;
+  for (Op *op = f->first; op; op = op->next) {
+    bool loop = op->kind == OP_LOOP && op->body;
+    int u = units_add(U, op, loop ? UNIT_HEAD : UNIT_OP, blocked, parent_head);
+    size_t j = unit_slot(U, op);
+    U->key[j] = op;
+    U->val[j] = u;
+    if (!loop) {
+      for (int r = 0; r < op->nresults; r++)
+        if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = u;
+      continue;
+    }
+    IrFunc *b = op->body;
+    for (int i = 0; i < b->ninputs; i++)
+      if (b->inputs[i] && b->inputs[i]->id < P->nvalues) U->of_value[b->inputs[i]->id] = u;
+    units_func(P, b, (uint16_t)(blocked | loop_stage_axes(op)), u);
+    int t = units_add(U, op, UNIT_TAIL, blocked, parent_head);
+    U->u[u].tail = t;
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r] && op->results[r]->id < P->nvalues) U->of_value[op->results[r]->id] = t;
+    for (int i = 0; i < b->ninputs; i++)
+      if (b->inputs[i] && b->inputs[i]->id < P->nvalues) U->tail_reads[b->inputs[i]->id] = t;
+    for (int i = 0; i < b->noutputs; i++)
+      if (b->outputs[i] && b->outputs[i]->id < P->nvalues) U->tail_reads[b->outputs[i]->id] = t;
+  }
+}
+
+static void units_build(Prop *P) {
+  Units *U = &P->units;
+  int n = units_count(P->m->main), nv = P->nvalues > 0 ? P->nvalues : 1;
+  U->n = 0;
+  U->u = ARENA_ARRAY(P->a, UnitInfo, n > 0 ? n : 1);
+  U->heap = ARENA_ARRAY(P->a, int, n > 0 ? n : 1);
+  U->queued = ARENA_ARRAY(P->a, bool, n > 0 ? n : 1);
+  U->done = ARENA_ARRAY(P->a, int, n > 0 ? n : 1);
+  U->of_value = ARENA_ARRAY(P->a, int, nv);
+  U->tail_reads = ARENA_ARRAY(P->a, int, nv);
+  for (int i = 0; i < P->nvalues; i++) U->of_value[i] = U->tail_reads[i] = -1;
+  U->stamp = ARENA_ARRAY(P->a, int, nv);
+  U->in_order = ARENA_ARRAY(P->a, bool, nv);
+  for (int i = 0; i < P->order.len; i++) U->in_order[P->order.data[i]->id] = true;
+  U->cap = 16;
+  while (U->cap < 2 * (size_t)n + 2) U->cap *= 2;
+  U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
+  U->val = ARENA_ARRAY(P->a, int, U->cap);
+  units_func(P, P->m->main, 0, -1);
+}
+
+static void unit_push(Units *U, int u) {
+  if (u < 0 || U->queued[u]) return;
+  U->queued[u] = true;
+  int i = U->nheap++;
+  while (i > 0 && U->heap[(i - 1) / 2] > u) {
+    U->heap[i] = U->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  U->heap[i] = u;
+}
+
+static int unit_pop(Units *U) {
+  int top = U->heap[0], last = U->heap[--U->nheap], i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= U->nheap) break;
+    if (c + 1 < U->nheap && U->heap[c + 1] < U->heap[c]) c++;
+    if (U->heap[c] >= last) break;
+    U->heap[i] = U->heap[c];
+    i = c;
+  }
+  if (U->nheap > 0) U->heap[i] = last;
+  U->queued[top] = false;
+  return top;
+}
+
+static void save_value(Prop *P, Value *v) { VEC_PUSH(P->a, P->units.saved_v, ((SavedValue){.v = v, .old = *v})); }
+
+static void save_plan(Prop *P, Op *op) {
+  if (!op->plan) return;
+  SavedPlan sp = {.op = op, .last = last_slot(&P->memo, op)->e, .old = *op->plan};
+  VEC_PUSH(P->a, P->units.saved_p, sp);
+}
+
+/* v's sharding changed: queue the units that read it. */
+static void unit_changed(Prop *P, const Value *v) {
+  Units *U = &P->units;
+  if (v->id < 0 || v->id >= P->nvalues) return;
+  for (int k = 0; k < P->uses[v->id].len; k++) unit_push(U, unit_index(U, P->uses[v->id].data[k].op));
+  unit_push(U, U->tail_reads[v->id]);
+}
+
+/* Queues the units reading the values saved from `first` on (n of them) whose sharding changed. */
+static void changed_since(Prop *P, int first, int n) {
+  for (int i = first; i < first + n; i++) {
+    const SavedValue *sv = &P->units.saved_v.data[i];
+    if (!sharding_equal(&sv->old.sharding, &sv->v->sharding, sv->v->type.rank)) unit_changed(P, sv->v);
+  }
+}
+
+static void drain(Prop *P, int limit);
+
+/* Derives unit u again, as derive() would at its place, and queues what reads what changed. A
+ * head first derives again its loop's zeros that are a broadcast (read by the loop alone), as
+ * derive() does before the loop overwrites them. A tail runs follow_partial_sums and, where it
+ * changed an accumulator, derives again the body units reading it before finishing (derive()'s
+ * second pass over the body). */
+static void derive_unit(Prop *P, int u) {
+  Units *U = &P->units;
+  UnitInfo *ui = &U->u[u];
+  Op *op = ui->op;
+  PlanCtx c = plan_ctx(P, ui->blocked);
+  VEC_PUSH(P->a, U->trial_ops, op);
+  U->derived++;
+  if (ui->kind == UNIT_OP) {
+    int first = U->saved_v.len;
+    for (int r = 0; r < op->nresults; r++)
+      if (op->results[r]) save_value(P, op->results[r]);
+    save_plan(P, op);
+    derive_any(P, &c, op, ui->blocked);
+    changed_since(P, first, U->saved_v.len - first);
+    return;
+  }
+  IrFunc *b = op->body;
+  if (ui->kind == UNIT_HEAD) {
+    for (int i = op->nslices; i < op->noperands; i++) {
+      Op *d = op->operands[i]->def;
+      if (d && d->kind != OP_CONST && d->func == op->func && zero_for(P, op->operands[i])) {
+        save_value(P, op->operands[i]);
+        save_plan(P, d);
+        derive_any(P, &c, d, ui->blocked);
+        VEC_PUSH(P->a, U->trial_ops, d);
+      }
+    }
+    int first = U->saved_v.len;
+    for (int i = 0; i < b->ninputs; i++) save_value(P, b->inputs[i]);
+    for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
+    loop_head(P, op, ui->blocked);
+    changed_since(P, first, b->ninputs);
+    unit_push(U, ui->tail);
+    return;
+  }
+  if (U->done[u] == U->pass) return; /* nothing in the body changed since */
+  U->done[u] = U->pass;
+  int first = U->saved_v.len;
+  for (int i = 0; i < b->ninputs; i++) save_value(P, b->inputs[i]);
+  for (int i = 0; i < op->noperands; i++) save_value(P, op->operands[i]);
+  if (follow_partial_sums(P, op, (uint16_t)(ui->blocked | loop_stage_axes(op)))) {
+    changed_since(P, first, b->ninputs);
+    drain(P, u);
+  }
+  first = U->saved_v.len;
+  for (int r = 0; r < op->nresults; r++)
+    if (op->results[r]) save_value(P, op->results[r]);
+  save_plan(P, op);
+  loop_tail(P, op);
+  changed_since(P, first, U->saved_v.len - first);
+}
+
+/* Derives the queued units before `limit`, least first. */
+static void drain(Prop *P, int limit) {
+  Units *U = &P->units;
+  while (U->nheap > 0 && U->heap[0] < limit) derive_unit(P, unit_pop(U));
+}
+
+/* derive() after v's pin changed, deriving only what depends on v (see above): v's unit, and the
+ * heads of the loops around it (so that their tails run follow_partial_sums as derive() does). */
+static void derive_from(Prop *P, const Value *v) {
+  Units *U = &P->units;
+  U->pass++;
+  int u = v->id < P->nvalues ? U->of_value[v->id] : -1;
+  unit_push(U, u);
+  for (int h = u >= 0 ? U->u[u].parent_head : -1; h >= 0; h = U->u[h].parent_head) unit_push(U, h);
+  drain(P, INT32_MAX);
+}
+
+static int layout_match(const Prop *P, const Value *v, const Sharding *a);
+
+/* After a trial's derivation: the values it changed (each once, from its state before the
+ * trial), the layout term moved by them, and the ledger walked again where they are. */
+static void trial_account(Prop *P) {
+  Units *U = &P->units;
+  U->trial++;
+  U->trial_vals.len = 0;
+  for (int i = 0; i < U->saved_v.len; i++) {
+    Value *v = U->saved_v.data[i].v;
+    const Sharding *old = &U->saved_v.data[i].old.sharding;
+    if (v->id < 0 || v->id >= P->nvalues || U->stamp[v->id] == U->trial) continue;
+    U->stamp[v->id] = U->trial;
+    if (sharding_equal(old, &v->sharding, v->type.rank)) continue; /* (bytes past a dim's axes are free) */
+    if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
+    VEC_PUSH(P->a, U->trial_vals, v);
+  }
+  partition_ledger_update(U->ledger, U->trial_ops.data, U->trial_ops.len, U->trial_vals.data, U->trial_vals.len);
+}
+
+/* Puts back what the trial derivations since the last commit_trial overwrote. */
+static void undo_trial(Prop *P) {
+  Units *U = &P->units;
+  for (int i = U->saved_p.len - 1; i >= 0; i--) {
+    SavedPlan *sp = &U->saved_p.data[i];
+    *sp->op->plan = sp->old;
+    last_slot(&P->memo, sp->op)->e = sp->last;
+  }
+  for (int i = U->saved_v.len - 1; i >= 0; i--) *U->saved_v.data[i].v = U->saved_v.data[i].old;
+  U->saved_v.len = U->saved_p.len = 0;
+}
+
+static void commit_trial(Prop *P) {
+  P->units.saved_v.len = P->units.saved_p.len = 0;
+  P->units.trial_ops.len = P->units.trial_vals.len = 0;
+}
+
 /* ---- the objective ---- */
+
+/* How many of v's dims are sharded as the layout maps them (score's layout term). */
+static int layout_match(const Prop *P, const Value *v, const Sharding *a) {
+  int n = 0;
+  const Sharding *b = &P->pref[v->id];
+  for (int d = 0; d < v->type.rank; d++)
+    n += a->naxes[d] == b->naxes[d] && memcmp(a->axes[d], b->axes[d], a->naxes[d]) == 0;
+  return n;
+}
 
 static Score score(Prop *P) {
   PartCost c = partition_cost(P->m, P->p);
   Score s = {.errors = c.errors, .time_s = c.time_s, .count = c.count};
-  for (int i = 0; i < P->order.len; i++) {
-    const Value *v = P->order.data[i];
-    for (int d = 0; d < v->type.rank; d++) {
-      const Sharding *a = &v->sharding, *b = &P->pref[v->id];
-      bool eq = a->naxes[d] == b->naxes[d] && memcmp(a->axes[d], b->axes[d], a->naxes[d]) == 0;
-      s.layout += eq;
-    }
-  }
+  for (int i = 0; i < P->order.len; i++) s.layout += layout_match(P, P->order.data[i], &P->order.data[i]->sharding);
   return s;
+}
+
+/* score() from the ledger and the layout term the trials keep up to date. */
+static Score score_kept(const Prop *P) {
+  PartCost c = partition_ledger_cost(P->units.ledger);
+  return (Score){.errors = c.errors, .time_s = c.time_s, .count = c.count, .layout = P->units.layout};
 }
 
 static bool score_better(const Score *a, const Score *b) {
@@ -828,6 +1151,52 @@ static uint16_t func_blocked(const Prop *P, const IrFunc *f) {
   return m;
 }
 
+/* ---- the audit (tests): the incremental figures against a full recomputation ---- */
+
+static PropagateAudit *audit;
+
+void propagate_audit(PropagateAudit *a) { audit = a; }
+
+/* Checks, after a trial (s: its score; NULL after it was undone), that the ledger's cost and the
+ * layout term equal score()'s, and that derive() would leave every sharding as it is. */
+static void audit_trial(Prop *P, const Score *s) {
+  Score kept = s ? *s : score_kept(P);
+  Score full = score(P);
+  audit->checked++;
+  double tol = 1e-12 + 1e-9 * fmax(fabs(full.time_s), fabs(kept.time_s));
+  double err = fabs(full.time_s - kept.time_s);
+  if (full.time_s > 0 && err / full.time_s > audit->max_rel_err) audit->max_rel_err = err / full.time_s;
+  bool ok = full.errors == kept.errors && err <= tol && fabs(full.count - kept.count) <= 1e-6 &&
+            full.layout == kept.layout;
+  /* the shardings derive() gives (origins aside: the search never reads them) */
+  int n = P->nvalues;
+  Sharding *now = malloc(sizeof *now * (size_t)(n > 0 ? n : 1));
+  bool *seen = calloc((size_t)(n > 0 ? n : 1), 1);
+  if (!now || !seen) abort();
+  Value **vals = malloc(sizeof *vals * (size_t)(n > 0 ? n : 1));
+  if (!vals) abort();
+  int nv = 0;
+  for (int i = 0; i < P->order.len; i++) {
+    Value *v = P->order.data[i];
+    if (v->id < n && !seen[v->id]) seen[v->id] = true, now[v->id] = v->sharding, vals[nv++] = v;
+  }
+  derive(P);
+  for (int i = 0; i < nv; i++) /* as the search compares them: bytes past a dim's axes are free */
+    if (!sharding_equal(&now[vals[i]->id], &vals[i]->sharding, vals[i]->type.rank)) {
+      ok = false;
+      vals[i]->sharding = now[vals[i]->id];
+    }
+  if (!ok && !audit->first[0])
+    snprintf(audit->first, sizeof audit->first,
+             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s", kept.errors,
+             full.errors, kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout,
+             s ? "" : ", after an undo");
+  free(now);
+  free(seen);
+  free(vals);
+  if (!ok) audit->mismatches++;
+}
+
 /* ---- the search ---- */
 
 /* ---- the tensor-parallel candidate ----
@@ -878,11 +1247,22 @@ static void memo_reset(Prop *P) {
 
 static void search(Prop *P) {
   derive(P);
+  units_build(P);
+  P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
+  P->units.layout = best.layout;
+  /* A value whose trials were all rejected, with no pin accepted anywhere since, would see the
+   * same plan, make the same candidates and have them rejected again: it is skipped. (A rejected
+   * trial is undone exactly, so the plan is the same.) */
+  long accepted = 0;
+  long *rejected_at = ARENA_ARRAY(P->a, long, P->order.len > 0 ? P->order.len : 1);
+  for (int i = 0; i < P->order.len; i++) rejected_at[i] = -1;
   for (int round = 0; round < MAX_ROUNDS; round++) {
     bool improved = false;
     for (int i = 0; i < P->order.len; i++) {
       Value *v = P->order.data[i];
+      if (rejected_at[i] == accepted) continue;
+      long before = accepted;
       Cands c;
       candidates(P, v, func_blocked(P, v->func), &c);
       for (int k = 0; k < c.n; k++) {
@@ -890,20 +1270,38 @@ static void search(Prop *P) {
         Sharding old = P->pin[v->id];
         P->pinned[v->id] = true;
         P->pin[v->id] = c.s[k];
-        derive(P);
-        Score s = score(P);
+        int layout = P->units.layout;
+        partition_ledger_begin(P->units.ledger);
+        derive_from(P, v);
+        trial_account(P);
+        Score s = score_kept(P);
+        if (audit) audit_trial(P, &s);
         if (score_better(&s, &best)) {
           best = s;
           improved = true;
+          accepted++;
+          partition_ledger_commit(P->units.ledger);
+          commit_trial(P);
         } else {
           P->pinned[v->id] = was;
           P->pin[v->id] = old;
+          undo_trial(P);
+          P->units.layout = layout;
+          partition_ledger_rollback(P->units.ledger);
+          commit_trial(P);
+          if (audit) audit_trial(P, NULL);
         }
       }
-      derive(P);
+      if (accepted == before) rejected_at[i] = accepted;
     }
     if (!improved) break;
   }
+  if (audit) {
+    audit->derived += P->units.derived;
+    audit->walked += partition_ledger_walked(P->units.ledger);
+  }
+  partition_ledger_free(P->units.ledger);
+  P->units.ledger = NULL;
   derive(P);
 }
 

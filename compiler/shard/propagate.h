@@ -17,7 +17,9 @@
  * (partition_cost: time on the mesh's target with hop latency, ideal figures) get strictly
  * cheaper, or as cheap with fewer collectives, or as cheap and as many but closer to the layout's
  * mapping; candidates are tried in program order, so ties go to source order. It stops at a fixed
- * point (no pin improves) or after a few rounds.
+ * point (no pin improves) or after a few rounds. A trial derives again only what depends on its
+ * pin and re-costs only the ops that read or define what changed (partition.h's PartLedger); a
+ * rejected pin is undone from what the trial saved (docs/passes.md, section 1).
  *
  * Train steps (docs/training.md, section 9) are one function like any other, with: rank-0 values
  * free (a loss may be a partial mean), a loop's stacked results (residuals, stacked gradients)
@@ -34,5 +36,17 @@
  * partitioned (it holds collectives), only values without a sharding (SHARD_FREE: ops appended
  * since) are inferred; the others stay as they are. */
 void propagate_module(IrModule *m, const Program *p);
+
+/* A test's check of the search's incremental figures (tests/unit/test_propagate.c): while set,
+ * after every trial pin (accepted, and again once undone) the search compares the ledger's
+ * collective cost and its layout term with a full partition_cost and count, and the shardings
+ * with a full derivation, counting the trials checked and those that differ. Slow: tests only. */
+typedef struct PropagateAudit {
+  long checked, mismatches;
+  double max_rel_err;   /* the largest relative difference of the collectives' time seen */
+  char first[256];      /* the first mismatch, described, or "" */
+  long derived, walked; /* units the trials derived again, and the ledger walked again */
+} PropagateAudit;
+void propagate_audit(PropagateAudit *a); /* NULL: off */
 
 #endif

@@ -40,11 +40,14 @@ static Value *emit_cast(IrModule *m, IrFunc *f, SrcLoc loc, Value *x, DType dt, 
 
 /* A value of its own (an order-preserving transpose, as ir_build copies boundary values) where x
  * already has uses, a written type or no defining op of its own: so that a written type put on
- * the result constrains nothing else. */
-static Value *own_value(IrModule *m, IrFunc *f, SrcLoc loc, Value *x, OpPhase ph) {
+ * the result constrains nothing else. nuses: by value id (< nv), the uses of each in f, kept up
+ * to date here (one count of f for all the gradients, not one per gradient). */
+static Value *own_value(IrModule *m, IrFunc *f, SrcLoc loc, Value *x, OpPhase ph, int *nuses, int nv) {
+  int used = x->id >= 0 && x->id < nv ? nuses[x->id] : ir_count_uses(f, x);
   if (!x->spec && x->def && x->def->kind != OP_LOOP && x->def->kind != OP_PARAM && x->def->kind != OP_INPUT &&
-      x->def->kind != OP_CONST && x->func == f && ir_count_uses(f, x) == 0)
+      x->def->kind != OP_CONST && x->func == f && used == 0)
     return x;
+  if (x->id >= 0 && x->id < nv) nuses[x->id]++;
   return emit_v(m, f, OP_TRANSPOSE, loc, &x, 1, x->type, ph);
 }
 
@@ -446,10 +449,17 @@ bool step_build_module(IrModule *m, const Program *p) {
   /* gradients: their own values with the param's written type; under zero the state's sharding, so
    * that a gradient is reduce-scattered onto the shard the optimizer updates (and the updated
    * param gathered back), never all-reduced whole */
+  int nv = m->nvalues;
+  int *nuses = ARENA_ARRAY(m->arena, int, nv > 0 ? nv : 1);
+  for (const Op *op = f->first; op; op = op->next)
+    for (int k = 0; k < op->noperands; k++)
+      if (op->operands[k] && op->operands[k]->id >= 0 && op->operands[k]->id < nv) nuses[op->operands[k]->id]++;
+  for (int k = 0; k < f->noutputs; k++)
+    if (f->outputs[k] && f->outputs[k]->id >= 0 && f->outputs[k]->id < nv) nuses[f->outputs[k]->id]++;
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
     Value *g = own_value(m, f, oloc, grads[i], grads[i]->def && grads[i]->def->phase == PHASE_ACCUMULATE
-                                                  ? PHASE_ACCUMULATE : PHASE_BACKWARD);
+                                                  ? PHASE_ACCUMULATE : PHASE_BACKWARD, nuses, nv);
     g->spec = st->zero >= 1 ? state_spec(m, p, &ip->spec, ip->type.dtype, bmask, true) : &ip->spec;
     if (!g->name) g->name = pname(m, "grad.", ip->path);
     si->params[i].grad = g;
