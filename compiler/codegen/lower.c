@@ -216,10 +216,26 @@ static NestTensor tensor_along(Lower *L, const Value *v, Dim *const *dims, int n
   return t;
 }
 
+static bool lower_region(Lower *L, const IrFunc *f);
+static void free_region(Lower *L, const IrFunc *f);
+static bool lower_loop(Lower *L, const Op *op);
+
 /* ---- buffers ---- */
 
+/* An alloca in the entry block (so that loops do not grow the stack). */
+static LLVMValueRef entry_alloca(Lower *L, LLVMTypeRef t, const char *name) {
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(L->B);
+  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(L->fn);
+  LLVMValueRef first = LLVMGetFirstInstruction(entry);
+  if (first) LLVMPositionBuilderBefore(L->B, first);
+  else LLVMPositionBuilderAtEnd(L->B, entry);
+  LLVMValueRef a = LLVMBuildAlloca(L->B, t, name);
+  LLVMPositionBuilderAtEnd(L->B, here);
+  return a;
+}
+
 static LLVMValueRef alloc_buffer(Lower *L, const Value *v, int64_t bytes) {
-  LLVMValueRef slot = LLVMBuildAlloca(L->B, L->ptr, "buf");
+  LLVMValueRef slot = entry_alloca(L, L->ptr, "buf");
   char name[128];
   if (v->name) snprintf(name, sizeof name, "%s", v->name);
   else snprintf(name, sizeof name, "%%%d", v->id);
@@ -500,12 +516,7 @@ static bool lower_reduce(Lower *L, const Op *op) {
     count *= (double)op->dims[k]->size;
   }
   c.divisor = op->divisor > 0 ? op->divisor : count;
-  /* the accumulator lives in the entry block, so that loops do not grow the stack */
-  LLVMBasicBlockRef here = LLVMGetInsertBlock(L->B);
-  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(L->fn);
-  LLVMPositionBuilder(L->B, entry, LLVMGetFirstInstruction(entry));
-  c.acc = LLVMBuildAlloca(L->B, L->f64, "acc");
-  LLVMPositionBuilderAtEnd(L->B, here);
+  c.acc = entry_alloca(L, L->f64, "acc");
   lower_nest(L, res->type.rank, ext, t, 2, reduce_outer, &c);
   return true;
 }
@@ -603,7 +614,7 @@ static bool lower_contract(Lower *L, const Op *op) {
   bool c_direct = laid_out(res, &B, &M, &N);
   if (!c_direct) pc = alloc_buffer(L, res, B.size * M.size * N.size * dtype_bytes(res->type.dtype)), free_c = pc;
 
-  LLVMValueRef g = LLVMBuildAlloca(L->B, L->gemm_t, "gemm");
+  LLVMValueRef g = entry_alloca(L, L->gemm_t, "gemm");
   LLVMValueRef f[20] = {
       ci32(L, rt_dtype(a->type.dtype)), ci32(L, rt_dtype(b->type.dtype)), ci32(L, rt_dtype(res->type.dtype)),
       ci32(L, ta), ci32(L, tb), ci64(L, M.size), ci64(L, N.size), ci64(L, K.size), ci64(L, B.size),
@@ -819,10 +830,140 @@ static bool lower_op(Lower *L, const Op *op) {
   case OP_CAUSAL: case OP_CAUSAL_GRAD: return lower_causal(L, op);
   case OP_SUM: case OP_MEAN: case OP_MAX: return lower_reduce(L, op);
   case OP_CONTRACT: return lower_contract(L, op);
+  case OP_LOOP: return lower_loop(L, op);
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
     return lower_collective(L, op);
   default: return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));
   }
+}
+
+/* ---- regions and loops ---- */
+
+/* Frees the buffers f's ops made that are still held (outputs copied out already). */
+static void free_region(Lower *L, const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next)
+    for (int k = 0; k < op->nresults; k++) {
+      int r = L->root[op->results[k]->id];
+      if (r == op->results[k]->id && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+}
+
+/* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
+ * reading any value living in it; f's outputs stay. */
+static bool lower_region(Lower *L, const IrFunc *f) {
+  int nops = 0;
+  for (const Op *op = f->first; op; op = op->next) nops++;
+  int nv = L->m->nvalues + 1;
+  int *last = malloc(sizeof(int) * (size_t)nv);
+  int32_t *vroot = malloc(sizeof(int32_t) * (size_t)nv);
+  for (int i = 0; i < nv; i++) last[i] = -1, vroot[i] = i;
+  for (int i = 0; i < f->ninputs; i++) vroot[f->inputs[i]->id] = L->root[f->inputs[i]->id];
+  int pos = 0;
+  for (const Op *op = f->first; op; op = op->next, pos++) {
+    const Value *of = view_operand(L, op);
+    if (of) vroot[op->results[0]->id] = vroot[of->id];
+    for (int i = 0; i < op->noperands; i++) last[vroot[op->operands[i]->id]] = pos;
+  }
+  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops;
+  bool ok = true;
+  pos = 0;
+  for (const Op *op = f->first; op; op = op->next, pos++) {
+    if (!lower_op(L, op) || L->failed) {
+      ok = false;
+      break;
+    }
+    for (int i = 0; i < op->noperands; i++) {
+      int r = L->root[op->operands[i]->id];
+      if (last[r] == pos && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+    for (int k = 0; k < op->nresults; k++) { /* a result nothing reads */
+      int r = L->root[op->results[k]->id];
+      if (last[r] == -1 && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+  }
+  free(vroot);
+  free(last);
+  return ok;
+}
+
+static int64_t value_bytes(const Lower *L, const Value *v) { return elements(L, v) * dtype_bytes(v->type.dtype); }
+
+typedef struct LoopCtx {
+  const Op *op;
+  LLVMValueRef *carried;  /* the loop's buffers of its carried values */
+  bool ok;
+} LoopCtx;
+
+/* One trip: the body's inputs bound (a stacked operand's row, the carried buffers, invariants),
+ * the body lowered, its carried outputs copied back, its stacked outputs into their rows. */
+static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  LoopCtx *c = vctx;
+  const Op *op = c->op;
+  const IrFunc *b = op->body;
+  if (!c->ok) return;
+  LLVMValueRef row = op->reverse ? LLVMBuildSub(L->B, ci64(L, op->count - 1), idx[0], "") : idx[0];
+  for (int i = 0; i < b->ninputs; i++) {
+    const Value *in = b->inputs[i];
+    LLVMValueRef p;
+    if (i < op->nslices) {
+      LLVMValueRef off = LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, in)), "");
+      p = gep(L, L->i8, L->buf[op->operands[i]->id], off);
+    } else if (i < op->nslices + op->ncarried) p = c->carried[i - op->nslices];
+    else p = L->buf[op->operands[i]->id];
+    L->buf[in->id] = p;
+    L->root[in->id] = in->id;
+    L->owned[in->id] = false;
+  }
+  if (!lower_region(L, b)) {
+    c->ok = false;
+    return;
+  }
+  for (int j = 0; j < op->ncarried + op->nstacked; j++) {
+    const Value *y = b->outputs[j];
+    LLVMValueRef dst;
+    if (j < op->ncarried) dst = c->carried[j];
+    else dst = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
+    LLVMBuildMemMove(L->B, dst, 1, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
+  }
+  free_region(L, b);
+}
+
+static bool lower_loop(Lower *L, const Op *op) {
+  const IrFunc *b = op->body;
+  if (!b || b->ninputs != op->noperands || b->noutputs != op->ncarried + op->nstacked || op->nresults != op->ncarried + op->nstacked)
+    return fail(L, op, "%s is malformed", "loop");
+  for (int j = 0; j < op->nstacked; j++) {
+    const Value *r = op->results[op->ncarried + j];
+    if (r->type.rank < 1 || extent(L, r, 0) != op->count) return fail(L, op, "a loop whose stacked rows are split over devices is not lowered yet%s", "");
+  }
+  for (int i = 0; i < op->nslices; i++)
+    if (op->operands[i]->type.rank < 1 || extent(L, op->operands[i], 0) != op->count)
+      return fail(L, op, "a loop whose stacked rows are split over devices is not lowered yet%s", "");
+  LLVMValueRef *carried = calloc((size_t)op->ncarried + 1, sizeof *carried);
+  for (int j = 0; j < op->ncarried; j++) {
+    const Value *x = op->operands[op->nslices + j], *r = op->results[j];
+    new_buffer(L, r);
+    carried[j] = L->buf[r->id];
+    LLVMBuildMemCpy(L->B, carried[j], 64, L->buf[x->id], 1, ci64(L, value_bytes(L, x)));
+  }
+  for (int j = 0; j < op->nstacked; j++) new_buffer(L, op->results[op->ncarried + j]);
+  LoopCtx c = {.op = op, .carried = carried, .ok = true};
+  int64_t count = op->count;
+  if (count == 1) { /* lower_nest makes no loop for one trip */
+    LLVMValueRef zero = ci64(L, 0);
+    loop_trip(L, NULL, &zero, &c);
+  } else lower_nest(L, 1, &count, NULL, 0, loop_trip, &c);
+  free(carried);
+  return c.ok;
 }
 
 /* ---- the function ---- */
@@ -891,42 +1032,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
   L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
   const IrFunc *f = m->main;
-  /* Roots (views share their operand's buffer) and, per root, the last op reading it, so that a
-   * buffer is freed right after it (outputs are handed to the host instead). */
-  int nops = 0;
-  for (const Op *op = f->first; op; op = op->next) nops++;
-  int *last = malloc(sizeof(int) * ((size_t)m->nvalues + 1));
-  int32_t *vroot = malloc(sizeof(int32_t) * ((size_t)m->nvalues + 1));
-  for (int i = 0; i <= m->nvalues; i++) last[i] = -1, vroot[i] = i;
-  int pos = 0;
-  for (const Op *op = f->first; op; op = op->next, pos++) {
-    const Value *of = view_operand(&L, op);
-    if (of) vroot[op->results[0]->id] = vroot[of->id];
-    for (int i = 0; i < op->noperands; i++) last[vroot[op->operands[i]->id]] = pos;
-  }
-  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops;
-  bool ok = true;
-  pos = 0;
-  for (const Op *op = f->first; op && ok; op = op->next, pos++) {
-    if (!lower_op(&L, op)) {
-      ok = false;
-      break;
-    }
-    for (int i = 0; i < op->noperands; i++) {
-      int r = L.root[op->operands[i]->id];
-      if (last[r] == pos && L.owned[r]) {
-        free_root(&L, r);
-        L.owned[r] = false;
-      }
-    }
-    for (int k = 0; k < op->nresults; k++) { /* a result nothing reads */
-      int r = L.root[op->results[k]->id];
-      if (last[r] == -1 && L.owned[r]) {
-        free_root(&L, r);
-        L.owned[r] = false;
-      }
-    }
-  }
+  bool ok = lower_region(&L, f);
   if (ok) {
     for (int j = 0; j < f->noutputs; j++) {
       const Value *v = f->outputs[j];
@@ -942,12 +1048,9 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
       } else L.owned[r] = false; /* handed to the host */
       LLVMBuildStore(L.B, p, gep(&L, L.ptr, L.slots, ci64(&L, m->main->ninputs + m->nparams + j)));
     }
-    for (int i = 0; i <= m->nvalues; i++)
-      if (L.owned[i]) free_root(&L, i);
+    free_region(&L, f);
     LLVMBuildRet(L.B, ci32(&L, 0));
   }
-  free(vroot);
-  free(last);
   free(L.buf);
   free(L.root);
   free(L.owned);
