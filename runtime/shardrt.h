@@ -245,6 +245,70 @@ typedef struct RtBlock {
 int rt_random_fill(void *out, RtDtype dt, const RtBlock *block, uint64_t seed, uint64_t tensor, double lo,
                    double hi);
 
+/* ---- neural-network kernels (nn.c), for the ops shardc lowers to calls ----
+ * They match the reference interpreter's semantics (docs/interpreter.md): f32 storage or bf16/f16 at
+ * their width, computed in double within a row, rounded once on store.
+ *
+ * RtRows describes an op over one dim (the row) of tensors sharing an outer index space: `nd` outer
+ * dims of extents `extent`, and per tensor t (in each kernel's stated order) its element strides
+ * along them (`stride[t]`, 0 where the tensor lacks the dim), along the row (`row_stride[t]`), and
+ * its RtDtype. Every field is an int64_t so that generated code can emit it as a constant array. */
+#define RT_NN_DIMS 8
+#define RT_NN_TENSORS 5
+typedef struct RtRows {
+  int64_t nd;
+  int64_t extent[RT_NN_DIMS];
+  int64_t stride[RT_NN_TENSORS][RT_NN_DIMS];
+  int64_t n;                          /* the row's length here */
+  int64_t row_stride[RT_NN_TENSORS];
+  int64_t dtype[RT_NN_TENSORS];
+  int64_t size;                       /* the row dim's global size (the norms' means) */
+} RtRows;
+
+/* y = softmax(x) along the row (tensors x, y); a row of -inf only gives zeros. */
+void rt_nn_softmax(const RtRows *r, const void *x, void *y);
+/* rmsnorm (layer 0) or layernorm (layer 1, with bias) along the row, epsilon 1e-5 (tensors x,
+ * scale, bias, y; bias NULL for rmsnorm). */
+void rt_nn_norm(const RtRows *r, int layer, const void *x, const void *scale, const void *bias, void *y);
+/* dx = y (dy - sum(dy y)) (tensors y, dy, dx). */
+void rt_nn_softmax_grad(const RtRows *r, const void *y, const void *dy, void *dx);
+/* The norms' input gradient, ir.h's OP_RMSNORM_GRAD / OP_LAYERNORM_GRAD (tensors x, scale, dy, dx). */
+void rt_nn_norm_grad(const RtRows *r, int layer, const void *x, const void *scale, const void *dy, void *dx);
+/* Cross entropy along the class row: out = logsumexp(logits) - logits[label] (tensors logits,
+ * labels, out; out's row stride 0); with dl (grad != 0: tensors logits, labels, dl, dx): dx =
+ * (softmax(logits) - onehot(label)) dl. A label outside [0, n) fails the device, naming `line`. */
+int rt_nn_cross_entropy(RtDevice *dev, const RtRows *r, int grad, const void *logits, const int32_t *labels,
+                        const void *dl, void *out, int line);
+/* take(table, idx): for each index (outer dims: tensors idx, out) the table's row idx - row_offset
+ * (row_elems contiguous elements, tensor 1's dtype) into out, zeros where the row is not held here
+ * (rows_local rows from row_offset); an index outside [0, rows_global) fails the device. */
+int rt_nn_take(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *table, void *out, int64_t rows_local,
+               int64_t row_offset, int64_t rows_global, int64_t row_elems, int line);
+/* take's gradient: out (rows_local x row_elems, tensor 1's dtype) = per row the sum, in f32, of dy's
+ * rows (outer dims: tensors idx, dy) whose index names it. */
+int rt_nn_take_grad(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *dy, void *out, int64_t rows_local,
+                    int64_t row_offset, int64_t rows_global, int64_t row_elems, int line);
+
+/* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
+ * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides
+ * along each (0 where a tensor lacks the dim) and dtypes; dq, dk, dv have q's, k's and v's types.
+ * o = softmax(scale q.k, causally masked where k_off + key > q_off + query) . v. */
+typedef struct RtAttn {
+  int64_t nb;
+  int64_t extent[RT_NN_DIMS];
+  int64_t stride[RT_NN_TENSORS][RT_NN_DIMS];
+  int64_t nq, nk, nh, nv;
+  int64_t sq[RT_NN_TENSORS], sk[RT_NN_TENSORS], sh[RT_NN_TENSORS], sv[RT_NN_TENSORS];
+  int64_t dtype[RT_NN_TENSORS];
+  int64_t causal;
+} RtAttn;
+int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
+                    const void *k, const void *v, void *o);
+/* The gradients (ir.h's OP_ATTENTION_GRAD), each summed over the dims its tensor lacks; dq, dk or
+ * dv NULL: not stored (all three are computed). */
+int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
+                         const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv);
+
 /* Wall-clock seconds from an arbitrary origin (CLOCK_MONOTONIC). */
 double rt_seconds(void);
 

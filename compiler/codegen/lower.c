@@ -831,6 +831,13 @@ static bool lower_op(Lower *L, const Op *op) {
   case OP_SUM: case OP_MEAN: case OP_MAX: return lower_reduce(L, op);
   case OP_CONTRACT: return lower_contract(L, op);
   case OP_LOOP: return lower_loop(L, op);
+  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
+  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
+    return lower_nn_rows(L, op, new_buffer);
+  case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);
+  case OP_TAKE_GRAD: return lower_nn_take(L, op, dim_offset(L, op, res->type.dims[0]), new_buffer);
+  case OP_ATTENTION: case OP_ATTENTION_GRAD:
+    return lower_nn_attention(L, op, dim_offset(L, op, op->dims[2]), dim_offset(L, op, op->dims[1]), new_buffer);
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
     return lower_collective(L, op);
   default: return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));

@@ -47,4 +47,10 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
 LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, int n, LLVMValueRef *vals);
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n);
 void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function unless it is 0 */
+
+/* lower_nn.c: ops lowered to calls into the runtime's nn kernels. */
+typedef void (*LowerNewBuffer)(Lower *L, const Value *v);
+bool lower_nn_rows(Lower *L, const Op *op, LowerNewBuffer nb);       /* softmax, norms, grads, cross entropy */
+bool lower_nn_take(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer nb); /* take, take_grad */
+bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef k_off, LowerNewBuffer nb);
 #endif
