@@ -187,6 +187,27 @@ int rt_nn_take_grad(RtDevice *dev, const RtRows *r, const int32_t *idx, const vo
   return RT_OK;
 }
 
+int rt_nn_onehot(RtDevice *dev, const RtRows *r, const int32_t *idx, void *out, int64_t row_offset, int line) {
+  Walk w;
+  ROWS(r, w) {
+    int32_t v = idx[w.off[1]];
+    if (v < 0 || v >= r->size) return rt_fail(dev, "line %d: onehot: index %d out of range [0, %lld)", line, v, (long long)r->size);
+    for (int64_t j = 0; j < r->n; j++) st(out, r->dtype[0], w.off[0] + j * r->row_stride[0], v == row_offset + j ? 1.0 : 0.0);
+  }
+  return RT_OK;
+}
+
+int rt_nn_pick(RtDevice *dev, const RtRows *r, const void *x, const int32_t *idx, void *out, int64_t row_offset, int line) {
+  Walk w;
+  ROWS(r, w) {
+    int32_t v = idx[w.off[1]];
+    if (v < 0 || v >= r->size) return rt_fail(dev, "line %d: pick: index %d out of range [0, %lld)", line, v, (long long)r->size);
+    int64_t j = v - row_offset;
+    st(out, r->dtype[2], w.off[2], j >= 0 && j < r->n ? AT(r, 0, x, j) : 0.0);
+  }
+  return RT_OK;
+}
+
 /* ---- attention ---- */
 
 enum { AQ, AK, AV, AO, ADO };

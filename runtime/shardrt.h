@@ -289,6 +289,12 @@ int rt_nn_take(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *t
 int rt_nn_take_grad(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *dy, void *out, int64_t rows_local,
                     int64_t row_offset, int64_t rows_global, int64_t row_elems, int line);
 
+/* onehot along the row (tensors out, idx; idx's row stride 0): out = 1 where idx == row_offset + j,
+ * else 0. pick along the row (tensors x, idx, out): out = x[idx - row_offset] where that is inside
+ * the row held here, else 0. An index outside [0, size) fails the device. */
+int rt_nn_onehot(RtDevice *dev, const RtRows *r, const int32_t *idx, void *out, int64_t row_offset, int line);
+int rt_nn_pick(RtDevice *dev, const RtRows *r, const void *x, const int32_t *idx, void *out, int64_t row_offset, int line);
+
 /* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
  * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides
  * along each (0 where a tensor lacks the dim) and dtypes; dq, dk, dv have q's, k's and v's types.

@@ -834,6 +834,7 @@ static bool lower_op(Lower *L, const Op *op) {
   case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
   case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
     return lower_nn_rows(L, op, new_buffer);
+  case OP_ONEHOT: case OP_PICK: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
   case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);
   case OP_TAKE_GRAD: return lower_nn_take(L, op, dim_offset(L, op, res->type.dims[0]), new_buffer);
   case OP_ATTENTION: case OP_ATTENTION_GRAD:
@@ -934,12 +935,34 @@ static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vct
     c->ok = false;
     return;
   }
-  for (int j = 0; j < op->ncarried + op->nstacked; j++) {
+  /* stacked rows first: a stacked output may live in a carried buffer (the layer's input, saved),
+   * which the carried outputs then overwrite */
+  for (int j = op->ncarried; j < op->ncarried + op->nstacked; j++) {
     const Value *y = b->outputs[j];
-    LLVMValueRef dst;
-    if (j < op->ncarried) dst = c->carried[j];
-    else dst = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
+    LLVMValueRef dst = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
     LLVMBuildMemMove(L->B, dst, 1, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
+  }
+  /* carried outputs that are another carried input's buffer go through a copy (a swap) */
+  LLVMValueRef tmp[64] = {0};
+  for (int j = 0; j < op->ncarried && j < 64; j++) {
+    const Value *y = b->outputs[j];
+    int r = L->root[y->id];
+    for (int k = 0; k < op->ncarried; k++)
+      if (k != j && r == b->inputs[op->nslices + k]->id) {
+        tmp[j] = alloc_buffer(L, y, value_bytes(L, y));
+        LLVMBuildMemCpy(L->B, tmp[j], 64, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
+      }
+  }
+  for (int j = 0; j < op->ncarried; j++) {
+    const Value *y = b->outputs[j];
+    if (L->root[y->id] == b->inputs[op->nslices + j]->id) continue; /* unchanged */
+    LLVMValueRef src = j < 64 && tmp[j] ? tmp[j] : L->buf[y->id];
+    LLVMBuildMemMove(L->B, c->carried[j], 1, src, 1, ci64(L, value_bytes(L, y)));
+    if (j < 64 && tmp[j]) {
+      LLVMTypeRef ft[2] = {L->ptr, L->ptr};
+      LLVMValueRef fv[2] = {L->dev, tmp[j]};
+      lower_call(L, "rt_free", L->i32, ft, 2, fv);
+    }
   }
   free_region(L, b);
 }

@@ -145,6 +145,35 @@ bool lower_nn_rows(Lower *L, const Op *op, void (*new_buffer)(Lower *, const Val
   }
 }
 
+/* onehot (the result's row dims[0]) and pick (x's row dims[0]): the row may be split over devices,
+ * row_offset its block's first global index. */
+bool lower_nn_select(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer new_buffer) {
+  const Value *res = op->results[0];
+  const Dim *d = op->dims[0];
+  int64_t desc[61];
+  LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
+  if (op->kind == OP_ONEHOT) {
+    const Value *idx = op->operands[0];
+    if (idx->type.dtype != DT_I32) return nn_fail(L, op, "indices that are not i32");
+    const Value *t[2] = {res, idx};
+    if (tensor_type_find(&res->type, d) < 0 || !rows_desc(L, op, res, d, t, 2, desc)) return false;
+    new_buffer(L, res);
+    LLVMTypeRef at[6] = {P, P, P, P, I64, I32};
+    LLVMValueRef av[6] = {L->dev, const_i64s(L, desc, 61, "rows"), buf(L, idx), buf(L, res), row_offset, i32c(L, op->loc.line)};
+    lower_check_rc(L, lower_call(L, "rt_nn_onehot", I32, at, 6, av));
+    return true;
+  }
+  const Value *x = op->operands[0], *idx = op->operands[1];
+  if (idx->type.dtype != DT_I32) return nn_fail(L, op, "indices that are not i32");
+  const Value *t[3] = {x, idx, res};
+  if (tensor_type_find(&x->type, d) < 0 || !rows_desc(L, op, x, d, t, 3, desc)) return false;
+  new_buffer(L, res);
+  LLVMTypeRef at[7] = {P, P, P, P, P, I64, I32};
+  LLVMValueRef av[7] = {L->dev, const_i64s(L, desc, 61, "rows"), buf(L, x), buf(L, idx), buf(L, res), row_offset, i32c(L, op->loc.line)};
+  lower_check_rc(L, lower_call(L, "rt_nn_pick", I32, at, 7, av));
+  return true;
+}
+
 /* Whether v's trailing dims are exactly dims[0..n), in order. */
 static bool trailing(const Value *v, Dim *const *dims, int n) {
   if (v->type.rank < n) return false;

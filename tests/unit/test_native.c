@@ -53,6 +53,8 @@ static int run_and_compare(const char *what, const IrModule *m, const Mesh *mesh
     double r = got ? rel_diff(got, ref[j]) : INFINITY;
     if (!(r <= tol)) {
       bad++;
+      if (getenv("NATIVE_VERBOSE"))
+        for (int64_t e = 0; e < got->n && e < 8; e++) printf("      [%lld] native %.6g interpreter %.6g\n", (long long)e, got->data[e], ref[j]->data[e]);
       if (perturb == 0) ut_fail("%s: output %d differs from the interpreter by %g (relative to its largest value; tolerance %g)", what, j, r, tol);
     }
     tensor_free(got);
@@ -111,7 +113,11 @@ static void native_case(const char *path, const char *const *defs, int ndefs, co
   ut_end();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc >= 3) { /* one case: test_native FILE LAYOUT [ENTRY] (no entry: the train step) */
+    native_case(argv[1], NULL, 0, argv[2], NULL, argc > 3 ? argv[3] : NULL, 2e-2, false);
+    return ut_summary();
+  }
   const char *ops = NATIVE_TEST_DIR "/ops.shard";
   const char *mlp_mb = INTERP_TEST_DIR "/mlp_sgd_mb.shard";
   const char *mlp = SHARDC_SAMPLES "/mlp.shard";
@@ -127,6 +133,15 @@ int main(void) {
   for (int i = 0; i < 4; i++) {
     native_case(mlp, small, 4, mlp_layouts[i], NULL, "mlp.forward", 2e-2, false);
     native_case(mlp, small, 4, mlp_layouts[i], NULL, NULL, 2e-2, false);
+  }
+  /* a LLaMA: take (vocab-parallel under vocab_tp), rmsnorm, fused grouped attention, silu, stacked
+   * layers (a loop); the step: cross entropy (vocab-parallel: pick, onehot), two microbatches, full
+   * remat, every gradient kernel, adam */
+  const char *llama = INTERP_TEST_DIR "/llama_small.shard";
+  const char *llama_layouts[] = {"fsdp_tp", "fsdp_tp_sp", "vocab_tp"};
+  for (int i = 0; i < 3; i++) {
+    native_case(llama, NULL, 0, llama_layouts[i], NULL, "llama.forward", 2e-2, false);
+    native_case(llama, NULL, 0, llama_layouts[i], NULL, NULL, 2e-2, false);
   }
   return ut_summary();
 }
