@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "interp.h"
@@ -46,6 +47,18 @@ static DType narrowest(const IrFunc *f, DType worst) {
     if (op->body) worst = narrowest(op->body, worst);
   }
   return worst;
+}
+
+/* Host bytes a run needs, roughly: the whole inputs and params made on the host (in double), and
+ * every value of main at its global size for the one-device run (an overestimate: buffers are
+ * freed after their last use). */
+static double host_bytes(const IrModule *m) {
+  double b = 0;
+  for (int i = 0; i < m->main->ninputs; i++) b += 8.0 * (double)tensor_type_elements(&m->main->inputs[i]->type);
+  for (int i = 0; i < m->nparams; i++) b += 8.0 * (double)tensor_type_elements(&m->params[i].type);
+  for (const Op *op = m->main->first; op; op = op->next)
+    for (int k = 0; k < op->nresults; k++) b += (double)tensor_type_bytes(&op->results[k]->type);
+  return b;
 }
 
 typedef struct Diff {
@@ -105,6 +118,15 @@ static int run(const Options *o, Arena *arena) {
     return EXIT_PROGRAM_ERROR;
   }
 
+  double need = host_bytes(m), have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (need > have / 2) {
+    char b1[32], b2[32];
+    diag_error(p->step ? p->step->loc : p->entry->loc,
+               "run: at these sizes the program needs about %s of this machine's memory (it has %s): shrink dims "
+               "with -D (e.g. -D batch=8 -D seq=16), or predict the full size with `shardc sim`",
+               fmt_bytes(b1, sizeof b1, need), fmt_bytes(b2, sizeof b2, have));
+    return EXIT_PROGRAM_ERROR;
+  }
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole) */
@@ -154,17 +176,17 @@ static int run(const Options *o, Arena *arena) {
   RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
   if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
   if (!ref || !shd || !run_side_fill(ref, inputs, params, err, sizeof err) || !run_side_fill(shd, inputs, params, err, sizeof err)) {
-    fprintf(stderr, "shardc: run: %s\n", err);
+    diag_error((SrcLoc){0}, "run: %s", err);
     goto done;
   }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
   for (int s = 0; s < steps; s++) {
     if (!run_side_step(ref, err, sizeof err)) {
-      fprintf(stderr, "shardc: run: the one-device program failed: %s\n", err);
+      diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
       goto done;
     }
     if (!run_side_step(shd, err, sizeof err)) {
-      fprintf(stderr, "shardc: run: the sharded program failed: %s\n", err);
+      diag_error((SrcLoc){0}, "run: the sharded program failed: %s", err);
       goto done;
     }
     if (perturb && *perturb && s == steps - 1) run_side_perturb(shd, 0, atof(perturb));

@@ -27,3 +27,46 @@ add_test(NAME run.mlp.mutation
 # (the report must say FAIL with its figures: a crash does not count as catching the perturbation)
 set_tests_properties(run.mlp.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB=1"
                      PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+
+# Transformer samples at small sizes on an inline 4-device mesh: each train step (2 steps: adam,
+# microbatches, remat as the sample declares) sharded equals one device.
+set(LM_SMALL -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
+foreach(case llama3_8b:fsdp_tp llama3_8b:fsdp_tp_sp llama3_8b:dp llama2_13b:fsdp llama3_70b:dp_tp llama3_405b:hsdp_tp_sp)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 sample)
+  list(GET parts 1 layout)
+  set(mesh "h100[data: 2, model: 2]")
+  if(sample STREQUAL "llama3_405b")
+    set(mesh "h100[data: 2, fsdp: 1, model: 2]")
+  endif()
+  add_test(NAME run.${sample}.${layout}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/${sample}.shard ${LM_SMALL} -D kv_heads=2
+                   --layout ${layout} --mesh ${mesh} --steps 2)
+endforeach()
+# GPT-3's layouts pipeline over `stage`; on a mesh without it the rule is skipped: layernorm, gelu,
+# causal multi-head attention, 128 microbatches.
+add_test(NAME run.gpt3_175b.ptd_nostage
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${LM_SMALL} -D batch=256
+                 --mesh "h100[data: 2, model: 2]")
+
+# What does not run ends with a located error, exit 1, never a crash: a pipeline, a mesh over the
+# thread limit, --hbm too small.
+add_test(NAME run.error.pipeline
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_405b_pp.shard ${LM_SMALL} -D kv_heads=2
+                 -D batch=16 -D layers=4 --mesh "h100[data: 1, stage: 2, model: 2]")
+set_tests_properties(run.error.pipeline PROPERTIES
+                     PASS_REGULAR_EXPRESSION "llama3_405b_pp.shard:[0-9]+:[0-9]+: error: run: pipelines")
+add_test(NAME run.error.mesh_too_large
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard -D batch=8)
+set_tests_properties(run.error.mesh_too_large PROPERTIES
+                     PASS_REGULAR_EXPRESSION "error: run: mesh 'v5p_256' has 256 devices.*--mesh 'h100\\[data: 2, model: 2\\]'")
+add_test(NAME run.error.hbm
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]" --hbm 1000)
+set_tests_properties(run.error.hbm PROPERTIES
+                     PASS_REGULAR_EXPRESSION "device [0-9]+: out of memory for buffer '[a-z_.]+'.*over the cap of 1000 bytes")
+add_test(NAME run.json
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
+                 --mesh "h100[data: 2, model: 2]" --format json)
+set_tests_properties(run.json PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"devices\":\t4,\n\t\"steps\":\t2,\n\t\"pass\":\ttrue,\n\t\"max_abs_err\":[^\n]*\n\t\"max_rel_err\":[^\n]*\n\t\"loss\":\t\\[[^]]*\\],\n\t\"step_time_s\":[^\n]*\n\t\"compile_s\":[^\n]*\n\t\"peak_bytes_per_device\":")
