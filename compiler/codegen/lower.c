@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/DebugInfo.h>
 #include <llvm-c/Orc.h>
 
 #include "diag.h"
@@ -143,6 +144,18 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
   LLVMBuildStore(L->B, v, gep(L, st, t->base, off));
 }
 
+/* Loop metadata: no unrolling (at the small sizes tests run, O2 would unroll every nest whole and
+ * the module grow tenfold; the vectoriser still widens the inner loops and interleaves them). */
+static void no_unroll(Lower *L, LLVMValueRef br) {
+  LLVMMetadataRef str = LLVMMDStringInContext2(L->C, "llvm.loop.unroll.disable", 24);
+  LLVMMetadataRef disable = LLVMMDNodeInContext2(L->C, &str, 1);
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(L->C, NULL, 0);
+  LLVMMetadataRef ops[2] = {tmp, disable};
+  LLVMMetadataRef loop = LLVMMDNodeInContext2(L->C, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(tmp, loop);
+  LLVMSetMetadata(br, LLVMGetMDKindIDInContext(L->C, "llvm.loop", 9), LLVMMetadataAsValue(L->C, loop));
+}
+
 /* ---- loop nests ----
  * Loops over dims 0..nd-1 (dims of extent 1 get none), innermost last; offs[i] is tensor i's
  * element offset, idx[d] dim d's index (i64). Nothing runs when an extent is 0. */
@@ -179,7 +192,7 @@ static void nest_level(Lower *L, NestState *S, int d, LLVMValueRef *offs) {
   nest_level(L, S, d + 1, inner);
   LLVMValueRef next = LLVMBuildAdd(L->B, i, ci64(L, 1), "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(L->B);
-  LLVMBuildCondBr(L->B, LLVMBuildICmp(L->B, LLVMIntSLT, next, ci64(L, S->ext[d]), ""), loop, done);
+  no_unroll(L, LLVMBuildCondBr(L->B, LLVMBuildICmp(L->B, LLVMIntSLT, next, ci64(L, S->ext[d]), ""), loop, done));
   LLVMValueRef zero = ci64(L, 0);
   LLVMAddIncoming(i, &zero, &pre, 1);
   LLVMAddIncoming(i, &next, &latch, 1);
