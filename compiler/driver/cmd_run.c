@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -20,6 +21,7 @@
 #include "localize.h"
 #include "report.h"
 #include "shardrt.h"
+#include "npy.h"
 #include "run_host.h"
 #include "step.h"
 
@@ -61,6 +63,66 @@ static double host_bytes(const IrModule *m) {
   return b;
 }
 
+/* --load: DIR/name.npy into t where the file exists: the global array in the declared dim order,
+ * float32 for float tensors (rounded to the declared dtype), int32 for integer ones. */
+static bool load_one(const char *dir, const char *name, Tensor *t, bool *loaded) {
+  char path[4096], err[600];
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  *loaded = false;
+  if (access(path, F_OK) != 0) return true;
+  NpyArray a;
+  if (!npy_read(path, &a, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: --load: %s", err);
+    return false;
+  }
+  bool ok = a.rank == t->type.rank && a.is_int == dtype_is_int(t->type.dtype);
+  for (int d = 0; ok && d < a.rank; d++) ok = a.shape[d] == t->type.dims[d]->size;
+  if (!ok) {
+    char want[256];
+    int wl = snprintf(want, sizeof want, "%s[", dtype_name(t->type.dtype));
+    for (int d = 0; d < t->type.rank; d++)
+      wl += snprintf(want + wl, sizeof want - (size_t)wl, "%s%s=%lld", d ? ", " : "", t->type.dims[d]->name, (long long)t->type.dims[d]->size);
+    snprintf(want + wl, sizeof want - (size_t)wl, "]");
+    char got[128];
+    int len = snprintf(got, sizeof got, "%s[", a.is_int ? "int32" : "float32");
+    for (int d = 0; d < a.rank; d++) len += snprintf(got + len, sizeof got - (size_t)len, "%s%lld", d ? ", " : "", (long long)a.shape[d]);
+    snprintf(got + len, sizeof got - (size_t)len, "]");
+    diag_error((SrcLoc){0}, "run: --load: %s holds %s, but '%s' is %s (%s for its dtype, the global shape in the declared dim order)",
+               path, got, name, want, dtype_is_int(t->type.dtype) ? "int32" : "float32");
+    npy_free(&a);
+    return false;
+  }
+  for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
+  npy_free(&a);
+  *loaded = true;
+  return true;
+}
+
+static bool load_all(const Options *o, const IrModule *m, Tensor **inputs, Tensor **params) {
+  bool ok = true, l;
+  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(o->load, m->params[i].path, params[i], &l);
+  const StepInfo *si = m->step;
+  for (int i = 0; i < m->main->ninputs && ok; i++) {
+    const Value *v = m->main->inputs[i];
+    if (si && i >= si->nargs && i != si->in_labels) continue; /* optimizer state: never loaded */
+    const char *name = si && i == si->in_labels ? "labels" : v->name;
+    if (name) ok = load_one(o->load, name, inputs[i], &l);
+  }
+  return ok;
+}
+
+static bool save_one(const char *dir, const char *name, const Tensor *t) {
+  char path[4096], err[600];
+  int64_t shape[MAX_RANK];
+  for (int d = 0; d < t->type.rank; d++) shape[d] = t->type.dims[d]->size;
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  if (!npy_write_f32(path, shape, t->type.rank, t->data, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: --save: %s", err);
+    return false;
+  }
+  return true;
+}
+
 typedef struct Diff {
   double max_abs, max_rel, worst_excess; /* worst_excess: largest |d| - tol (> 0: FAIL) */
   double atol, rtol;                     /* of the worst output */
@@ -95,10 +157,6 @@ static const char *fmt_bytes(char *buf, size_t n, double b) {
 }
 
 static int run(const Options *o, Arena *arena) {
-  if (o->load || o->save) {
-    diag_error((SrcLoc){0}, "run: --load and --save are not implemented yet (docs/run.md)");
-    return EXIT_PROGRAM_ERROR;
-  }
   CheckedProgram cp;
   int rc = check_load(o, arena, &cp);
   if (rc != EXIT_OK) return rc;
@@ -134,6 +192,12 @@ static int run(const Options *o, Arena *arena) {
   Tensor **inputs = interp_random_inputs(m, o->seed);
   Tensor **params = interp_random_params(m, o->seed);
   const StepInfo *si = m->step;
+  if (o->load && !load_all(o, m, inputs, params)) ok = false;
+  for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
+    const StepParam *sp = &si->params[k];
+    if (sp->in_master >= 0 && sp->param >= 0)
+      for (int64_t e = 0; e < inputs[sp->in_master]->n; e++) inputs[sp->in_master]->data[e] = params[sp->param]->data[e];
+  }
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) memset(inputs[sp->in_m]->data, 0, sizeof(double) * (size_t)inputs[sp->in_m]->n);
@@ -204,6 +268,27 @@ static int run(const Options *o, Arena *arena) {
       tensor_free(a), tensor_free(r);
     }
     if (m->step && s < steps - 1) run_side_carry(ref), run_side_carry(shd);
+  }
+  if (o->save) {
+    mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
+    bool saved = true;
+    if (!m->step) {
+      Tensor *t = run_side_output(shd, 0);
+      saved = t && save_one(o->save, "output", t);
+      tensor_free(t);
+    } else {
+      for (int k = 0; k < si->nparams && saved; k++) {
+        const StepParam *sp = &si->params[k];
+        if (sp->out_param < 0 || sp->param < 0) continue;
+        Tensor *t = run_side_output(shd, sp->out_param);
+        saved = t && save_one(o->save, m->params[sp->param].path, t);
+        tensor_free(t);
+      }
+      Dim steps_dim = {.name = "step", .size = steps};
+      Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = steps, .data = loss_shd};
+      if (saved) saved = save_one(o->save, "loss", &lt);
+    }
+    if (!saved) goto done;
   }
   size_t peak = run_side_peak(shd);
   int ndev = run_side_devices(shd);
