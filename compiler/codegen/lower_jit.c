@@ -2,6 +2,7 @@
  * pass manager), print, and JIT-compile with ORC LLJIT, the runtime's symbols resolved from this
  * process (the shardc executable links the runtime and exports its symbols: ENABLE_EXPORTS). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
@@ -73,7 +74,8 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
   LLVMDisposeMessage(cpu);
   LLVMDisposeMessage(features);
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
-  LLVMErrorRef e = LLVMRunPasses(lw->M, "default<O2>", tm, opts);
+  const char *pipeline = getenv("SHARDC_PASSES"); /* experiments: e.g. default<O1> */
+  LLVMErrorRef e = LLVMRunPasses(lw->M, pipeline && *pipeline ? pipeline : "default<O2>", tm, opts);
   LLVMDisposePassBuilderOptions(opts);
   LLVMDisposeTargetMachine(tm);
   if (e) {

@@ -206,6 +206,7 @@ static int run(const Options *o, Arena *arena) {
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
   if (ok) ok = lower_function(lw, m, mesh, "shard_device");
   char err[512];
+  double t_lower = rt_seconds();
   if (ok && !lower_finish(lw, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
@@ -217,6 +218,7 @@ static int run(const Options *o, Arena *arena) {
     interp_free_tensors(params, m->nparams);
     return EXIT_OK;
   }
+  double t_o2 = rt_seconds();
   void *fns[2] = {0};
   const char *names[2] = {"shard_reference", "shard_device"};
   if (ok && !lower_jit(lw, names, 2, fns, err, sizeof err)) {
@@ -224,6 +226,9 @@ static int run(const Options *o, Arena *arena) {
     ok = false;
   }
   double compile_s = rt_seconds() - t0;
+  if (getenv("SHARDC_RUN_TIMING")) /* where compile time goes: lowering, verify + O2, JIT */
+    fprintf(stderr, "run: lowering %.1f ms, O2 %.1f ms, JIT %.1f ms\n", (t_lower - t0) * 1e3, (t_o2 - t_lower) * 1e3,
+            (rt_seconds() - t_o2) * 1e3);
   if (!ok) {
     lower_free(lw);
     interp_free_tensors(inputs, interp_ninputs(m));
