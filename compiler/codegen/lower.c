@@ -378,7 +378,26 @@ static bool lower_map(Lower *L, const Op *op) {
   if (dtype_is_int(res->type.dtype) && op->kind != OP_CAST && op->kind != OP_BROADCAST && op->kind != OP_ADD &&
       op->kind != OP_SUB && op->kind != OP_MUL && op->kind != OP_NEG)
     return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
-  new_buffer(L, res);
+  /* in place: an operand laid out as the result, read for the last time here, whose buffer this
+   * function owns and no other operand shares, becomes the result's (the buffer plan's rule) */
+  int reuse = -1;
+  for (int i = 0; i < op->noperands && reuse < 0; i++) {
+    const Value *x = op->operands[i];
+    int r = L->root[x->id];
+    if (!L->owned[r] || !L->last || L->last[r] != L->pos || !tensor_type_equal(&x->type, &res->type)) continue;
+    bool same = true;
+    for (int d = 0; d < res->type.rank; d++) same &= extent(L, x, d) == extent(L, res, d);
+    for (int k = 0; k < op->noperands; k++)
+      if (k != i && L->root[op->operands[k]->id] == r && op->operands[k] != x) same = false;
+    if (same) reuse = i;
+  }
+  if (reuse >= 0) {
+    int r = L->root[op->operands[reuse]->id];
+    L->buf[res->id] = L->buf[op->operands[reuse]->id];
+    L->root[res->id] = res->id;
+    L->owned[res->id] = true;
+    L->owned[r] = false;
+  } else new_buffer(L, res);
   NestTensor t[8];
   int64_t ext[MAX_RANK];
   for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
@@ -890,8 +909,12 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   }
   for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops;
   bool ok = true;
+  const int *outer_last = L->last;
+  int outer_pos = L->pos;
+  L->last = last;
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
+    L->pos = pos;
     if (!lower_op(L, op) || L->failed) {
       ok = false;
       break;
@@ -911,6 +934,8 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       }
     }
   }
+  L->last = outer_last;
+  L->pos = outer_pos;
   free(vroot);
   free(last);
   return ok;
