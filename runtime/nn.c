@@ -208,6 +208,17 @@ int rt_nn_pick(RtDevice *dev, const RtRows *r, const void *x, const int32_t *idx
   return RT_OK;
 }
 
+void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *dy, void *dx) {
+  Walk w;
+  ROWS(r, w) {
+    double m = ld(y, r->dtype[1], w.off[1]), g = ld(dy, r->dtype[2], w.off[2]);
+    int64_t ties = 0;
+    for (int64_t j = 0; j < r->n; j++) ties += AT(r, 0, x, j) == m;
+    for (int64_t j = 0; j < r->n; j++)
+      st(dx, r->dtype[3], w.off[3] + j * r->row_stride[3], AT(r, 0, x, j) == m ? g / (double)ties : 0.0);
+  }
+}
+
 /* ---- attention ---- */
 
 enum { AQ, AK, AV, AO, ADO };

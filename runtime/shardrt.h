@@ -295,6 +295,10 @@ int rt_nn_take_grad(RtDevice *dev, const RtRows *r, const int32_t *idx, const vo
 int rt_nn_onehot(RtDevice *dev, const RtRows *r, const int32_t *idx, void *out, int64_t row_offset, int line);
 int rt_nn_pick(RtDevice *dev, const RtRows *r, const void *x, const int32_t *idx, void *out, int64_t row_offset, int line);
 
+/* max's gradient along the row (tensors x, y, dy, dx; y and dy with row stride 0): dx = dy / n
+ * where x equals the row's max y, else 0; n counts the row's ties. */
+void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *dy, void *dx);
+
 /* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
  * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides
  * along each (0 where a tensor lacks the dim) and dtypes; dq, dk, dv have q's, k's and v's types.

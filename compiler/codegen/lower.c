@@ -864,7 +864,7 @@ static bool lower_op(Lower *L, const Op *op) {
   case OP_CONTRACT: return lower_contract(L, op);
   case OP_LOOP: return lower_loop(L, op);
   case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
-  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD:
+  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_MAX_GRAD:
     return lower_nn_rows(L, op, new_buffer);
   case OP_ONEHOT: case OP_PICK: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
   case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);

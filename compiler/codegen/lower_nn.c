@@ -89,7 +89,9 @@ bool lower_nn_rows(Lower *L, const Op *op, void (*new_buffer)(Lower *, const Val
   const Value *res = op->results[0], *x = op->operands[0];
   int64_t desc[61];
   LLVMTypeRef P = L->ptr, I32 = L->i32;
-  if (!row_whole(L, op, x, d)) return false;
+  /* max_grad counts the ties in the block a device holds (the interpreter's rule); the others
+   * need the whole row */
+  if (op->kind != OP_MAX_GRAD && !row_whole(L, op, x, d)) return false;
   switch (op->kind) {
   case OP_SOFTMAX: {
     const Value *t[2] = {x, res};
@@ -139,6 +141,16 @@ bool lower_nn_rows(Lower *L, const Op *op, void (*new_buffer)(Lower *, const Val
     LLVMValueRef av[8] = {L->dev, const_i64s(L, desc, 61, "rows"), i32c(L, grad), buf(L, x), buf(L, labels),
                           grad ? buf(L, op->operands[2]) : LLVMConstNull(P), buf(L, res), i32c(L, op->loc.line)};
     lower_check_rc(L, lower_call(L, "rt_nn_cross_entropy", I32, at, 8, av));
+    return true;
+  }
+  case OP_MAX_GRAD: {
+    if (op->ndims != 1) return nn_fail(L, op, "a max over several dims");
+    const Value *t[4] = {x, op->operands[1], op->operands[2], res};
+    if (!rows_desc(L, op, x, d, t, 4, desc)) return false;
+    new_buffer(L, res);
+    LLVMTypeRef at[5] = {P, P, P, P, P};
+    LLVMValueRef av[5] = {const_i64s(L, desc, 61, "rows"), buf(L, x), buf(L, t[1]), buf(L, t[2]), buf(L, res)};
+    lower_call(L, "rt_nn_max_grad", LLVMVoidTypeInContext(L->C), at, 5, av);
     return true;
   }
   default: return nn_fail(L, op, "this op");

@@ -123,7 +123,10 @@ int main(int argc, char **argv) {
   const char *mlp = SHARDC_SAMPLES "/mlp.shard";
   /* forward: elementwise, reductions, broadcasts, casts, contractions (bf16 and f32) */
   const char *ops_layouts[] = {"tp", "fsdp", "dp"};
-  for (int i = 0; i < 3; i++) native_case(ops, NULL, 0, ops_layouts[i], NULL, "ops.forward", 2e-2, false);
+  for (int i = 0; i < 3; i++) {
+    native_case(ops, NULL, 0, ops_layouts[i], NULL, "ops.forward", 2e-2, false);
+    native_case(ops, NULL, 0, ops_layouts[i], NULL, NULL, 2e-2, false);
+  }
   native_case(ops, NULL, 0, "tp", NULL, "ops.forward", 2e-2, true);
   /* train steps: sgd with two microbatches (a loop), adam (moments, master copy) */
   const char *mb_layouts[] = {"fsdp_tp", "dp", "tp"};
