@@ -17,6 +17,7 @@
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/DebugInfo.h>
+#include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
 
 #include "diag.h"
@@ -1065,6 +1066,7 @@ Lowered *lower_new(void) {
 
 void lower_free(Lowered *lw) {
   if (!lw) return;
+  if (lw->jit) LLVMOrcDisposeLLJIT(lw->jit); /* the functions it made are gone after this */
   if (!lw->consumed) LLVMDisposeModule(lw->M);
   LLVMOrcDisposeThreadSafeContext(lw->tsc);
   free(lw);

@@ -39,7 +39,8 @@ bool lower_finish(Lowered *lw, char *err, size_t n);
 void lower_print(Lowered *lw, FILE *out);
 
 /* JIT-compiles the module (ORC LLJIT, runtime symbols from this process) and looks up `names`
- * (n of them) into fns. The module is consumed: call once, after lower_finish. */
+ * (n of them) into fns. The module is consumed: call once, after lower_finish. The functions are
+ * valid until lower_free. */
 bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *err, size_t errn);
 
 #endif

@@ -13,6 +13,7 @@ struct Lowered {
   void *tsc;            /* the ORC thread-safe context owning C (LLVMOrcThreadSafeContextRef) */
   bool finished;
   bool consumed;        /* handed to the JIT */
+  void *jit;            /* the LLJIT (LLVMOrcLLJITRef) holding the compiled code, disposed with it */
 };
 
 /* One tensor a loop nest reads or writes: its buffer, dtype and per-nest-dim strides (elements). */

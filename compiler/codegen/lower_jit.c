@@ -101,7 +101,7 @@ static bool jit_error(LLVMErrorRef e, const char *what, char *err, size_t n) {
   return false;
 }
 
-/* One JIT per process run: it lives until exit (the functions it made are called until then). */
+/* The JIT lives in lw until lower_free (the functions it made are valid until then). */
 bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *err, size_t errn) {
   if (!native_ready()) {
     snprintf(err, errn, "LLVM's native target is not available");
@@ -110,6 +110,7 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   LLVMOrcLLJITRef jit;
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, LLVMOrcCreateLLJITBuilder());
   if (e) return jit_error(e, "creating the JIT", err, errn);
+  lw->jit = jit;
   LLVMOrcDefinitionGeneratorRef gen;
   e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
   if (e) return jit_error(e, "resolving the runtime's symbols", err, errn);
