@@ -4,10 +4,10 @@
  * and compare their outputs (and a train step's losses, step by step). docs/run.md has the
  * tolerances and what lowers.
  *
- * Inputs and params are made whole on the host from --seed (interp_random_inputs/params: the same
- * values the interpreter's tests use, integer inputs within the range their take or cross entropy
- * reads) and each device receives its block; outputs are reassembled from the devices' blocks as
- * interp_run_spmd does. A train step starts fresh (moments zero, master copies equal to the
+ * Inputs and params are generated per global index from --seed (counter-based: rt_random_fill,
+ * keyed by tensor), each device making exactly its block, integer inputs within the range their take
+ * or cross entropy reads; or loaded whole (--load) and cut into blocks. Outputs are reassembled from
+ * the devices' blocks as interp_run_spmd does. A train step starts fresh (moments zero, master copies equal to the
  * params, step count 1) and carries its updated params and state from step to step. */
 #include <math.h>
 #include <stdio.h>
@@ -51,13 +51,11 @@ static DType narrowest(const IrFunc *f, DType worst) {
   return worst;
 }
 
-/* Host bytes a run needs, roughly: the whole inputs and params made on the host (in double), and
- * every value of main at its global size for the one-device run (an overestimate: buffers are
- * freed after their last use). */
+/* Host bytes a run needs, roughly: every value of main at its global size for the one-device run
+ * (an overestimate: buffers are freed after their last use), and the params. */
 static double host_bytes(const IrModule *m) {
   double b = 0;
-  for (int i = 0; i < m->main->ninputs; i++) b += 8.0 * (double)tensor_type_elements(&m->main->inputs[i]->type);
-  for (int i = 0; i < m->nparams; i++) b += 8.0 * (double)tensor_type_elements(&m->params[i].type);
+  for (int i = 0; i < m->nparams; i++) b += (double)tensor_type_bytes(&m->params[i].type);
   for (const Op *op = m->main->first; op; op = op->next)
     for (int k = 0; k < op->nresults; k++) b += (double)tensor_type_bytes(&op->results[k]->type);
   return b;
@@ -65,11 +63,16 @@ static double host_bytes(const IrModule *m) {
 
 /* --load: DIR/name.npy into t where the file exists: the global array in the declared dim order,
  * float32 for float tensors (rounded to the declared dtype), int32 for integer ones. */
-static bool load_one(const char *dir, const char *name, Tensor *t, bool *loaded) {
+static bool load_one(const char *dir, const char *name, const TensorType *type, Tensor **slot) {
   char path[4096], err[600];
   snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  *loaded = false;
   if (access(path, F_OK) != 0) return true;
+  Tensor *t = tensor_new(type);
+  if (!t) {
+    diag_error((SrcLoc){0}, "run: --load: %s: out of memory", path);
+    return false;
+  }
+  *slot = t;
   NpyArray a;
   if (!npy_read(path, &a, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: --load: %s", err);
@@ -94,19 +97,18 @@ static bool load_one(const char *dir, const char *name, Tensor *t, bool *loaded)
   }
   for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
   npy_free(&a);
-  *loaded = true;
   return true;
 }
 
 static bool load_all(const Options *o, const IrModule *m, Tensor **inputs, Tensor **params) {
-  bool ok = true, l;
-  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(o->load, m->params[i].path, params[i], &l);
+  bool ok = true;
+  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(o->load, m->params[i].path, &m->params[i].type, &params[i]);
   const StepInfo *si = m->step;
   for (int i = 0; i < m->main->ninputs && ok; i++) {
     const Value *v = m->main->inputs[i];
     if (si && i >= si->nargs && i != si->in_labels) continue; /* optimizer state: never loaded */
     const char *name = si && i == si->in_labels ? "labels" : v->name;
-    if (name) ok = load_one(o->load, name, inputs[i], &l);
+    if (name) ok = load_one(o->load, name, &v->type, &inputs[i]);
   }
   return ok;
 }
@@ -189,20 +191,38 @@ static int run(const Options *o, Arena *arena) {
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole) */
   bool ok = lower_function(lw, m, NULL, "shard_reference");
-  Tensor **inputs = interp_random_inputs(m, o->seed);
-  Tensor **params = interp_random_params(m, o->seed);
+  /* Inputs and params: loaded (--load) or generated per global index (RunGen, run_host.h) */
+  int nin = m->main->ninputs;
+  Tensor **inputs = calloc((size_t)nin + 1, sizeof *inputs), **params = calloc((size_t)m->nparams + 1, sizeof *params);
+  RunGen *gin = calloc((size_t)nin + 1, sizeof *gin), *gpar = calloc((size_t)m->nparams + 1, sizeof *gpar);
+  int64_t *range = calloc((size_t)nin + 1, sizeof *range);
+  interp_index_ranges(m, range);
+  for (int i = 0; i < m->nparams; i++) { /* [-1, 1) / sqrt(fan-in); a norm's scale around 1 */
+    const IrParam *pp = &m->params[i];
+    int lead = pp->stack_depth, own = pp->type.rank - lead;
+    double scale = 1 / sqrt(own > 0 ? (double)pp->type.dims[lead]->size : 1.0), center = own == 1 ? 1.0 : 0.0;
+    gpar[i] = (RunGen){.key = 1000000 + (uint64_t)i, .lo = center - scale, .hi = center + scale};
+  }
   const StepInfo *si = m->step;
+  for (int i = 0; i < nin; i++) {
+    bool is_int = dtype_is_int(m->main->inputs[i]->type.dtype);
+    gin[i] = (RunGen){.key = (uint64_t)i, .lo = is_int ? 0 : -1, .hi = is_int ? (double)(range[i] > 0 ? range[i] : 8) : 1};
+  }
+  if (si && si->in_t >= 0) gin[si->in_t] = (RunGen){.lo = 1, .hi = 1}; /* adam's step count: the first step */
   if (o->load && !load_all(o, m, inputs, params)) ok = false;
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
-    if (sp->in_master >= 0 && sp->param >= 0)
-      for (int64_t e = 0; e < inputs[sp->in_master]->n; e++) inputs[sp->in_master]->data[e] = params[sp->param]->data[e];
+    if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};
+    if (sp->in_v >= 0) gin[sp->in_v] = (RunGen){0};
+    if (sp->in_master >= 0 && sp->param >= 0) {
+      gin[sp->in_master] = gpar[sp->param];
+      if (params[sp->param] && ok) {
+        inputs[sp->in_master] = tensor_copy(params[sp->param]);
+        if (inputs[sp->in_master]) inputs[sp->in_master]->type = m->main->inputs[sp->in_master]->type;
+      }
+    }
   }
-  for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero */
-    const StepParam *sp = &si->params[k];
-    if (sp->in_m >= 0) memset(inputs[sp->in_m]->data, 0, sizeof(double) * (size_t)inputs[sp->in_m]->n);
-    if (sp->in_v >= 0) memset(inputs[sp->in_v]->data, 0, sizeof(double) * (size_t)inputs[sp->in_v]->n);
-  }
+  free(range);
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
   if (ok) ok = lower_function(lw, m, mesh, "shard_device");
   char err[512];
@@ -214,8 +234,9 @@ static int run(const Options *o, Arena *arena) {
   if (ok && o->emit_llvm) {
     lower_print(lw, stdout);
     lower_free(lw);
-    interp_free_tensors(inputs, interp_ninputs(m));
+    interp_free_tensors(inputs, nin);
     interp_free_tensors(params, m->nparams);
+    free(gin), free(gpar);
     return EXIT_OK;
   }
   double t_o2 = rt_seconds();
@@ -231,8 +252,9 @@ static int run(const Options *o, Arena *arena) {
             (rt_seconds() - t_o2) * 1e3);
   if (!ok) {
     lower_free(lw);
-    interp_free_tensors(inputs, interp_ninputs(m));
+    interp_free_tensors(inputs, nin);
     interp_free_tensors(params, m->nparams);
+    free(gin), free(gpar);
     return EXIT_PROGRAM_ERROR;
   }
 
@@ -244,7 +266,8 @@ static int run(const Options *o, Arena *arena) {
   rc = EXIT_PROGRAM_ERROR;
   RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
   if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
-  if (!ref || !shd || !run_side_fill(ref, inputs, params, err, sizeof err) || !run_side_fill(shd, inputs, params, err, sizeof err)) {
+  if (!ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
+      !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     goto done;
   }
@@ -332,8 +355,9 @@ done:
   run_side_close(shd);
   free(loss_ref);
   free(loss_shd);
-  interp_free_tensors(inputs, interp_ninputs(m));
+  interp_free_tensors(inputs, nin);
   interp_free_tensors(params, m->nparams);
+  free(gin), free(gpar);
   lower_free(lw);
   return rc;
 }

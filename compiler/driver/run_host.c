@@ -89,15 +89,34 @@ static void gather_elem(void *vc, int64_t gi, int64_t li) {
   c->global[gi] = c->add ? c->global[gi] + v : v;
 }
 
-/* Puts dev's block of the whole tensor g (values of v) into a new buffer on dev. */
-static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, void **out, const char *name) {
+static RtDtype rt_dt(DType dt) {
+  switch (dt) {
+  case DT_BF16: return RT_BF16;
+  case DT_F16: return RT_F16;
+  case DT_I32: return RT_I32;
+  default: return RT_F32;
+  }
+}
+
+/* Puts dev's block of v into a new buffer on dev: cut from the whole tensor g, or generated. */
+static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const RunGen *gen, uint64_t seed, void **out,
+                  const char *name) {
   int64_t start[MAX_RANK], shape[MAX_RANK];
   block_of(s, v, dev, start, shape);
   int64_t n = block_elems(&v->type, shape);
   if (rt_alloc(rt_device(s->rt, dev), (size_t)(n > 0 ? n : 1) * (size_t)dtype_bytes(v->type.dtype), name, out) != RT_OK) return false;
-  CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
-  for_block(&v->type, start, shape, scatter_elem, &c);
-  return true;
+  if (g) {
+    CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
+    for_block(&v->type, start, shape, scatter_elem, &c);
+    return true;
+  }
+  if (gen->lo == gen->hi) { /* a constant */
+    for (int64_t i = 0; i < n; i++) put_elem(*out, v->type.dtype, i, gen->lo);
+    return true;
+  }
+  RtBlock b = {.ndims = v->type.rank};
+  for (int d = 0; d < v->type.rank; d++) b.global[d] = v->type.dims[d]->size, b.start[d] = start[d], b.shape[d] = shape[d];
+  return rt_random_fill(*out, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
 }
 
 /* The whole value of output v from the devices' blocks: each block position once (from the devices
@@ -158,15 +177,17 @@ void run_side_close(RunSide *s) {
   free(s);
 }
 
-bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, char *err, size_t n) {
+bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin, const RunGen *gpar,
+                   uint64_t seed, char *err, size_t n) {
   for (int dev = 0; dev < s->ndev; dev++) {
     for (int i = 0; i < s->nin; i++) {
       const Value *v = s->m->main->inputs[i];
       int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
-      if (!place(s, v, dev, inputs[i], &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
+      if (!place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
     }
     for (int p = 0; p < s->nparams; p++)
-      if (s->pval[p] && !place(s, s->pval[p], dev, params[p], &s->slots[dev][s->nin + p], s->m->params[p].path)) goto fail;
+      if (s->pval[p] && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
+        goto fail;
   }
   return true;
 fail:

@@ -42,7 +42,7 @@ static int run_and_compare(const char *what, const IrModule *m, const Mesh *mesh
   RtConfig cfg = {.timeout_s = 20};
   RunSide *s = run_side_open(m, mesh, (RtEntry)fn, &cfg, err, sizeof err);
   int bad = 0;
-  if (!s || !run_side_fill(s, in, pa, err, sizeof err) || !run_side_step(s, err, sizeof err)) {
+  if (!s || !run_side_fill(s, in, pa, NULL, NULL, 0, err, sizeof err) || !run_side_step(s, err, sizeof err)) {
     ut_fail("%s: %s", what, err);
     run_side_close(s);
     return 1;
