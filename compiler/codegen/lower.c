@@ -281,9 +281,46 @@ static void free_root(Lower *L, int id) {
 
 typedef struct MapCtx {
   const Op *op;
-  NestTensor *t;        /* [0] the result, then the operands */
+  NestTensor *t;        /* [0] the result, then the operands (the leaves, under fusion) */
   int n;                /* operands */
+  const Value **leaf;   /* fusion: the values t[1..] hold (NULL: t[1..] are op's operands) */
+  int nleaf;
 } MapCtx;
+
+#define FUSE_MAX_LEAVES 12
+
+/* Elementwise ops a chain fuses: their scalar function is all there is to them. */
+static bool fusable_kind(OpKind k) {
+  switch (k) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
+  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_RELU_GRAD:
+  case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
+    return true;
+  default: return false;
+  }
+}
+
+static bool float_op(const Op *op) {
+  if (op->nresults != 1 || dtype_is_int(op->results[0]->type.dtype) || rt_dtype(op->results[0]->type.dtype) < 0) return false;
+  for (int i = 0; i < op->noperands; i++)
+    if (dtype_is_int(op->operands[i]->type.dtype) || rt_dtype(op->operands[i]->type.dtype) < 0) return false;
+  return op->noperands <= 7;
+}
+
+/* The values op's nest reads: its operands, through the fused ones to theirs. */
+static int op_leaves(const Lower *L, const Op *op, const Value **out, int n) {
+  for (int i = 0; i < op->noperands; i++) {
+    const Value *x = op->operands[i];
+    if (L->fused && L->fused[x->id]) {
+      n = op_leaves(L, x->def, out, n);
+      continue;
+    }
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= out[k] == x;
+    if (!seen && n < 16) out[n++] = x;
+  }
+  return n;
+}
 
 static LLVMValueRef sigmoid(Lower *L, LLVMValueRef v) {
   LLVMValueRef e = lower_intrinsic(L, "llvm.exp", (LLVMValueRef[]){LLVMBuildFNeg(L->B, v, "")}, 1);
@@ -349,14 +386,39 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
   }
 }
 
+/* x as a value of dtype dt holds it (bf16, f16: rounded to nearest even and widened back). */
+static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
+  if (dt == DT_BF16) {
+    LLVMValueRef w = LLVMBuildShl(L->B, LLVMBuildZExt(L->B, to_bf16(L, x), L->i32, ""), ci32(L, 16), "");
+    return LLVMBuildBitCast(L->B, w, L->f32, "");
+  }
+  if (dt == DT_F16) return LLVMBuildFPExt(L->B, LLVMBuildFPTrunc(L->B, x, L->f16, ""), L->f32, "");
+  return x;
+}
+
+/* v at the nest's position: loaded (a leaf), or computed from its fused op's operands. */
+static LLVMValueRef eval_value(Lower *L, MapCtx *c, const Value *v, LLVMValueRef *offs, bool ints) {
+  if (c->leaf && L->fused[v->id]) {
+    const Op *p = v->def;
+    LLVMValueRef a[8];
+    for (int i = 0; i < p->noperands; i++) a[i] = eval_value(L, c, p->operands[i], offs, false);
+    return round_to(L, scalar_fn(L, p, a, false), v->type.dtype);
+  }
+  int k = 0;
+  if (c->leaf)
+    while (k < c->nleaf && c->leaf[k] != v) k++;
+  else
+    while (k < c->n && c->op->operands[k] != v) k++;
+  LLVMValueRef x = lower_load(L, &c->t[k + 1], offs[k + 1]);
+  if (!ints && dtype_is_int(c->t[k + 1].dt)) x = LLVMBuildSIToFP(L->B, x, L->f32, "");
+  return x;
+}
+
 static void map_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
   MapCtx *c = vctx;
   LLVMValueRef v[8];
   bool ints = dtype_is_int(c->t[0].dt);
-  for (int i = 0; i < c->n; i++) {
-    v[i] = lower_load(L, &c->t[i + 1], offs[i + 1]);
-    if (!ints && dtype_is_int(c->t[i + 1].dt)) v[i] = LLVMBuildSIToFP(L->B, v[i], L->f32, "");
-  }
+  for (int i = 0; i < c->n; i++) v[i] = eval_value(L, c, c->op->operands[i], offs, ints);
   LLVMValueRef r;
   if (c->op->kind == OP_CAST) {
     bool from_int = dtype_is_int(c->t[1].dt);
@@ -381,8 +443,12 @@ static bool lower_map(Lower *L, const Op *op) {
     return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
   /* in place: an operand laid out as the result, read for the last time here, whose buffer this
    * function owns and no other operand shares, becomes the result's (the buffer plan's rule) */
+  const Value *leaf[16];
+  int nleaf = op_leaves(L, op, leaf, 0);
+  bool fusion = false;
+  for (int i = 0; i < op->noperands; i++) fusion |= L->fused[op->operands[i]->id];
   int reuse = -1;
-  for (int i = 0; i < op->noperands && reuse < 0; i++) {
+  for (int i = 0; i < op->noperands && reuse < 0 && !fusion; i++) {
     const Value *x = op->operands[i];
     int r = L->root[x->id];
     if (!L->owned[r] || !L->last || L->last[r] != L->pos || !tensor_type_equal(&x->type, &res->type)) continue;
@@ -399,13 +465,19 @@ static bool lower_map(Lower *L, const Op *op) {
     L->owned[res->id] = true;
     L->owned[r] = false;
   } else new_buffer(L, res);
-  NestTensor t[8];
+  NestTensor t[17];
   int64_t ext[MAX_RANK];
   for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
   t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
-  for (int i = 0; i < op->noperands; i++) t[i + 1] = tensor_along(L, op->operands[i], res->type.dims, res->type.rank);
   MapCtx c = {.op = op, .t = t, .n = op->noperands};
-  lower_nest(L, res->type.rank, ext, t, op->noperands + 1, map_body, &c);
+  if (fusion) {
+    for (int k = 0; k < nleaf; k++) t[k + 1] = tensor_along(L, leaf[k], res->type.dims, res->type.rank);
+    c.leaf = leaf, c.nleaf = nleaf;
+    lower_nest(L, res->type.rank, ext, t, nleaf + 1, map_body, &c);
+  } else {
+    for (int i = 0; i < op->noperands; i++) t[i + 1] = tensor_along(L, op->operands[i], res->type.dims, res->type.rank);
+    lower_nest(L, res->type.rank, ext, t, op->noperands + 1, map_body, &c);
+  }
   return true;
 }
 
@@ -836,6 +908,11 @@ static const Value *view_operand(const Lower *L, const Op *op) {
 
 static bool lower_op(Lower *L, const Op *op) {
   const Value *res = op->nresults ? op->results[0] : NULL;
+  if (res && L->fused[res->id]) { /* computed in its consumer's nest */
+    L->root[res->id] = res->id;
+    L->owned[res->id] = false;
+    return true;
+  }
   switch (op->kind) {
   case OP_INPUT:
   case OP_PARAM: {
@@ -902,13 +979,58 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   int32_t *vroot = malloc(sizeof(int32_t) * (size_t)nv);
   for (int i = 0; i < nv; i++) last[i] = -1, vroot[i] = i;
   for (int i = 0; i < f->ninputs; i++) vroot[f->inputs[i]->id] = L->root[f->inputs[i]->id];
+  /* Fusion: an elementwise op whose one use is an elementwise op over (a superset of) its dims is
+   * computed inside that op's loop nest; its operands are then read there. */
+  int *uses = calloc((size_t)nv, sizeof(int));
+  const Op **user = calloc((size_t)nv, sizeof(Op *));
+  const Op **order = malloc(sizeof(Op *) * (size_t)(nops + 1));
+  int *evalpos = malloc(sizeof(int) * (size_t)(nops + 1));
   int pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
+    order[pos] = op;
+    for (int i = 0; i < op->noperands; i++) uses[op->operands[i]->id]++, user[op->operands[i]->id] = op;
+  }
+  for (int j = 0; j < f->noutputs; j++) uses[f->outputs[j]->id] += 2;
+  if (!getenv("SHARDC_NO_FUSION"))
+    for (int p = 0; p < nops; p++) {
+      const Op *c = order[p];
+      if (!fusable_kind(c->kind) || !float_op(c)) continue;
+      for (int i = 0; i < c->noperands; i++) {
+        const Value *x = c->operands[i];
+        const Op *d = x->def;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d)) continue;
+        bool inside = true;
+        for (int k = 0; k < x->type.rank; k++) {
+          int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
+          inside &= q >= 0 && extent(L, c->results[0], q) == extent(L, x, k);
+        }
+        if (!inside) continue;
+        L->fused[x->id] = true;
+        const Value *lv[16];
+        if (op_leaves(L, c, lv, 0) > FUSE_MAX_LEAVES) L->fused[x->id] = false;
+        if (getenv("SHARDC_FUSION_DEBUG") && L->fused[x->id]) fprintf(stderr, "fuse %%%d (%s) into %%%d (%s)\n", x->id, ir_op_name(d->kind), c->results[0]->id, ir_op_name(c->kind));
+      }
+    }
+  for (int p = nops - 1; p >= 0; p--) {
+    const Op *op = order[p];
+    evalpos[p] = p;
+    if (op->nresults == 1 && L->fused[op->results[0]->id]) {
+      const Op *c = user[op->results[0]->id];
+      for (int q = p + 1; q < nops; q++)
+        if (order[q] == c) evalpos[p] = evalpos[q];
+    }
+  }
+  for (pos = 0; pos < nops; pos++) {
+    const Op *op = order[pos];
     const Value *of = view_operand(L, op);
     if (of) vroot[op->results[0]->id] = vroot[of->id];
-    for (int i = 0; i < op->noperands; i++) last[vroot[op->operands[i]->id]] = pos;
+    for (int i = 0; i < op->noperands; i++) {
+      int r = vroot[op->operands[i]->id];
+      if (last[r] < evalpos[pos]) last[r] = evalpos[pos];
+    }
   }
-  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops;
+  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops; /* outputs stay */
+  free(uses), free(user), free(order), free(evalpos);
   bool ok = true;
   const int *outer_last = L->last;
   int outer_pos = L->pos;
@@ -920,8 +1042,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       ok = false;
       break;
     }
-    for (int i = 0; i < op->noperands; i++) {
-      int r = L->root[op->operands[i]->id];
+    const Value *leaf[16];
+    int nleaf = op_leaves(L, op, leaf, 0);
+    for (int i = 0; i < nleaf; i++) {
+      int r = L->root[leaf[i]->id];
       if (last[r] == pos && L->owned[r]) {
         free_root(L, r);
         L->owned[r] = false;
@@ -1101,6 +1225,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   L.buf = calloc((size_t)m->nvalues + 1, sizeof *L.buf);
   L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
   L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
+  L.fused = calloc((size_t)m->nvalues + 1, sizeof *L.fused);
   const IrFunc *f = m->main;
   bool ok = lower_region(&L, f);
   if (ok) {
@@ -1124,6 +1249,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   free(L.buf);
   free(L.root);
   free(L.owned);
+  free(L.fused);
   LLVMDisposeBuilder(L.B);
   if (!ok) LLVMDeleteFunction(L.fn);
   return ok;

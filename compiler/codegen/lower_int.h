@@ -38,6 +38,7 @@ typedef struct Lower {
   int32_t *root;        /* per value id: the value whose buffer it shares (views) */
   bool *owned;          /* per value id (a root): allocated by the function (freed by it) */
   bool failed;
+  bool *fused;          /* per value id: computed inside its one consumer's loop nest, never stored */
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
 } Lower;
