@@ -29,6 +29,10 @@ for s in llama3_8b llama2_13b llama3_70b; do
   row "$s train" samples/$s.shard $lm -D kv_heads=2
 done
 row "gpt3_175b train (no stage)" samples/gpt3_175b.shard $lm -D batch=256
+echo "run_native: a fused chain of 6 elementwise ops over f32[4096, 1024] (16 MiB in, 16 MiB out), one device"
+for i in 1 2 3; do "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"; done
+echo "run_native: the same unfused (SHARDC_NO_FUSION=1)"
+SHARDC_NO_FUSION=1 "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"
 echo "run_native: mlp train step, 2 device threads (dp) vs 1, batch 16 x seq 256, embed 512, hidden 2048"
 "$shardc" run "$here/samples/mlp.shard" -D batch=16 -D seq=256 -D embed=512 -D hidden=2048 --layout dp \
   --mesh "h100[data: 2]" --steps 3 2>/dev/null | grep -E "PASS|FAIL|step time"
