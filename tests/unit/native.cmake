@@ -97,3 +97,16 @@ foreach(m "h100[data: 2]" "h100[data: 2, model: 2]" "h100[data: 4, model: 2]")
            COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --mesh ${m} --layout fsdp_tp)
   set_tests_properties(run.same_values.${tag} PROPERTIES PASS_REGULAR_EXPRESSION "PASS: .*loss step 1    0.34678[89]")
 endforeach()
+
+# An independent check of the math with NumPy (Debian's python3-numpy; skipped where missing):
+# the MLP sample's forward and first loss, and causal attention, fed the same .npy files through
+# --load, outputs read back from --save.
+find_program(SYSTEM_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(SYSTEM_PYTHON3)
+  execute_process(COMMAND ${SYSTEM_PYTHON3} -c "import numpy" RESULT_VARIABLE NUMPY_MISSING OUTPUT_QUIET ERROR_QUIET)
+  if(NUMPY_MISSING EQUAL 0)
+    add_test(NAME run.numpy
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/native/numpy_check.py $<TARGET_FILE:shardc>
+                     ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/numpy_check)
+  endif()
+endif()
