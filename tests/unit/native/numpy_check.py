@@ -90,5 +90,44 @@ y = np.einsum("bqnh,nhe->bqe", o, wo.astype(np.float64))
 if run("attn.forward", [os.path.join(src, "tests/unit/native/attn.shard"), "--entry", "attn.forward"], d):
     compare("attn.forward", np.load(os.path.join(d, "output.npy")), y, 1e-4)
 
+# ---- a LLaMA decoder block, f32: RMSNorm, grouped-query causal attention, SwiGLU ----
+B, S, E, F, NH, KV, HD = 2, 8, 16, 32, 4, 2, 4
+G = NH // KV
+d = os.path.join(work, "block")
+os.makedirs(d, exist_ok=True)
+P = {
+    "n1": 1 + rng.uniform(-0.25, 0.25, E), "n2": 1 + rng.uniform(-0.25, 0.25, E),
+    "wq": rng.uniform(-1, 1, (E, NH, HD)) / 4, "wk": rng.uniform(-1, 1, (E, KV, HD)) / 4,
+    "wv": rng.uniform(-1, 1, (E, KV, HD)) / 4, "wo": rng.uniform(-1, 1, (NH, HD, E)) / 4,
+    "wg": rng.uniform(-1, 1, (E, F)) / 4, "wu": rng.uniform(-1, 1, (E, F)) / 4, "wd": rng.uniform(-1, 1, (F, E)) / 6,
+}
+P = {n: a.astype(np.float32) for n, a in P.items()}
+x = rng.uniform(-1, 1, (B, S, E)).astype(np.float32)
+for n, a in list(P.items()) + [("x", x)]:
+    save(d, n, a)
+P = {n: a.astype(np.float64) for n, a in P.items()}
+x64 = x.astype(np.float64)
+
+
+def rms(t, scale):
+    return t / np.sqrt(np.mean(t * t, -1, keepdims=True) + 1e-5) * scale
+
+
+a = rms(x64, P["n1"])
+q = np.einsum("bse,enh->bsnh", a, P["wq"]).reshape(B, S, KV, G, HD)  # heads -> (kv_heads, group)
+k = np.einsum("bse,ekh->bskh", a, P["wk"])
+v = np.einsum("bse,ekh->bskh", a, P["wv"])
+s = np.einsum("bqkgh,bpkh->bkgqp", q, k) * 0.5
+s = np.where(np.triu(np.ones((S, S), dtype=bool), 1), -np.inf, s)
+p = np.exp(s - s.max(-1, keepdims=True))
+p /= p.sum(-1, keepdims=True)
+o = np.einsum("bkgqp,bpkh->bqkgh", p, v).reshape(B, S, NH, HD)
+x2 = x64 + np.einsum("bsnh,nhe->bse", o, P["wo"])
+bb = rms(x2, P["n2"])
+gate = bb @ P["wg"]
+y = x2 + ((gate / (1 + np.exp(-gate))) * (bb @ P["wu"])) @ P["wd"]
+if run("block.forward", [os.path.join(src, "tests/unit/native/block.shard"), "--entry", "block.forward"], d):
+    compare("block.forward", np.load(os.path.join(d, "output.npy")), y, 1e-4)
+
 print(f"{'FAIL' if failed else 'PASS'}: numpy checks, {failed} failed")
 sys.exit(1 if failed else 0)
