@@ -319,6 +319,42 @@ int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off,
 int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
                          const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv);
 
+/* ---- stand-alone programs (launch.c): what `shardc build` links ----
+ * A built executable holds the program lowered twice (for the mesh and for one device) and this
+ * description of its slots; rt_launch_main runs both as `shardc run` does and prints its report. */
+typedef struct RtSlotDesc {
+  int dtype;                        /* RtDtype */
+  int rank;
+  int64_t global[RT_MAX_RANK];
+  int64_t local[RT_MAX_RANK];       /* the per-device program's local extents */
+  int8_t axes[RT_MAX_RANK][4];      /* per dim the axes sharding it, major first */
+  int naxes[RT_MAX_RANK];
+  unsigned partial;                 /* outputs: axes over which the blocks are partial sums */
+  uint64_t key;                     /* inputs and params: rt_random_fill's tensor key */
+  double lo, hi;                    /* ... its range (lo == hi: that constant) */
+} RtSlotDesc;
+
+typedef struct RtProgram {
+  const char *name;                 /* the source file */
+  const char *mesh;                 /* the mesh's name, for the report */
+  int naxes;
+  int axis_size[RT_MAX_AXES];
+  const char *axis_name[RT_MAX_AXES];
+  RtEntry reference, device;        /* the one-device and the per-device functions */
+  int nin, nparams, nout;           /* slots: inputs, params, outputs */
+  const RtSlotDesc *slots;          /* nin + nparams + nout of them */
+  int step;                         /* a train step: output 0 is the loss */
+  int nt;                           /* adam's step count input, or -1 */
+  int ncarry;                       /* carried slots after a step: carry[2i] (an input or param slot) */
+  const int *carry;                 /* takes output carry[2i + 1] */
+  double atol, rtol;                /* the comparison's tolerance (docs/run.md) */
+  uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
+} RtProgram;
+
+/* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format
+ * text|json; returns the exit status (0 PASS, 1 FAIL or a failure, 2 a usage error). */
+int rt_launch_main(int argc, char **argv, const RtProgram *p);
+
 /* Wall-clock seconds from an arbitrary origin (CLOCK_MONOTONIC). */
 double rt_seconds(void);
 

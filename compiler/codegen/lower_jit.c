@@ -88,6 +88,21 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
   return true;
 }
 
+bool lower_emit_object(Lowered *lw, const char *path, char *err, size_t n) {
+  if (!lw->finished || lw->consumed) {
+    snprintf(err, n, "the module is not ready to emit");
+    return false;
+  }
+  LLVMTargetMachineRef tm = host_machine(err, n);
+  if (!tm) return false;
+  char *msg = NULL;
+  bool ok = !LLVMTargetMachineEmitToFile(tm, lw->M, path, LLVMObjectFile, &msg);
+  if (!ok) snprintf(err, n, "emitting %s: %s", path, msg ? msg : "");
+  LLVMDisposeMessage(msg);
+  LLVMDisposeTargetMachine(tm);
+  return ok;
+}
+
 void lower_print(Lowered *lw, FILE *out) {
   char *s = LLVMPrintModuleToString(lw->M);
   fputs(s, out);

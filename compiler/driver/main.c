@@ -27,7 +27,7 @@ static const Command commands[] = {
   {"explain", cmd_explain, "every op with its sharding; every inserted collective with reason and cost"},
   {"sim", cmd_sim, "simulated step on the mesh's target: time, breakdown, MFU"},
   {"run", cmd_run, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
-  {"build", NULL, "compile to an executable (-o FILE)"},
+  {"build", cmd_build, "compile to an executable (-o FILE) that runs and checks like run"},
 };
 
 static void print_help(FILE *f) {
