@@ -59,7 +59,7 @@ static void print_help(FILE *f) {
           "  --timeout S            run: a collective's longest wait in seconds (default 60)\n"
           "  --hbm BYTES            run: cap each device's memory at BYTES\n"
           "  --backend threads      run: one thread per device (mpi: not implemented yet)\n"
-          "  --load DIR, --save DIR run: .npy inputs and outputs (not implemented yet)\n"
+          "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
