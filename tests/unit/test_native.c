@@ -115,7 +115,7 @@ static void native_case(const char *path, const char *const *defs, int ndefs, co
 
 int main(int argc, char **argv) {
   if (argc >= 3) { /* one case: test_native FILE LAYOUT [ENTRY] (no entry: the train step) */
-    native_case(argv[1], NULL, 0, argv[2], NULL, argc > 3 ? argv[3] : NULL, 2e-2, false);
+    native_case(argv[1], NULL, 0, argv[2][0] ? argv[2] : NULL, NULL, argc > 3 ? argv[3] : NULL, 2e-2, false);
     return ut_summary();
   }
   const char *ops = NATIVE_TEST_DIR "/ops.shard";
