@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "localize.h"
 #include "run_host.h"
@@ -225,14 +226,29 @@ void run_side_carry(RunSide *s) {
   }
 }
 
+/* Tests (SHARDC_RUN_STALL=S): device 0 of the sharded run sleeps S seconds and returns without
+ * running its program: the others wait in their first collective until --timeout (or, with S 0,
+ * notice at once that it returned). */
+static RtEntry stalled_fn;
+static double stall_s;
+static int stall_entry(RtDevice *dev, void *arg) {
+  if (rt_device_index(dev) != 0) return stalled_fn(dev, arg);
+  struct timespec t = {(time_t)stall_s, (long)((stall_s - (double)(time_t)stall_s) * 1e9)};
+  nanosleep(&t, NULL);
+  return RT_OK;
+}
+
 bool run_side_step(RunSide *s, char *err, size_t n) {
   for (int dev = 0; dev < s->ndev; dev++) /* outputs of an earlier run not carried */
     for (int j = 0; j < s->nout; j++) {
       void **p = &s->slots[dev][s->nin + s->nparams + j];
       if (*p) rt_free(rt_device(s->rt, dev), *p), *p = NULL;
     }
+  RtEntry fn = s->fn;
+  const char *stall = getenv("SHARDC_RUN_STALL");
+  if (stall && *stall && s->mesh && s->ndev > 1) stalled_fn = s->fn, stall_s = atof(stall), fn = stall_entry;
   double t0 = rt_seconds();
-  int rc = rt_run(s->rt, s->fn, s->slots);
+  int rc = rt_run(s->rt, fn, s->slots);
   s->seconds += rt_seconds() - t0;
   if (rc != RT_OK) {
     snprintf(err, n, "%s", rt_errmsg(s->rt));

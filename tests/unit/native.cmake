@@ -120,3 +120,17 @@ set_tests_properties(build.mlp PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME build.llama3_8b
          COMMAND sh -c "$<TARGET_FILE:shardc> build ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2 -D kv_heads=2 --mesh 'h100[data: 2, model: 2]' -o llama_built && ./llama_built --steps 2 --format json")
 set_tests_properties(build.llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "\"pass\": true")
+
+# A device that stops taking part (SHARDC_RUN_STALL=S: device 0 sleeps S s, then returns without
+# running): the others' collective times out after --timeout and names both devices and the
+# collective; with S 0 they notice at once. An error, never a hang.
+add_test(NAME run.error.timeout
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]" --timeout 0.3)
+set_tests_properties(run.error.timeout PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=1" TIMEOUT 20
+  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: all_gather over \\(data\\) timed out after 0.3 s waiting for device 0")
+add_test(NAME run.error.device_returned
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]")
+set_tests_properties(run.error.device_returned PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=0" TIMEOUT 20
+  PASS_REGULAR_EXPRESSION "device 0 \\[data=0, model=0\\] \\(returned from its entry function\\) without calling it")
