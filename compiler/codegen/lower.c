@@ -682,7 +682,8 @@ static LLVMValueRef gemm_field(Lower *L, LLVMValueRef g, int i) { return LLVMBui
 
 static bool lower_contract(Lower *L, const Op *op) {
   const Value *res = op->results[0], *a = op->operands[0], *b = op->operands[1];
-  if (op->flag) return fail(L, op, "%s (a routed dispatch or combine) is not lowered yet", "contract");
+  /* a routed dispatch or combine (Op.flag) moves data through a 0/1 pattern: as a dense product it
+   * gives the same values (it adds zeros), at the dense cost */
   for (int i = 0; i < 3; i++) {
     const Value *v = i == 0 ? res : op->operands[i - 1];
     DType dt = v->type.dtype;
@@ -755,6 +756,38 @@ static bool lower_contract(Lower *L, const Op *op) {
       LLVMValueRef fv[2] = {L->dev, frees[i]};
       lower_call(L, "rt_free", L->i32, ft, 2, fv);
     }
+  return true;
+}
+
+/* route_grad (p, a, b): contract(a, b) where the pattern p is nonzero, else 0: the dense product,
+ * then masked. */
+typedef struct MaskCtx {
+  NestTensor *t;
+} MaskCtx;
+
+static void mask_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  MaskCtx *c = vctx;
+  LLVMValueRef p = lower_load(L, &c->t[1], offs[1]), v = lower_load(L, &c->t[0], offs[0]);
+  LLVMValueRef keep = LLVMBuildFCmp(L->B, LLVMRealUNE, p, cf32(L, 0), "");
+  lower_store(L, &c->t[0], offs[0], LLVMBuildSelect(L->B, keep, v, cf32(L, 0), ""));
+}
+
+static bool lower_route_grad(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *p = op->operands[0];
+  Op c = *op;
+  c.kind = OP_CONTRACT;
+  c.operands = op->operands + 1;
+  c.noperands = 2;
+  c.flag = 0;
+  if (!lower_contract(L, &c)) return false;
+  if (dtype_is_int(p->type.dtype) || rt_dtype(p->type.dtype) < 0) return fail(L, op, "a route pattern of dtype %s", dtype_name(p->type.dtype));
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, p, res->type.dims, res->type.rank);
+  MaskCtx mc = {.t = t};
+  lower_nest(L, res->type.rank, ext, t, 2, mask_body, &mc);
   return true;
 }
 
@@ -944,6 +977,8 @@ static bool lower_op(Lower *L, const Op *op) {
   case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
   case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_MAX_GRAD:
     return lower_nn_rows(L, op, new_buffer);
+  case OP_ROUTE: return lower_nn_route(L, op, new_buffer);
+  case OP_ROUTE_GRAD: return lower_route_grad(L, op);
   case OP_ONEHOT: case OP_PICK: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
   case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);
   case OP_TAKE_GRAD: return lower_nn_take(L, op, dim_offset(L, op, res->type.dims[0]), new_buffer);

@@ -56,6 +56,7 @@ void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function 
 typedef void (*LowerNewBuffer)(Lower *L, const Value *v);
 bool lower_nn_rows(Lower *L, const Op *op, LowerNewBuffer nb);       /* softmax, norms, grads, cross entropy */
 bool lower_nn_take(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer nb); /* take, take_grad */
+bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer nb);                        /* route */
 bool lower_nn_select(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer nb); /* onehot, pick */
 bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef k_off, LowerNewBuffer nb);
 #endif

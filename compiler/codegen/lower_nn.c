@@ -186,6 +186,41 @@ bool lower_nn_select(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBu
   return true;
 }
 
+bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer new_buffer) {
+  const Value *res = op->results[0], *l = op->operands[0];
+  const Dim *E = op->dims[0], *T = op->dims[1], *C = op->dims[2];
+  if (res->type.dtype != DT_F32) return nn_fail(L, op, "a route pattern that is not f32");
+  if (!row_whole(L, op, l, E) || !row_whole(L, op, l, T)) return false;
+  int pc = tensor_type_find(&res->type, C);
+  if (pc < 0 || ext_of(L, res, pc) != C->size) return nn_fail(L, op, "a slot dim split over devices");
+  /* the outer dims: the logits' but the expert and token dims */
+  int64_t desc[61];
+  memset(desc, 0, sizeof desc);
+  int nd = 0;
+  for (int i = 0; i < l->type.rank; i++) {
+    const Dim *d = l->type.dims[i];
+    if (d == E || d == T) continue;
+    desc[1 + nd] = ext_of(L, l, i);
+    desc[9 + nd] = stride_of(L, l, d);
+    desc[17 + nd] = stride_of(L, res, d);
+    nd++;
+  }
+  desc[0] = nd;
+  desc[55] = rtdt(l->type.dtype);
+  desc[56] = 0;
+  if (desc[55] < 0 || l->type.dtype == DT_I32) return nn_fail(L, op, "logits of this dtype");
+  int64_t n = 1;
+  for (int i = 0; i < res->type.rank; i++) n *= ext_of(L, res, i);
+  new_buffer(L, res);
+  LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
+  LLVMTypeRef at[15] = {P, P, I32, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64};
+  LLVMValueRef av[15] = {L->dev, const_i64s(L, desc, 61, "rows"), i32c(L, op->index), i64c(L, E->size), i64c(L, T->size),
+                         i64c(L, C->size), i64c(L, stride_of(L, l, E)), i64c(L, stride_of(L, l, T)), i64c(L, stride_of(L, res, E)),
+                         i64c(L, stride_of(L, res, T)), i64c(L, stride_of(L, res, C)), buf(L, l), buf(L, res), i64c(L, n)};
+  lower_check_rc(L, lower_call(L, "rt_nn_route", I32, at, 14, av));
+  return true;
+}
+
 /* Whether v's trailing dims are exactly dims[0..n), in order. */
 static bool trailing(const Value *v, Dim *const *dims, int n) {
   if (v->type.rank < n) return false;

@@ -6,6 +6,7 @@ set_target_properties(test_native PROPERTIES ENABLE_EXPORTS ON)
 target_compile_definitions(test_native PRIVATE
   NATIVE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/native"
   INTERP_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/interp"
+  MOE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/moe"
   SHARDC_SAMPLES="${CMAKE_SOURCE_DIR}/samples")
 add_test(NAME unit.native COMMAND test_native)
 
@@ -134,3 +135,8 @@ add_test(NAME run.error.device_returned
                  --mesh "h100[data: 2, model: 2]")
 set_tests_properties(run.error.device_returned PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=0" TIMEOUT 20
   PASS_REGULAR_EXPRESSION "device 0 \\[data=0, model=0\\] \\(returned from its entry function\\) without calling it")
+
+# Mixtral at small sizes under expert parallelism (route, AllToAll dispatch and combine), 2 steps.
+add_test(NAME run.mixtral_8x7b.dp_ep_tp
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
+                 -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
