@@ -245,6 +245,124 @@ typedef struct RtBlock {
 int rt_random_fill(void *out, RtDtype dt, const RtBlock *block, uint64_t seed, uint64_t tensor, double lo,
                    double hi);
 
+/* ---- neural-network kernels (nn.c), for the ops shardc lowers to calls ----
+ * They match the reference interpreter's semantics (docs/interpreter.md): f32 storage or bf16/f16 at
+ * their width, computed in double within a row, rounded once on store.
+ *
+ * RtRows describes an op over one dim (the row) of tensors sharing an outer index space: `nd` outer
+ * dims of extents `extent`, and per tensor t (in each kernel's stated order) its element strides
+ * along them (`stride[t]`, 0 where the tensor lacks the dim), along the row (`row_stride[t]`), and
+ * its RtDtype. Every field is an int64_t so that generated code can emit it as a constant array. */
+#define RT_NN_DIMS 8
+#define RT_NN_TENSORS 5
+typedef struct RtRows {
+  int64_t nd;
+  int64_t extent[RT_NN_DIMS];
+  int64_t stride[RT_NN_TENSORS][RT_NN_DIMS];
+  int64_t n;                          /* the row's length here */
+  int64_t row_stride[RT_NN_TENSORS];
+  int64_t dtype[RT_NN_TENSORS];
+  int64_t size;                       /* the row dim's global size (the norms' means) */
+} RtRows;
+
+/* y = softmax(x) along the row (tensors x, y); a row of -inf only gives zeros. */
+void rt_nn_softmax(const RtRows *r, const void *x, void *y);
+/* rmsnorm (layer 0) or layernorm (layer 1, with bias) along the row, epsilon 1e-5 (tensors x,
+ * scale, bias, y; bias NULL for rmsnorm). */
+void rt_nn_norm(const RtRows *r, int layer, const void *x, const void *scale, const void *bias, void *y);
+/* dx = y (dy - sum(dy y)) (tensors y, dy, dx). */
+void rt_nn_softmax_grad(const RtRows *r, const void *y, const void *dy, void *dx);
+/* The norms' input gradient, ir.h's OP_RMSNORM_GRAD / OP_LAYERNORM_GRAD (tensors x, scale, dy, dx). */
+void rt_nn_norm_grad(const RtRows *r, int layer, const void *x, const void *scale, const void *dy, void *dx);
+/* Cross entropy along the class row: out = logsumexp(logits) - logits[label] (tensors logits,
+ * labels, out; out's row stride 0); with dl (grad != 0: tensors logits, labels, dl, dx): dx =
+ * (softmax(logits) - onehot(label)) dl. A label outside [0, n) fails the device, naming `line`. */
+int rt_nn_cross_entropy(RtDevice *dev, const RtRows *r, int grad, const void *logits, const int32_t *labels,
+                        const void *dl, void *out, int line);
+/* take(table, idx): for each index (outer dims: tensors idx, out) the table's row idx - row_offset
+ * (row_elems contiguous elements, tensor 1's dtype) into out, zeros where the row is not held here
+ * (rows_local rows from row_offset); an index outside [0, rows_global) fails the device. */
+int rt_nn_take(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *table, void *out, int64_t rows_local,
+               int64_t row_offset, int64_t rows_global, int64_t row_elems, int line);
+/* take's gradient: out (rows_local x row_elems, tensor 1's dtype) = per row the sum, in f32, of dy's
+ * rows (outer dims: tensors idx, dy) whose index names it. */
+int rt_nn_take_grad(RtDevice *dev, const RtRows *r, const int32_t *idx, const void *dy, void *out, int64_t rows_local,
+                    int64_t row_offset, int64_t rows_global, int64_t row_elems, int line);
+
+/* onehot along the row (tensors out, idx; idx's row stride 0): out = 1 where idx == row_offset + j,
+ * else 0. pick along the row (tensors x, idx, out): out = x[idx - row_offset] where that is inside
+ * the row held here, else 0. An index outside [0, size) fails the device. */
+int rt_nn_onehot(RtDevice *dev, const RtRows *r, const int32_t *idx, void *out, int64_t row_offset, int line);
+int rt_nn_pick(RtDevice *dev, const RtRows *r, const void *x, const int32_t *idx, void *out, int64_t row_offset, int line);
+
+/* max's gradient along the row (tensors x, y, dy, dx; y and dy with row stride 0): dx = dy / n
+ * where x equals the row's max y, else 0; n counts the row's ties. */
+void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *dy, void *dx);
+
+/* route (ir.h's OP_ROUTE): per group (the outer dims; tensors logits, out) each of T tokens picks
+ * its k largest of E logits (ties to the lower index; NaN lowest); expert slots fill with every
+ * first choice in token order, then every second, ...; a choice finding its expert's C slots full
+ * is dropped. out (f32, out_elems elements, zeroed here) gets 1 at [token, expert, slot]. Strides:
+ * the logits' along experts and tokens (le, lt), out's along experts, tokens and slots. */
+int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int64_t C, int64_t le, int64_t lt, int64_t re,
+                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems);
+
+/* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
+ * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides
+ * along each (0 where a tensor lacks the dim) and dtypes; dq, dk, dv have q's, k's and v's types.
+ * o = softmax(scale q.k, causally masked where k_off + key > q_off + query) . v. */
+typedef struct RtAttn {
+  int64_t nb;
+  int64_t extent[RT_NN_DIMS];
+  int64_t stride[RT_NN_TENSORS][RT_NN_DIMS];
+  int64_t nq, nk, nh, nv;
+  int64_t sq[RT_NN_TENSORS], sk[RT_NN_TENSORS], sh[RT_NN_TENSORS], sv[RT_NN_TENSORS];
+  int64_t dtype[RT_NN_TENSORS];
+  int64_t causal;
+} RtAttn;
+int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
+                    const void *k, const void *v, void *o);
+/* The gradients (ir.h's OP_ATTENTION_GRAD), each summed over the dims its tensor lacks; dq, dk or
+ * dv NULL: not stored (all three are computed). */
+int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
+                         const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv);
+
+/* ---- stand-alone programs (launch.c): what `shardc build` links ----
+ * A built executable holds the program lowered twice (for the mesh and for one device) and this
+ * description of its slots; rt_launch_main runs both as `shardc run` does and prints its report. */
+typedef struct RtSlotDesc {
+  int dtype;                        /* RtDtype */
+  int rank;
+  int64_t global[RT_MAX_RANK];
+  int64_t local[RT_MAX_RANK];       /* the per-device program's local extents */
+  int8_t axes[RT_MAX_RANK][4];      /* per dim the axes sharding it, major first */
+  int naxes[RT_MAX_RANK];
+  unsigned partial;                 /* outputs: axes over which the blocks are partial sums */
+  uint64_t key;                     /* inputs and params: rt_random_fill's tensor key */
+  double lo, hi;                    /* ... its range (lo == hi: that constant) */
+} RtSlotDesc;
+
+typedef struct RtProgram {
+  const char *name;                 /* the source file */
+  const char *mesh;                 /* the mesh's name, for the report */
+  int naxes;
+  int axis_size[RT_MAX_AXES];
+  const char *axis_name[RT_MAX_AXES];
+  RtEntry reference, device;        /* the one-device and the per-device functions */
+  int nin, nparams, nout;           /* slots: inputs, params, outputs */
+  const RtSlotDesc *slots;          /* nin + nparams + nout of them */
+  int step;                         /* a train step: output 0 is the loss */
+  int nt;                           /* adam's step count input, or -1 */
+  int ncarry;                       /* carried slots after a step: carry[2i] (an input or param slot) */
+  const int *carry;                 /* takes output carry[2i + 1] */
+  double atol, rtol;                /* the comparison's tolerance (docs/run.md) */
+  uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
+} RtProgram;
+
+/* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format
+ * text|json; returns the exit status (0 PASS, 1 FAIL or a failure, 2 a usage error). */
+int rt_launch_main(int argc, char **argv, const RtProgram *p);
+
 /* Wall-clock seconds from an arbitrary origin (CLOCK_MONOTONIC). */
 double rt_seconds(void);
 

@@ -1,8 +1,49 @@
 /* lower.h: the LLVM lowering's interface to the rest of the compiler. Only the files of codegen/
- * include the LLVM-C API; everything above it (the driver) sees this header alone. */
+ * include the LLVM-C API; everything above it (the driver) sees this header alone.
+ *
+ * In: an IrModule, either as ir_build/step_build made it (global: every value whole, no
+ * collectives: the program for ONE device) or after the pass pipeline (localised: the per-device
+ * program of a mesh, collectives with their CollSpecs). Out: one function per call to
+ * lower_function in one LLVM module, each with the runtime's RtEntry signature
+ *     int NAME(RtDevice *dev, void *arg)
+ * where arg points to one `void **` per device (indexed by rt_device_index): the device's slots,
+ * main's inputs (by OP_INPUT index), then m's params (by OP_PARAM index), then main's outputs. The
+ * host fills the input and param slots with rt_alloc'd buffers of their local blocks (row-major in
+ * the type's dim order, stored at the dtype's width); the function rt_alloc's each output and
+ * stores it in its slot (the host frees it). docs/run.md lists what lowers. */
 #ifndef SHARDC_LOWER_H
 #define SHARDC_LOWER_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ir.h"
+
 /* The LLVM version linked in, "19.1.7". */
 const char *lower_llvm_version(void);
+
+typedef struct Lowered Lowered;
+
+Lowered *lower_new(void);
+void lower_free(Lowered *lw);
+
+/* Lowers m's main into function `name`. mesh NULL: the global (unpartitioned) program; otherwise m
+ * must be localised on that mesh. An op that cannot be lowered is a located error (diag_error at
+ * its source); returns false after any. */
+bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char *name);
+
+/* Verifies the module, then optimises it at O2 for the host CPU. false with the reason in err. */
+bool lower_finish(Lowered *lw, char *err, size_t n);
+
+/* Writes the module as an object file for the host (after lower_finish; not after lower_jit). */
+bool lower_emit_object(Lowered *lw, const char *path, char *err, size_t n);
+
+/* The module as LLVM IR text. */
+void lower_print(Lowered *lw, FILE *out);
+
+/* JIT-compiles the module (ORC LLJIT, runtime symbols from this process) and looks up `names`
+ * (n of them) into fns. The module is consumed: call once, after lower_finish. The functions are
+ * valid until lower_free. */
+bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *err, size_t errn);
+
 #endif

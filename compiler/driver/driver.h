@@ -40,6 +40,14 @@ typedef struct Options {
   bool shardings;          /* --shardings (explain: print every value's sharding) */
   const char *show;        /* --show NAME (explain: draw that value's blocks over the devices), or NULL */
   DiagFormat diag_format;  /* --diag-format text|machine */
+  /* run, build */
+  int steps;               /* --steps N (a train step's steps; 0: 1) */
+  uint64_t seed;           /* --seed N */
+  double timeout;          /* --timeout S (a collective's longest wait; 0: the runtime's 60 s) */
+  int64_t hbm;             /* --hbm BYTES (cap per device; 0: none) */
+  const char *load;        /* --load DIR */
+  const char *save;        /* --save DIR */
+  const char *backend;     /* --backend threads|mpi */
 } Options;
 
 /* Subcommands. Those without a function yet are listed in the table with NULL and answer
@@ -48,6 +56,8 @@ int cmd_parse(const Options *o);
 int cmd_check(const Options *o);
 int cmd_explain(const Options *o);   /* explain.c */
 int cmd_sim(const Options *o);       /* cmd_sim.c */
+int cmd_run(const Options *o);       /* cmd_run.c */
+int cmd_build(const Options *o);     /* cmd_run.c */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check

@@ -26,8 +26,8 @@ static const Command commands[] = {
   {"check", cmd_check, "parse, type-check, memory fit per device; exit 1 if it does not fit"},
   {"explain", cmd_explain, "every op with its sharding; every inserted collective with reason and cost"},
   {"sim", cmd_sim, "simulated step on the mesh's target: time, breakdown, MFU"},
-  {"run", NULL, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
-  {"build", NULL, "compile to an executable (-o FILE)"},
+  {"run", cmd_run, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
+  {"build", cmd_build, "compile to an executable (-o FILE) that runs and checks like run"},
 };
 
 static void print_help(FILE *f) {
@@ -43,7 +43,7 @@ static void print_help(FILE *f) {
           "                         inline: --mesh 'h100[data: 2, model: 2]'\n"
           "  --entry model.fn       compile this function alone, with no train step\n"
           "  --format text|json     output format of check, explain and sim (default text)\n"
-          "  --emit-llvm            print the LLVM IR (run, build: not implemented yet)\n"
+          "  --emit-llvm            run: print the lowered LLVM IR (after O2) instead of running\n"
           "  --emit-ir              print shardc's tensor IR after checking (check)\n"
           "  -o FILE                output file (build)\n"
           "  --trace FILE           write a trace of the simulated step (sim)\n"
@@ -54,6 +54,12 @@ static void print_help(FILE *f) {
           "                         from; explain: every value's\n"
           "  --show NAME            explain: draw which block of NAME (a param, an input, a let)\n"
           "                         each device holds, as a grid over the mesh axes\n"
+          "  --steps N              run: train steps to run and compare (default 1)\n"
+          "  --seed N               run: the seed inputs and params are made from (default 0)\n"
+          "  --timeout S            run: a collective's longest wait in seconds (default 60)\n"
+          "  --hbm BYTES            run: cap each device's memory at BYTES\n"
+          "  --backend threads      run: one thread per device (mpi: not implemented yet)\n"
+          "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
@@ -115,7 +121,8 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 /* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
 static int parse_args(int argc, char **argv, Options *o) {
   static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
-                                       "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show"};
+                                       "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show",
+                                       "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -159,6 +166,27 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "-o") == 0) o->output = v;
     else if (strcmp(opt, "--trace") == 0) o->trace = v;
     else if (strcmp(opt, "--show") == 0) o->show = v;
+    else if (strcmp(opt, "--load") == 0) o->load = v;
+    else if (strcmp(opt, "--save") == 0) o->save = v;
+    else if (strcmp(opt, "--backend") == 0) {
+      if (strcmp(v, "threads") != 0)
+        return usage_error(strcmp(v, "mpi") == 0 ? "--backend %s is not implemented yet (threads is)" : "bad --backend '%s': expected threads or mpi", v);
+      o->backend = v;
+    } else if (strcmp(opt, "--steps") == 0 || strcmp(opt, "--seed") == 0 || strcmp(opt, "--hbm") == 0) {
+      char *end;
+      errno = 0;
+      unsigned long long x = strtoull(v, &end, 10);
+      if (*end || errno || v[0] == '-' || (opt[2] == 's' && opt[3] == 't' && (x < 1 || x > 1000000)) || (opt[2] == 'h' && x < 1))
+        return usage_error("bad value '%s': expected a positive integer", v);
+      if (opt[3] == 't') o->steps = (int)x;
+      else if (opt[3] == 'e') o->seed = x;
+      else o->hbm = (int64_t)x;
+    } else if (strcmp(opt, "--timeout") == 0) {
+      char *end;
+      double x = strtod(v, &end);
+      if (*end || !(x > 0) || x > 1e6) return usage_error("bad --timeout '%s': expected seconds > 0", v);
+      o->timeout = x;
+    }
     else if (strcmp(opt, "--tokens") == 0 || strcmp(opt, "--mfu") == 0) {
       char *end;
       double x = strtod(v, &end);

@@ -532,6 +532,12 @@ static void index_ranges(const IrFunc *f, int64_t *range, int n) {
   }
 }
 
+void interp_index_ranges(const IrModule *m, int64_t *range) {
+  int n = interp_ninputs(m);
+  for (int i = 0; i < n; i++) range[i] = 0;
+  index_ranges(m->main, range, n);
+}
+
 static Tensor *random_tensor(const TensorType *t, uint64_t seed, double scale, double center, int64_t irange) {
   Tensor *r = tensor_new(t);
   if (!r) return NULL;

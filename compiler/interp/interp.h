@@ -118,6 +118,9 @@ int interp_noutputs(const IrModule *m);
  * master copy holds its param's values (the same seed's). Arrays of interp_ninputs(m) /
  * m->nparams tensors; interp_free_tensors frees them. */
 Tensor **interp_random_inputs(const IrModule *m, uint64_t seed);
+/* Per input of main (interp_ninputs(m) of them): the number of rows or classes an integer input
+ * indexes (its take's table rows or its cross entropy's classes, the fewest if several), else 0. */
+void interp_index_ranges(const IrModule *m, int64_t *range);
 Tensor **interp_random_params(const IrModule *m, uint64_t seed);
 void interp_free_tensors(Tensor **t, int n);
 

@@ -1,0 +1,1291 @@
+/* lower.c: the IR of one function (global, or one device's after localisation) to an LLVM
+ * function with the runtime's RtEntry signature (lower.h).
+ *
+ * Each value gets a buffer from rt_alloc (row-major in its type's dim order, local extents,
+ * stored at its dtype's width); renames and row-major reshapes share their operand's buffer (the
+ * buffer plan's views); a buffer is freed after the last op that reads any value living in it.
+ * Elementwise ops, broadcasts, casts, transposes, slices and causal masks are loop nests over the
+ * result's dims, each operand read through its strides (0 along a dim it lacks) and widened to
+ * f32; reductions are a nest over the kept dims around a nest over the reduced ones (summing in
+ * f64, as the interpreter does); contractions call rt_gemm, the operands copied into [batch, m, k]
+ * and [batch, k, n] order first when they are not already in it (or its transpose); collectives
+ * call the runtime's, their shapes from Op.coll. What does not lower is a located error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/DebugInfo.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+
+#include "diag.h"
+#include "lower_int.h"
+
+/* ---- types and helpers ---- */
+
+static int64_t extent(const Lower *L, const Value *v, int d) {
+  return L->mesh ? v->local[d] : v->type.dims[d]->size;
+}
+
+static int64_t elements(const Lower *L, const Value *v) {
+  int64_t n = 1;
+  for (int d = 0; d < v->type.rank; d++) n *= extent(L, v, d);
+  return n;
+}
+
+static int rt_dtype(DType dt) {
+  switch (dt) {
+  case DT_F32: return 0;
+  case DT_BF16: return 1;
+  case DT_F16: return 2;
+  case DT_I32: return 3;
+  default: return -1;
+  }
+}
+
+static LLVMValueRef ci64(Lower *L, int64_t v) { return LLVMConstInt(L->i64, (unsigned long long)v, 1); }
+static LLVMValueRef ci32(Lower *L, int v) { return LLVMConstInt(L->i32, (unsigned long long)(int64_t)v, 1); }
+static LLVMValueRef cf32(Lower *L, double v) { return LLVMConstReal(L->f32, v); }
+
+static bool fail(Lower *L, const Op *op, const char *fmt, const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, what);
+  diag_error(op->loc, "run: %s", msg);
+  L->failed = true;
+  return false;
+}
+
+LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, int n, LLVMValueRef *vals) {
+  LLVMTypeRef ft = LLVMFunctionType(ret, args, (unsigned)n, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(L->M, name);
+  if (!f) f = LLVMAddFunction(L->M, name, ft);
+  return LLVMBuildCall2(L->B, ft, f, vals, (unsigned)n, "");
+}
+
+LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMTypeRef t = LLVMTypeOf(args[0]);
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(L->M, id, &t, 1);
+  LLVMTypeRef ft = LLVMIntrinsicGetType(L->C, id, &t, 1);
+  return LLVMBuildCall2(L->B, ft, f, args, (unsigned)n, "");
+}
+
+static LLVMValueRef libm1(Lower *L, const char *name, LLVMValueRef x) {
+  LLVMTypeRef a = L->f32;
+  return lower_call(L, name, L->f32, &a, 1, &x);
+}
+
+void lower_check_rc(Lower *L, LLVMValueRef rc) {
+  LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(L->C, L->fn, "rt.fail");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(L->C, L->fn, "rt.ok");
+  LLVMBuildCondBr(L->B, LLVMBuildICmp(L->B, LLVMIntNE, rc, ci32(L, 0), ""), bad, ok);
+  LLVMPositionBuilderAtEnd(L->B, bad);
+  LLVMBuildRet(L->B, rc);
+  LLVMPositionBuilderAtEnd(L->B, ok);
+}
+
+static LLVMValueRef cstr(Lower *L, const char *s) { return LLVMBuildGlobalStringPtr(L->B, s, "str"); }
+
+/* A constant i32 array (collective axes, pairs) as a private global. */
+static LLVMValueRef const_ints(Lower *L, const int *v, int n) {
+  LLVMValueRef *e = malloc(sizeof(LLVMValueRef) * (size_t)(n > 0 ? n : 1));
+  for (int i = 0; i < n; i++) e[i] = ci32(L, v[i]);
+  LLVMTypeRef at = LLVMArrayType2(L->i32, (uint64_t)(n > 0 ? n : 1));
+  if (n == 0) e[0] = ci32(L, 0);
+  LLVMValueRef g = LLVMAddGlobal(L->M, at, "axes");
+  LLVMSetInitializer(g, LLVMConstArray2(L->i32, e, (uint64_t)(n > 0 ? n : 1)));
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetLinkage(g, LLVMPrivateLinkage);
+  free(e);
+  return g;
+}
+
+static LLVMValueRef gep(Lower *L, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef off) {
+  return LLVMBuildInBoundsGEP2(L->B, t, base, &off, 1, "");
+}
+
+static LLVMTypeRef storage_type(Lower *L, DType dt) {
+  switch (dt) {
+  case DT_BF16: return L->i16;
+  case DT_F16: return L->f16;
+  case DT_I32: return L->i32;
+  default: return L->f32;
+  }
+}
+
+LLVMValueRef lower_load(Lower *L, const NestTensor *t, LLVMValueRef off) {
+  LLVMTypeRef st = storage_type(L, t->dt);
+  LLVMValueRef v = LLVMBuildLoad2(L->B, st, gep(L, st, t->base, off), "");
+  switch (t->dt) {
+  case DT_BF16: {
+    LLVMValueRef w = LLVMBuildShl(L->B, LLVMBuildZExt(L->B, v, L->i32, ""), ci32(L, 16), "");
+    return LLVMBuildBitCast(L->B, w, L->f32, "");
+  }
+  case DT_F16: return LLVMBuildFPExt(L->B, v, L->f32, "");
+  default: return v;
+  }
+}
+
+/* f32 to bf16 bits, round to nearest even; NaN stays a (quiet) NaN. */
+static LLVMValueRef to_bf16(Lower *L, LLVMValueRef x) {
+  LLVMValueRef b = LLVMBuildBitCast(L->B, x, L->i32, "");
+  LLVMValueRef lsb = LLVMBuildAnd(L->B, LLVMBuildLShr(L->B, b, ci32(L, 16), ""), ci32(L, 1), "");
+  LLVMValueRef r = LLVMBuildLShr(L->B, LLVMBuildAdd(L->B, b, LLVMBuildAdd(L->B, lsb, ci32(L, 0x7fff), ""), ""), ci32(L, 16), "");
+  LLVMValueRef nan = LLVMBuildOr(L->B, LLVMBuildLShr(L->B, b, ci32(L, 16), ""), ci32(L, 0x40), "");
+  LLVMValueRef isnan = LLVMBuildFCmp(L->B, LLVMRealUNO, x, x, "");
+  return LLVMBuildTrunc(L->B, LLVMBuildSelect(L->B, isnan, nan, r, ""), L->i16, "");
+}
+
+void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v) {
+  LLVMTypeRef st = storage_type(L, t->dt);
+  if (t->dt == DT_BF16) v = to_bf16(L, v);
+  else if (t->dt == DT_F16) v = LLVMBuildFPTrunc(L->B, v, L->f16, "");
+  LLVMBuildStore(L->B, v, gep(L, st, t->base, off));
+}
+
+/* Loop metadata: no unrolling (at the small sizes tests run, O2 would unroll every nest whole and
+ * the module grow tenfold; the vectoriser still widens the inner loops and interleaves them). */
+static void no_unroll(Lower *L, LLVMValueRef br) {
+  LLVMMetadataRef str = LLVMMDStringInContext2(L->C, "llvm.loop.unroll.disable", 24);
+  LLVMMetadataRef disable = LLVMMDNodeInContext2(L->C, &str, 1);
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(L->C, NULL, 0);
+  LLVMMetadataRef ops[2] = {tmp, disable};
+  LLVMMetadataRef loop = LLVMMDNodeInContext2(L->C, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(tmp, loop);
+  LLVMSetMetadata(br, LLVMGetMDKindIDInContext(L->C, "llvm.loop", 9), LLVMMetadataAsValue(L->C, loop));
+}
+
+/* ---- loop nests ----
+ * Loops over dims 0..nd-1 (dims of extent 1 get none), innermost last; offs[i] is tensor i's
+ * element offset, idx[d] dim d's index (i64). Nothing runs when an extent is 0. */
+typedef struct NestState {
+  int nd;
+  const int64_t *ext;
+  NestTensor *t;
+  int nt;
+  NestBody body;
+  void *ctx;
+  LLVMValueRef idx[MAX_RANK * 2];
+} NestState;
+
+static void nest_level(Lower *L, NestState *S, int d, LLVMValueRef *offs) {
+  if (d == S->nd) {
+    S->body(L, offs, S->idx, S->ctx);
+    return;
+  }
+  LLVMValueRef inner[16];
+  if (S->ext[d] == 1) {
+    S->idx[d] = ci64(L, 0);
+    nest_level(L, S, d + 1, offs);
+    return;
+  }
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(L->B);
+  LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(L->C, L->fn, "loop");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(L->C, L->fn, "loop.end");
+  LLVMBuildBr(L->B, loop);
+  LLVMPositionBuilderAtEnd(L->B, loop);
+  LLVMValueRef i = LLVMBuildPhi(L->B, L->i64, "i");
+  S->idx[d] = i;
+  for (int k = 0; k < S->nt; k++)
+    inner[k] = S->t[k].stride[d] ? LLVMBuildAdd(L->B, offs[k], LLVMBuildMul(L->B, i, ci64(L, S->t[k].stride[d]), ""), "") : offs[k];
+  nest_level(L, S, d + 1, inner);
+  LLVMValueRef next = LLVMBuildAdd(L->B, i, ci64(L, 1), "");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(L->B);
+  no_unroll(L, LLVMBuildCondBr(L->B, LLVMBuildICmp(L->B, LLVMIntSLT, next, ci64(L, S->ext[d]), ""), loop, done));
+  LLVMValueRef zero = ci64(L, 0);
+  LLVMAddIncoming(i, &zero, &pre, 1);
+  LLVMAddIncoming(i, &next, &latch, 1);
+  LLVMPositionBuilderAtEnd(L->B, done);
+}
+
+void lower_nest(Lower *L, int nd, const int64_t *ext, NestTensor *t, int nt, NestBody body, void *ctx) {
+  for (int d = 0; d < nd; d++)
+    if (ext[d] <= 0) return;
+  NestState S = {.nd = nd, .ext = ext, .t = t, .nt = nt, .body = body, .ctx = ctx};
+  LLVMValueRef offs[16];
+  for (int k = 0; k < nt; k++) offs[k] = t[k].off0 ? t[k].off0 : ci64(L, 0);
+  nest_level(L, &S, 0, offs);
+}
+
+/* Row-major strides of v's local block. */
+static void strides_of(const Lower *L, const Value *v, int64_t *st) {
+  int64_t s = 1;
+  for (int d = v->type.rank - 1; d >= 0; d--) {
+    st[d] = s;
+    s *= extent(L, v, d);
+  }
+}
+
+/* A nest tensor for v with its strides along `dims` (0 where v lacks the dim). */
+static NestTensor tensor_along(Lower *L, const Value *v, Dim *const *dims, int nd) {
+  NestTensor t = {.base = L->buf[v->id], .dt = v->type.dtype};
+  int64_t st[MAX_RANK];
+  strides_of(L, v, st);
+  for (int d = 0; d < nd; d++) {
+    int p = tensor_type_find(&v->type, dims[d]);
+    t.stride[d] = p < 0 ? 0 : st[p];
+  }
+  return t;
+}
+
+static bool lower_region(Lower *L, const IrFunc *f);
+static void free_region(Lower *L, const IrFunc *f);
+static bool lower_loop(Lower *L, const Op *op);
+
+/* ---- buffers ---- */
+
+/* An alloca in the entry block (so that loops do not grow the stack). */
+static LLVMValueRef entry_alloca(Lower *L, LLVMTypeRef t, const char *name) {
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(L->B);
+  LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(L->fn);
+  LLVMValueRef first = LLVMGetFirstInstruction(entry);
+  if (first) LLVMPositionBuilderBefore(L->B, first);
+  else LLVMPositionBuilderAtEnd(L->B, entry);
+  LLVMValueRef a = LLVMBuildAlloca(L->B, t, name);
+  LLVMPositionBuilderAtEnd(L->B, here);
+  return a;
+}
+
+static LLVMValueRef alloc_buffer(Lower *L, const Value *v, int64_t bytes) {
+  LLVMValueRef slot = entry_alloca(L, L->ptr, "buf");
+  char name[128];
+  if (v->name) snprintf(name, sizeof name, "%s", v->name);
+  else snprintf(name, sizeof name, "%%%d", v->id);
+  LLVMTypeRef at[4] = {L->ptr, L->i64, L->ptr, L->ptr};
+  LLVMValueRef av[4] = {L->dev, ci64(L, bytes > 0 ? bytes : 1), cstr(L, name), slot};
+  lower_check_rc(L, lower_call(L, "rt_alloc", L->i32, at, 4, av));
+  return LLVMBuildLoad2(L->B, L->ptr, slot, v->name ? v->name : "");
+}
+
+static void new_buffer(Lower *L, const Value *v) {
+  int64_t bytes = elements(L, v) * dtype_bytes(v->type.dtype);
+  L->buf[v->id] = alloc_buffer(L, v, bytes);
+  L->root[v->id] = v->id;
+  L->owned[v->id] = true;
+}
+
+static void view_of(Lower *L, const Value *v, const Value *of) {
+  L->buf[v->id] = L->buf[of->id];
+  L->root[v->id] = L->root[of->id];
+}
+
+static void free_root(Lower *L, int id) {
+  LLVMTypeRef at[2] = {L->ptr, L->ptr};
+  LLVMValueRef av[2] = {L->dev, L->buf[id]};
+  lower_call(L, "rt_free", L->i32, at, 2, av);
+}
+
+/* ---- elementwise ---- */
+
+typedef struct MapCtx {
+  const Op *op;
+  NestTensor *t;        /* [0] the result, then the operands (the leaves, under fusion) */
+  int n;                /* operands */
+  const Value **leaf;   /* fusion: the values t[1..] hold (NULL: t[1..] are op's operands) */
+  int nleaf;
+} MapCtx;
+
+#define FUSE_MAX_LEAVES 12
+
+/* Elementwise ops a chain fuses: their scalar function is all there is to them. */
+static bool fusable_kind(OpKind k) {
+  switch (k) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
+  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_RELU_GRAD:
+  case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
+    return true;
+  default: return false;
+  }
+}
+
+static bool float_op(const Op *op) {
+  if (op->nresults != 1 || dtype_is_int(op->results[0]->type.dtype) || rt_dtype(op->results[0]->type.dtype) < 0) return false;
+  for (int i = 0; i < op->noperands; i++)
+    if (dtype_is_int(op->operands[i]->type.dtype) || rt_dtype(op->operands[i]->type.dtype) < 0) return false;
+  return op->noperands <= 7;
+}
+
+/* The values op's nest reads: its operands, through the fused ones to theirs. */
+static int op_leaves(const Lower *L, const Op *op, const Value **out, int n) {
+  for (int i = 0; i < op->noperands; i++) {
+    const Value *x = op->operands[i];
+    if (L->fused && L->fused[x->id]) {
+      n = op_leaves(L, x->def, out, n);
+      continue;
+    }
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= out[k] == x;
+    if (!seen && n < 16) out[n++] = x;
+  }
+  return n;
+}
+
+static LLVMValueRef sigmoid(Lower *L, LLVMValueRef v) {
+  LLVMValueRef e = lower_intrinsic(L, "llvm.exp", (LLVMValueRef[]){LLVMBuildFNeg(L->B, v, "")}, 1);
+  return LLVMBuildFDiv(L->B, cf32(L, 1), LLVMBuildFAdd(L->B, cf32(L, 1), e, ""), "");
+}
+
+/* The scalar function of an elementwise op, in f32 (ints in i32). NULL: not elementwise here. */
+static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints) {
+  LLVMBuilderRef B = L->B;
+  switch (op->kind) {
+  case OP_ADD: return ints ? LLVMBuildAdd(B, v[0], v[1], "") : LLVMBuildFAdd(B, v[0], v[1], "");
+  case OP_SUB: return ints ? LLVMBuildSub(B, v[0], v[1], "") : LLVMBuildFSub(B, v[0], v[1], "");
+  case OP_MUL: return ints ? LLVMBuildMul(B, v[0], v[1], "") : LLVMBuildFMul(B, v[0], v[1], "");
+  case OP_DIV: return ints ? NULL : LLVMBuildFDiv(B, v[0], v[1], "");
+  case OP_NEG: return ints ? LLVMBuildNeg(B, v[0], "") : LLVMBuildFNeg(B, v[0], "");
+  case OP_EXP: return lower_intrinsic(L, "llvm.exp", v, 1);
+  case OP_LOG: return lower_intrinsic(L, "llvm.log", v, 1);
+  case OP_SQRT: return lower_intrinsic(L, "llvm.sqrt", v, 1);
+  case OP_RSQRT: return LLVMBuildFDiv(B, cf32(L, 1), lower_intrinsic(L, "llvm.sqrt", v, 1), "");
+  case OP_TANH: return libm1(L, "tanhf", v[0]);
+  case OP_SIGMOID: return sigmoid(L, v[0]);
+  case OP_RELU: {
+    /* v > 0 ? v : (v <= 0 ? 0 : v): NaN stays NaN */
+    LLVMValueRef le = LLVMBuildFCmp(B, LLVMRealOLE, v[0], cf32(L, 0), "");
+    return LLVMBuildSelect(B, le, cf32(L, 0), v[0], "");
+  }
+  case OP_GELU: {
+    LLVMValueRef e = libm1(L, "erff", LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
+    return LLVMBuildFMul(B, LLVMBuildFMul(B, cf32(L, 0.5), v[0], ""), LLVMBuildFAdd(B, cf32(L, 1), e, ""), "");
+  }
+  case OP_SILU: return LLVMBuildFMul(B, v[0], sigmoid(L, v[0]), "");
+  case OP_RELU_GRAD: {
+    LLVMValueRef gt = LLVMBuildFCmp(B, LLVMRealOGT, v[0], cf32(L, 0), "");
+    return LLVMBuildSelect(B, gt, v[1], cf32(L, 0), "");
+  }
+  case OP_GELU_GRAD: {
+    LLVMValueRef x = v[0];
+    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), libm1(L, "erff", LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
+    LLVMValueRef ex = LLVMBuildFMul(B, cf32(L, -0.5), LLVMBuildFMul(B, x, x, ""), "");
+    LLVMValueRef phi = LLVMBuildFDiv(B, lower_intrinsic(L, "llvm.exp", &ex, 1), cf32(L, 2.5066282746310002), "");
+    return LLVMBuildFMul(B, v[1], LLVMBuildFAdd(B, Phi, LLVMBuildFMul(B, x, phi, ""), ""), "");
+  }
+  case OP_SILU_GRAD: {
+    LLVMValueRef s = sigmoid(L, v[0]);
+    LLVMValueRef t = LLVMBuildFAdd(B, cf32(L, 1), LLVMBuildFMul(B, v[0], LLVMBuildFSub(B, cf32(L, 1), s, ""), ""), "");
+    return LLVMBuildFMul(B, v[1], LLVMBuildFMul(B, s, t, ""), "");
+  }
+  case OP_SGD_UPDATE: return LLVMBuildFSub(B, v[0], LLVMBuildFMul(B, cf32(L, op->scalar), v[1], ""), "");
+  case OP_ADAM_MOMENT: {
+    LLVMValueRef g = op->flag ? LLVMBuildFMul(B, v[1], v[1], "") : v[1];
+    return LLVMBuildFAdd(B, LLVMBuildFMul(B, cf32(L, op->scalar), v[0], ""), LLVMBuildFMul(B, cf32(L, 1 - op->scalar), g, ""), "");
+  }
+  case OP_ADAM_UPDATE: {
+    LLVMValueRef t = v[3];
+    LLVMValueRef b1[2] = {cf32(L, IR_ADAM_BETA1), t}, b2[2] = {cf32(L, IR_ADAM_BETA2), t};
+    LLVMValueRef mh = LLVMBuildFDiv(B, v[1], LLVMBuildFSub(B, cf32(L, 1), lower_intrinsic(L, "llvm.pow", b1, 2), ""), "");
+    LLVMValueRef vh = LLVMBuildFDiv(B, v[2], LLVMBuildFSub(B, cf32(L, 1), lower_intrinsic(L, "llvm.pow", b2, 2), ""), "");
+    LLVMValueRef den = LLVMBuildFAdd(B, lower_intrinsic(L, "llvm.sqrt", &vh, 1), cf32(L, IR_ADAM_EPS), "");
+    return LLVMBuildFSub(B, v[0], LLVMBuildFDiv(B, LLVMBuildFMul(B, cf32(L, op->scalar), mh, ""), den, ""), "");
+  }
+  case OP_BROADCAST: return v[0];
+  default: return NULL;
+  }
+}
+
+/* x as a value of dtype dt holds it (bf16, f16: rounded to nearest even and widened back). */
+static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
+  if (dt == DT_BF16) {
+    LLVMValueRef w = LLVMBuildShl(L->B, LLVMBuildZExt(L->B, to_bf16(L, x), L->i32, ""), ci32(L, 16), "");
+    return LLVMBuildBitCast(L->B, w, L->f32, "");
+  }
+  if (dt == DT_F16) return LLVMBuildFPExt(L->B, LLVMBuildFPTrunc(L->B, x, L->f16, ""), L->f32, "");
+  return x;
+}
+
+/* v at the nest's position: loaded (a leaf), or computed from its fused op's operands. */
+static LLVMValueRef eval_value(Lower *L, MapCtx *c, const Value *v, LLVMValueRef *offs, bool ints) {
+  if (c->leaf && L->fused[v->id]) {
+    const Op *p = v->def;
+    LLVMValueRef a[8];
+    for (int i = 0; i < p->noperands; i++) a[i] = eval_value(L, c, p->operands[i], offs, false);
+    return round_to(L, scalar_fn(L, p, a, false), v->type.dtype);
+  }
+  int k = 0;
+  if (c->leaf)
+    while (k < c->nleaf && c->leaf[k] != v) k++;
+  else
+    while (k < c->n && c->op->operands[k] != v) k++;
+  LLVMValueRef x = lower_load(L, &c->t[k + 1], offs[k + 1]);
+  if (!ints && dtype_is_int(c->t[k + 1].dt)) x = LLVMBuildSIToFP(L->B, x, L->f32, "");
+  return x;
+}
+
+static void map_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  MapCtx *c = vctx;
+  LLVMValueRef v[8];
+  bool ints = dtype_is_int(c->t[0].dt);
+  for (int i = 0; i < c->n; i++) v[i] = eval_value(L, c, c->op->operands[i], offs, ints);
+  LLVMValueRef r;
+  if (c->op->kind == OP_CAST) {
+    bool from_int = dtype_is_int(c->t[1].dt);
+    if (ints && !from_int) {
+      LLVMTypeRef tys[2] = {L->i32, L->f32};
+      unsigned id = LLVMLookupIntrinsicID("llvm.fptosi.sat", 15);
+      LLVMValueRef f = LLVMGetIntrinsicDeclaration(L->M, id, tys, 2);
+      r = LLVMBuildCall2(L->B, LLVMIntrinsicGetType(L->C, id, tys, 2), f, v, 1, "");
+    } else r = v[0];
+  } else r = scalar_fn(L, c->op, v, ints);
+  lower_store(L, &c->t[0], offs[0], r);
+}
+
+static bool lower_map(Lower *L, const Op *op) {
+  const Value *res = op->results[0];
+  if (op->noperands > 7) return fail(L, op, "%s has too many operands to lower", ir_op_name(op->kind));
+  for (int i = 0; i < op->noperands; i++)
+    if (rt_dtype(op->operands[i]->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(op->operands[i]->type.dtype));
+  if (rt_dtype(res->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(res->type.dtype));
+  if (dtype_is_int(res->type.dtype) && op->kind != OP_CAST && op->kind != OP_BROADCAST && op->kind != OP_ADD &&
+      op->kind != OP_SUB && op->kind != OP_MUL && op->kind != OP_NEG)
+    return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
+  /* in place: an operand laid out as the result, read for the last time here, whose buffer this
+   * function owns and no other operand shares, becomes the result's (the buffer plan's rule) */
+  const Value *leaf[16];
+  int nleaf = op_leaves(L, op, leaf, 0);
+  bool fusion = false;
+  for (int i = 0; i < op->noperands; i++) fusion |= L->fused[op->operands[i]->id];
+  int reuse = -1;
+  for (int i = 0; i < op->noperands && reuse < 0 && !fusion; i++) {
+    const Value *x = op->operands[i];
+    int r = L->root[x->id];
+    if (!L->owned[r] || !L->last || L->last[r] != L->pos || !tensor_type_equal(&x->type, &res->type)) continue;
+    bool same = true;
+    for (int d = 0; d < res->type.rank; d++) same &= extent(L, x, d) == extent(L, res, d);
+    for (int k = 0; k < op->noperands; k++)
+      if (k != i && L->root[op->operands[k]->id] == r && op->operands[k] != x) same = false;
+    if (same) reuse = i;
+  }
+  if (reuse >= 0) {
+    int r = L->root[op->operands[reuse]->id];
+    L->buf[res->id] = L->buf[op->operands[reuse]->id];
+    L->root[res->id] = res->id;
+    L->owned[res->id] = true;
+    L->owned[r] = false;
+  } else new_buffer(L, res);
+  NestTensor t[17];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  MapCtx c = {.op = op, .t = t, .n = op->noperands};
+  if (fusion) {
+    for (int k = 0; k < nleaf; k++) t[k + 1] = tensor_along(L, leaf[k], res->type.dims, res->type.rank);
+    c.leaf = leaf, c.nleaf = nleaf;
+    lower_nest(L, res->type.rank, ext, t, nleaf + 1, map_body, &c);
+  } else {
+    for (int i = 0; i < op->noperands; i++) t[i + 1] = tensor_along(L, op->operands[i], res->type.dims, res->type.rank);
+    lower_nest(L, res->type.rank, ext, t, op->noperands + 1, map_body, &c);
+  }
+  return true;
+}
+
+/* A copy of x into the result's dim order, from an element offset (transpose, slice). */
+static void copy_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  MapCtx *c = vctx;
+  LLVMTypeRef st = storage_type(L, c->t[0].dt);
+  LLVMValueRef v = LLVMBuildLoad2(L->B, st, gep(L, st, c->t[1].base, offs[1]), "");
+  LLVMBuildStore(L->B, v, gep(L, st, c->t[0].base, offs[0]));
+}
+
+static LLVMValueRef group_rank(Lower *L, const int8_t *axes, int n) {
+  int a[MAX_AXES_PER_DIM];
+  for (int i = 0; i < n; i++) a[i] = axes[i];
+  LLVMTypeRef at[3] = {L->ptr, L->ptr, L->i32};
+  LLVMValueRef av[3] = {L->dev, const_ints(L, a, n), ci32(L, n)};
+  return LLVMBuildSExt(L->B, lower_call(L, "rt_group_rank", L->i32, at, 3, av), L->i64, "");
+}
+
+/* The device's offset of op->offs' entry for dim d (0 when none; global runs: 0). */
+static LLVMValueRef dim_offset(Lower *L, const Op *op, const Dim *d) {
+  if (!L->mesh) return ci64(L, 0);
+  for (int i = 0; i < op->noffs; i++)
+    if (op->offs[i].dim == d && op->offs[i].naxes > 0)
+      return LLVMBuildMul(L->B, group_rank(L, op->offs[i].axes, op->offs[i].naxes), ci64(L, op->offs[i].extent), "");
+  return ci64(L, 0);
+}
+
+static bool lower_copy(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  new_buffer(L, res);
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  if (op->kind == OP_SLICE) {
+    int64_t st[MAX_RANK];
+    strides_of(L, x, st);
+    LLVMValueRef off = ci64(L, 0);
+    for (int i = 0; i < op->noffs; i++) {
+      int p = tensor_type_find(&x->type, op->offs[i].dim);
+      if (p < 0 || !op->offs[i].naxes) continue;
+      LLVMValueRef o = LLVMBuildMul(L->B, group_rank(L, op->offs[i].axes, op->offs[i].naxes), ci64(L, op->offs[i].extent * st[p]), "");
+      off = LLVMBuildAdd(L->B, off, o, "");
+    }
+    t[1].off0 = off;
+  }
+  MapCtx c = {.op = op, .t = t, .n = 1};
+  lower_nest(L, res->type.rank, ext, t, 2, copy_body, &c);
+  return true;
+}
+
+/* causal (-inf) and causal_grad (0) where the key's global index exceeds the query's. */
+typedef struct CausalCtx {
+  NestTensor *t;
+  int pq, pk;
+  LLVMValueRef oq, ok;
+  double fill;
+} CausalCtx;
+
+static void causal_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  CausalCtx *c = vctx;
+  LLVMValueRef v = lower_load(L, &c->t[1], offs[1]);
+  LLVMValueRef q = LLVMBuildAdd(L->B, idx[c->pq], c->oq, ""), k = LLVMBuildAdd(L->B, idx[c->pk], c->ok, "");
+  LLVMValueRef masked = LLVMBuildICmp(L->B, LLVMIntSGT, k, q, "");
+  lower_store(L, &c->t[0], offs[0], LLVMBuildSelect(L->B, masked, cf32(L, c->fill), v, ""));
+}
+
+static bool lower_causal(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  if (L->m->zigzag.axes) return fail(L, op, "%s over a zigzag-ordered ring is not lowered yet", "causal");
+  new_buffer(L, res);
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  CausalCtx c = {.t = t, .pq = tensor_type_find(&res->type, op->dims[0]), .pk = tensor_type_find(&res->type, op->dims[1]),
+                 .fill = op->kind == OP_CAUSAL ? -INFINITY : 0.0};
+  if (c.pq < 0 || c.pk < 0) return fail(L, op, "%s: a masked dim is missing", ir_op_name(op->kind));
+  c.oq = dim_offset(L, op, op->dims[0]);
+  c.ok = dim_offset(L, op, op->dims[1]);
+  lower_nest(L, res->type.rank, ext, t, 2, causal_body, &c);
+  return true;
+}
+
+/* ---- reductions ---- */
+
+typedef struct ReduceCtx {
+  const Op *op;
+  NestTensor *t;        /* [0] result (strides along the kept dims), [1] operand */
+  NestTensor inner;     /* the operand along the reduced dims */
+  int nred;
+  int64_t red_ext[MAX_RANK];
+  LLVMValueRef acc;
+  double divisor;
+} ReduceCtx;
+
+static void reduce_inner(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  ReduceCtx *c = vctx;
+  LLVMValueRef v = LLVMBuildFPExt(L->B, lower_load(L, &c->inner, offs[0]), L->f64, "");
+  LLVMValueRef s = LLVMBuildLoad2(L->B, L->f64, c->acc, "");
+  LLVMValueRef r;
+  if (c->op->kind == OP_MAX) {
+    /* v > s or v is NaN: take v, unless s is already NaN */
+    LLVMValueRef take = LLVMBuildOr(L->B, LLVMBuildFCmp(L->B, LLVMRealOGT, v, s, ""), LLVMBuildFCmp(L->B, LLVMRealUNO, v, v, ""), "");
+    take = LLVMBuildAnd(L->B, take, LLVMBuildFCmp(L->B, LLVMRealORD, s, s, ""), "");
+    r = LLVMBuildSelect(L->B, take, v, s, "");
+  } else r = LLVMBuildFAdd(L->B, s, v, "");
+  LLVMBuildStore(L->B, r, c->acc);
+}
+
+static void reduce_outer(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  ReduceCtx *c = vctx;
+  LLVMBuildStore(L->B, LLVMConstReal(L->f64, c->op->kind == OP_MAX ? -INFINITY : 0.0), c->acc);
+  c->inner.off0 = offs[1];
+  lower_nest(L, c->nred, c->red_ext, &c->inner, 1, reduce_inner, c);
+  LLVMValueRef s = LLVMBuildLoad2(L->B, L->f64, c->acc, "");
+  if (c->op->kind == OP_MEAN) s = LLVMBuildFDiv(L->B, s, LLVMConstReal(L->f64, c->divisor), "");
+  lower_store(L, &c->t[0], offs[0], LLVMBuildFPTrunc(L->B, s, L->f32, ""));
+}
+
+static bool lower_reduce(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  if (dtype_is_int(x->type.dtype) || rt_dtype(x->type.dtype) < 0 || rt_dtype(res->type.dtype) < 0)
+    return fail(L, op, "%s over this dtype is not lowered yet", ir_op_name(op->kind));
+  new_buffer(L, res);
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  ReduceCtx c = {.op = op, .t = t, .nred = op->ndims};
+  c.inner = tensor_along(L, x, op->dims, op->ndims);
+  double count = 1;
+  for (int k = 0; k < op->ndims; k++) {
+    int p = tensor_type_find(&x->type, op->dims[k]);
+    if (p < 0) return fail(L, op, "reduced dim %s is not in the operand", op->dims[k]->name);
+    c.red_ext[k] = extent(L, x, p);
+    count *= (double)op->dims[k]->size;
+  }
+  c.divisor = op->divisor > 0 ? op->divisor : count;
+  c.acc = entry_alloca(L, L->f64, "acc");
+  lower_nest(L, res->type.rank, ext, t, 2, reduce_outer, &c);
+  return true;
+}
+
+/* ---- contractions: rt_gemm ---- */
+
+/* Canonical operands: a as [B, M, K], b as [B, K, N], c as [B, M, N], B and M and N in the
+ * result's order, K in a's order. An operand already in that order (or with its two matrix groups
+ * swapped: a transposed) is used as it is; otherwise it is copied into it. */
+typedef struct Group {
+  Dim *dims[MAX_RANK];
+  int n;
+  int64_t size;
+} Group;
+
+static void group_add(Group *g, Dim *d, int64_t ext) {
+  g->dims[g->n++] = d;
+  g->size *= ext;
+}
+
+/* Whether v's dims are exactly x then y then z (groups), in order. */
+static bool laid_out(const Value *v, const Group *x, const Group *y, const Group *z) {
+  const Group *gs[3] = {x, y, z};
+  int p = 0;
+  for (int g = 0; g < 3; g++)
+    for (int i = 0; i < gs[g]->n; i++, p++)
+      if (p >= v->type.rank || v->type.dims[p] != gs[g]->dims[i]) return false;
+  return p == v->type.rank;
+}
+
+/* A scratch copy of v in the dim order of groups x, y, z (f32 kept at v's dtype). */
+static LLVMValueRef copy_ordered(Lower *L, const Value *v, const Group *x, const Group *y, const Group *z, LLVMValueRef *to_free) {
+  Dim *dims[MAX_RANK];
+  int64_t ext[MAX_RANK];
+  int nd = 0;
+  const Group *gs[3] = {x, y, z};
+  for (int g = 0; g < 3; g++)
+    for (int i = 0; i < gs[g]->n; i++) {
+      dims[nd] = gs[g]->dims[i];
+      ext[nd] = extent(L, v, tensor_type_find(&v->type, dims[nd]));
+      nd++;
+    }
+  int64_t n = 1;
+  for (int d = 0; d < nd; d++) n *= ext[d];
+  LLVMValueRef buf = alloc_buffer(L, v, n * dtype_bytes(v->type.dtype));
+  NestTensor t[2];
+  t[0] = (NestTensor){.base = buf, .dt = v->type.dtype};
+  int64_t s = 1;
+  for (int d = nd - 1; d >= 0; d--) t[0].stride[d] = s, s *= ext[d];
+  t[1] = tensor_along(L, v, dims, nd);
+  MapCtx c = {.t = t, .n = 1};
+  lower_nest(L, nd, ext, t, 2, copy_body, &c);
+  *to_free = buf;
+  return buf;
+}
+
+static LLVMValueRef gemm_field(Lower *L, LLVMValueRef g, int i) { return LLVMBuildStructGEP2(L->B, L->gemm_t, g, (unsigned)i, ""); }
+
+static bool lower_contract(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *a = op->operands[0], *b = op->operands[1];
+  /* a routed dispatch or combine (Op.flag) moves data through a 0/1 pattern: as a dense product it
+   * gives the same values (it adds zeros), at the dense cost */
+  for (int i = 0; i < 3; i++) {
+    const Value *v = i == 0 ? res : op->operands[i - 1];
+    DType dt = v->type.dtype;
+    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
+  }
+  Group B = {.size = 1}, M = {.size = 1}, N = {.size = 1}, K = {.size = 1};
+  for (int i = 0; i < res->type.rank; i++) {
+    Dim *d = res->type.dims[i];
+    bool ina = tensor_type_find(&a->type, d) >= 0, inb = tensor_type_find(&b->type, d) >= 0;
+    if (ina && inb) group_add(&B, d, extent(L, res, i));
+    else if (ina) group_add(&M, d, extent(L, res, i));
+    else if (inb) group_add(&N, d, extent(L, res, i));
+    else return fail(L, op, "result dim %s is in neither operand", d->name);
+  }
+  for (int i = 0; i < a->type.rank; i++) {
+    Dim *d = a->type.dims[i];
+    if (tensor_type_find(&res->type, d) >= 0) continue;
+    if (tensor_type_find(&b->type, d) < 0) return fail(L, op, "dim %s of the left operand is summed alone (not lowered yet)", d->name);
+    group_add(&K, d, extent(L, a, i));
+  }
+  for (int i = 0; i < b->type.rank; i++)
+    if (tensor_type_find(&res->type, b->type.dims[i]) < 0 && tensor_type_find(&a->type, b->type.dims[i]) < 0)
+      return fail(L, op, "dim %s of the right operand is summed alone (not lowered yet)", b->type.dims[i]->name);
+  new_buffer(L, res);
+  LLVMValueRef free_a = NULL, free_b = NULL, free_c = NULL;
+  int ta = 0, tb = 0;
+  LLVMValueRef pa = L->buf[a->id], pb = L->buf[b->id], pc = L->buf[res->id];
+  if (laid_out(a, &B, &M, &K)) ta = 0;
+  else if (laid_out(a, &B, &K, &M)) ta = 1;
+  else pa = copy_ordered(L, a, &B, &M, &K, &free_a);
+  if (laid_out(b, &B, &K, &N)) tb = 0;
+  else if (laid_out(b, &B, &N, &K)) tb = 1;
+  else pb = copy_ordered(L, b, &B, &K, &N, &free_b);
+  bool c_direct = laid_out(res, &B, &M, &N);
+  if (!c_direct) pc = alloc_buffer(L, res, B.size * M.size * N.size * dtype_bytes(res->type.dtype)), free_c = pc;
+
+  LLVMValueRef g = entry_alloca(L, L->gemm_t, "gemm");
+  LLVMValueRef f[20] = {
+      ci32(L, rt_dtype(a->type.dtype)), ci32(L, rt_dtype(b->type.dtype)), ci32(L, rt_dtype(res->type.dtype)),
+      ci32(L, ta), ci32(L, tb), ci64(L, M.size), ci64(L, N.size), ci64(L, K.size), ci64(L, B.size),
+      pa, ci64(L, ta ? M.size : K.size), ci64(L, M.size * K.size),
+      pb, ci64(L, tb ? K.size : N.size), ci64(L, K.size * N.size),
+      pc, ci64(L, N.size), ci64(L, M.size * N.size),
+      cf32(L, 1), cf32(L, 0)};
+  for (int i = 0; i < 20; i++) LLVMBuildStore(L->B, f[i], gemm_field(L, g, i));
+  LLVMTypeRef at[2] = {L->ptr, L->ptr};
+  LLVMValueRef av[2] = {L->dev, g};
+  lower_check_rc(L, lower_call(L, "rt_gemm", L->i32, at, 2, av));
+  if (!c_direct) {
+    /* from [B, M, N] into the result's order */
+    Dim *dims[MAX_RANK];
+    int64_t ext[MAX_RANK];
+    int nd = 0;
+    const Group *gs[3] = {&B, &M, &N};
+    NestTensor t[2];
+    t[0] = tensor_along(L, res, res->type.dims, 0);
+    for (int gi = 0; gi < 3; gi++)
+      for (int i = 0; i < gs[gi]->n; i++) dims[nd] = gs[gi]->dims[i], ext[nd] = extent(L, res, tensor_type_find(&res->type, dims[nd])), nd++;
+    t[0] = tensor_along(L, res, dims, nd);
+    t[1] = (NestTensor){.base = pc, .dt = res->type.dtype};
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) t[1].stride[d] = s, s *= ext[d];
+    MapCtx c = {.t = t, .n = 1};
+    lower_nest(L, nd, ext, t, 2, copy_body, &c);
+  }
+  LLVMValueRef frees[3] = {free_a, free_b, free_c};
+  for (int i = 0; i < 3; i++)
+    if (frees[i]) {
+      LLVMTypeRef ft[2] = {L->ptr, L->ptr};
+      LLVMValueRef fv[2] = {L->dev, frees[i]};
+      lower_call(L, "rt_free", L->i32, ft, 2, fv);
+    }
+  return true;
+}
+
+/* route_grad (p, a, b): contract(a, b) where the pattern p is nonzero, else 0: the dense product,
+ * then masked. */
+typedef struct MaskCtx {
+  NestTensor *t;
+} MaskCtx;
+
+static void mask_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  MaskCtx *c = vctx;
+  LLVMValueRef p = lower_load(L, &c->t[1], offs[1]), v = lower_load(L, &c->t[0], offs[0]);
+  LLVMValueRef keep = LLVMBuildFCmp(L->B, LLVMRealUNE, p, cf32(L, 0), "");
+  lower_store(L, &c->t[0], offs[0], LLVMBuildSelect(L->B, keep, v, cf32(L, 0), ""));
+}
+
+static bool lower_route_grad(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *p = op->operands[0];
+  Op c = *op;
+  c.kind = OP_CONTRACT;
+  c.operands = op->operands + 1;
+  c.noperands = 2;
+  c.flag = 0;
+  if (!lower_contract(L, &c)) return false;
+  if (dtype_is_int(p->type.dtype) || rt_dtype(p->type.dtype) < 0) return fail(L, op, "a route pattern of dtype %s", dtype_name(p->type.dtype));
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, p, res->type.dims, res->type.rank);
+  MaskCtx mc = {.t = t};
+  lower_nest(L, res->type.rank, ext, t, 2, mask_body, &mc);
+  return true;
+}
+
+/* ---- collectives ---- */
+
+static LLVMValueRef axes_array(Lower *L, const int8_t *axes, int n, int *out) {
+  int a[MAX_MESH_AXES];
+  for (int i = 0; i < n; i++) a[i] = axes[i];
+  if (out) memcpy(out, a, sizeof(int) * (size_t)n);
+  return const_ints(L, a, n);
+}
+
+static bool lower_collective(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  int dt = rt_dtype(x->type.dtype);
+  if (dt < 0) return fail(L, op, "a collective over dtype %s is not lowered yet", dtype_name(x->type.dtype));
+  if (!L->mesh) { /* a global run: every collective is the identity */
+    view_of(L, res, x);
+    return true;
+  }
+  const CollSpec *cs = op->coll;
+  if (!cs) return fail(L, op, "%s has no CollSpec (not localised)", ir_op_name(op->kind));
+  if (cs->ngroup) return fail(L, op, "%s among some devices of its axes is not lowered yet", ir_op_name(op->kind));
+  if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
+  int esz = dtype_bytes(x->type.dtype);
+  LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
+  switch (op->kind) {
+  case OP_ALL_REDUCE: {
+    int8_t ax[MAX_MESH_AXES];
+    int n = 0;
+    for (int a = 0; a < L->mesh->naxes; a++)
+      if (op->axes >> a & 1) ax[n++] = (int8_t)a;
+    new_buffer(L, res);
+    LLVMTypeRef at[8] = {P, P, I32, I32, I32, P, P, I64};
+    LLVMValueRef av[8] = {L->dev, axes_array(L, ax, n, NULL), ci32(L, n), ci32(L, dt), ci32(L, op->reduce_max ? 1 : 0),
+                          L->buf[x->id], L->buf[res->id], ci64(L, elements(L, x))};
+    lower_check_rc(L, lower_call(L, "rt_all_reduce", I32, at, 8, av));
+    return true;
+  }
+  case OP_ALL_GATHER:
+  case OP_REDUCE_SCATTER: {
+    bool gather = op->kind == OP_ALL_GATHER;
+    /* one runtime call per part, each over its axes; the tensor between them has the extents of
+     * the parts done so far */
+    int64_t ext[MAX_RANK];
+    for (int d = 0; d < x->type.rank; d++) ext[d] = extent(L, x, d);
+    if (cs->nparts == 0) return fail(L, op, "%s without dims", ir_op_name(op->kind));
+    LLVMValueRef cur = L->buf[x->id], prev_tmp = NULL;
+    for (int p = 0; p < cs->nparts; p++) {
+      const CollDim *cd = &cs->parts[p];
+      int d = cd->dim;
+      int64_t group = 1;
+      for (int k = 0; k < cd->naxes; k++) group *= L->mesh->axes[cd->axes[k]].size;
+      int64_t outer = 1, inner = 1, total = 1;
+      for (int i = 0; i < d; i++) outer *= ext[i];
+      for (int i = d + 1; i < x->type.rank; i++) inner *= ext[i];
+      int64_t small = gather ? ext[d] : ext[d] / group;
+      ext[d] = gather ? ext[d] * group : small;
+      for (int i = 0; i < x->type.rank; i++) total *= ext[i];
+      LLVMValueRef out;
+      bool last = p == cs->nparts - 1;
+      if (last) {
+        new_buffer(L, res);
+        out = L->buf[res->id];
+      } else out = alloc_buffer(L, res, total * esz);
+      if (gather) {
+        LLVMTypeRef at[9] = {P, P, I32, I32, P, P, I64, I64, I64};
+        LLVMValueRef av[9] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), cur, out,
+                              ci64(L, outer), ci64(L, small), ci64(L, inner)};
+        lower_check_rc(L, lower_call(L, "rt_all_gather", I32, at, 9, av));
+      } else {
+        LLVMTypeRef at[10] = {P, P, I32, I32, I32, P, P, I64, I64, I64};
+        LLVMValueRef av[10] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), ci32(L, 0), cur, out,
+                               ci64(L, outer), ci64(L, small), ci64(L, inner)};
+        lower_check_rc(L, lower_call(L, "rt_reduce_scatter", I32, at, 10, av));
+      }
+      if (prev_tmp) {
+        LLVMTypeRef ft[2] = {P, P};
+        LLVMValueRef fv[2] = {L->dev, prev_tmp};
+        lower_call(L, "rt_free", I32, ft, 2, fv);
+      }
+      prev_tmp = last ? NULL : out;
+      cur = out;
+    }
+    return true;
+  }
+  case OP_ALL_TO_ALL: {
+    if (cs->nparts != 2) return fail(L, op, "%s without its two dims", "all_to_all");
+    const CollDim *sp = &cs->parts[0], *cc = &cs->parts[1];
+    int split = tensor_type_find(&x->type, res->type.dims[sp->dim]);
+    int concat = cc->dim;
+    if (split < 0 || res->type.rank != x->type.rank) return fail(L, op, "%s whose result reorders dims is not lowered yet", "all_to_all");
+    for (int i = 0; i < x->type.rank; i++)
+      if (x->type.dims[i] != res->type.dims[i]) return fail(L, op, "%s whose result reorders dims is not lowered yet", "all_to_all");
+    int64_t shape[MAX_RANK];
+    for (int i = 0; i < x->type.rank; i++) shape[i] = extent(L, x, i);
+    LLVMValueRef sg = LLVMAddGlobal(L->M, LLVMArrayType2(L->i64, (uint64_t)x->type.rank), "shape");
+    LLVMValueRef se[MAX_RANK];
+    for (int i = 0; i < x->type.rank; i++) se[i] = ci64(L, shape[i]);
+    LLVMSetInitializer(sg, LLVMConstArray2(L->i64, se, (uint64_t)x->type.rank));
+    LLVMSetGlobalConstant(sg, 1);
+    LLVMSetLinkage(sg, LLVMPrivateLinkage);
+    new_buffer(L, res);
+    LLVMTypeRef at[10] = {P, P, I32, I32, P, P, I32, P, I32, I32};
+    LLVMValueRef av[10] = {L->dev, axes_array(L, sp->axes, sp->naxes, NULL), ci32(L, sp->naxes), ci32(L, dt), L->buf[x->id], L->buf[res->id],
+                           ci32(L, x->type.rank), sg, ci32(L, split), ci32(L, concat)};
+    lower_check_rc(L, lower_call(L, "rt_all_to_all", I32, at, 10, av));
+    return true;
+  }
+  case OP_PERMUTE: {
+    if (cs->nparts < 1) return fail(L, op, "%s without its axes", "collective_permute");
+    const CollDim *cd = &cs->parts[0];
+    new_buffer(L, res);
+    LLVMTypeRef at[8] = {P, P, I32, I32, P, P, I64, I32};
+    LLVMValueRef av[8] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), L->buf[x->id], L->buf[res->id],
+                          ci64(L, elements(L, x)), ci32(L, cs->shift)};
+    lower_check_rc(L, lower_call(L, "rt_permute_shift", I32, at, 8, av));
+    return true;
+  }
+  default: return fail(L, op, "%s is not lowered yet", ir_op_name(op->kind));
+  }
+}
+
+/* ---- ops ---- */
+
+static bool lower_const(Lower *L, const Op *op) {
+  const Value *res = op->results[0];
+  if (res->type.rank != 0 || rt_dtype(res->type.dtype) < 0) return fail(L, op, "a %s of this type is not lowered yet", "constant");
+  new_buffer(L, res);
+  NestTensor t = {.base = L->buf[res->id], .dt = res->type.dtype};
+  LLVMValueRef v = dtype_is_int(res->type.dtype) ? ci32(L, (int)op->scalar) : cf32(L, op->scalar);
+  lower_store(L, &t, ci64(L, 0), v);
+  return true;
+}
+
+static bool same_bytes(const Lower *L, const Value *a, const Value *b) {
+  return a->type.dtype == b->type.dtype && elements(L, a) == elements(L, b);
+}
+
+/* The operand whose buffer op's result shares (a view), or NULL. */
+static const Value *view_operand(const Lower *L, const Op *op) {
+  switch (op->kind) {
+  case OP_RENAME: case OP_SPLIT: case OP_MERGE:
+    return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
+  case OP_CAST: return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
+    return L->mesh ? NULL : op->operands[0];
+  default: return NULL;
+  }
+}
+
+static bool lower_op(Lower *L, const Op *op) {
+  const Value *res = op->nresults ? op->results[0] : NULL;
+  if (res && L->fused[res->id]) { /* computed in its consumer's nest */
+    L->root[res->id] = res->id;
+    L->owned[res->id] = false;
+    return true;
+  }
+  switch (op->kind) {
+  case OP_INPUT:
+  case OP_PARAM: {
+    int slot = op->kind == OP_INPUT ? op->index : L->m->main->ninputs + op->index;
+    LLVMValueRef p = gep(L, L->ptr, L->slots, ci64(L, slot));
+    L->buf[res->id] = LLVMBuildLoad2(L->B, L->ptr, p, res->name ? res->name : "in");
+    L->root[res->id] = res->id;
+    return true;
+  }
+  case OP_CONST: return lower_const(L, op);
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
+  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
+  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT:
+  case OP_ADAM_UPDATE: case OP_BROADCAST:
+    if (op->kind == OP_CAST && same_bytes(L, res, op->operands[0])) {
+      view_of(L, res, op->operands[0]);
+      return true;
+    }
+    return lower_map(L, op);
+  case OP_RENAME: case OP_SPLIT: case OP_MERGE:
+    if (!same_bytes(L, res, op->operands[0])) return fail(L, op, "%s that changes the local element count is not lowered yet", ir_op_name(op->kind));
+    view_of(L, res, op->operands[0]);
+    return true;
+  case OP_TRANSPOSE: case OP_SLICE: return lower_copy(L, op);
+  case OP_CAUSAL: case OP_CAUSAL_GRAD: return lower_causal(L, op);
+  case OP_SUM: case OP_MEAN: case OP_MAX: return lower_reduce(L, op);
+  case OP_CONTRACT: return lower_contract(L, op);
+  case OP_LOOP: return lower_loop(L, op);
+  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
+  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_MAX_GRAD:
+    return lower_nn_rows(L, op, new_buffer);
+  case OP_ROUTE: return lower_nn_route(L, op, new_buffer);
+  case OP_ROUTE_GRAD: return lower_route_grad(L, op);
+  case OP_ONEHOT: case OP_PICK: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
+  case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);
+  case OP_TAKE_GRAD: return lower_nn_take(L, op, dim_offset(L, op, res->type.dims[0]), new_buffer);
+  case OP_ATTENTION: case OP_ATTENTION_GRAD:
+    return lower_nn_attention(L, op, dim_offset(L, op, op->dims[2]), dim_offset(L, op, op->dims[1]), new_buffer);
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
+    return lower_collective(L, op);
+  default: return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));
+  }
+}
+
+/* ---- regions and loops ---- */
+
+/* Frees the buffers f's ops made that are still held (outputs copied out already). */
+static void free_region(Lower *L, const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next)
+    for (int k = 0; k < op->nresults; k++) {
+      int r = L->root[op->results[k]->id];
+      if (r == op->results[k]->id && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+}
+
+/* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
+ * reading any value living in it; f's outputs stay. */
+static bool lower_region(Lower *L, const IrFunc *f) {
+  int nops = 0;
+  for (const Op *op = f->first; op; op = op->next) nops++;
+  int nv = L->m->nvalues + 1;
+  int *last = malloc(sizeof(int) * (size_t)nv);
+  int32_t *vroot = malloc(sizeof(int32_t) * (size_t)nv);
+  for (int i = 0; i < nv; i++) last[i] = -1, vroot[i] = i;
+  for (int i = 0; i < f->ninputs; i++) vroot[f->inputs[i]->id] = L->root[f->inputs[i]->id];
+  /* Fusion: an elementwise op whose one use is an elementwise op over (a superset of) its dims is
+   * computed inside that op's loop nest; its operands are then read there. */
+  int *uses = calloc((size_t)nv, sizeof(int));
+  const Op **user = calloc((size_t)nv, sizeof(Op *));
+  const Op **order = malloc(sizeof(Op *) * (size_t)(nops + 1));
+  int *evalpos = malloc(sizeof(int) * (size_t)(nops + 1));
+  int pos = 0;
+  for (const Op *op = f->first; op; op = op->next, pos++) {
+    order[pos] = op;
+    for (int i = 0; i < op->noperands; i++) uses[op->operands[i]->id]++, user[op->operands[i]->id] = op;
+  }
+  for (int j = 0; j < f->noutputs; j++) uses[f->outputs[j]->id] += 2;
+  if (!getenv("SHARDC_NO_FUSION"))
+    for (int p = 0; p < nops; p++) {
+      const Op *c = order[p];
+      if (!fusable_kind(c->kind) || !float_op(c)) continue;
+      for (int i = 0; i < c->noperands; i++) {
+        const Value *x = c->operands[i];
+        const Op *d = x->def;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d)) continue;
+        bool inside = true;
+        for (int k = 0; k < x->type.rank; k++) {
+          int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
+          inside &= q >= 0 && extent(L, c->results[0], q) == extent(L, x, k);
+        }
+        if (!inside) continue;
+        L->fused[x->id] = true;
+        const Value *lv[16];
+        if (op_leaves(L, c, lv, 0) > FUSE_MAX_LEAVES) L->fused[x->id] = false;
+        if (getenv("SHARDC_FUSION_DEBUG") && L->fused[x->id]) fprintf(stderr, "fuse %%%d (%s) into %%%d (%s)\n", x->id, ir_op_name(d->kind), c->results[0]->id, ir_op_name(c->kind));
+      }
+    }
+  for (int p = nops - 1; p >= 0; p--) {
+    const Op *op = order[p];
+    evalpos[p] = p;
+    if (op->nresults == 1 && L->fused[op->results[0]->id]) {
+      const Op *c = user[op->results[0]->id];
+      for (int q = p + 1; q < nops; q++)
+        if (order[q] == c) evalpos[p] = evalpos[q];
+    }
+  }
+  for (pos = 0; pos < nops; pos++) {
+    const Op *op = order[pos];
+    const Value *of = view_operand(L, op);
+    if (of) vroot[op->results[0]->id] = vroot[of->id];
+    for (int i = 0; i < op->noperands; i++) {
+      int r = vroot[op->operands[i]->id];
+      if (last[r] < evalpos[pos]) last[r] = evalpos[pos];
+    }
+  }
+  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops; /* outputs stay */
+  free(uses), free(user), free(order), free(evalpos);
+  bool ok = true;
+  const int *outer_last = L->last;
+  int outer_pos = L->pos;
+  L->last = last;
+  pos = 0;
+  for (const Op *op = f->first; op; op = op->next, pos++) {
+    L->pos = pos;
+    if (!lower_op(L, op) || L->failed) {
+      ok = false;
+      break;
+    }
+    const Value *leaf[16];
+    int nleaf = op_leaves(L, op, leaf, 0);
+    for (int i = 0; i < nleaf; i++) {
+      int r = L->root[leaf[i]->id];
+      if (last[r] == pos && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+    for (int k = 0; k < op->nresults; k++) { /* a result nothing reads */
+      int r = L->root[op->results[k]->id];
+      if (last[r] == -1 && L->owned[r]) {
+        free_root(L, r);
+        L->owned[r] = false;
+      }
+    }
+  }
+  L->last = outer_last;
+  L->pos = outer_pos;
+  free(vroot);
+  free(last);
+  return ok;
+}
+
+static int64_t value_bytes(const Lower *L, const Value *v) { return elements(L, v) * dtype_bytes(v->type.dtype); }
+
+typedef struct LoopCtx {
+  const Op *op;
+  LLVMValueRef *carried;  /* the loop's buffers of its carried values */
+  bool ok;
+} LoopCtx;
+
+/* One trip: the body's inputs bound (a stacked operand's row, the carried buffers, invariants),
+ * the body lowered, its carried outputs copied back, its stacked outputs into their rows. */
+static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  LoopCtx *c = vctx;
+  const Op *op = c->op;
+  const IrFunc *b = op->body;
+  if (!c->ok) return;
+  LLVMValueRef row = op->reverse ? LLVMBuildSub(L->B, ci64(L, op->count - 1), idx[0], "") : idx[0];
+  for (int i = 0; i < b->ninputs; i++) {
+    const Value *in = b->inputs[i];
+    LLVMValueRef p;
+    if (i < op->nslices) {
+      LLVMValueRef off = LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, in)), "");
+      p = gep(L, L->i8, L->buf[op->operands[i]->id], off);
+    } else if (i < op->nslices + op->ncarried) p = c->carried[i - op->nslices];
+    else p = L->buf[op->operands[i]->id];
+    L->buf[in->id] = p;
+    L->root[in->id] = in->id;
+    L->owned[in->id] = false;
+  }
+  if (!lower_region(L, b)) {
+    c->ok = false;
+    return;
+  }
+  /* stacked rows first: a stacked output may live in a carried buffer (the layer's input, saved),
+   * which the carried outputs then overwrite */
+  for (int j = op->ncarried; j < op->ncarried + op->nstacked; j++) {
+    const Value *y = b->outputs[j];
+    LLVMValueRef dst = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
+    LLVMBuildMemMove(L->B, dst, 1, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
+  }
+  /* carried outputs that are another carried input's buffer go through a copy (a swap) */
+  LLVMValueRef tmp[64] = {0};
+  for (int j = 0; j < op->ncarried && j < 64; j++) {
+    const Value *y = b->outputs[j];
+    int r = L->root[y->id];
+    for (int k = 0; k < op->ncarried; k++)
+      if (k != j && r == b->inputs[op->nslices + k]->id) {
+        tmp[j] = alloc_buffer(L, y, value_bytes(L, y));
+        LLVMBuildMemCpy(L->B, tmp[j], 64, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
+      }
+  }
+  for (int j = 0; j < op->ncarried; j++) {
+    const Value *y = b->outputs[j];
+    if (L->root[y->id] == b->inputs[op->nslices + j]->id) continue; /* unchanged */
+    LLVMValueRef src = j < 64 && tmp[j] ? tmp[j] : L->buf[y->id];
+    LLVMBuildMemMove(L->B, c->carried[j], 1, src, 1, ci64(L, value_bytes(L, y)));
+    if (j < 64 && tmp[j]) {
+      LLVMTypeRef ft[2] = {L->ptr, L->ptr};
+      LLVMValueRef fv[2] = {L->dev, tmp[j]};
+      lower_call(L, "rt_free", L->i32, ft, 2, fv);
+    }
+  }
+  free_region(L, b);
+}
+
+static bool lower_loop(Lower *L, const Op *op) {
+  const IrFunc *b = op->body;
+  if (!b || b->ninputs != op->noperands || b->noutputs != op->ncarried + op->nstacked || op->nresults != op->ncarried + op->nstacked)
+    return fail(L, op, "%s is malformed", "loop");
+  for (int j = 0; j < op->nstacked; j++) {
+    const Value *r = op->results[op->ncarried + j];
+    if (r->type.rank < 1 || extent(L, r, 0) != op->count) return fail(L, op, "a loop whose stacked rows are split over devices is not lowered yet%s", "");
+  }
+  for (int i = 0; i < op->nslices; i++)
+    if (op->operands[i]->type.rank < 1 || extent(L, op->operands[i], 0) != op->count)
+      return fail(L, op, "a loop whose stacked rows are split over devices is not lowered yet%s", "");
+  LLVMValueRef *carried = calloc((size_t)op->ncarried + 1, sizeof *carried);
+  for (int j = 0; j < op->ncarried; j++) {
+    const Value *x = op->operands[op->nslices + j], *r = op->results[j];
+    new_buffer(L, r);
+    carried[j] = L->buf[r->id];
+    LLVMBuildMemCpy(L->B, carried[j], 64, L->buf[x->id], 1, ci64(L, value_bytes(L, x)));
+  }
+  for (int j = 0; j < op->nstacked; j++) new_buffer(L, op->results[op->ncarried + j]);
+  LoopCtx c = {.op = op, .carried = carried, .ok = true};
+  int64_t count = op->count;
+  if (count == 1) { /* lower_nest makes no loop for one trip */
+    LLVMValueRef zero = ci64(L, 0);
+    loop_trip(L, NULL, &zero, &c);
+  } else lower_nest(L, 1, &count, NULL, 0, loop_trip, &c);
+  free(carried);
+  return c.ok;
+}
+
+/* ---- the function ---- */
+
+static void init_types(Lower *L) {
+  LLVMContextRef C = L->C;
+  L->i1 = LLVMInt1TypeInContext(C);
+  L->i8 = LLVMInt8TypeInContext(C);
+  L->i16 = LLVMInt16TypeInContext(C);
+  L->i32 = LLVMInt32TypeInContext(C);
+  L->i64 = LLVMInt64TypeInContext(C);
+  L->f16 = LLVMHalfTypeInContext(C);
+  L->f32 = LLVMFloatTypeInContext(C);
+  L->f64 = LLVMDoubleTypeInContext(C);
+  L->ptr = LLVMPointerTypeInContext(C, 0);
+  /* RtGemm (shardrt.h), natural alignment as C lays it out */
+  LLVMTypeRef g[20] = {L->i32, L->i32, L->i32, L->i32, L->i32, L->i64, L->i64, L->i64, L->i64, L->ptr, L->i64, L->i64,
+                       L->ptr, L->i64, L->i64, L->ptr, L->i64, L->i64, L->f32, L->f32};
+  L->gemm_t = LLVMStructTypeInContext(C, g, 20, 0);
+}
+
+Lowered *lower_new(void) {
+  Lowered *lw = calloc(1, sizeof *lw);
+  if (!lw) return NULL;
+  LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+  lw->tsc = tsc;
+  lw->C = LLVMOrcThreadSafeContextGetContext(tsc);
+  lw->M = LLVMModuleCreateWithNameInContext("shardc", lw->C);
+  return lw;
+}
+
+void lower_free(Lowered *lw) {
+  if (!lw) return;
+  if (lw->jit) LLVMOrcDisposeLLJIT(lw->jit); /* the functions it made are gone after this */
+  if (!lw->consumed) LLVMDisposeModule(lw->M);
+  LLVMOrcDisposeThreadSafeContext(lw->tsc);
+  free(lw);
+}
+
+bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char *name) {
+  Lower L = {.lw = lw, .C = lw->C, .M = lw->M, .m = m, .mesh = mesh, .fname = name};
+  if (mesh && !m->localized) {
+    diag_error(m->entry ? m->entry->loc : (SrcLoc){0}, "run: the program was not localised");
+    return false;
+  }
+  if (m->pipeline) {
+    diag_error(m->pipeline->loc, "run: pipelines (layers@stage) are not lowered to native code yet");
+    return false;
+  }
+  init_types(&L);
+  L.B = LLVMCreateBuilderInContext(L.C);
+  LLVMTypeRef at[2] = {L.ptr, L.ptr};
+  L.fn = LLVMAddFunction(L.M, name, LLVMFunctionType(L.i32, at, 2, 0));
+  LLVMAddAttributeAtIndex(L.fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateStringAttribute(L.C, "prefer-vector-width", 19, "512", 3));
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(L.C, L.fn, "entry");
+  LLVMPositionBuilderAtEnd(L.B, entry);
+  L.dev = LLVMGetParam(L.fn, 0);
+  LLVMValueRef idx;
+  {
+    LLVMTypeRef t = L.ptr;
+    LLVMValueRef d = L.dev;
+    idx = LLVMBuildSExt(L.B, lower_call(&L, "rt_device_index", L.i32, &t, 1, &d), L.i64, "");
+  }
+  L.slots = LLVMBuildLoad2(L.B, L.ptr, gep(&L, L.ptr, LLVMGetParam(L.fn, 1), idx), "slots");
+  L.buf = calloc((size_t)m->nvalues + 1, sizeof *L.buf);
+  L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
+  L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
+  L.fused = calloc((size_t)m->nvalues + 1, sizeof *L.fused);
+  const IrFunc *f = m->main;
+  bool ok = lower_region(&L, f);
+  if (ok) {
+    for (int j = 0; j < f->noutputs; j++) {
+      const Value *v = f->outputs[j];
+      int r = L.root[v->id];
+      bool shared = !L.owned[r];
+      for (int k = 0; k < j; k++) shared |= L.root[f->outputs[k]->id] == r;
+      LLVMValueRef p = L.buf[v->id];
+      if (shared) {
+        int64_t bytes = elements(&L, v) * dtype_bytes(v->type.dtype);
+        LLVMValueRef nb = alloc_buffer(&L, v, bytes);
+        LLVMBuildMemCpy(L.B, nb, 64, p, 64, ci64(&L, bytes));
+        p = nb;
+      } else L.owned[r] = false; /* handed to the host */
+      LLVMBuildStore(L.B, p, gep(&L, L.ptr, L.slots, ci64(&L, m->main->ninputs + m->nparams + j)));
+    }
+    free_region(&L, f);
+    LLVMBuildRet(L.B, ci32(&L, 0));
+  }
+  free(L.buf);
+  free(L.root);
+  free(L.owned);
+  free(L.fused);
+  LLVMDisposeBuilder(L.B);
+  if (!ok) LLVMDeleteFunction(L.fn);
+  return ok;
+}

@@ -1,0 +1,146 @@
+/* lower_jit.c: the lowered module's last steps: verify, optimise at O2 for the host CPU (the new
+ * pass manager), print, and JIT-compile with ORC LLJIT, the runtime's symbols resolved from this
+ * process (the shardc executable links the runtime and exports its symbols: ENABLE_EXPORTS). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "lower_int.h"
+
+static bool native_ready(void) {
+  static int done = 0;
+  if (!done) {
+    done = LLVMInitializeNativeTarget() == 0 && LLVMInitializeNativeAsmPrinter() == 0 && LLVMInitializeNativeAsmParser() == 0 ? 1 : -1;
+  }
+  return done == 1;
+}
+
+static LLVMTargetMachineRef host_machine(char *err, size_t n) {
+  char *triple = LLVMGetDefaultTargetTriple();
+  LLVMTargetRef target;
+  char *msg = NULL;
+  if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
+    snprintf(err, n, "no LLVM target for %s: %s", triple, msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    LLVMDisposeMessage(triple);
+    return NULL;
+  }
+  char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
+                                                    LLVMCodeModelJITDefault);
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(features);
+  LLVMDisposeMessage(triple);
+  if (!tm) snprintf(err, n, "cannot create a target machine for the host");
+  return tm;
+}
+
+bool lower_finish(Lowered *lw, char *err, size_t n) {
+  if (!native_ready()) {
+    snprintf(err, n, "LLVM's native target is not available");
+    return false;
+  }
+  char *msg = NULL;
+  if (LLVMVerifyModule(lw->M, LLVMReturnStatusAction, &msg)) {
+    snprintf(err, n, "the lowered module does not verify: %.400s", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    return false;
+  }
+  LLVMDisposeMessage(msg);
+  LLVMTargetMachineRef tm = host_machine(err, n);
+  if (!tm) return false;
+  char *triple = LLVMGetTargetMachineTriple(tm);
+  LLVMSetTarget(lw->M, triple);
+  LLVMDisposeMessage(triple);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(lw->M, td);
+  LLVMDisposeTargetData(td);
+  /* the host CPU on every function, so that the JIT's code generation uses its vector units */
+  char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  for (LLVMValueRef f = LLVMGetFirstFunction(lw->M); f; f = LLVMGetNextFunction(f)) {
+    if (LLVMIsDeclaration(f)) continue;
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateStringAttribute(lw->C, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(lw->C, "target-features", 15, features, (unsigned)strlen(features)));
+  }
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(features);
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  const char *pipeline = getenv("SHARDC_PASSES"); /* experiments: e.g. default<O1> */
+  LLVMErrorRef e = LLVMRunPasses(lw->M, pipeline && *pipeline ? pipeline : "default<O2>", tm, opts);
+  LLVMDisposePassBuilderOptions(opts);
+  LLVMDisposeTargetMachine(tm);
+  if (e) {
+    char *m = LLVMGetErrorMessage(e);
+    snprintf(err, n, "optimising the module: %s", m);
+    LLVMDisposeErrorMessage(m);
+    return false;
+  }
+  lw->finished = true;
+  return true;
+}
+
+bool lower_emit_object(Lowered *lw, const char *path, char *err, size_t n) {
+  if (!lw->finished || lw->consumed) {
+    snprintf(err, n, "the module is not ready to emit");
+    return false;
+  }
+  LLVMTargetMachineRef tm = host_machine(err, n);
+  if (!tm) return false;
+  char *msg = NULL;
+  bool ok = !LLVMTargetMachineEmitToFile(tm, lw->M, path, LLVMObjectFile, &msg);
+  if (!ok) snprintf(err, n, "emitting %s: %s", path, msg ? msg : "");
+  LLVMDisposeMessage(msg);
+  LLVMDisposeTargetMachine(tm);
+  return ok;
+}
+
+void lower_print(Lowered *lw, FILE *out) {
+  char *s = LLVMPrintModuleToString(lw->M);
+  fputs(s, out);
+  LLVMDisposeMessage(s);
+}
+
+static bool jit_error(LLVMErrorRef e, const char *what, char *err, size_t n) {
+  char *m = LLVMGetErrorMessage(e);
+  snprintf(err, n, "%s: %s", what, m);
+  LLVMDisposeErrorMessage(m);
+  return false;
+}
+
+/* The JIT lives in lw until lower_free (the functions it made are valid until then). */
+bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *err, size_t errn) {
+  if (!native_ready()) {
+    snprintf(err, errn, "LLVM's native target is not available");
+    return false;
+  }
+  LLVMOrcLLJITRef jit;
+  LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, LLVMOrcCreateLLJITBuilder());
+  if (e) return jit_error(e, "creating the JIT", err, errn);
+  lw->jit = jit;
+  LLVMOrcDefinitionGeneratorRef gen;
+  e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
+  if (e) return jit_error(e, "resolving the runtime's symbols", err, errn);
+  LLVMOrcJITDylibRef main = LLVMOrcLLJITGetMainJITDylib(jit);
+  LLVMOrcJITDylibAddGenerator(main, gen);
+  /* the module moves into the JIT (lower_free then drops our reference to its context) */
+  LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(lw->M, lw->tsc);
+  lw->consumed = true;
+  e = LLVMOrcLLJITAddLLVMIRModule(jit, main, tsm);
+  if (e) return jit_error(e, "adding the module to the JIT", err, errn);
+  for (int i = 0; i < n; i++) {
+    LLVMOrcExecutorAddress addr = 0;
+    e = LLVMOrcLLJITLookup(jit, &addr, names[i]);
+    if (e) return jit_error(e, "looking up the entry", err, errn);
+    fns[i] = (void *)(uintptr_t)addr;
+  }
+  return true;
+}

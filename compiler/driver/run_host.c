@@ -1,0 +1,285 @@
+/* run_host.c: run_host.h's functions: blocks in, the runtime's threads, blocks out. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "localize.h"
+#include "run_host.h"
+#include "step.h"
+
+static void put_elem(void *buf, DType dt, int64_t i, double v) {
+  switch (dt) {
+  case DT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
+  case DT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
+  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  default: ((float *)buf)[i] = (float)v; break;
+  }
+}
+
+static double get_elem(const void *buf, DType dt, int64_t i) {
+  switch (dt) {
+  case DT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
+  case DT_I32: return ((const int32_t *)buf)[i];
+  default: return ((const float *)buf)[i];
+  }
+}
+
+/* One side of the comparison: a runtime, the module's view (mesh NULL: global), per device its
+ * slots (inputs, params, outputs). */
+struct RunSide {
+  const IrModule *m;
+  const Mesh *mesh;
+  Runtime *rt;
+  int ndev;
+  int nin, nparams, nout, nslots;
+  void ***slots;
+  const Value **pval;   /* per param: main's OP_PARAM value (its sharding), or NULL */
+  RtEntry fn;
+  double seconds;       /* summed over the steps' runs */
+};
+
+static int64_t local_extent(const RunSide *s, const Value *v, int d) { return s->mesh ? v->local[d] : v->type.dims[d]->size; }
+
+/* dev's block of v: start and shape per dim. */
+static void block_of(const RunSide *s, const Value *v, int dev, int64_t *start, int64_t *shape) {
+  for (int d = 0; d < v->type.rank; d++) {
+    shape[d] = local_extent(s, v, d);
+    start[d] = s->mesh ? shape[d] * localize_block_number(s->mesh, v->sharding.axes[d], v->sharding.naxes[d], dev) : 0;
+  }
+}
+
+static int64_t block_elems(const TensorType *t, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= shape[d];
+  return n;
+}
+
+/* Visits the elements of a block: gi the global row-major index, li the local one. */
+static void for_block(const TensorType *t, const int64_t *start, const int64_t *shape, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+  int64_t n = block_elems(t, shape);
+  int64_t idx[MAX_RANK] = {0};
+  for (int64_t li = 0; li < n; li++) {
+    int64_t gi = 0;
+    for (int d = 0; d < t->rank; d++) gi = gi * t->dims[d]->size + start[d] + idx[d];
+    fn(ctx, gi, li);
+    for (int d = t->rank - 1; d >= 0; d--) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+typedef struct CopyCtx {
+  void *buf;
+  DType dt;
+  double *global;
+  bool add;
+} CopyCtx;
+
+static void scatter_elem(void *vc, int64_t gi, int64_t li) {
+  CopyCtx *c = vc;
+  put_elem(c->buf, c->dt, li, c->global[gi]);
+}
+
+static void gather_elem(void *vc, int64_t gi, int64_t li) {
+  CopyCtx *c = vc;
+  double v = get_elem(c->buf, c->dt, li);
+  c->global[gi] = c->add ? c->global[gi] + v : v;
+}
+
+static RtDtype rt_dt(DType dt) {
+  switch (dt) {
+  case DT_BF16: return RT_BF16;
+  case DT_F16: return RT_F16;
+  case DT_I32: return RT_I32;
+  default: return RT_F32;
+  }
+}
+
+/* Puts dev's block of v into a new buffer on dev: cut from the whole tensor g, or generated. */
+static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const RunGen *gen, uint64_t seed, void **out,
+                  const char *name) {
+  int64_t start[MAX_RANK], shape[MAX_RANK];
+  block_of(s, v, dev, start, shape);
+  int64_t n = block_elems(&v->type, shape);
+  if (rt_alloc(rt_device(s->rt, dev), (size_t)(n > 0 ? n : 1) * (size_t)dtype_bytes(v->type.dtype), name, out) != RT_OK) return false;
+  if (g) {
+    CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
+    for_block(&v->type, start, shape, scatter_elem, &c);
+    return true;
+  }
+  if (gen->lo == gen->hi) { /* a constant */
+    for (int64_t i = 0; i < n; i++) put_elem(*out, v->type.dtype, i, gen->lo);
+    return true;
+  }
+  RtBlock b = {.ndims = v->type.rank};
+  for (int d = 0; d < v->type.rank; d++) b.global[d] = v->type.dims[d]->size, b.start[d] = start[d], b.shape[d] = shape[d];
+  return rt_random_fill(*out, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
+}
+
+/* The whole value of output v from the devices' blocks: each block position once (from the devices
+ * at coordinate 0 on the axes v is replicated over), partial sums added. */
+static double *assemble(const RunSide *s, const Value *v, int slot) {
+  int64_t n = tensor_type_elements(&v->type);
+  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
+  if (!g) return NULL;
+  uint16_t used = v->sharding.partial;
+  for (int d = 0; s->mesh && d < v->type.rank; d++)
+    for (int k = 0; k < v->sharding.naxes[d]; k++) used |= (uint16_t)(1u << v->sharding.axes[d][k]);
+  for (int dev = 0; dev < s->ndev; dev++) {
+    if (s->mesh) {
+      bool skip = false;
+      for (int a = 0; a < s->mesh->naxes; a++)
+        if (!(used >> a & 1) && rt_device_coord(rt_device(s->rt, dev), a) != 0) skip = true;
+      if (skip) continue;
+    }
+    int64_t start[MAX_RANK], shape[MAX_RANK];
+    block_of(s, v, dev, start, shape);
+    CopyCtx c = {.buf = s->slots[dev][slot], .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
+    for_block(&v->type, start, shape, gather_elem, &c);
+  }
+  return g;
+}
+
+RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const RtConfig *cfg, char *err, size_t n) {
+  RunSide *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->m = m, s->mesh = mesh, s->fn = fn;
+  RtConfig c = *cfg;
+  c.naxes = mesh ? mesh->naxes : 0;
+  for (int a = 0; a < c.naxes; a++) c.axis_size[a] = mesh->axes[a].size, c.axis_name[a] = mesh->axes[a].name;
+  if (rt_open(&c, &s->rt) != RT_OK) {
+    snprintf(err, n, "%s", s->rt ? rt_errmsg(s->rt) : "out of memory");
+    run_side_close(s);
+    return NULL;
+  }
+  s->ndev = rt_device_count(s->rt);
+  s->nin = m->main->ninputs;
+  s->nparams = m->nparams;
+  s->nout = m->main->noutputs;
+  s->nslots = s->nin + s->nparams + s->nout;
+  s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
+  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)s->nslots + 1, sizeof(void *));
+  s->pval = calloc((size_t)s->nparams + 1, sizeof *s->pval);
+  for (const Op *op = m->main->first; op; op = op->next)
+    if (op->kind == OP_PARAM && op->index >= 0 && op->index < s->nparams) s->pval[op->index] = op->results[0];
+  return s;
+}
+
+void run_side_close(RunSide *s) {
+  if (!s) return;
+  if (s->rt) rt_close(s->rt);
+  for (int d = 0; s->slots && d < s->ndev; d++) free(s->slots[d]);
+  free(s->slots);
+  free(s->pval);
+  free(s);
+}
+
+bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin, const RunGen *gpar,
+                   uint64_t seed, char *err, size_t n) {
+  for (int dev = 0; dev < s->ndev; dev++) {
+    for (int i = 0; i < s->nin; i++) {
+      const Value *v = s->m->main->inputs[i];
+      int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
+      if (!place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
+    }
+    for (int p = 0; p < s->nparams; p++)
+      if (s->pval[p] && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
+        goto fail;
+  }
+  return true;
+fail:
+  snprintf(err, n, "%s", rt_errmsg(s->rt));
+  return false;
+}
+
+void run_side_carry(RunSide *s) {
+  const StepInfo *si = s->m->step;
+  for (int dev = 0; dev < s->ndev; dev++) {
+    RtDevice *d = rt_device(s->rt, dev);
+    void **sl = s->slots[dev];
+    bool *kept = calloc((size_t)s->nout + 1, sizeof(bool));
+    for (int k = 0; si && k < si->nparams; k++) {
+      const StepParam *sp = &si->params[k];
+      int pairs[4][2] = {{sp->param >= 0 ? s->nin + sp->param : -1, sp->out_param}, {sp->in_master, sp->out_master}, {sp->in_m, sp->out_m}, {sp->in_v, sp->out_v}};
+      for (int j = 0; j < 4; j++) {
+        int in = pairs[j][0], out = pairs[j][1];
+        if (out < 0 || in < 0) continue;
+        rt_free(d, sl[in]);
+        sl[in] = sl[s->nin + s->nparams + out];
+        sl[s->nin + s->nparams + out] = NULL;
+        kept[out] = true;
+      }
+    }
+    if (si && si->in_t >= 0) {
+      float *t = sl[si->in_t];
+      t[0] += 1;
+    }
+    for (int j = 0; j < s->nout; j++) {
+      if (!kept[j]) rt_free(d, sl[s->nin + s->nparams + j]);
+      sl[s->nin + s->nparams + j] = NULL;
+    }
+    free(kept);
+  }
+}
+
+/* Tests (SHARDC_RUN_STALL=S): device 0 of the sharded run sleeps S seconds and returns without
+ * running its program: the others wait in their first collective until --timeout (or, with S 0,
+ * notice at once that it returned). */
+static RtEntry stalled_fn;
+static double stall_s;
+static int stall_entry(RtDevice *dev, void *arg) {
+  if (rt_device_index(dev) != 0) return stalled_fn(dev, arg);
+  struct timespec t = {(time_t)stall_s, (long)((stall_s - (double)(time_t)stall_s) * 1e9)};
+  nanosleep(&t, NULL);
+  return RT_OK;
+}
+
+bool run_side_step(RunSide *s, char *err, size_t n) {
+  for (int dev = 0; dev < s->ndev; dev++) /* outputs of an earlier run not carried */
+    for (int j = 0; j < s->nout; j++) {
+      void **p = &s->slots[dev][s->nin + s->nparams + j];
+      if (*p) rt_free(rt_device(s->rt, dev), *p), *p = NULL;
+    }
+  RtEntry fn = s->fn;
+  const char *stall = getenv("SHARDC_RUN_STALL");
+  if (stall && *stall && s->mesh && s->ndev > 1) stalled_fn = s->fn, stall_s = atof(stall), fn = stall_entry;
+  double t0 = rt_seconds();
+  int rc = rt_run(s->rt, fn, s->slots);
+  s->seconds += rt_seconds() - t0;
+  if (rc != RT_OK) {
+    snprintf(err, n, "%s", rt_errmsg(s->rt));
+    return false;
+  }
+  return true;
+}
+
+Tensor *run_side_output(RunSide *s, int j) {
+  const Value *v = s->m->main->outputs[j];
+  double *g = assemble(s, v, s->nin + s->nparams + j);
+  Tensor *t = g ? tensor_new(&v->type) : NULL;
+  if (t) memcpy(t->data, g, sizeof(double) * (size_t)t->n);
+  free(g);
+  return t;
+}
+
+void run_side_perturb(RunSide *s, int j, double delta) {
+  const Value *v = s->m->main->outputs[j];
+  void *b = s->slots[0][s->nin + s->nparams + j];
+  if (b) put_elem(b, v->type.dtype, 0, get_elem(b, v->type.dtype, 0) + delta);
+}
+
+double run_side_seconds(const RunSide *s) { return s->seconds; }
+int run_side_devices(const RunSide *s) { return s->ndev; }
+
+size_t run_side_peak(const RunSide *s) {
+  size_t peak = 0;
+  for (int d = 0; d < s->ndev; d++) {
+    RtStats st;
+    if (rt_stats(s->rt, d, &st) == RT_OK && st.mem_peak > peak) peak = st.mem_peak;
+  }
+  return peak;
+}

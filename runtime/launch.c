@@ -1,0 +1,243 @@
+/* launch.c: rt_launch_main, the host side of a `shardc build` executable. It does what `shardc run`
+ * does (compiler/driver/run_host.c, cmd_run.c) from the RtProgram description alone: each device's
+ * blocks of the inputs and params generated per global index (rt_random_fill), the per-device
+ * program run on one thread per device and the one-device program on one, a train step's state
+ * carried from step to step, the outputs reassembled from the blocks and compared
+ * (|sharded - one device| <= atol + rtol |one device|), and the same report, text or JSON. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardrt.h"
+
+typedef struct Side {
+  const RtProgram *p;
+  bool sharded;
+  Runtime *rt;
+  int ndev;
+  void ***slots;
+  double seconds;
+} Side;
+
+static int64_t block_number(const Side *s, const RtSlotDesc *d, int dim, int dev) {
+  int64_t b = 0;
+  RtDevice *dv = rt_device(s->rt, dev);
+  for (int k = 0; k < d->naxes[dim]; k++) {
+    int a = d->axes[dim][k];
+    b = b * s->p->axis_size[a] + rt_device_coord(dv, a);
+  }
+  return b;
+}
+
+static void block_of(const Side *s, const RtSlotDesc *d, int dev, RtBlock *b) {
+  b->ndims = d->rank;
+  for (int i = 0; i < d->rank; i++) {
+    b->global[i] = d->global[i];
+    b->shape[i] = s->sharded ? d->local[i] : d->global[i];
+    b->start[i] = s->sharded ? b->shape[i] * block_number(s, d, i, dev) : 0;
+  }
+}
+
+static int64_t elems(const RtBlock *b) {
+  int64_t n = 1;
+  for (int i = 0; i < b->ndims; i++) n *= b->shape[i];
+  return n;
+}
+
+static void put(void *buf, int dt, int64_t i, double v) {
+  switch (dt) {
+  case RT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
+  case RT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
+  case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  default: ((float *)buf)[i] = (float)v; break;
+  }
+}
+
+static double get(const void *buf, int dt, int64_t i) {
+  switch (dt) {
+  case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case RT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
+  case RT_I32: return ((const int32_t *)buf)[i];
+  default: return ((const float *)buf)[i];
+  }
+}
+
+static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *base) {
+  RtConfig c = *base;
+  s->p = p, s->sharded = sharded;
+  c.naxes = sharded ? p->naxes : 0;
+  for (int a = 0; a < c.naxes; a++) c.axis_size[a] = p->axis_size[a], c.axis_name[a] = p->axis_name[a];
+  int rc = rt_open(&c, &s->rt);
+  if (rc != RT_OK) {
+    fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
+    return rc;
+  }
+  s->ndev = rt_device_count(s->rt);
+  int nslots = p->nin + p->nparams + p->nout;
+  s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
+  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)nslots + 1, sizeof(void *));
+  /* inputs and params, generated per global index */
+  for (int d = 0; d < s->ndev; d++)
+    for (int i = 0; i < p->nin + p->nparams; i++) {
+      const RtSlotDesc *sd = &p->slots[i];
+      RtBlock b;
+      block_of(s, sd, d, &b);
+      int64_t n = elems(&b);
+      void *buf;
+      if ((rc = rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf)) != RT_OK) {
+        fprintf(stderr, "error: %s\n", rt_errmsg(s->rt));
+        return rc;
+      }
+      if (sd->lo == sd->hi)
+        for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
+      else
+        rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
+      s->slots[d][i] = buf;
+    }
+  return RT_OK;
+}
+
+static void side_close(Side *s) {
+  if (s->rt) rt_close(s->rt);
+  for (int d = 0; s->slots && d < s->ndev; d++) free(s->slots[d]);
+  free(s->slots);
+}
+
+static int side_step(Side *s) {
+  const RtProgram *p = s->p;
+  int base = p->nin + p->nparams;
+  for (int d = 0; d < s->ndev; d++)
+    for (int j = 0; j < p->nout; j++)
+      if (s->slots[d][base + j]) rt_free(rt_device(s->rt, d), s->slots[d][base + j]), s->slots[d][base + j] = NULL;
+  double t0 = rt_seconds();
+  int rc = rt_run(s->rt, s->sharded ? p->device : p->reference, s->slots);
+  s->seconds += rt_seconds() - t0;
+  if (rc != RT_OK) fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
+  return rc;
+}
+
+static void side_carry(Side *s) {
+  const RtProgram *p = s->p;
+  int base = p->nin + p->nparams;
+  for (int d = 0; d < s->ndev; d++) {
+    void **sl = s->slots[d];
+    for (int k = 0; k < p->ncarry; k++) {
+      int in = p->carry[2 * k], out = base + p->carry[2 * k + 1];
+      rt_free(rt_device(s->rt, d), sl[in]);
+      sl[in] = sl[out];
+      sl[out] = NULL;
+    }
+    if (p->nt >= 0) ((float *)sl[p->nt])[0] += 1;
+  }
+}
+
+/* Output j, whole: each block once (the devices at 0 on the axes it is replicated over), partial
+ * sums added. */
+static double *assemble(const Side *s, int j) {
+  const RtProgram *p = s->p;
+  const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
+  int64_t n = 1;
+  for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
+  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
+  unsigned used = sd->partial;
+  for (int i = 0; s->sharded && i < sd->rank; i++)
+    for (int k = 0; k < sd->naxes[i]; k++) used |= 1u << sd->axes[i][k];
+  for (int d = 0; d < s->ndev; d++) {
+    bool skip = false;
+    for (int a = 0; s->sharded && a < p->naxes; a++)
+      if (!(used >> a & 1) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
+    if (skip) continue;
+    RtBlock b;
+    block_of(s, sd, d, &b);
+    const void *buf = s->slots[d][p->nin + p->nparams + j];
+    int64_t idx[RT_MAX_RANK] = {0}, m = elems(&b);
+    for (int64_t li = 0; li < m; li++) {
+      int64_t gi = 0;
+      for (int i = 0; i < b.ndims; i++) gi = gi * b.global[i] + b.start[i] + idx[i];
+      double v = get(buf, sd->dtype, li);
+      g[gi] = s->sharded && sd->partial ? g[gi] + v : v;
+      for (int i = b.ndims - 1; i >= 0; i--) {
+        if (++idx[i] < b.shape[i]) break;
+        idx[i] = 0;
+      }
+    }
+  }
+  return g;
+}
+
+int rt_launch_main(int argc, char **argv, const RtProgram *p) {
+  int steps = 1, json = 0;
+  RtConfig cfg = {0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--steps") && v) steps = atoi(v), i++;
+    else if (!strcmp(a, "--seed") && v) i++; /* the seed is fixed when the program is built */
+    else if (!strcmp(a, "--timeout") && v) cfg.timeout_s = atof(v), i++;
+    else if (!strcmp(a, "--hbm") && v) cfg.mem_cap = (size_t)strtoull(v, NULL, 10), i++;
+    else if (!strcmp(a, "--format") && v) json = !strcmp(v, "json"), i++;
+    else {
+      fprintf(stderr, "usage: %s [--steps N] [--timeout S] [--hbm BYTES] [--format text|json]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (steps < 1 || !p->step) steps = steps < 1 ? 1 : p->step ? steps : 1;
+  Side ref = {0}, shd = {0};
+  int status = 1;
+  double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));
+  double max_abs = 0, max_rel = 0;
+  bool pass = true;
+  if (side_open(&ref, p, false, &cfg) != RT_OK || side_open(&shd, p, true, &cfg) != RT_OK) goto done;
+  for (int s = 0; s < steps; s++) {
+    if (side_step(&ref) != RT_OK || side_step(&shd) != RT_OK) goto done;
+    for (int j = 0; j < p->nout; j++) {
+      if ((s < steps - 1) && !(p->step && j == 0)) continue;
+      const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
+      double *a = assemble(&shd, j), *r = assemble(&ref, j), scale = 0, worst = 0;
+      int64_t n = 1;
+      for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
+      for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(r[e]));
+      for (int64_t e = 0; e < n; e++) {
+        double d = fabs(a[e] - r[e]);
+        if (isnan(a[e]) != isnan(r[e])) d = INFINITY;
+        else if (isnan(a[e])) d = 0;
+        worst = fmax(worst, d);
+        if (d > p->atol + p->rtol * fabs(r[e])) pass = false;
+      }
+      max_abs = fmax(max_abs, worst);
+      max_rel = fmax(max_rel, scale > 0 ? worst / scale : worst);
+      if (p->step && j == 0) loss[s] = a[0], loss_ref[s] = r[0];
+      free(a), free(r);
+    }
+    if (p->step && s < steps - 1) side_carry(&ref), side_carry(&shd);
+  }
+  size_t peak = 0;
+  for (int d = 0; d < shd.ndev; d++) {
+    RtStats st;
+    if (rt_stats(shd.rt, d, &st) == RT_OK && st.mem_peak > peak) peak = st.mem_peak;
+  }
+  if (json) {
+    printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
+           pass ? "true" : "false", max_abs, max_rel);
+    for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
+    printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g}\n",
+           shd.seconds / steps, peak, ref.seconds / steps);
+  } else {
+    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, shd.ndev, shd.ndev == 1 ? "" : "s",
+           p->mesh);
+    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
+           max_rel, p->atol, p->rtol);
+    for (int s = 0; p->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
+    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
+           steps > 1 ? " (mean of the steps)" : "");
+    printf("  compile time   0 ms (built ahead of time)\n");
+    printf("  peak memory    %zu bytes per device\n", peak);
+  }
+  status = pass ? 0 : 1;
+done:
+  side_close(&ref);
+  side_close(&shd);
+  free(loss), free(loss_ref);
+  return status;
+}

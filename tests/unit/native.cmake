@@ -1,0 +1,142 @@
+# native.cmake: the LLVM lowering against the reference interpreter (test_native.c), and `shardc run`
+# end to end: sharded equals one device on small inline meshes, and a perturbed device must FAIL.
+add_executable(test_native ${CMAKE_CURRENT_LIST_DIR}/test_native.c)
+target_link_libraries(test_native PRIVATE shardc_core)
+set_target_properties(test_native PROPERTIES ENABLE_EXPORTS ON)
+target_compile_definitions(test_native PRIVATE
+  NATIVE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/native"
+  INTERP_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/interp"
+  MOE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/moe"
+  SHARDC_SAMPLES="${CMAKE_SOURCE_DIR}/samples")
+add_test(NAME unit.native COMMAND test_native)
+
+set(MLP_SMALL -D batch=8 -D seq=16 -D embed=64 -D hidden=128)
+foreach(layout fsdp_tp dp fsdp tp)
+  add_test(NAME run.mlp.forward.${layout}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                   --layout ${layout} --mesh "h100[data: 2, model: 2]")
+  add_test(NAME run.mlp.train.${layout}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 3
+                   --layout ${layout} --mesh "h100[data: 2, model: 2]")
+endforeach()
+add_test(NAME run.mlp_sgd_mb.train
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/interp/mlp_sgd_mb.shard --steps 3)
+# The mutation check: one device's result perturbed, run must FAIL (exit 1).
+add_test(NAME run.mlp.mutation
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]")
+# (the report must say FAIL with its figures: a crash does not count as catching the perturbation)
+set_tests_properties(run.mlp.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB=1"
+                     PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+
+# Transformer samples at small sizes on an inline 4-device mesh: each train step (2 steps: adam,
+# microbatches, remat as the sample declares) sharded equals one device.
+set(LM_SMALL -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
+foreach(case llama3_8b:fsdp_tp llama3_8b:fsdp_tp_sp llama3_8b:dp llama2_13b:fsdp llama3_70b:dp_tp llama3_405b:hsdp_tp_sp)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 sample)
+  list(GET parts 1 layout)
+  set(mesh "h100[data: 2, model: 2]")
+  if(sample STREQUAL "llama3_405b")
+    set(mesh "h100[data: 2, fsdp: 1, model: 2]")
+  endif()
+  add_test(NAME run.${sample}.${layout}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/${sample}.shard ${LM_SMALL} -D kv_heads=2
+                   --layout ${layout} --mesh ${mesh} --steps 2)
+endforeach()
+# GPT-3's layouts pipeline over `stage`; on a mesh without it the rule is skipped: layernorm, gelu,
+# causal multi-head attention, 128 microbatches.
+add_test(NAME run.gpt3_175b.ptd_nostage
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${LM_SMALL} -D batch=256
+                 --mesh "h100[data: 2, model: 2]")
+
+# What does not run ends with a located error, exit 1, never a crash: a pipeline, a mesh over the
+# thread limit, --hbm too small.
+add_test(NAME run.error.pipeline
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_405b_pp.shard ${LM_SMALL} -D kv_heads=2
+                 -D batch=16 -D layers=4 --mesh "h100[data: 1, stage: 2, model: 2]")
+set_tests_properties(run.error.pipeline PROPERTIES
+                     PASS_REGULAR_EXPRESSION "llama3_405b_pp.shard:[0-9]+:[0-9]+: error: run: pipelines")
+add_test(NAME run.error.mesh_too_large
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard -D batch=8)
+set_tests_properties(run.error.mesh_too_large PROPERTIES
+                     PASS_REGULAR_EXPRESSION "error: run: mesh 'v5p_256' has 256 devices.*--mesh 'h100\\[data: 2, model: 2\\]'")
+add_test(NAME run.error.hbm
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]" --hbm 1000)
+set_tests_properties(run.error.hbm PROPERTIES
+                     PASS_REGULAR_EXPRESSION "device [0-9]+: out of memory for buffer '[a-z_.]+'.*over the cap of 1000 bytes")
+add_test(NAME run.json
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
+                 --mesh "h100[data: 2, model: 2]" --format json)
+set_tests_properties(run.json PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"devices\":\t4,\n\t\"steps\":\t2,\n\t\"pass\":\ttrue,\n\t\"max_abs_err\":[^\n]*\n\t\"max_rel_err\":[^\n]*\n\t\"loss\":\t\\[[^]]*\\],\n\t\"step_time_s\":[^\n]*\n\t\"compile_s\":[^\n]*\n\t\"peak_bytes_per_device\":")
+
+# --save then --load: the params saved after two steps, loaded, give the loss the third step had
+# (checked by hand once: 0.340093); here: both runs PASS and the files exist.
+string(REPLACE ";" " " MLP_SMALL_TEXT "${MLP_SMALL}")
+add_test(NAME run.save_load
+         COMMAND sh -c "rm -rf run_save && $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL_TEXT} --steps 2 --mesh 'h100[data: 2, model: 2]' --save run_save && test -s run_save/w_in.npy && test -s run_save/loss.npy && $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL_TEXT} --mesh 'h100[data: 2, model: 2]' --load run_save")
+set_tests_properties(run.save_load PROPERTIES PASS_REGULAR_EXPRESSION "loss step 1    0.34009")
+# A token outside the vocabulary (loaded from tokens.npy) fails the device with the op and its line.
+add_test(NAME run.error.take_index
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/interp/llama_small.shard --entry llama.forward
+                 --load ${CMAKE_CURRENT_LIST_DIR}/native/bad_tokens)
+set_tests_properties(run.error.take_index PROPERTIES
+                     PASS_REGULAR_EXPRESSION "device 0: line 38: take: index 70 out of range \\[0, 64\\)")
+add_test(NAME run.error.load_shape
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/interp/llama_small.shard --entry llama.forward
+                 --load ${CMAKE_CURRENT_LIST_DIR}/native/bad_tokens -D batch=2)
+set_tests_properties(run.error.load_shape PROPERTIES
+                     PASS_REGULAR_EXPRESSION "tokens.npy holds int32\\[4, 8\\], but 'tokens' is i32\\[batch=2, seq=8\\]")
+
+# Inputs and params are generated per global index: 2, 4 and 8 devices see the same numbers, so the
+# first loss (computed before any update) is the same on each (0.346788, the 4-device run's).
+foreach(m "h100[data: 2]" "h100[data: 2, model: 2]" "h100[data: 4, model: 2]")
+  string(REGEX REPLACE "[^0-9]" "" tag "${m}")
+  add_test(NAME run.same_values.${tag}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --mesh ${m} --layout fsdp_tp)
+  set_tests_properties(run.same_values.${tag} PROPERTIES PASS_REGULAR_EXPRESSION "PASS: .*loss step 1    0.34678[89]")
+endforeach()
+
+# An independent check of the math with NumPy (Debian's python3-numpy; skipped where missing):
+# the MLP sample's forward and first loss, and causal attention, fed the same .npy files through
+# --load, outputs read back from --save.
+find_program(SYSTEM_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(SYSTEM_PYTHON3)
+  execute_process(COMMAND ${SYSTEM_PYTHON3} -c "import numpy" RESULT_VARIABLE NUMPY_MISSING OUTPUT_QUIET ERROR_QUIET)
+  if(NUMPY_MISSING EQUAL 0)
+    add_test(NAME run.numpy
+             COMMAND ${SYSTEM_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/native/numpy_check.py $<TARGET_FILE:shardc>
+                     ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/numpy_check)
+  endif()
+endif()
+
+# shardc build: an executable (object + the runtime library) that runs like `run` and prints the
+# same report: the same losses as run.same_values' 4-device run.
+add_test(NAME build.mlp
+         COMMAND sh -c "$<TARGET_FILE:shardc> build ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL_TEXT} --mesh 'h100[data: 2, model: 2]' -o mlp_built && ./mlp_built --steps 3")
+set_tests_properties(build.mlp PROPERTIES PASS_REGULAR_EXPRESSION
+                     "PASS: .*loss step 1    0.346788 .*loss step 3    0.340093")
+add_test(NAME build.llama3_8b
+         COMMAND sh -c "$<TARGET_FILE:shardc> build ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2 -D kv_heads=2 --mesh 'h100[data: 2, model: 2]' -o llama_built && ./llama_built --steps 2 --format json")
+set_tests_properties(build.llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "\"pass\": true")
+
+# A device that stops taking part (SHARDC_RUN_STALL=S: device 0 sleeps S s, then returns without
+# running): the others' collective times out after --timeout and names both devices and the
+# collective; with S 0 they notice at once. An error, never a hang.
+add_test(NAME run.error.timeout
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]" --timeout 0.3)
+set_tests_properties(run.error.timeout PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=1" TIMEOUT 20
+  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: all_gather over \\(data\\) timed out after 0.3 s waiting for device 0")
+add_test(NAME run.error.device_returned
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]")
+set_tests_properties(run.error.device_returned PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=0" TIMEOUT 20
+  PASS_REGULAR_EXPRESSION "device 0 \\[data=0, model=0\\] \\(returned from its entry function\\) without calling it")
+
+# Mixtral at small sizes under expert parallelism (route, AllToAll dispatch and combine), 2 steps.
+add_test(NAME run.mixtral_8x7b.dp_ep_tp
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
+                 -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
