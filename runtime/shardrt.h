@@ -202,6 +202,63 @@ int rt_barrier(RtDevice *dev, const int *axes, int naxes);
 int rt_send(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
 int rt_recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
 
+/* The device of rank `rank` in dev's group over the axis tuple (rt_group_rank's numbering), or -1
+ * on bad axes or a rank out of range. */
+int rt_group_member(const RtDevice *dev, const int *axes, int naxes, int rank);
+
+/* An AllReduce among some devices of the group over the tuple: those whose rank is one of
+ * group[0..ngroup) (a tied param's first and last pipeline stage). Every member sends its count
+ * elements to the others (rt_send, tag RT_TAG_GROUP) and sums what it has in the order of group[],
+ * in f64, rounded once to dt, so every member ends with the same bits; in == out is allowed. A
+ * device outside the group fails (RT_E_ARG). */
+#define RT_TAG_GROUP 0x7f000000
+int rt_all_reduce_group(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
+                        const int *group, int ngroup, const void *in, void *out, int64_t count);
+
+/* ---- pipelines (pipeline.c): a device runs its stage's actions ----
+ * The lowering makes one function per region (what a stage runs per microbatch and chunk: the
+ * embedding, a chunk of layers forward or backward, the loss, the embedding's gradient) and a
+ * constant RtPipe describing the schedule; rt_pipeline runs on each device the action list of the
+ * device's stage in order: a region bound to its inputs (a microbatch's row of a sliced operand,
+ * a chunk's rows of a stacked one, the activation that arrived, the residuals its forward kept),
+ * its outputs routed (an activation to the mailbox, residuals to the store, gradients added in
+ * f32 into the accumulators), sends and receives with rt_send / rt_recv to the device of the peer
+ * stage with the same coordinates elsewhere. Tags: (direction, slot, microbatch), distinct. */
+typedef int (*RtRegionFn)(RtDevice *dev, void **in, void **out);
+enum { RT_PR_FIRST, RT_PR_CHUNK_FWD, RT_PR_LAST, RT_PR_CHUNK_BWD, RT_PR_FIRST_BWD, RT_PR_COUNT };
+enum { RT_PIN_ENV, RT_PIN_ACT, RT_PIN_CHUNK, RT_PIN_SAVED };            /* ir.h's PipeInKind */
+enum { RT_POUT_ACT, RT_POUT_SAVE, RT_POUT_ACC, RT_POUT_RESULT };       /* ir.h's PipeOutKind */
+enum { RT_PA_FIRST, RT_PA_FWD, RT_PA_LAST, RT_PA_BWD, RT_PA_FIRST_BWD, RT_PA_SEND, RT_PA_RECV };
+typedef struct RtPipeSlot {
+  int32_t kind, index;          /* RT_PIN_* / RT_POUT_*, and the operand, result or residual */
+  int32_t dtype;                /* RtDtype of the value */
+  int64_t count;                /* its elements on this device */
+} RtPipeSlot;
+typedef struct RtPipeAction {
+  int32_t kind, backward, mb, chunk, peer; /* ir.h's PipeAction */
+} RtPipeAction;
+typedef struct RtPipe {
+  int32_t stages, chunks, microbatches;  /* p, V, N */
+  int64_t chunk_layers;                  /* Lc */
+  int32_t nstage_axes, stage_axes[RT_MAX_AXES];
+  int32_t nsplit, split_axes[RT_MAX_AXES]; /* the send split (Megatron): each sends 1/n, the receiver all-gathers */
+  int32_t nslices, ncarried, noperands, nresults, nsave;
+  const int64_t *row_bytes;              /* per operand: bytes of one row of its leading dim */
+  const int32_t *acc_dtype;              /* per carried result: RtDtype */
+  const int64_t *acc_count;              /* ... elements on this device */
+  const uint8_t *result_place;           /* per result: bits 1 first, 2 middle, 4 last stage; 0 all */
+  RtRegionFn region[RT_PR_COUNT];        /* NULL: none */
+  int32_t nin[RT_PR_COUNT], nout[RT_PR_COUNT];
+  const RtPipeSlot *in[RT_PR_COUNT], *out[RT_PR_COUNT];
+  const RtPipeAction *actions;           /* every stage's, stage 0's first */
+  const int32_t *first_action;           /* [stages + 1] */
+  const char *where;                     /* "file:line" of the pipeline, for messages */
+} RtPipe;
+/* Runs the device's stage of the pipeline. operands: the pipeline op's (NULL where the device does
+ * not hold one); results: set to new buffers (the accumulators, which start as copies of the
+ * carried operands; NULL on a stage that does not hold a result). */
+int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **results);
+
 /* ---- compute helpers ---- */
 
 /* C = alpha op(A) op(B) + beta C, row-major, OpenBLAS's sgemm underneath. bf16 and f16 operands

@@ -811,7 +811,7 @@ static bool lower_collective(Lower *L, const Op *op) {
   }
   const CollSpec *cs = op->coll;
   if (!cs) return fail(L, op, "%s has no CollSpec (not localised)", ir_op_name(op->kind));
-  if (cs->ngroup) return fail(L, op, "%s among some devices of its axes is not lowered yet", ir_op_name(op->kind));
+  if (cs->ngroup && op->kind != OP_ALL_REDUCE) return fail(L, op, "%s among some devices of its axes is not lowered yet", ir_op_name(op->kind));
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   int esz = dtype_bytes(x->type.dtype);
   LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
@@ -822,6 +822,7 @@ static bool lower_collective(Lower *L, const Op *op) {
     for (int a = 0; a < L->mesh->naxes; a++)
       if (op->axes >> a & 1) ax[n++] = (int8_t)a;
     new_buffer(L, res);
+    if (cs->ngroup) return lower_all_reduce_group(L, op, ax, n, axes_array(L, ax, n, NULL));
     LLVMTypeRef at[8] = {P, P, I32, I32, I32, P, P, I64};
     LLVMValueRef av[8] = {L->dev, axes_array(L, ax, n, NULL), ci32(L, n), ci32(L, dt), ci32(L, op->reduce_max ? 1 : 0),
                           L->buf[x->id], L->buf[res->id], ci64(L, elements(L, x))};
@@ -987,6 +988,7 @@ static bool lower_op(Lower *L, const Op *op) {
     return lower_nn_attention(L, op, dim_offset(L, op, op->dims[2]), dim_offset(L, op, op->dims[1]), new_buffer);
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
     return lower_collective(L, op);
+  case OP_PIPELINE: return lower_pipeline(L, op);
   default: return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));
   }
 }
@@ -1044,7 +1046,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       for (int i = 0; i < c->noperands; i++) {
         const Value *x = c->operands[i];
         const Op *d = x->def;
-        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d)) continue;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || d->place != c->place) continue;
         bool inside = true;
         for (int k = 0; k < x->type.rank; k++) {
           int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
@@ -1084,7 +1086,8 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
-    if (!lower_op(L, op) || L->failed) {
+    bool placed = L->stage && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
+    if (!(placed ? lower_pipe_guarded(L, op, lower_op) : lower_op(L, op)) || L->failed) {
       ok = false;
       break;
     }
@@ -1253,8 +1256,8 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
     diag_error(m->entry ? m->entry->loc : (SrcLoc){0}, "run: the program was not localised");
     return false;
   }
-  if (m->pipeline) {
-    diag_error(m->pipeline->loc, "run: pipelines (layers@stage) are not lowered to native code yet");
+  if (m->pipeline && !mesh) {
+    diag_error(m->pipeline->loc, "run: a pipeline (layers@stage) in the one-device program (lower the module before the pass pipeline)");
     return false;
   }
   init_types(&L);
@@ -1277,6 +1280,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
   L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
   L.fused = calloc((size_t)m->nvalues + 1, sizeof *L.fused);
+  if (m->pipeline) lower_pipe_stage(&L);
   const IrFunc *f = m->main;
   bool ok = lower_region(&L, f);
   if (ok) {
@@ -1288,9 +1292,12 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
       LLVMValueRef p = L.buf[v->id];
       if (shared) {
         int64_t bytes = elements(&L, v) * dtype_bytes(v->type.dtype);
-        LLVMValueRef nb = alloc_buffer(&L, v, bytes);
-        LLVMBuildMemCpy(L.B, nb, 64, p, 64, ci64(&L, bytes));
-        p = nb;
+        if (L.stage) p = lower_pipe_copy(&L, v, p, bytes); /* a value some stages lack */
+        else {
+          LLVMValueRef nb = alloc_buffer(&L, v, bytes);
+          LLVMBuildMemCpy(L.B, nb, 64, p, 64, ci64(&L, bytes));
+          p = nb;
+        }
       } else L.owned[r] = false; /* handed to the host */
       LLVMBuildStore(L.B, p, gep(&L, L.ptr, L.slots, ci64(&L, m->main->ninputs + m->nparams + j)));
     }
@@ -1305,3 +1312,12 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   if (!ok) LLVMDeleteFunction(L.fn);
   return ok;
 }
+
+/* ---- hooks for lower_pipe.c ---- */
+
+bool lower_body(Lower *L, const IrFunc *f) { return lower_region(L, f); }
+void lower_free_body(Lower *L, const IrFunc *f) { free_region(L, f); }
+LLVMValueRef lower_alloc(Lower *L, const Value *v, int64_t bytes) { return alloc_buffer(L, v, bytes); }
+int64_t lower_value_bytes(const Lower *L, const Value *v) { return value_bytes(L, v); }
+int lower_rt_dtype(DType dt) { return rt_dtype(dt); }
+void lower_types(Lower *L) { init_types(L); }

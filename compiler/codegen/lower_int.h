@@ -42,6 +42,7 @@ typedef struct Lower {
   bool *fused;          /* per value id: computed inside its one consumer's loop nest, never stored */
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
+  LLVMValueRef stage;   /* a pipelined main: the device's stage (i32); NULL otherwise */
 } Lower;
 
 /* Loop nests (lower.c). */
@@ -60,4 +61,19 @@ bool lower_nn_take(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuff
 bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer nb);                        /* route */
 bool lower_nn_select(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer nb); /* onehot, pick */
 bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef k_off, LowerNewBuffer nb);
+
+/* lower.c, for lower_pipe.c: a region's ops, its buffers freed, a new buffer, byte counts. */
+bool lower_body(Lower *L, const IrFunc *f);
+void lower_free_body(Lower *L, const IrFunc *f);
+LLVMValueRef lower_alloc(Lower *L, const Value *v, int64_t bytes);
+int64_t lower_value_bytes(const Lower *L, const Value *v);
+int lower_rt_dtype(DType dt);   /* RtDtype, -1 for one the runtime lacks */
+void lower_types(Lower *L);
+
+/* lower_pipe.c: pipelines (OP_PIPELINE) and the placement of main's ops on stages (Op.place). */
+void lower_pipe_stage(Lower *L);                      /* sets L->stage in a pipelined main */
+bool lower_pipe_guarded(Lower *L, const Op *op, bool (*one)(Lower *L, const Op *op)); /* op on its stages only */
+LLVMValueRef lower_pipe_copy(Lower *L, const Value *v, LLVMValueRef p, int64_t bytes); /* NULL stays NULL */
+bool lower_pipeline(Lower *L, const Op *op);
+bool lower_all_reduce_group(Lower *L, const Op *op, const int8_t *axes, int naxes, LLVMValueRef axes_arr);
 #endif

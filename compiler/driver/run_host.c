@@ -7,6 +7,7 @@
 
 #include "localize.h"
 #include "run_host.h"
+#include "stages.h"
 #include "step.h"
 
 static void put_elem(void *buf, DType dt, int64_t i, double v) {
@@ -40,6 +41,38 @@ struct RunSide {
   RtEntry fn;
   double seconds;       /* summed over the steps' runs */
 };
+
+/* Under a pipeline a value of main is held only on the stages its op runs on (Op.place; a
+ * pipeline result: PipeInfo.result_place); the stage of a device is its coordinates on the stage
+ * axes, mixed radix. */
+static const PipeInfo *pipe_of(const RunSide *s) {
+  return s->mesh && s->m->pipeline ? s->m->pipeline->pipe : NULL;
+}
+
+static int stage_of(const RunSide *s, int dev) {
+  const PipeInfo *pi = pipe_of(s);
+  int st = 0;
+  for (int k = 0; pi && k < pi->nstage_axes; k++)
+    st = st * s->mesh->axes[pi->stage_axes[k]].size + rt_device_coord(rt_device(s->rt, dev), pi->stage_axes[k]);
+  return st;
+}
+
+static uint8_t place_of(const RunSide *s, const Value *v) {
+  const PipeInfo *pi = pipe_of(s);
+  const Op *d = v->def;
+  if (!pi || !d) return PLACE_ALL;
+  if (d->kind == OP_PIPELINE) {
+    for (int k = 0; k < d->nresults; k++)
+      if (d->results[k] == v) return pi->result_place ? pi->result_place[k] : PLACE_ALL;
+    return PLACE_ALL;
+  }
+  return d->place;
+}
+
+static bool holds(const RunSide *s, const Value *v, int dev) {
+  const PipeInfo *pi = pipe_of(s);
+  return !pi || stages_runs_on(place_of(s, v), stage_of(s, dev), pi->stages);
+}
 
 static int64_t local_extent(const RunSide *s, const Value *v, int d) { return s->mesh ? v->local[d] : v->type.dims[d]->size; }
 
@@ -129,11 +162,20 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
   uint16_t used = v->sharding.partial;
   for (int d = 0; s->mesh && d < v->type.rank; d++)
     for (int k = 0; k < v->sharding.naxes[d]; k++) used |= (uint16_t)(1u << v->sharding.axes[d][k]);
+  const PipeInfo *pi = pipe_of(s);
+  uint16_t stage_mask = 0;
+  for (int k = 0; pi && k < pi->nstage_axes; k++) stage_mask |= (uint16_t)(1u << pi->stage_axes[k]);
+  int first = -1; /* a value replicated over the stages: from the first stage holding it */
+  for (int st = 0; pi && st < pi->stages && first < 0; st++)
+    if (stages_runs_on(place_of(s, v), st, pi->stages)) first = st;
+  bool by_stage = pi && !(used & stage_mask);
   for (int dev = 0; dev < s->ndev; dev++) {
     if (s->mesh) {
       bool skip = false;
       for (int a = 0; a < s->mesh->naxes; a++)
-        if (!(used >> a & 1) && rt_device_coord(rt_device(s->rt, dev), a) != 0) skip = true;
+        if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, dev), a) != 0) skip = true;
+      if (by_stage && stage_of(s, dev) != first) skip = true;
+      if (!holds(s, v, dev) || !s->slots[dev][slot]) skip = true;
       if (skip) continue;
     }
     int64_t start[MAX_RANK], shape[MAX_RANK];
@@ -184,10 +226,10 @@ bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, con
     for (int i = 0; i < s->nin; i++) {
       const Value *v = s->m->main->inputs[i];
       int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
-      if (!place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
+      if (holds(s, v, dev) && !place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
     }
     for (int p = 0; p < s->nparams; p++)
-      if (s->pval[p] && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
+      if (s->pval[p] && holds(s, s->pval[p], dev) && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
         goto fail;
   }
   return true;
@@ -216,7 +258,7 @@ void run_side_carry(RunSide *s) {
     }
     if (si && si->in_t >= 0) {
       float *t = sl[si->in_t];
-      t[0] += 1;
+      if (t) t[0] += 1;
     }
     for (int j = 0; j < s->nout; j++) {
       if (!kept[j]) rt_free(d, sl[s->nin + s->nparams + j]);
@@ -268,7 +310,8 @@ Tensor *run_side_output(RunSide *s, int j) {
 
 void run_side_perturb(RunSide *s, int j, double delta) {
   const Value *v = s->m->main->outputs[j];
-  void *b = s->slots[0][s->nin + s->nparams + j];
+  void *b = NULL; /* the first device holding it */
+  for (int d = 0; d < s->ndev && !b; d++) b = s->slots[d][s->nin + s->nparams + j];
   if (b) put_elem(b, v->type.dtype, 0, get_elem(b, v->type.dtype, 0) + delta);
 }
 
