@@ -74,6 +74,21 @@ static bool holds(const RunSide *s, const Value *v, int dev) {
   return !pi || stages_runs_on(place_of(s, v), stage_of(s, dev), pi->stages);
 }
 
+/* Under interleaved(V > 1) a stacked dim is held in storage order (stage-major: stage s's rows are
+ * its chunks c = 0..V-1, the model's layer chunks c p + s; ir.h): the model's row of each storage
+ * row of v, or NULL when v's rows are in model order. The caller frees it. */
+static int64_t *storage_rows(const RunSide *s, const Value *v) {
+  const PipeInfo *pi = pipe_of(s);
+  if (!pi || pi->chunks <= 1 || v->type.rank < 1 || v->type.dims[0] != pi->stack_dim) return NULL;
+  int64_t n = v->type.dims[0]->size, Lc = pi->chunk_layers, V = pi->chunks, p = pi->stages;
+  int64_t *rows = malloc(sizeof *rows * (size_t)(n > 0 ? n : 1));
+  for (int64_t st = 0; rows && st < n; st++) {
+    int64_t g = st / Lc, j = st % Lc, stage = g / V, c = g % V;
+    rows[st] = (c * p + stage) * Lc + j;
+  }
+  return rows;
+}
+
 static int64_t local_extent(const RunSide *s, const Value *v, int d) { return s->mesh ? v->local[d] : v->type.dims[d]->size; }
 
 /* dev's block of v: start and shape per dim. */
@@ -90,13 +105,15 @@ static int64_t block_elems(const TensorType *t, const int64_t *shape) {
   return n;
 }
 
-/* Visits the elements of a block: gi the global row-major index, li the local one. */
-static void for_block(const TensorType *t, const int64_t *start, const int64_t *shape, void (*fn)(void *, int64_t, int64_t), void *ctx) {
+/* Visits the elements of a block: gi the global row-major index, li the local one; rows (or NULL)
+ * maps a row of dim 0 to the global row it holds (storage_rows). */
+static void for_block_rows(const TensorType *t, const int64_t *start, const int64_t *shape, const int64_t *rows,
+                           void (*fn)(void *, int64_t, int64_t), void *ctx) {
   int64_t n = block_elems(t, shape);
   int64_t idx[MAX_RANK] = {0};
   for (int64_t li = 0; li < n; li++) {
     int64_t gi = 0;
-    for (int d = 0; d < t->rank; d++) gi = gi * t->dims[d]->size + start[d] + idx[d];
+    for (int d = 0; d < t->rank; d++) gi = gi * t->dims[d]->size + (d == 0 && rows ? rows[start[0] + idx[0]] : start[d] + idx[d]);
     fn(ctx, gi, li);
     for (int d = t->rank - 1; d >= 0; d--) {
       if (++idx[d] < shape[d]) break;
@@ -139,18 +156,31 @@ static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const Ru
   block_of(s, v, dev, start, shape);
   int64_t n = block_elems(&v->type, shape);
   if (rt_alloc(rt_device(s->rt, dev), (size_t)(n > 0 ? n : 1) * (size_t)dtype_bytes(v->type.dtype), name, out) != RT_OK) return false;
+  int64_t *rows = storage_rows(s, v);
   if (g) {
     CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
-    for_block(&v->type, start, shape, scatter_elem, &c);
+    for_block_rows(&v->type, start, shape, rows, scatter_elem, &c);
+    free(rows);
     return true;
   }
   if (gen->lo == gen->hi) { /* a constant */
     for (int64_t i = 0; i < n; i++) put_elem(*out, v->type.dtype, i, gen->lo);
+    free(rows);
     return true;
   }
   RtBlock b = {.ndims = v->type.rank};
   for (int d = 0; d < v->type.rank; d++) b.global[d] = v->type.dims[d]->size, b.start[d] = start[d], b.shape[d] = shape[d];
-  return rt_random_fill(*out, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
+  if (!rows) return rt_random_fill(*out, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
+  /* storage order: each local row made as the model's row it holds */
+  int64_t row = shape[0] > 0 ? n / shape[0] : 0;
+  bool ok = true;
+  for (int64_t r = 0; ok && r < shape[0]; r++) {
+    b.start[0] = rows[start[0] + r], b.shape[0] = 1;
+    char *dst = (char *)*out + (size_t)(r * row) * (size_t)dtype_bytes(v->type.dtype);
+    ok = rt_random_fill(dst, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
+  }
+  free(rows);
+  return ok;
 }
 
 /* The whole value of output v from the devices' blocks: each block position once (from the devices
@@ -169,6 +199,7 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
   for (int st = 0; pi && st < pi->stages && first < 0; st++)
     if (stages_runs_on(place_of(s, v), st, pi->stages)) first = st;
   bool by_stage = pi && !(used & stage_mask);
+  int64_t *rows = storage_rows(s, v);
   for (int dev = 0; dev < s->ndev; dev++) {
     if (s->mesh) {
       bool skip = false;
@@ -181,8 +212,9 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
     int64_t start[MAX_RANK], shape[MAX_RANK];
     block_of(s, v, dev, start, shape);
     CopyCtx c = {.buf = s->slots[dev][slot], .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
-    for_block(&v->type, start, shape, gather_elem, &c);
+    for_block_rows(&v->type, start, shape, rows, gather_elem, &c);
   }
+  free(rows);
   return g;
 }
 
