@@ -154,5 +154,14 @@ int main(int argc, char **argv) {
   native_case(moe, NULL, 0, "ep", NULL, NULL, 2e-2, false);
   native_case(layer, NULL, 0, "ep", NULL, NULL, 2e-2, false);
   native_case(layer, NULL, 0, "dp", NULL, NULL, 2e-2, false);
+  /* pipelines (layers@stage, tensor parallel within a stage): the train step under each schedule
+   * (rt_pipeline running the IR's per-stage action lists, interleaved(2) with its stacked dims in
+   * storage order), 2 and 4 stages; and a perturbed device on a pipeline must be caught */
+  const char *pipes[] = {NATIVE_TEST_DIR "/pipe/pipe_gpipe.shard", NATIVE_TEST_DIR "/pipe/pipe_1f1b.shard",
+                         NATIVE_TEST_DIR "/pipe/pipe_interleaved.shard"};
+  static const char *four_stages[] = {"layers=8"};
+  for (int i = 0; i < 3; i++) native_case(pipes[i], NULL, 0, "pp", NULL, NULL, 2e-2, false);
+  for (int i = 0; i < 3; i++) native_case(pipes[i], four_stages, 1, "pp", "pipe4", NULL, 2e-2, false);
+  native_case(pipes[1], NULL, 0, "pp", NULL, NULL, 2e-2, true);
   return ut_summary();
 }
