@@ -472,6 +472,76 @@ static void test_pipeline(void) {
   ut_end();
 }
 
+
+/* ---- an AllReduce among some devices of a group (a tied param's first and last stage) ---- */
+
+typedef struct GroupAR {
+  float out[8][5];
+  uint16_t bout[8][5];
+  int member[8];
+  int rc_outside;
+} GroupAR;
+
+/* Mesh [x: 2, y: 4]: over y, ranks 0 and 3 reduce (devices 0, 3 and 4, 7); the others do not call
+ * it, except device 1, which calls it and must fail alone... so it runs in a second run. */
+static int group_device(RtDevice *dev, void *arg) {
+  GroupAR *g = arg;
+  int d = rt_device_index(dev), rc;
+  static const int y[1] = {1}, grp[2] = {0, 3};
+  g->member[d] = rt_group_member(dev, y, 1, 3);
+  int r = rt_group_rank(dev, y, 1);
+  if (r != 0 && r != 3) return RT_OK;
+  float in[5];
+  uint16_t bin[5];
+  for (int i = 0; i < 5; i++) in[i] = (float)(d * 10 + i) + 0.25f, bin[i] = rt_f32_to_bf16((float)(d + i) * 0.1f);
+  if ((rc = rt_all_reduce_group(dev, y, 1, RT_F32, RT_SUM, grp, 2, in, g->out[d], 5))) return rc;
+  memcpy(g->bout[d], bin, sizeof bin);
+  return rt_all_reduce_group(dev, y, 1, RT_BF16, RT_SUM, grp, 2, g->bout[d], g->bout[d], 5); /* in place */
+}
+
+static int group_outside(RtDevice *dev, void *arg) {
+  GroupAR *g = arg;
+  static const int y[1] = {1}, grp[2] = {0, 3};
+  float x = 1;
+  if (rt_device_index(dev) != 1) return RT_OK;
+  g->rc_outside = rt_all_reduce_group(dev, y, 1, RT_F32, RT_SUM, grp, 2, &x, &x, 1);
+  return g->rc_outside;
+}
+
+static void test_all_reduce_group(void) {
+  ut_begin("all_reduce among a group: ranks 0 and 3 of (y) on [x: 2, y: 4] sum, the same bits on both, others untouched");
+  RtConfig cfg = test_mesh(2, (int[]){2, 4});
+  Runtime *rt;
+  rt_open(&cfg, &rt);
+  GroupAR g;
+  memset(&g, 0, sizeof g);
+  int rc = rt_run(rt, group_device, &g);
+  UT_CHECK(rc == RT_OK, "rt_run: %s", rt_errmsg(rt));
+  int pairs[2][2] = {{0, 3}, {4, 7}};
+  for (int k = 0; k < 2; k++) {
+    int a = pairs[k][0], b = pairs[k][1];
+    for (int i = 0; i < 5; i++) {
+      double want = (a * 10 + i) + 0.25 + (b * 10 + i) + 0.25;
+      UT_CHECK(g.out[a][i] == (float)want && g.out[b][i] == (float)want, "devices %d, %d element %d: %g %g, want %g", a, b, i,
+               g.out[a][i], g.out[b][i], want);
+      double bw = ref_round_bf16(ref_bf16_value(rt_f32_to_bf16((float)(a + i) * 0.1f)) + ref_bf16_value(rt_f32_to_bf16((float)(b + i) * 0.1f)));
+      UT_CHECK(g.bout[a][i] == g.bout[b][i] && ref_bf16_value(g.bout[a][i]) == bw, "bf16 element %d on %d, %d: %g, want %g", i, a, b,
+               ref_bf16_value(g.bout[a][i]), bw);
+    }
+  }
+  for (int d = 0; d < 8; d++)
+    UT_CHECK(g.member[d] == (d / 4) * 4 + 3, "device %d: rank 3 of its (y) group is device %d", d, g.member[d]);
+  for (int d = 0; d < 8; d++)
+    if (d % 4 == 1 || d % 4 == 2)
+      for (int i = 0; i < 5; i++) UT_CHECK(g.out[d][i] == 0, "device %d (outside the group) was written", d);
+  rt_close(rt);
+  rt_open(&cfg, &rt);
+  rc = rt_run(rt, group_outside, &g);
+  UT_CHECK(rc == RT_E_ARG && contains(rt_errmsg(rt), "not in the group"), "a device outside the group: rc %d, %s", rc, rt_errmsg(rt));
+  rt_close(rt);
+  ut_end();
+}
+
 /* ---- rings over several axes, by hand ---- */
 
 typedef struct Ring {
@@ -663,6 +733,7 @@ int main(void) {
   test_determinism();
   test_send_recv();
   test_pipeline();
+  test_all_reduce_group();
   test_rings();
   test_nan_and_empty();
   test_mismatch();
