@@ -263,16 +263,26 @@ bool lower_pipeline(Lower *L, const Op *op) {
     place = global_const(L, LLVMArrayType2(L->i8, (uint64_t)op->nresults), LLVMConstArray2(L->i8, pl, (uint64_t)op->nresults), "pipe_place");
     free(pl);
   }
-  int nact = pi->first_action[pi->stages];
-  int *acts = malloc(sizeof(int) * (size_t)(5 * nact + 1));
-  for (int i = 0; i < nact; i++) {
-    const PipeAction *a = &pi->actions[i];
-    int *e = &acts[5 * i];
-    e[0] = a->kind, e[1] = a->backward, e[2] = a->mb, e[3] = a->chunk, e[4] = a->peer;
+  /* SHARDC_PIPE_MUTATE=1 (tests only): stage 0 skips its last first_bwd action (a microbatch's
+   * embedding gradient lost), which `run` must catch */
+  int nact = pi->first_action[pi->stages], drop = -1;
+  const char *mutate = getenv("SHARDC_PIPE_MUTATE");
+  for (int i = pi->first_action[0]; mutate && *mutate == '1' && i < pi->first_action[1]; i++)
+    if (pi->actions[i].kind == PA_FIRST_BWD) drop = i;
+  int *acts = malloc(sizeof(int) * (size_t)(5 * nact + 1)), *first_action = malloc(sizeof(int) * (size_t)(pi->stages + 1)), n = 0;
+  for (int s = 0; s < pi->stages; s++) {
+    first_action[s] = n;
+    for (int i = pi->first_action[s]; i < pi->first_action[s + 1]; i++) {
+      if (i == drop) continue;
+      const PipeAction *a = &pi->actions[i];
+      int *e = &acts[5 * n++];
+      e[0] = a->kind, e[1] = a->backward, e[2] = a->mb, e[3] = a->chunk, e[4] = a->peer;
+    }
   }
-  LLVMValueRef actions = i32_array(L, acts, 5 * nact, "pipe_actions"); /* RtPipeAction: five i32 */
-  free(acts);
-  LLVMValueRef first = i32_array(L, pi->first_action, pi->stages + 1, "pipe_first_action");
+  first_action[pi->stages] = n;
+  LLVMValueRef actions = i32_array(L, acts, 5 * n, "pipe_actions"); /* RtPipeAction: five i32 */
+  LLVMValueRef first = i32_array(L, first_action, pi->stages + 1, "pipe_first_action");
+  free(acts), free(first_action);
   int sax[MAX_AXES_PER_DIM], split[16], nsplit = 0;
   stage_axes(pi, sax);
   for (int a = 0; a < L->mesh->naxes; a++)
