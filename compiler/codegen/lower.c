@@ -1017,6 +1017,12 @@ static void clock_op(Lower *L, const Op *op) {
   lower_call(L, "rt_clock_add", LLVMVoidTypeInContext(L->C), args, 3, vals);
 }
 
+static bool lower_op_clocked(Lower *L, const Op *op) {
+  if (!lower_op(L, op)) return false;
+  clock_op(L, op);
+  return true;
+}
+
 /* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
  * reading any value living in it; f's outputs stay. */
 static bool lower_region(Lower *L, const IrFunc *f) {
@@ -1087,11 +1093,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
     bool placed = L->stage && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
-    if (!(placed ? lower_pipe_guarded(L, op, lower_op) : lower_op(L, op)) || L->failed) {
+    if (!(placed ? lower_pipe_guarded(L, op, lower_op_clocked) : lower_op_clocked(L, op)) || L->failed) {
       ok = false;
       break;
     }
-    clock_op(L, op);
     const Value *leaf[16];
     int nleaf = op_leaves(L, op, leaf, 0);
     for (int i = 0; i < nleaf; i++) {
