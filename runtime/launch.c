@@ -40,6 +40,31 @@ static void block_of(const Side *s, const RtSlotDesc *d, int dev, RtBlock *b) {
   }
 }
 
+/* Under a pipeline a slot is held on the stages its place names; the device's stage is its
+ * coordinates on the stage axes, mixed radix (as run_host.c). */
+static int stage_of(const Side *s, int dev) {
+  int st = 0;
+  for (int k = 0; k < s->p->nstage_axes; k++)
+    st = st * s->p->axis_size[s->p->stage_axes[k]] + rt_device_coord(rt_device(s->rt, dev), s->p->stage_axes[k]);
+  return st;
+}
+
+static bool on_stage(unsigned place, int st, int p) {
+  return !place || ((place & 1) && st == 0) || ((place & 4) && st == p - 1) || ((place & 2) && st > 0 && st < p - 1);
+}
+
+static bool holds(const Side *s, const RtSlotDesc *d, int dev) {
+  return !s->sharded || !s->p->stages || on_stage(d->place, stage_of(s, dev), s->p->stages);
+}
+
+/* The model's row that storage row st of a stacked dim holds (interleaved(V > 1)), else st. */
+static int64_t model_row(const Side *s, const RtSlotDesc *d, int64_t st) {
+  const RtProgram *p = s->p;
+  if (!s->sharded || !d->stacked || p->chunks <= 1 || p->chunk_layers <= 0) return st;
+  int64_t Lc = p->chunk_layers, g = st / Lc, j = st % Lc, stage = g / p->chunks, c = g % p->chunks;
+  return (c * p->stages + stage) * Lc + j;
+}
+
 static int64_t elems(const RtBlock *b) {
   int64_t n = 1;
   for (int i = 0; i < b->ndims; i++) n *= b->shape[i];
@@ -82,6 +107,7 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   for (int d = 0; d < s->ndev; d++)
     for (int i = 0; i < p->nin + p->nparams; i++) {
       const RtSlotDesc *sd = &p->slots[i];
+      if (!holds(s, sd, d)) continue;
       RtBlock b;
       block_of(s, sd, d, &b);
       int64_t n = elems(&b);
@@ -92,8 +118,17 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
       }
       if (sd->lo == sd->hi)
         for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
-      else
+      else if (!(s->sharded && sd->stacked && p->chunks > 1))
         rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
+      else { /* storage order: each local row made as the model's row it holds */
+        int64_t row = b.shape[0] > 0 ? n / b.shape[0] : 0, start = b.start[0];
+        for (int64_t r = 0; r < b.shape[0]; r++) {
+          RtBlock one = b;
+          one.start[0] = model_row(s, sd, start + r), one.shape[0] = 1;
+          rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed, sd->key,
+                         sd->lo, sd->hi);
+        }
+      }
       s->slots[d][i] = buf;
     }
   return RT_OK;
@@ -129,7 +164,7 @@ static void side_carry(Side *s) {
       sl[in] = sl[out];
       sl[out] = NULL;
     }
-    if (p->nt >= 0) ((float *)sl[p->nt])[0] += 1;
+    if (p->nt >= 0 && sl[p->nt]) ((float *)sl[p->nt])[0] += 1;
   }
 }
 
@@ -144,18 +179,24 @@ static double *assemble(const Side *s, int j) {
   unsigned used = sd->partial;
   for (int i = 0; s->sharded && i < sd->rank; i++)
     for (int k = 0; k < sd->naxes[i]; k++) used |= 1u << sd->axes[i][k];
+  unsigned stage_mask = 0;
+  for (int k = 0; k < p->nstage_axes; k++) stage_mask |= 1u << p->stage_axes[k];
+  bool by_stage = s->sharded && p->stages && !(used & stage_mask); /* from the first stage holding it */
+  int first = 0;
+  while (by_stage && first < p->stages - 1 && !on_stage(sd->place, first, p->stages)) first++;
   for (int d = 0; d < s->ndev; d++) {
     bool skip = false;
     for (int a = 0; s->sharded && a < p->naxes; a++)
-      if (!(used >> a & 1) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
-    if (skip) continue;
+      if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
+    if (by_stage && stage_of(s, d) != first) skip = true;
+    if (skip || !holds(s, sd, d) || !s->slots[d][p->nin + p->nparams + j]) continue;
     RtBlock b;
     block_of(s, sd, d, &b);
     const void *buf = s->slots[d][p->nin + p->nparams + j];
     int64_t idx[RT_MAX_RANK] = {0}, m = elems(&b);
     for (int64_t li = 0; li < m; li++) {
       int64_t gi = 0;
-      for (int i = 0; i < b.ndims; i++) gi = gi * b.global[i] + b.start[i] + idx[i];
+      for (int i = 0; i < b.ndims; i++) gi = gi * b.global[i] + (i == 0 ? model_row(s, sd, b.start[0] + idx[0]) : b.start[i] + idx[i]);
       double v = get(buf, sd->dtype, li);
       g[gi] = s->sharded && sd->partial ? g[gi] + v : v;
       for (int i = b.ndims - 1; i >= 0; i--) {

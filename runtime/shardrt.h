@@ -405,6 +405,9 @@ typedef struct RtSlotDesc {
   unsigned partial;                 /* outputs: axes over which the blocks are partial sums */
   uint64_t key;                     /* inputs and params: rt_random_fill's tensor key */
   double lo, hi;                    /* ... its range (lo == hi: that constant) */
+  unsigned place;                   /* under a pipeline: the stages holding it (1 first, 2 middle, 4
+                                       last; 0 every device) */
+  int stacked;                      /* dim 0 is the pipeline's stacked dim (interleaved: storage order) */
 } RtSlotDesc;
 
 typedef struct RtProgram {
@@ -424,6 +427,10 @@ typedef struct RtProgram {
   uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
   const char *target;               /* the mesh's target, whose model the simulated clock keeps */
   double sim_compute_s, sim_comm_s, sim_step_s; /* `shardc sim`'s figures for the program (-1: none) */
+  int stages;                       /* a pipeline's p (0: none), its stage axes (major first), */
+  int nstage_axes, stage_axes[RT_MAX_AXES];
+  int chunks;                       /* V, and Lc: a stacked dim is held in storage order when V > 1 */
+  int64_t chunk_layers;
 } RtProgram;
 
 /* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format

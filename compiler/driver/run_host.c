@@ -57,8 +57,8 @@ static int stage_of(const RunSide *s, int dev) {
   return st;
 }
 
-static uint8_t place_of(const RunSide *s, const Value *v) {
-  const PipeInfo *pi = pipe_of(s);
+uint8_t run_value_place(const IrModule *m, const Value *v) {
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   const Op *d = v->def;
   if (!pi || !d) return PLACE_ALL;
   if (d->kind == OP_PIPELINE) {
@@ -68,6 +68,8 @@ static uint8_t place_of(const RunSide *s, const Value *v) {
   }
   return d->place;
 }
+
+static uint8_t place_of(const RunSide *s, const Value *v) { return pipe_of(s) ? run_value_place(s->m, v) : PLACE_ALL; }
 
 static bool holds(const RunSide *s, const Value *v, int dev) {
   const PipeInfo *pi = pipe_of(s);

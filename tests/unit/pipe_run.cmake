@@ -46,3 +46,9 @@ add_test(NAME run.pipe.mutation.perturbed
          COMMAND $<TARGET_FILE:shardc> run ${PIPE_DIR}/pipe_interleaved.shard --layout pp --steps 2)
 set_tests_properties(run.pipe.mutation.perturbed PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB=1"
                      PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+# `shardc build`: the executable places params on their stages and stacked tensors in storage
+# order as run does, and prints run's losses (interleaved(2), 3 steps: the same figures as run.pipe.interleaved).
+add_test(NAME build.pipe.interleaved
+         COMMAND sh -c "$<TARGET_FILE:shardc> build ${PIPE_DIR}/pipe_interleaved.shard --layout pp -o pipe_built && ./pipe_built --steps 3")
+set_tests_properties(build.pipe.interleaved PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION
+                     "PASS: .*loss step 1    4.29881 .*loss step 3    4.10598")
