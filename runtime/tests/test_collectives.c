@@ -542,6 +542,93 @@ static void test_all_reduce_group(void) {
   ut_end();
 }
 
+
+/* ---- rt_pipeline by hand: 2 stages x 2 (a send split over y), 3 microbatches ----
+ * first: x = the microbatch's row; chunk_fwd: x + the stage's row of the stacked w; last: x added
+ * into the accumulator. Stage 0 runs first, fwd, send; stage 1 recv, fwd, last. */
+static int pr_first(RtDevice *dev, void **in, void **out) {
+  int rc = rt_alloc(dev, 4 * sizeof(float), "x", &out[0]);
+  if (!rc) memcpy(out[0], in[0], 4 * sizeof(float));
+  return rc;
+}
+
+static int pr_fwd(RtDevice *dev, void **in, void **out) {
+  int rc = rt_alloc(dev, 4 * sizeof(float), "x", &out[0]);
+  for (int i = 0; !rc && i < 4; i++) ((float *)out[0])[i] = ((float *)in[0])[i] + ((float *)in[1])[i];
+  return rc;
+}
+
+static int pr_last(RtDevice *dev, void **in, void **out) {
+  int rc = rt_alloc(dev, 4 * sizeof(float), "g", &out[0]);
+  if (!rc) memcpy(out[0], in[0], 4 * sizeof(float));
+  return rc;
+}
+
+typedef struct PipeRun {
+  float result[4][4];
+  int has[4];
+} PipeRun;
+
+static int pipeline_device(RtDevice *dev, void *arg) {
+  PipeRun *r = arg;
+  static const RtPipeSlot in_first[] = {{RT_PIN_ENV, 0, RT_F32, 4}}, out_act[] = {{RT_POUT_ACT, 0, RT_F32, 4}};
+  static const RtPipeSlot in_fwd[] = {{RT_PIN_CHUNK, 2, RT_F32, 4}, {RT_PIN_ACT, 0, RT_F32, 4}};
+  static const RtPipeSlot in_last[] = {{RT_PIN_ACT, 0, RT_F32, 4}}, out_last[] = {{RT_POUT_ACC, 0, RT_F32, 4}};
+  static const int64_t rows[3] = {16, 16, 16}, acc_count[1] = {4};
+  static const int32_t acc_dtype[1] = {RT_F32}, first_action[3] = {0, 9, 18};
+  static const uint8_t place[1] = {4};
+  static const RtPipeAction acts[18] = {
+      {RT_PA_FIRST, 0, 0, 0, 0}, {RT_PA_FWD, 0, 0, 0, 0}, {RT_PA_SEND, 0, 0, 1, 1},
+      {RT_PA_FIRST, 0, 1, 0, 0}, {RT_PA_FWD, 0, 1, 0, 0}, {RT_PA_SEND, 0, 1, 1, 1},
+      {RT_PA_FIRST, 0, 2, 0, 0}, {RT_PA_FWD, 0, 2, 0, 0}, {RT_PA_SEND, 0, 2, 1, 1},
+      {RT_PA_RECV, 0, 0, 1, 0}, {RT_PA_FWD, 0, 0, 1, 0}, {RT_PA_LAST, 0, 0, 1, 0},
+      {RT_PA_RECV, 0, 1, 1, 0}, {RT_PA_FWD, 0, 1, 1, 0}, {RT_PA_LAST, 0, 1, 1, 0},
+      {RT_PA_RECV, 0, 2, 1, 0}, {RT_PA_FWD, 0, 2, 1, 0}, {RT_PA_LAST, 0, 2, 1, 0}};
+  static const RtPipe P = {.stages = 2, .chunks = 1, .microbatches = 3, .chunk_layers = 1, .nstage_axes = 1, .stage_axes = {0},
+                           .nsplit = 1, .split_axes = {1}, .nslices = 1, .ncarried = 1, .noperands = 3, .nresults = 1, .nsave = 1,
+                           .row_bytes = rows, .acc_dtype = acc_dtype, .acc_count = acc_count, .result_place = place,
+                           .region = {pr_first, pr_fwd, pr_last}, .nin = {1, 2, 1}, .nout = {1, 1, 1},
+                           .in = {in_first, in_fwd, in_last}, .out = {out_act, out_act, out_last}, .actions = acts,
+                           .first_action = first_action, .where = "test"};
+  int d = rt_device_index(dev), s = rt_device_coord(dev, 0);
+  float x[3][4], acc[4] = {0}, w[4];
+  for (int mb = 0; mb < 3; mb++)
+    for (int i = 0; i < 4; i++) x[mb][i] = (float)(mb * 10 + i);
+  for (int i = 0; i < 4; i++) w[i] = (float)((s + 1) * 100 + i);
+  void *ops[3] = {x, acc, w}, *res[1] = {NULL};
+  int rc = rt_pipeline(dev, &P, ops, res);
+  r->has[d] = res[0] != NULL;
+  if (res[0]) memcpy(r->result[d], res[0], sizeof r->result[d]);
+  rt_free(dev, res[0]);
+  return rc;
+}
+
+static void test_rt_pipeline(void) {
+  ut_begin("rt_pipeline: 2 stages x 2 devices (send split over y), 3 microbatches, the accumulator on the last stage only");
+  RtConfig cfg = test_mesh(2, (int[]){2, 2});
+  Runtime *rt;
+  rt_open(&cfg, &rt);
+  PipeRun r;
+  memset(&r, 0, sizeof r);
+  int rc = rt_run(rt, pipeline_device, &r);
+  UT_CHECK(rc == RT_OK, "rt_run: %s", rt_errmsg(rt));
+  for (int d = 0; d < 4; d++) {
+    bool last = d >= 2; /* x is the stage axis, major */
+    UT_CHECK(r.has[d] == last, "device %d: result %s", d, r.has[d] ? "held off the last stage" : "missing");
+    for (int i = 0; last && i < 4; i++) {
+      float want = (float)((0 + 10 + 20) + 3 * i + 3 * (100 + i) + 3 * (200 + i));
+      UT_CHECK(r.result[d][i] == want, "device %d element %d: %g, want %g", d, i, r.result[d][i], want);
+    }
+  }
+  for (int d = 0; d < 4; d++) {
+    RtStats st;
+    rt_stats(rt, d, &st);
+    UT_CHECK(st.mem_current == 0, "device %d still holds %zu bytes", d, st.mem_current);
+  }
+  rt_close(rt);
+  ut_end();
+}
+
 /* ---- rings over several axes, by hand ---- */
 
 typedef struct Ring {
@@ -734,6 +821,7 @@ int main(void) {
   test_send_recv();
   test_pipeline();
   test_all_reduce_group();
+  test_rt_pipeline();
   test_rings();
   test_nan_and_empty();
   test_mismatch();
