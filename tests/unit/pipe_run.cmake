@@ -52,3 +52,8 @@ add_test(NAME build.pipe.interleaved
          COMMAND sh -c "$<TARGET_FILE:shardc> build ${PIPE_DIR}/pipe_interleaved.shard --layout pp -o pipe_built && ./pipe_built --steps 3")
 set_tests_properties(build.pipe.interleaved PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION
                      "PASS: .*loss step 1    4.29881 .*loss step 3    4.10598")
+# --save after two interleaved(2) steps writes the stacked params in the model's layer order: loaded
+# into the 1f1b program they give the loss the third step had (4.10598, run.pipe.interleaved).
+add_test(NAME run.pipe.save_load
+         COMMAND sh -c "rm -rf pipe_save && $<TARGET_FILE:shardc> run ${PIPE_DIR}/pipe_interleaved.shard --layout pp --steps 2 --save pipe_save && $<TARGET_FILE:shardc> run ${PIPE_DIR}/pipe_1f1b.shard --layout pp --load pipe_save")
+set_tests_properties(run.pipe.save_load PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "PASS: [^\n]*pipe_1f1b[^\n]*\n[^\n]*\n  loss step 1    4.10598")
