@@ -170,5 +170,13 @@ int main(int argc, char **argv) {
     native_case(gqa_full, NULL, 0, "cp", rings[i], NULL, 1e-4, false);
   }
   native_case(ring_causal, NULL, 0, "cp", "ring4", NULL, 2e-2, true);
+  /* the long-context LLaMA's model and layout (rings inside stacked layers, full remat, tensor
+   * parallelism over model) on ctx 2 x model 2 and ctx 4 */
+  const char *llama_long = NATIVE_TEST_DIR "/llama_long_small.shard";
+  const char *ctx_meshes[] = {"ctx2", "ctx4"};
+  for (int i = 0; i < 2; i++) {
+    native_case(llama_long, NULL, 0, NULL, ctx_meshes[i], "llama.forward", 2e-2, false);
+    native_case(llama_long, NULL, 0, NULL, ctx_meshes[i], NULL, 2e-2, false);
+  }
   return ut_summary();
 }
