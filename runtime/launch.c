@@ -167,6 +167,16 @@ static double *assemble(const Side *s, int j) {
   return g;
 }
 
+/* A time as shardc's reports print one: 3 significant digits in s, ms, us or ns. */
+static const char *seconds_text(char *buf, size_t n, double s) {
+  if (s <= 0) snprintf(buf, n, "0");
+  else if (s >= 1) snprintf(buf, n, "%.3g s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.3g ms", s * 1e3);
+  else if (s >= 1e-6) snprintf(buf, n, "%.3g us", s * 1e6);
+  else snprintf(buf, n, "%.3g ns", s * 1e9);
+  return buf;
+}
+
 int rt_launch_main(int argc, char **argv, const RtProgram *p) {
   int steps = 1, json = 0;
   RtConfig cfg = {0};
@@ -213,16 +223,24 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
     if (p->step && s < steps - 1) side_carry(&ref), side_carry(&shd);
   }
   size_t peak = 0;
+  double clock[2] = {0, 0}; /* the simulated clock, averaged over the devices */
   for (int d = 0; d < shd.ndev; d++) {
     RtStats st;
-    if (rt_stats(shd.rt, d, &st) == RT_OK && st.mem_peak > peak) peak = st.mem_peak;
+    if (rt_stats(shd.rt, d, &st) != RT_OK) continue;
+    if (st.mem_peak > peak) peak = st.mem_peak;
+    clock[0] += st.sim_compute_s / shd.ndev, clock[1] += st.sim_comm_s / shd.ndev;
   }
   if (json) {
     printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
            pass ? "true" : "false", max_abs, max_rel);
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
-    printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g}\n",
+    printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
+    printf(", \"simulated\": {\"target\": \"%s\", \"compute_s\": %.17g, \"comm_s\": %.17g", p->target, clock[0], clock[1]);
+    if (p->sim_step_s >= 0)
+      printf(", \"sim_compute_s\": %.17g, \"sim_comm_s\": %.17g, \"sim_step_time_s\": %.17g", p->sim_compute_s,
+             p->sim_comm_s, p->sim_step_s);
+    printf("}}\n");
   } else {
     printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, shd.ndev, shd.ndev == 1 ? "" : "s",
            p->mesh);
@@ -233,6 +251,15 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
            steps > 1 ? " (mean of the steps)" : "");
     printf("  compile time   0 ms (built ahead of time)\n");
     printf("  peak memory    %zu bytes per device\n", peak);
+    char a[32], b[32];
+    printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", p->target,
+           seconds_text(a, sizeof a, clock[0]), seconds_text(b, sizeof b, clock[1]));
+    if (p->sim_step_s >= 0) {
+      char c[32], d[32], e[32];
+      printf(" (shardc sim: %s and %s; a step of %s with overlap)", seconds_text(c, sizeof c, p->sim_compute_s),
+             seconds_text(d, sizeof d, p->sim_comm_s), seconds_text(e, sizeof e, p->sim_step_s));
+    }
+    printf("\n");
   }
   status = pass ? 0 : 1;
 done:

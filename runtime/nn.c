@@ -1,7 +1,10 @@
 /* nn.c: the kernels generated code calls for the ops it does not open-code (shardrt.h: softmax,
  * the norms, cross entropy, take, attention and their gradients). Each walks an index space the
  * caller describes by strides (RtRows, RtAttn), computes in double as the reference interpreter does
- * (docs/interpreter.md), and rounds once when it stores at the tensor's dtype. */
+ * (docs/interpreter.md), and rounds once when it stores at the tensor's dtype. Attention's two
+ * contractions (and its backward's four) are f32 GEMMs instead, as a fused attention kernel on a
+ * GPU runs them; its softmax and row sums stay in double. */
+#include <cblas.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -257,46 +260,92 @@ int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int
 
 enum { AQ, AK, AV, AO, ADO };
 
-/* The scores of one query row into s[0..nk): scale q.k, masked; returns their max. */
-static double attn_scores(const RtAttn *a, const Walk *w, int64_t i, double scale, int64_t q_off, int64_t k_off,
-                          const void *q, const void *k, double *s) {
-  double m = -INFINITY;
-  for (int64_t j = 0; j < a->nk; j++) {
-    if (a->causal && k_off + j > q_off + i) {
-      s[j] = -INFINITY;
-      continue;
-    }
-    double d = 0;
-    for (int64_t h = 0; h < a->nh; h++)
-      d += ld(q, a->dtype[AQ], w->off[AQ] + i * a->sq[AQ] + h * a->sh[AQ]) * ld(k, a->dtype[AK], w->off[AK] + j * a->sk[AK] + h * a->sh[AK]);
-    s[j] = scale * d;
-    if (s[j] > m) m = s[j];
-  }
-  return m;
+/* Attention runs per position of the batch dims as GEMMs on f32 copies of that position's blocks
+ * (OpenBLAS, one thread per device), over tiles of ATTN_TILE query rows so that the scores take
+ * ATTN_TILE x nk floats whatever the sequence; the softmax and the sums the interpreter keeps in
+ * double stay in double per row. */
+#define ATTN_TILE 256
+
+typedef struct AttnBuf {
+  float *q, *k, *v, *o, *dout; /* [nq, nh], [nk, nh], [nk, nv], [nq, nv] (the forward's result, the
+                                  backward's o), [nq, nv] */
+  float *s, *dp;               /* [ATTN_TILE, nk]: scores, then probabilities; dout . v */
+  float *tmp;                  /* [max(nq, nk), max(nh, nv)]: a gradient block before it is added */
+} AttnBuf;
+
+static void attn_buf_free(AttnBuf *b) {
+  free(b->q), free(b->k), free(b->v), free(b->o), free(b->dout), free(b->s), free(b->dp), free(b->tmp);
 }
 
-/* softmax in place; a row masked everywhere gives zeros */
-static void attn_softmax(double *s, int64_t n, double m) {
-  double sum = 0;
-  for (int64_t j = 0; j < n; j++) sum += s[j] = m == -INFINITY ? 0 : exp(s[j] - m);
-  for (int64_t j = 0; j < n && sum > 0; j++) s[j] /= sum;
+static bool attn_buf_alloc(const RtAttn *a, AttnBuf *b, bool grad) {
+  memset(b, 0, sizeof *b);
+  int64_t nq = a->nq > 0 ? a->nq : 1, nk = a->nk > 0 ? a->nk : 1, nh = a->nh > 0 ? a->nh : 1, nv = a->nv > 0 ? a->nv : 1;
+  int64_t tile = nq < ATTN_TILE ? nq : ATTN_TILE, rows = nq > nk ? nq : nk, cols = nh > nv ? nh : nv;
+  b->q = malloc(sizeof(float) * (size_t)(nq * nh));
+  b->k = malloc(sizeof(float) * (size_t)(nk * nh));
+  b->v = malloc(sizeof(float) * (size_t)(nk * nv));
+  b->s = malloc(sizeof(float) * (size_t)(tile * nk));
+  b->o = malloc(sizeof(float) * (size_t)(nq * nv));
+  bool ok = b->q && b->k && b->v && b->s && b->o;
+  if (grad) {
+    b->dout = malloc(sizeof(float) * (size_t)(nq * nv));
+    b->dp = malloc(sizeof(float) * (size_t)(tile * nk));
+    b->tmp = malloc(sizeof(float) * (size_t)(rows * cols));
+    ok = ok && b->dout && b->dp && b->tmp;
+  }
+  if (!ok) attn_buf_free(b);
+  return ok;
+}
+
+/* rows x cols of tensor t at base (row stride rs, column stride cs) into dst, row-major f32 */
+static void attn_gather(float *dst, const void *src, int64_t dt, int64_t base, int64_t rows, int64_t rs, int64_t cols,
+                        int64_t cs) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t c = 0; c < cols; c++) dst[i * cols + c] = (float)ld(src, dt, base + i * rs + c * cs);
+}
+
+/* The probabilities of query rows [i0, i0 + n) into b->s ([n, nk]): q.k scaled, masked where a
+ * key comes after its query (logical positions k_off + j and q_off + i), softmax in double; a row
+ * masked everywhere gives zeros. */
+static void attn_probs(const RtAttn *a, AttnBuf *b, double scale, int64_t q_off, int64_t k_off, int64_t i0, int64_t n) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)a->nk, (int)a->nh, (float)scale, b->q + i0 * a->nh,
+              (int)a->nh, b->k, (int)a->nh, 0.0f, b->s, (int)a->nk);
+  for (int64_t r = 0; r < n; r++) {
+    float *s = b->s + r * a->nk;
+    int64_t visible = a->causal ? q_off + i0 + r - k_off + 1 : a->nk; /* keys j < visible */
+    if (visible > a->nk) visible = a->nk;
+    if (visible < 0) visible = 0;
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < visible; j++) m = s[j] > m ? s[j] : m;
+    for (int64_t j = 0; j < visible; j++) {
+      double e = exp((double)s[j] - m);
+      s[j] = (float)e;
+      sum += e;
+    }
+    for (int64_t j = 0; j < visible; j++) s[j] = (float)(s[j] / sum);
+    for (int64_t j = visible; j < a->nk; j++) s[j] = 0;
+  }
 }
 
 int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
                     const void *k, const void *v, void *o) {
-  double *p = malloc(sizeof(double) * (size_t)(a->nk > 0 ? a->nk : 1));
-  if (!p) return rt_fail(dev, "attention: out of host memory");
+  AttnBuf b;
+  if (!attn_buf_alloc(a, &b, false)) return rt_fail(dev, "attention: out of host memory");
   Walk w;
-  for (walk_begin(&w, a->nb, a->extent); !w.done; walk_next(&w, a->nb, a->extent, a->stride))
-    for (int64_t i = 0; i < a->nq; i++) {
-      attn_softmax(p, a->nk, attn_scores(a, &w, i, scale, q_off, k_off, q, k, p));
-      for (int64_t c = 0; c < a->nv; c++) {
-        double acc = 0;
-        for (int64_t j = 0; j < a->nk; j++) acc += p[j] * ld(v, a->dtype[AV], w.off[AV] + j * a->sk[AV] + c * a->sv[AV]);
-        st(o, a->dtype[AO], w.off[AO] + i * a->sq[AO] + c * a->sv[AO], acc);
-      }
+  for (walk_begin(&w, a->nb, a->extent); !w.done; walk_next(&w, a->nb, a->extent, a->stride)) {
+    attn_gather(b.q, q, a->dtype[AQ], w.off[AQ], a->nq, a->sq[AQ], a->nh, a->sh[AQ]);
+    attn_gather(b.k, k, a->dtype[AK], w.off[AK], a->nk, a->sk[AK], a->nh, a->sh[AK]);
+    attn_gather(b.v, v, a->dtype[AV], w.off[AV], a->nk, a->sk[AV], a->nv, a->sv[AV]);
+    for (int64_t i0 = 0; i0 < a->nq; i0 += ATTN_TILE) {
+      int64_t n = a->nq - i0 < ATTN_TILE ? a->nq - i0 : ATTN_TILE;
+      attn_probs(a, &b, scale, q_off, k_off, i0, n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)a->nv, (int)a->nk, 1.0f, b.s, (int)a->nk, b.v,
+                  (int)a->nv, 0.0f, b.o + i0 * a->nv, (int)a->nv);
     }
-  free(p);
+    for (int64_t i = 0; i < a->nq; i++)
+      for (int64_t c = 0; c < a->nv; c++) st(o, a->dtype[AO], w.off[AO] + i * a->sq[AO] + c * a->sv[AO], b.o[i * a->nv + c]);
+  }
+  attn_buf_free(&b);
   return RT_OK;
 }
 
@@ -308,41 +357,58 @@ static int64_t attn_extent(const RtAttn *a, int t) {
   return e + 1;
 }
 
+/* tmp ([rows, cols] row-major) added into the double gradient g at base (strides rs, cs) */
+static void attn_add(double *g, int64_t base, const float *tmp, int64_t rows, int64_t rs, int64_t cols, int64_t cs) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t c = 0; c < cols; c++) g[base + i * rs + c * cs] += tmp[i * cols + c];
+}
+
 int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
                          const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv) {
   int64_t nq = attn_extent(a, AQ), nk = attn_extent(a, AK), nv = attn_extent(a, AV);
   double *gq = calloc((size_t)nq, sizeof(double)), *gk = calloc((size_t)nk, sizeof(double)), *gv = calloc((size_t)nv, sizeof(double));
-  double *p = malloc(sizeof(double) * (size_t)(a->nk > 0 ? a->nk : 1)), *dp = malloc(sizeof(double) * (size_t)(a->nk > 0 ? a->nk : 1));
-  if (!gq || !gk || !gv || !p || !dp) {
-    free(gq), free(gk), free(gv), free(p), free(dp);
+  AttnBuf b;
+  bool have = attn_buf_alloc(a, &b, true);
+  if (!gq || !gk || !gv || !have) {
+    free(gq), free(gk), free(gv);
+    if (have) attn_buf_free(&b);
     return rt_fail(dev, "attention_grad: out of host memory");
   }
+  int64_t NQ = a->nq, NK = a->nk, NH = a->nh, NV = a->nv;
   Walk w;
-  for (walk_begin(&w, a->nb, a->extent); !w.done; walk_next(&w, a->nb, a->extent, a->stride))
-    for (int64_t i = 0; i < a->nq; i++) {
-      attn_softmax(p, a->nk, attn_scores(a, &w, i, scale, q_off, k_off, q, k, p));
-      double D = 0;
-      for (int64_t c = 0; c < a->nv; c++)
-        D += ld(dout, a->dtype[ADO], w.off[ADO] + i * a->sq[ADO] + c * a->sv[ADO]) * ld(o, a->dtype[AO], w.off[AO] + i * a->sq[AO] + c * a->sv[AO]);
-      for (int64_t j = 0; j < a->nk; j++) {
-        double s = 0;
-        for (int64_t c = 0; c < a->nv; c++)
-          s += ld(dout, a->dtype[ADO], w.off[ADO] + i * a->sq[ADO] + c * a->sv[ADO]) * ld(v, a->dtype[AV], w.off[AV] + j * a->sk[AV] + c * a->sv[AV]);
-        dp[j] = p[j] * (s - D); /* ds */
+  for (walk_begin(&w, a->nb, a->extent); !w.done; walk_next(&w, a->nb, a->extent, a->stride)) {
+    attn_gather(b.q, q, a->dtype[AQ], w.off[AQ], NQ, a->sq[AQ], NH, a->sh[AQ]);
+    attn_gather(b.k, k, a->dtype[AK], w.off[AK], NK, a->sk[AK], NH, a->sh[AK]);
+    attn_gather(b.v, v, a->dtype[AV], w.off[AV], NK, a->sk[AV], NV, a->sv[AV]);
+    attn_gather(b.o, o, a->dtype[AO], w.off[AO], NQ, a->sq[AO], NV, a->sv[AO]);
+    attn_gather(b.dout, dout, a->dtype[ADO], w.off[ADO], NQ, a->sq[ADO], NV, a->sv[ADO]);
+    for (int64_t i0 = 0; i0 < NQ; i0 += ATTN_TILE) {
+      int64_t n = NQ - i0 < ATTN_TILE ? NQ - i0 : ATTN_TILE;
+      attn_probs(a, &b, scale, q_off, k_off, i0, n); /* b.s: p */
+      /* dp = dout . v^T; ds = p (dp - D), D = dout . o per row (in double) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)NK, (int)NV, 1.0f, b.dout + i0 * NV, (int)NV, b.v,
+                  (int)NV, 0.0f, b.dp, (int)NK);
+      for (int64_t r = 0; r < n; r++) {
+        double D = 0;
+        for (int64_t c = 0; c < NV; c++) D += (double)b.dout[(i0 + r) * NV + c] * b.o[(i0 + r) * NV + c];
+        for (int64_t j = 0; j < NK; j++) b.dp[r * NK + j] = (float)(b.s[r * NK + j] * ((double)b.dp[r * NK + j] - D));
       }
-      for (int64_t j = 0; j < a->nk; j++) {
-        if (p[j] == 0 && dp[j] == 0) continue;
-        for (int64_t h = 0; h < a->nh; h++) {
-          gq[w.off[AQ] + i * a->sq[AQ] + h * a->sh[AQ]] += scale * dp[j] * ld(k, a->dtype[AK], w.off[AK] + j * a->sk[AK] + h * a->sh[AK]);
-          gk[w.off[AK] + j * a->sk[AK] + h * a->sh[AK]] += scale * dp[j] * ld(q, a->dtype[AQ], w.off[AQ] + i * a->sq[AQ] + h * a->sh[AQ]);
-        }
-        for (int64_t c = 0; c < a->nv; c++)
-          gv[w.off[AV] + j * a->sk[AV] + c * a->sv[AV]] += p[j] * ld(dout, a->dtype[ADO], w.off[ADO] + i * a->sq[ADO] + c * a->sv[ADO]);
-      }
+      /* dq = scale ds . k, dk = scale ds^T . q, dv = p^T . dout */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)NH, (int)NK, (float)scale, b.dp, (int)NK, b.k,
+                  (int)NH, 0.0f, b.tmp, (int)NH);
+      attn_add(gq, w.off[AQ] + i0 * a->sq[AQ], b.tmp, n, a->sq[AQ], NH, a->sh[AQ]);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)NK, (int)NH, (int)n, (float)scale, b.dp, (int)NK,
+                  b.q + i0 * NH, (int)NH, 0.0f, b.tmp, (int)NH);
+      attn_add(gk, w.off[AK], b.tmp, NK, a->sk[AK], NH, a->sh[AK]);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)NK, (int)NV, (int)n, 1.0f, b.s, (int)NK,
+                  b.dout + i0 * NV, (int)NV, 0.0f, b.tmp, (int)NV);
+      attn_add(gv, w.off[AV], b.tmp, NK, a->sk[AV], NV, a->sv[AV]);
     }
+  }
   for (int64_t i = 0; dq && i < nq; i++) st(dq, a->dtype[AQ], i, gq[i]);
   for (int64_t i = 0; dk && i < nk; i++) st(dk, a->dtype[AK], i, gk[i]);
   for (int64_t i = 0; dv && i < nv; i++) st(dv, a->dtype[AV], i, gv[i]);
-  free(gq), free(gk), free(gv), free(p), free(dp);
+  free(gq), free(gk), free(gv);
+  attn_buf_free(&b);
   return RT_OK;
 }

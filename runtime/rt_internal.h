@@ -63,6 +63,7 @@ struct RtDevice {
   double spin_s;            /* how long this device spins before sleeping, learnt (sync.c; own thread) */
   uint64_t ncoll;           /* this run's collective calls (own thread only) */
   double coll_seconds;
+  double clock[2];          /* the simulated clock (rt_clock_add; own thread only) */
   pthread_t thread;
   int rc;                   /* what the entry function returned */
   /* Sleeping (sync.c), on a cache line of its own: the bell this device sleeps on now (NULL

@@ -192,7 +192,13 @@ int rt_stats(const Runtime *rt, int device, RtStats *out) {
   out->mem_cap = rt->mem_cap;
   out->collectives = d->ncoll;
   out->coll_seconds = d->coll_seconds;
+  out->sim_compute_s = d->clock[RT_CLOCK_COMPUTE];
+  out->sim_comm_s = d->clock[RT_CLOCK_COMM];
   return RT_OK;
+}
+
+void rt_clock_add(RtDevice *dev, int stream, double seconds) {
+  if (dev && (stream == RT_CLOCK_COMPUTE || stream == RT_CLOCK_COMM)) dev->clock[stream] += seconds;
 }
 
 /* ---- running ---- */
@@ -212,6 +218,7 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
     atomic_store(&d->where, 0);
     d->ncoll = 0;
     d->coll_seconds = 0;
+    d->clock[0] = d->clock[1] = 0;
     d->rc = RT_OK;
   }
 

@@ -120,10 +120,18 @@ typedef struct RtStats {
   uint64_t allocs;      /* allocations so far (failed ones included) */
   uint64_t collectives; /* collective, barrier, send and recv calls in the last run */
   double coll_seconds;  /* wall time spent inside them in the last run, waiting included */
+  double sim_compute_s; /* the simulated clock of the last run (rt_clock_add): compute kernels */
+  double sim_comm_s;    /* ... and collectives */
 } RtStats;
 int rt_stats(const Runtime *rt, int device, RtStats *out);
 
 /* ---- inside a device function ---- */
+
+/* The device's simulated clock: generated code adds the time the simulated target (shardc sim's
+ * model) takes for each kernel it runs, stream RT_CLOCK_COMPUTE or RT_CLOCK_COMM; rt_stats reads
+ * the sums of the last run. The device's own thread only. */
+enum { RT_CLOCK_COMPUTE, RT_CLOCK_COMM };
+void rt_clock_add(RtDevice *dev, int stream, double seconds);
 
 int rt_device_index(const RtDevice *dev);
 int rt_device_coord(const RtDevice *dev, int axis); /* -1 for an axis the mesh lacks */
@@ -380,6 +388,8 @@ typedef struct RtProgram {
   const int *carry;                 /* takes output carry[2i + 1] */
   double atol, rtol;                /* the comparison's tolerance (docs/run.md) */
   uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
+  const char *target;               /* the mesh's target, whose model the simulated clock keeps */
+  double sim_compute_s, sim_comm_s, sim_step_s; /* `shardc sim`'s figures for the program (-1: none) */
 } RtProgram;
 
 /* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format

@@ -22,6 +22,7 @@
 
 #include "diag.h"
 #include "lower_int.h"
+#include "sim.h"
 
 /* ---- types and helpers ---- */
 
@@ -1004,6 +1005,16 @@ static void free_region(Lower *L, const IrFunc *f) {
     }
 }
 
+/* The simulated clock (lower_set_clock): the device adds the time sim gives op, where it is not 0. */
+static void clock_op(Lower *L, const Op *op) {
+  if (!L->mesh || !L->lw->clock) return;
+  double s = sim_costs_op_seconds(L->lw->clock, op);
+  if (s <= 0) return;
+  LLVMTypeRef args[3] = {L->ptr, L->i32, L->f64};
+  LLVMValueRef vals[3] = {L->dev, ci32(L, ir_op_is_collective(op->kind) ? 1 : 0), LLVMConstReal(L->f64, s)};
+  lower_call(L, "rt_clock_add", LLVMVoidTypeInContext(L->C), args, 3, vals);
+}
+
 /* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
  * reading any value living in it; f's outputs stay. */
 static bool lower_region(Lower *L, const IrFunc *f) {
@@ -1077,6 +1088,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       ok = false;
       break;
     }
+    clock_op(L, op);
     const Value *leaf[16];
     int nleaf = op_leaves(L, op, leaf, 0);
     for (int i = 0; i < nleaf; i++) {
@@ -1211,6 +1223,10 @@ static void init_types(Lower *L) {
   LLVMTypeRef g[20] = {L->i32, L->i32, L->i32, L->i32, L->i32, L->i64, L->i64, L->i64, L->i64, L->ptr, L->i64, L->i64,
                        L->ptr, L->i64, L->i64, L->ptr, L->i64, L->i64, L->f32, L->f32};
   L->gemm_t = LLVMStructTypeInContext(C, g, 20, 0);
+}
+
+void lower_set_clock(Lowered *lw, const SimCosts *costs) {
+  if (lw) lw->clock = costs;
 }
 
 Lowered *lower_new(void) {

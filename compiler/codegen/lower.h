@@ -32,6 +32,13 @@ void lower_free(Lowered *lw);
  * its source); returns false after any. */
 bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char *name);
 
+/* The simulated clock: each function lowered after this for a mesh adds, as its device runs each
+ * op, the time `shardc sim` gives that op on the mesh's target (sim_costs_op_seconds of `costs`,
+ * built for the same localised module) to the device's clock (rt_clock_add: compute kernels and
+ * collectives apart), so that a run reports what it executed in simulated time. NULL: no clock. */
+typedef struct SimCosts SimCosts;
+void lower_set_clock(Lowered *lw, const SimCosts *costs);
+
 /* Verifies the module, then optimises it at O2 for the host CPU. false with the reason in err. */
 bool lower_finish(Lowered *lw, char *err, size_t n);
 

@@ -14,6 +14,7 @@ struct Lowered {
   bool finished;
   bool consumed;        /* handed to the JIT */
   void *jit;            /* the LLJIT (LLVMOrcLLJITRef) holding the compiled code, disposed with it */
+  const SimCosts *clock; /* lower_set_clock */
 };
 
 /* One tensor a loop nest reads or writes: its buffer, dtype and per-nest-dim strides (elements). */

@@ -23,6 +23,7 @@
 #include "shardrt.h"
 #include "npy.h"
 #include "run_host.h"
+#include "sim.h"
 #include "step.h"
 
 /* Tolerances by dtype: |sharded - one device| <= atol + rtol |one device|, elementwise, by the
@@ -159,7 +160,7 @@ static const char *fmt_bytes(char *buf, size_t n, double b) {
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program);
+                             const RunGen *gpar, DType program, const SimReport *sim);
 
 /* build: `shardc build FILE -o EXE` stops after lowering and writes the executable instead. */
 static int run(const Options *o, Arena *arena, bool build) {
@@ -228,7 +229,17 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   free(range);
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
+  /* the simulated clock: each op the devices run adds the time `shardc sim` gives it on the mesh's
+   * target, so the run reports what it executed in simulated time (compared with sim below) */
+  SimCosts costs;
+  if (ok) {
+    sim_costs_build(arena, m, mesh, false, &costs);
+    lower_set_clock(lw, &costs);
+  }
   if (ok) ok = lower_function(lw, m, mesh, "shard_device");
+  SimReport sim = {0};
+  SimOptions sim_opts = {0};
+  bool simulated = ok && sim_program(p, m, &sim_opts, &sim);
   char err[512];
   double t_lower = rt_seconds();
   if (ok && !lower_finish(lw, err, sizeof err)) {
@@ -237,7 +248,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
-    else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32));
+    else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
+    sim_report_free(&sim);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
     interp_free_tensors(params, m->nparams);
@@ -245,6 +257,7 @@ static int run(const Options *o, Arena *arena, bool build) {
     return ok && diag_error_count() == 0 ? EXIT_OK : EXIT_PROGRAM_ERROR;
   }
   if (ok && o->emit_llvm) {
+    sim_report_free(&sim);
     lower_print(lw, stdout);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
@@ -264,6 +277,7 @@ static int run(const Options *o, Arena *arena, bool build) {
     fprintf(stderr, "run: lowering %.1f ms, O2 %.1f ms, JIT %.1f ms\n", (t_lower - t0) * 1e3, (t_o2 - t_lower) * 1e3,
             (rt_seconds() - t_o2) * 1e3);
   if (!ok) {
+    sim_report_free(&sim);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
     interp_free_tensors(params, m->nparams);
@@ -332,6 +346,9 @@ static int run(const Options *o, Arena *arena, bool build) {
     if (!saved) goto done;
   }
   size_t peak = run_side_peak(shd);
+  double clock_compute, clock_comm;
+  run_side_clock(shd, &clock_compute, &clock_comm);
+
   int ndev = run_side_devices(shd);
   double step_s = run_side_seconds(shd) / steps, ref_s = run_side_seconds(ref) / steps;
   if (o->format == FORMAT_JSON) {
@@ -349,6 +366,15 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
     cJSON_AddNumberToObject(j, "atol", D.atol);
     cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    cJSON *c = cJSON_AddObjectToObject(j, "simulated");
+    cJSON_AddStringToObject(c, "target", mesh->target->name);
+    cJSON_AddNumberToObject(c, "compute_s", clock_compute);
+    cJSON_AddNumberToObject(c, "comm_s", clock_comm);
+    if (simulated) {
+      cJSON_AddNumberToObject(c, "sim_compute_s", sim.compute_s);
+      cJSON_AddNumberToObject(c, "sim_comm_s", sim.comm_s);
+      cJSON_AddNumberToObject(c, "sim_step_time_s", sim.step_s);
+    }
     report_json(j);
   } else {
     char b[32];
@@ -361,9 +387,16 @@ static int run(const Options *o, Arena *arena, bool build) {
            steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
     printf("  compile time   %.1f ms (lowering, O2, JIT)\n", compile_s * 1e3);
     printf("  peak memory    %s per device\n", fmt_bytes(b, sizeof b, (double)peak));
+    printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", mesh->target->name,
+           report_seconds(arena, clock_compute), report_seconds(arena, clock_comm));
+    if (simulated)
+      printf(" (shardc sim: %s and %s; a step of %s with overlap)", report_seconds(arena, sim.compute_s),
+             report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
+    printf("\n");
   }
   rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
 done:
+  sim_report_free(&sim);
   run_side_close(ref);
   run_side_close(shd);
   free(loss_ref);
@@ -406,7 +439,7 @@ static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program) {
+                             const RunGen *gpar, DType program, const SimReport *sim) {
   char err[512], obj[4200], csrc[4200], cmd[16384];
   if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
     const Op *ring = NULL;
@@ -461,8 +494,10 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   fprintf(f, "}, .axis_name = {");
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "\"%s\", ", mesh->axes[a].name);
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
-             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull};\n",
-          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed);
+             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n"
+             "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n",
+          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed,
+          mesh->target->name, sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
   fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
   free(pval);
   if (fclose(f) != 0) {

@@ -89,13 +89,7 @@ static const char *fmt_bytes(Arena *a, double b) {
   return arena_printf(a, "%s", buf);
 }
 
-static const char *fmt_time(Arena *a, double s) {
-  if (s <= 0) return "0";
-  if (s >= 1) return arena_printf(a, "%.3g s", s);
-  if (s >= 1e-3) return arena_printf(a, "%.3g ms", s * 1e3);
-  if (s >= 1e-6) return arena_printf(a, "%.3g us", s * 1e6);
-  return arena_printf(a, "%.3g ns", s * 1e9);
-}
+static const char *fmt_time(Arena *a, double s) { return report_seconds(a, s); }
 
 static const char *fmt_count(Arena *a, double n) {
   if (n >= 1e15 || n != floor(n)) return arena_printf(a, "%.3g", n); /* a pipeline's averages: 0.25 */

@@ -106,3 +106,11 @@ void report_wrapped(FILE *out, int width, const char *first, const char *indent,
   }
   fputc('\n', out);
 }
+
+const char *report_seconds(Arena *a, double s) {
+  if (s <= 0) return "0";
+  if (s >= 1) return arena_printf(a, "%.3g s", s);
+  if (s >= 1e-3) return arena_printf(a, "%.3g ms", s * 1e3);
+  if (s >= 1e-6) return arena_printf(a, "%.3g us", s * 1e6);
+  return arena_printf(a, "%.3g ns", s * 1e9);
+}

@@ -24,4 +24,6 @@ void report_wrapped(FILE *out, int width, const char *first, const char *indent,
 /* The file of a place as reports print it: the path as given on the command line or resolved by
  * import (diagnostics print the same). */
 const char *report_file(SrcLoc loc);
+/* A time to 3 significant digits in s, ms, us or ns ("0" for none), in the arena. */
+const char *report_seconds(Arena *a, double s);
 #endif

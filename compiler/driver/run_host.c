@@ -340,6 +340,16 @@ void run_side_perturb(RunSide *s, int j, double delta) {
 double run_side_seconds(const RunSide *s) { return s->seconds; }
 int run_side_devices(const RunSide *s) { return s->ndev; }
 
+void run_side_clock(const RunSide *s, double *compute_s, double *comm_s) {
+  double c = 0, k = 0;
+  for (int d = 0; d < s->ndev; d++) {
+    RtStats st;
+    if (rt_stats(s->rt, d, &st) == RT_OK) c += st.sim_compute_s, k += st.sim_comm_s;
+  }
+  *compute_s = s->ndev ? c / s->ndev : 0;
+  *comm_s = s->ndev ? k / s->ndev : 0;
+}
+
 size_t run_side_peak(const RunSide *s) {
   size_t peak = 0;
   for (int d = 0; d < s->ndev; d++) {

@@ -40,6 +40,9 @@ Tensor *run_side_output(RunSide *s, int j);
 /* Tests: adds delta to element 0 of device 0's block of output j. */
 void run_side_perturb(RunSide *s, int j, double delta);
 double run_side_seconds(const RunSide *s);  /* summed over the runs */
-size_t run_side_peak(const RunSide *s);     /* the largest per-device peak of rt_alloc'd bytes */
+size_t run_side_peak(const RunSide *s);
+/* The simulated clock of the last run (lower_set_clock, rt_clock_add): compute and collective
+ * seconds, averaged over the devices (each pipeline stage's devices run that stage's share). */
+void run_side_clock(const RunSide *s, double *compute_s, double *comm_s);     /* the largest per-device peak of rt_alloc'd bytes */
 int run_side_devices(const RunSide *s);
 #endif

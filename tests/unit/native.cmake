@@ -124,13 +124,15 @@ add_test(NAME build.llama3_8b
 set_tests_properties(build.llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "\"pass\": true")
 
 # A device that stops taking part (SHARDC_RUN_STALL=S: device 0 sleeps S s, then returns without
-# running): the others' collective times out after --timeout and names both devices and the
-# collective; with S 0 they notice at once. An error, never a hang.
+# running): a collective of the others times out after --timeout and names its device, the
+# collective and the device it waits for (which device notices first depends on the threads'
+# timing: one waiting for device 0, or one waiting for a device that waits for it); with S 0 they
+# notice at once. An error, never a hang.
 add_test(NAME run.error.timeout
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
                  --mesh "h100[data: 2, model: 2]" --timeout 0.3)
 set_tests_properties(run.error.timeout PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=1" TIMEOUT 20
-  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: all_gather over \\(data\\) timed out after 0.3 s waiting for device 0")
+  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: (all_gather|all_reduce) over \\((data|model)\\) timed out after 0.3 s waiting for device [0-9] \\[data=[01], model=[01]\\]")
 add_test(NAME run.error.device_returned
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
                  --mesh "h100[data: 2, model: 2]")
@@ -178,3 +180,17 @@ add_test(NAME run.ring.mutation.zigzag
                  --entry causal_net.forward)
 set_tests_properties(run.ring.mutation.zigzag PROPERTIES ENVIRONMENT "SHARDC_RING_MUTATE=zigzag"
                      PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+# The simulated clock (issue 11): what the devices executed, priced by sim's model as they ran it,
+# equals `shardc sim` on the same program: a forward, train steps with microbatches, remat and
+# tensor/sequence parallelism, and expert parallelism's AllToAlls.
+foreach(case "mlp_train|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--mesh;h100[data: 2, model: 2]"
+             "mlp_forward|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--entry;mlp.forward;--mesh;tpu_v5e[data: 2, model: 2]"
+             "llama3_8b|${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard;${LM_SMALL};-D;kv_heads=2;--layout;fsdp_tp_sp;--mesh;h100[data: 2, model: 2]"
+             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]")
+  string(FIND "${case}" "|" bar)
+  string(SUBSTRING "${case}" 0 ${bar} name)
+  math(EXPR rest "${bar} + 1")
+  string(SUBSTRING "${case}" ${rest} -1 args)
+  add_test(NAME run.clock.${name}
+           COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> "-DARGS=${args}" -P ${CMAKE_CURRENT_LIST_DIR}/native/clock_check.cmake)
+endforeach()
