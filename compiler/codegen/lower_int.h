@@ -60,4 +60,9 @@ bool lower_nn_take(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuff
 bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer nb);                        /* route */
 bool lower_nn_select(Lower *L, const Op *op, LLVMValueRef row_offset, LowerNewBuffer nb); /* onehot, pick */
 bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef k_off, LowerNewBuffer nb);
+
+/* lower_ring.c: a ring attention (Op.ring) as a call into runtime/nn_ring.c, given its RtAttn
+ * (attn[0..nattn), the key extent the device's block) and the query block's offset. */
+#define RT_RING_WORDS 12 /* RtRing (shardrt.h): naxes, axes[8], zz_n, zq_chunk, zk_chunk */
+bool lower_ring_attention(Lower *L, const Op *op, const int64_t *attn, int nattn, LLVMValueRef q_off);
 #endif
