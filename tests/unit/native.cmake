@@ -182,11 +182,12 @@ set_tests_properties(run.ring.mutation.zigzag PROPERTIES ENVIRONMENT "SHARDC_RIN
                      PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
 # The simulated clock (issue 11): what the devices executed, priced by sim's model as they ran it,
 # equals `shardc sim` on the same program: a forward, train steps with microbatches, remat and
-# tensor/sequence parallelism, and expert parallelism's AllToAlls.
+# tensor/sequence parallelism, expert parallelism's AllToAlls, and ring attention.
 foreach(case "mlp_train|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--mesh;h100[data: 2, model: 2]"
              "mlp_forward|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--entry;mlp.forward;--mesh;tpu_v5e[data: 2, model: 2]"
              "llama3_8b|${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard;${LM_SMALL};-D;kv_heads=2;--layout;fsdp_tp_sp;--mesh;h100[data: 2, model: 2]"
-             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]")
+             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]"
+             "ring|${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard;${LM_SMALL};-D;kv_heads=2;--mesh;h100[data: 1, ctx: 2, model: 2]")
   string(FIND "${case}" "|" bar)
   string(SUBSTRING "${case}" 0 ${bar} name)
   math(EXPR rest "${bar} + 1")
