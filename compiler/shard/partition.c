@@ -1536,6 +1536,8 @@ struct PartLedger {
   size_t cap, len;
   bool *dirty;
   IntVec list;
+  long double *charged; /* by unit: its own time and its keys' in full, as added to `tree` */
+  long double *tree;    /* Fenwick tree over units of `charged` (partition_ledger_bound_before) */
   CacheVec cache;       /* never filled: stands for every function's cache in the ledger's walks */
   int cur;              /* the unit being walked */
   long double time_s, count;
@@ -1650,6 +1652,26 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
   return v;
 }
 
+/* ---- the units' charges, summed by prefix (a Fenwick tree over units 0..n) ---- */
+
+static void charge_add(PartLedger *L, int u, long double d) {
+  for (int i = u + 1; i <= L->n + 1; i += i & -i) L->tree[i] += d;
+}
+
+static long double charge_before(const PartLedger *L, int u) { /* units 0 .. u-1 */
+  long double s = 0;
+  for (int i = u; i > 0; i -= i & -i) s += L->tree[i];
+  return s;
+}
+
+/* Sets unit u's charge to its own time plus its keys' (as they are now). */
+static void charge_set(PartLedger *L, int u) {
+  long double c = L->own[u].time_s;
+  for (int k = 0; k < L->req[u].len; k++) c += L->req[u].data[k]->time_s;
+  charge_add(L, u, c - L->charged[u]);
+  L->charged[u] = c;
+}
+
 static void ledger_mark(PartLedger *L, int u) {
   if (u < 0 || u > L->n || L->dirty[u]) return;
   L->dirty[u] = true;
@@ -1716,6 +1738,7 @@ static void ledger_rewalk(PartLedger *L) {
       else walk_loop_tail(&W, lu->op, lu->mult, &L->cache);
     }
     L->own[u] = W.cost;
+    charge_set(L, u);
     L->time_s += W.cost.time_s;
     L->count += W.cost.count;
     L->errors += W.cost.errors;
@@ -1794,6 +1817,8 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
   L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
   L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
   L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
+  L->charged = ARENA_ARRAY(&L->a, long double, n + 1);
+  L->tree = ARENA_ARRAY(&L->a, long double, n + 2);
   ledger_func(L, m->main, 1);
   L->unit[L->n] = (LedgerUnit){.kind = LU_OUTPUTS, .f = m->main, .tail = -1, .mult = 1};
   for (int k = 0; k < m->main->noutputs; k++) {
@@ -1855,6 +1880,7 @@ void partition_ledger_rollback(PartLedger *L) {
     kc->e->time_s = kc->time_s;
     kc->e->count = kc->count;
   }
+  for (int i = 0; i < L->undo.len; i++) charge_set(L, L->undo.data[i].unit); /* (keys' costs back first) */
   L->time_s = L->saved_time_s;
   L->count = L->saved_count;
   L->errors = L->saved_errors;
@@ -1871,6 +1897,19 @@ PartCost partition_ledger_cost(const PartLedger *L) {
 }
 
 long partition_ledger_walked(const PartLedger *L) { return L ? L->walked : 0; }
+
+/* Every unit from op's on is charged at most what it contributes to the total and at least 0:
+ * its own time, and each key it asks for in full (a key asked for by several units is charged
+ * once in the total, so taking it out once per unit takes out at least its share). What is left
+ * is what the units before op are charged, and a key they ask for, at least. */
+double partition_ledger_bound_before(const PartLedger *L, const Op *op) {
+  if (!L) return 0;
+  if (!op) return (double)L->time_s;
+  int u = ledger_unit_of(L, op);
+  if (u < 0) return 0;
+  long double later = charge_before(L, L->n + 1) - charge_before(L, u);
+  return (double)(L->time_s - later);
+}
 
 void partition_ledger_free(PartLedger *L) {
   if (!L) return;

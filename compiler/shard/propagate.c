@@ -105,13 +105,18 @@ typedef struct Units {
   VEC(SavedValue) saved_v;
   VEC(SavedPlan) saved_p;
   VEC(Op *) trial_ops;  /* the units a trial derived again (the ledger walks them again) */
-  VEC(Value *) trial_vals; /* the values whose sharding a trial changed */
+  VEC(Value *) trial_vals; /* scratch: values whose sharding changed, for the ledger */
+  int acct_v, acct_ops; /* saved_v and trial_ops up to these are in the ledger already */
+  bool flat;            /* main has no loop and no cross entropy: a trial may stop early (cannot_win) */
   int *stamp;           /* by value id: the trial that last listed it */
   int trial;
   bool *in_order;       /* by value id: a FREE value (the layout term counts it) */
   PartLedger *ledger;   /* the collectives' cost, op by op */
   int layout;           /* score's layout term, kept up to date */
   long derived;         /* units derived by trials (statistics) */
+  long cut;             /* trials stopped early (statistics) */
+  double bound;         /* the greatest lower bound cannot_win found on the trial's time, or 0 (the
+                           audit checks it against the trial's time, derived to the end) */
 } Units;
 
 typedef struct Prop {
@@ -767,6 +772,11 @@ static void units_build(Prop *P) {
   U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
   U->val = ARENA_ARRAY(P->a, int, U->cap);
   units_func(P, P->m->main, 0, -1);
+  U->flat = true;
+  for (int u = 0; u < U->n; u++) {
+    const Op *op = U->u[u].op;
+    if (U->u[u].kind != UNIT_OP || op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD) U->flat = false;
+  }
 }
 
 static void unit_push(Units *U, int u) {
@@ -884,25 +894,83 @@ static void drain(Prop *P, int limit) {
   while (U->nheap > 0 && U->heap[0] < limit) derive_unit(P, unit_pop(U));
 }
 
+static void ledger_catch_up(Prop *P);
+
+/* Whether the trial under way can no longer beat `best`, whatever the units still queued come to.
+ * In a flat main (no loop, no cross entropy), derivation in program order leaves every unit before
+ * the least queued one as it will stay, and its figures in the ledger final once caught up; the
+ * ledger's bound before that unit (partition_ledger_bound_before: what those units are charged,
+ * the later ones counted as free) is then a lower bound on the trial's collective time. With no
+ * error in `best` (a trial has at least none), a time above best's beyond score_better's tolerance
+ * loses, whatever its count and layout term: the margins here cover rounding many times over. */
+static bool cannot_win(Prop *P, const Score *best) {
+  Units *U = &P->units;
+  if (!U->flat || best->errors != 0 || U->nheap == 0) return false;
+  ledger_catch_up(P);
+  double lb = partition_ledger_bound_before(U->ledger, U->u[U->heap[0]].op);
+  lb = lb * (1 - 1e-6) - 1e-15;
+  if (lb > U->bound) U->bound = lb;
+  return lb > best->time_s && lb * (1 - 1e-9) > best->time_s + 1e-12;
+}
+
+#define CUT_EVERY 32 /* units derived between two cannot_win checks */
+
 /* derive() after v's pin changed, deriving only what depends on v (see above): v's unit, and the
- * heads of the loops around it (so that their tails run follow_partial_sums as derive() does). */
-static void derive_from(Prop *P, const Value *v) {
+ * heads of the loops around it (so that their tails run follow_partial_sums as derive() does).
+ * With `best`, checks every CUT_EVERY units whether the trial can still win: true when it cannot,
+ * and then, unless `finish`, stops with units left unqueued (the trial is to be undone); with
+ * `finish` (the audit) it derives to the end all the same. */
+static bool derive_from(Prop *P, const Value *v, const Score *best, bool finish) {
   Units *U = &P->units;
   U->pass++;
   int u = v->id < P->nvalues ? U->of_value[v->id] : -1;
   unit_push(U, u);
   for (int h = u >= 0 ? U->u[u].parent_head : -1; h >= 0; h = U->u[h].parent_head) unit_push(U, h);
-  drain(P, INT32_MAX);
+  if (!best || !U->flat) {
+    drain(P, INT32_MAX);
+    return false;
+  }
+  bool cut = false;
+  long next = U->derived + CUT_EVERY;
+  U->bound = 0;
+  while (U->nheap > 0) {
+    derive_unit(P, unit_pop(U));
+    if (U->derived < next) continue;
+    next = U->derived + CUT_EVERY;
+    if (!cannot_win(P, best) || cut) continue;
+    cut = true;
+    U->cut++;
+    if (!finish)
+      while (U->nheap > 0) unit_pop(U);
+  }
+  return cut;
 }
 
 static int layout_match(const Prop *P, const Value *v, const Sharding *a);
+
+/* Brings the ledger up to the derivation: walks again the units derived since it last did, and
+ * those reading or defining a value whose sharding changed since (each saved value against what
+ * it was when saved). */
+static void ledger_catch_up(Prop *P) {
+  Units *U = &P->units;
+  U->trial_vals.len = 0;
+  for (int i = U->acct_v; i < U->saved_v.len; i++) {
+    Value *v = U->saved_v.data[i].v;
+    if (v->id < 0 || v->id >= P->nvalues) continue;
+    if (!sharding_equal(&U->saved_v.data[i].old.sharding, &v->sharding, v->type.rank))
+      VEC_PUSH(P->a, U->trial_vals, v);
+  }
+  partition_ledger_update(U->ledger, U->trial_ops.data + U->acct_ops, U->trial_ops.len - U->acct_ops,
+                          U->trial_vals.data, U->trial_vals.len);
+  U->acct_v = U->saved_v.len;
+  U->acct_ops = U->trial_ops.len;
+}
 
 /* After a trial's derivation: the values it changed (each once, from its state before the
  * trial), the layout term moved by them, and the ledger walked again where they are. */
 static void trial_account(Prop *P) {
   Units *U = &P->units;
   U->trial++;
-  U->trial_vals.len = 0;
   for (int i = 0; i < U->saved_v.len; i++) {
     Value *v = U->saved_v.data[i].v;
     const Sharding *old = &U->saved_v.data[i].old.sharding;
@@ -910,9 +978,8 @@ static void trial_account(Prop *P) {
     U->stamp[v->id] = U->trial;
     if (sharding_equal(old, &v->sharding, v->type.rank)) continue; /* (bytes past a dim's axes are free) */
     if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
-    VEC_PUSH(P->a, U->trial_vals, v);
   }
-  partition_ledger_update(U->ledger, U->trial_ops.data, U->trial_ops.len, U->trial_vals.data, U->trial_vals.len);
+  ledger_catch_up(P);
 }
 
 /* Puts back what the trial derivations since the last commit_trial overwrote. */
@@ -930,6 +997,7 @@ static void undo_trial(Prop *P) {
 static void commit_trial(Prop *P) {
   P->units.saved_v.len = P->units.saved_p.len = 0;
   P->units.trial_ops.len = P->units.trial_vals.len = 0;
+  P->units.acct_v = P->units.acct_ops = 0;
 }
 
 /* ---- the objective ---- */
@@ -1168,6 +1236,16 @@ static void audit_trial(Prop *P, const Score *s) {
   if (full.time_s > 0 && err / full.time_s > audit->max_rel_err) audit->max_rel_err = err / full.time_s;
   bool ok = full.errors == kept.errors && err <= tol && fabs(full.count - kept.count) <= 1e-6 &&
             full.layout == kept.layout;
+  /* the ledger's bound before each op of main (cannot_win's): nothing before the first, never
+   * less before a later op, never more than the total */
+  double prev = -INFINITY;
+  bool bound_ok = true;
+  for (const Op *op = P->m->main->first; op && P->units.ledger; op = op->next) {
+    double b = partition_ledger_bound_before(P->units.ledger, op);
+    if ((op == P->m->main->first && b > tol) || b < prev - tol || b > kept.time_s + tol) bound_ok = false;
+    prev = b;
+  }
+  ok = ok && bound_ok;
   /* the shardings derive() gives (origins aside: the search never reads them) */
   int n = P->nvalues;
   Sharding *now = malloc(sizeof *now * (size_t)(n > 0 ? n : 1));
@@ -1188,13 +1266,24 @@ static void audit_trial(Prop *P, const Score *s) {
     }
   if (!ok && !audit->first[0])
     snprintf(audit->first, sizeof audit->first,
-             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s", kept.errors,
+             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s%s", kept.errors,
              full.errors, kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout,
-             s ? "" : ", after an undo");
+             s ? "" : ", after an undo", bound_ok ? "" : "; the ledger's bound before an op out of order");
   free(now);
   free(seen);
   free(vals);
   if (!ok) audit->mismatches++;
+}
+
+/* Under the audit every trial is derived to the end: its time must be at least every bound
+ * cannot_win found on the way, and a trial it found unable to win (cut) must lose. */
+static void audit_bound(double time_s, double bound, bool cut, bool better) {
+  if (time_s >= bound && !(cut && better)) return;
+  audit->mismatches++;
+  if (!audit->first[0])
+    snprintf(audit->first, sizeof audit->first, "a trial %s (time %.17g s, bound %.17g s)",
+             cut && better ? "stopped early as unable to win wins" : "costs less than a bound found on the way", time_s,
+             bound);
 }
 
 /* ---- the search ---- */
@@ -1251,6 +1340,7 @@ static void search(Prop *P) {
   P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
   P->units.layout = best.layout;
+  P->units.derived = P->units.cut = 0;
   /* A value whose trials were all rejected, with no pin accepted anywhere since, would see the
    * same plan, make the same candidates and have them rejected again: it is skipped. (A rejected
    * trial is undone exactly, so the plan is the same.) */
@@ -1272,12 +1362,17 @@ static void search(Prop *P) {
         P->pin[v->id] = c.s[k];
         int layout = P->units.layout;
         partition_ledger_begin(P->units.ledger);
-        derive_from(P, v);
-        trial_account(P);
-        Score s = score_kept(P);
-        if (audit) audit_trial(P, &s);
-        if (score_better(&s, &best)) {
-          best = s;
+        bool cut = derive_from(P, v, &best, audit != NULL);
+        bool better = false;
+        if (!cut || audit) {
+          trial_account(P);
+          Score s = score_kept(P);
+          if (audit) audit_trial(P, &s);
+          better = score_better(&s, &best);
+          if (audit) audit_bound(s.time_s, P->units.bound, cut, better);
+          if (better) best = s;
+        }
+        if (better) {
           improved = true;
           accepted++;
           partition_ledger_commit(P->units.ledger);
@@ -1297,6 +1392,7 @@ static void search(Prop *P) {
     if (!improved) break;
   }
   if (audit) {
+    audit->cut += P->units.cut;
     audit->derived += P->units.derived;
     audit->walked += partition_ledger_walked(P->units.ledger);
   }
