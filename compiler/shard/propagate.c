@@ -51,10 +51,13 @@ typedef struct PlanEntry {
   OpPlan plan;
 } PlanEntry;
 
-/* The entry an op's own plan (Op.plan) was last copied from: a repeated call skips the copy. */
+/* The entry an op's own plan (Op.plan) was last copied from: a repeated call skips the copy; and
+ * the one before (a trial's, or what the trial replaced): a search alternates between the two,
+ * and finds the other here without a look-up in the whole memo. */
 typedef struct LastPlan {
   const Op *op;
   const PlanEntry *e;
+  const PlanEntry *alt; /* any entry or NULL: used only when its key matches */
 } LastPlan;
 
 typedef struct PlanMemo {
@@ -340,6 +343,13 @@ static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *c
   PlanMemo *M = &P->memo;
   LastPlan *lp = out == op->plan ? last_slot(M, op) : NULL;
   if (lp && lp->e && key_matches(&lp->e->key, op, c->blocked, operands, target)) return lp->e->ok;
+  if (lp && lp->alt && key_matches(&lp->alt->key, op, c->blocked, operands, target)) {
+    const PlanEntry *t = lp->alt;
+    lp->alt = lp->e;
+    lp->e = t;
+    memcpy(out, &t->plan, sizeof *out);
+    return t->ok;
+  }
   PlanKey k;
   memset(&k, 0, sizeof k);
   k.op = op;
@@ -370,7 +380,7 @@ static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *c
     M->len++;
   }
   memcpy(out, &e->plan, sizeof *out);
-  if (lp) lp->e = e;
+  if (lp) lp->alt = lp->e, lp->e = e;
   return e->ok;
 }
 
@@ -988,7 +998,8 @@ static void undo_trial(Prop *P) {
   for (int i = U->saved_p.len - 1; i >= 0; i--) {
     SavedPlan *sp = &U->saved_p.data[i];
     *sp->op->plan = sp->old;
-    last_slot(&P->memo, sp->op)->e = sp->last;
+    LastPlan *lp = last_slot(&P->memo, sp->op);
+    if (lp->e != sp->last) lp->alt = lp->e, lp->e = sp->last;
   }
   for (int i = U->saved_v.len - 1; i >= 0; i--) *U->saved_v.data[i].v = U->saved_v.data[i].old;
   U->saved_v.len = U->saved_p.len = 0;
