@@ -1496,6 +1496,9 @@ typedef struct LedgerKey {
   int refs;             /* units asking for it */
   double time_s, count; /* its reshard's, charged while refs > 0 */
   uint64_t hash;
+  VEC(int) askers;      /* the units asking for it (refs of them, repeats kept) */
+  int at;               /* the first of them in the walk's order, where `prefix` counts its time; -1 */
+  double at_time_s;     /* the time `prefix` holds for it at `at` */
 } LedgerKey;
 
 typedef VEC(LedgerKey *) KeyVec;
@@ -1536,8 +1539,8 @@ struct PartLedger {
   size_t cap, len;
   bool *dirty;
   IntVec list;
-  long double *charged; /* by unit: its own time and its keys' in full, as added to `tree` */
-  long double *tree;    /* Fenwick tree over units of `charged` (partition_ledger_bound_before) */
+  long double *prefix;  /* Fenwick tree over units: each unit's own time, and each asked-for key's
+                           time at the first unit asking for it (partition_ledger_bound_before) */
   CacheVec cache;       /* never filled: stands for every function's cache in the ledger's walks */
   int cur;              /* the unit being walked */
   long double time_s, count;
@@ -1599,6 +1602,46 @@ static void ledger_grow(PartLedger *L) {
   L->cap = ncap;
 }
 
+/* ---- what the units before a point are charged, by prefix (a Fenwick tree over units 0..n) ---- */
+
+static void prefix_add(PartLedger *L, int u, long double d) {
+  for (int i = u + 1; i <= L->n + 1; i += i & -i) L->prefix[i] += d;
+}
+
+static long double prefix_before(const PartLedger *L, int u) { /* units 0 .. u-1 */
+  long double s = 0;
+  for (int i = u; i > 0; i -= i & -i) s += L->prefix[i];
+  return s;
+}
+
+/* Moves e's time in `prefix` to the first unit now asking for it (none: out), at its time now. */
+static void key_place(PartLedger *L, LedgerKey *e) {
+  int at = -1;
+  for (int i = 0; i < e->askers.len; i++)
+    if (at < 0 || e->askers.data[i] < at) at = e->askers.data[i];
+  if (at == e->at && (at < 0 || e->time_s == e->at_time_s)) return;
+  if (e->at >= 0) prefix_add(L, e->at, -(long double)e->at_time_s);
+  if (at >= 0) prefix_add(L, at, e->time_s);
+  e->at = at;
+  e->at_time_s = e->time_s;
+}
+
+static void key_ask(PartLedger *L, LedgerKey *e, int u) {
+  e->refs++;
+  VEC_PUSH(&L->a, e->askers, u);
+  key_place(L, e);
+}
+
+static void key_release(PartLedger *L, LedgerKey *e, int u) {
+  e->refs--;
+  for (int i = 0; i < e->askers.len; i++)
+    if (e->askers.data[i] == u) {
+      e->askers.data[i] = e->askers.data[--e->askers.len];
+      break;
+    }
+  key_place(L, e);
+}
+
 /* reshard_value on main's cache, in a ledger's walk: the key asked for (a rename's source's, as
  * reshard_value resolves it), charged to the ledger when no unit asked for it yet. */
 static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult) {
@@ -1637,6 +1680,7 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
       if (2 * (L->len + 1) > L->cap) ledger_grow(L);
       e = ARENA_NEW(&L->a, LedgerKey);
       *e = k;
+      e->at = -1;
       size_t j = (size_t)k.hash & (L->cap - 1);
       while (L->slot[j]) j = (j + 1) & (L->cap - 1);
       L->slot[j] = e;
@@ -1647,29 +1691,9 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
     L->time_s += e->time_s;
     L->count += e->count;
   }
-  e->refs++;
+  key_ask(L, e, L->cur);
   VEC_PUSH(&L->a, L->req[L->cur], e);
   return v;
-}
-
-/* ---- the units' charges, summed by prefix (a Fenwick tree over units 0..n) ---- */
-
-static void charge_add(PartLedger *L, int u, long double d) {
-  for (int i = u + 1; i <= L->n + 1; i += i & -i) L->tree[i] += d;
-}
-
-static long double charge_before(const PartLedger *L, int u) { /* units 0 .. u-1 */
-  long double s = 0;
-  for (int i = u; i > 0; i -= i & -i) s += L->tree[i];
-  return s;
-}
-
-/* Sets unit u's charge to its own time plus its keys' (as they are now). */
-static void charge_set(PartLedger *L, int u) {
-  long double c = L->own[u].time_s;
-  for (int k = 0; k < L->req[u].len; k++) c += L->req[u].data[k]->time_s;
-  charge_add(L, u, c - L->charged[u]);
-  L->charged[u] = c;
 }
 
 static void ledger_mark(PartLedger *L, int u) {
@@ -1712,9 +1736,11 @@ static void ledger_rewalk(PartLedger *L) {
     L->time_s -= L->own[u].time_s;
     L->count -= L->own[u].count;
     L->errors -= L->own[u].errors;
+    prefix_add(L, u, -(long double)L->own[u].time_s);
     for (int k = 0; k < L->req[u].len; k++) {
       LedgerKey *e = L->req[u].data[k];
-      if (--e->refs > 0) continue;
+      key_release(L, e, u);
+      if (e->refs > 0) continue;
       L->time_s -= e->time_s;
       L->count -= e->count;
     }
@@ -1738,7 +1764,7 @@ static void ledger_rewalk(PartLedger *L) {
       else walk_loop_tail(&W, lu->op, lu->mult, &L->cache);
     }
     L->own[u] = W.cost;
-    charge_set(L, u);
+    prefix_add(L, u, W.cost.time_s);
     L->time_s += W.cost.time_s;
     L->count += W.cost.count;
     L->errors += W.cost.errors;
@@ -1817,8 +1843,7 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
   L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
   L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
   L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
-  L->charged = ARENA_ARRAY(&L->a, long double, n + 1);
-  L->tree = ARENA_ARRAY(&L->a, long double, n + 2);
+  L->prefix = ARENA_ARRAY(&L->a, long double, n + 2);
   ledger_func(L, m->main, 1);
   L->unit[L->n] = (LedgerUnit){.kind = LU_OUTPUTS, .f = m->main, .tail = -1, .mult = 1};
   for (int k = 0; k < m->main->noutputs; k++) {
@@ -1866,21 +1891,22 @@ void partition_ledger_rollback(PartLedger *L) {
   for (int i = L->undo.len - 1; i >= 0; i--) {
     const LedgerUndo *un = &L->undo.data[i];
     KeyVec *r = &L->req[un->unit];
-    for (int k = 0; k < r->len; k++) r->data[k]->refs--;
+    for (int k = 0; k < r->len; k++) key_release(L, r->data[k], un->unit);
     r->len = 0;
     for (int k = 0; k < un->n; k++) {
       LedgerKey *e = L->undo_keys.data[un->first + k];
-      e->refs++;
+      key_ask(L, e, un->unit);
       VEC_PUSH(&L->a, *r, e);
     }
+    prefix_add(L, un->unit, (long double)un->own.time_s - L->own[un->unit].time_s);
     L->own[un->unit] = un->own;
   }
   for (int i = L->undo_costs.len - 1; i >= 0; i--) {
     const KeyCost *kc = &L->undo_costs.data[i];
     kc->e->time_s = kc->time_s;
     kc->e->count = kc->count;
+    key_place(L, kc->e);
   }
-  for (int i = 0; i < L->undo.len; i++) charge_set(L, L->undo.data[i].unit); /* (keys' costs back first) */
   L->time_s = L->saved_time_s;
   L->count = L->saved_count;
   L->errors = L->saved_errors;
@@ -1898,17 +1924,39 @@ PartCost partition_ledger_cost(const PartLedger *L) {
 
 long partition_ledger_walked(const PartLedger *L) { return L ? L->walked : 0; }
 
-/* Every unit from op's on is charged at most what it contributes to the total and at least 0:
- * its own time, and each key it asks for in full (a key asked for by several units is charged
- * once in the total, so taking it out once per unit takes out at least its share). What is left
- * is what the units before op are charged, and a key they ask for, at least. */
+/* What the units before op are charged: their own collectives, and each reshard one of them asks
+ * for, once. It depends on those units alone, and the total is at least that much. */
 double partition_ledger_bound_before(const PartLedger *L, const Op *op) {
   if (!L) return 0;
   if (!op) return (double)L->time_s;
   int u = ledger_unit_of(L, op);
   if (u < 0) return 0;
-  long double later = charge_before(L, L->n + 1) - charge_before(L, u);
-  return (double)(L->time_s - later);
+  return (double)prefix_before(L, u);
+}
+
+/* partition_ledger_bound_before for every op of main, against the same sum made unit by unit. */
+bool partition_ledger_bound_audit(const PartLedger *L) {
+  if (!L) return true;
+  long double sum = 0, tol = 1e-12 + 1e-9 * (double)L->time_s;
+  size_t cap = 16;
+  while (cap < 2 * L->len + 2) cap *= 2;
+  const LedgerKey **seen = calloc(cap, sizeof *seen); /* keys counted, open addressing */
+  if (!seen) abort();
+  bool ok = true;
+  for (int u = 0; u < L->n && ok; u++) {
+    if (L->unit[u].f == L->m->main && (L->unit[u].kind == LU_OP || L->unit[u].kind == LU_HEAD) &&
+        fabsl(sum - (long double)partition_ledger_bound_before(L, L->unit[u].op)) > tol)
+      ok = false;
+    sum += L->own[u].time_s;
+    for (int k = 0; k < L->req[u].len; k++) {
+      const LedgerKey *e = L->req[u].data[k];
+      size_t j = (size_t)e->hash & (cap - 1);
+      while (seen[j] && seen[j] != e) j = (j + 1) & (cap - 1);
+      if (!seen[j]) seen[j] = e, sum += e->time_s;
+    }
+  }
+  free(seen);
+  return ok;
 }
 
 void partition_ledger_free(PartLedger *L) {

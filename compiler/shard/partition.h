@@ -177,11 +177,11 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p);
 void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals);
 PartCost partition_ledger_cost(const PartLedger *L);
 long partition_ledger_walked(const PartLedger *L); /* ops walked since created (statistics) */
-/* A lower bound on the collectives' time (seconds) of any state that keeps the figures of the units
- * before `op` (in the walk's order) as they are now, whatever the units from `op` on come to: the
- * total less everything those later units are charged (their own collectives, and every reshard
- * they ask for, in full). NULL for op: the total. */
+/* What the units before `op` (in the walk's order) are charged: their own collectives, and each
+ * reshard one of them asks for, once; a lower bound on the total that depends on nothing after
+ * op. NULL for op: the total. */
 double partition_ledger_bound_before(const PartLedger *L, const Op *op);
+bool partition_ledger_bound_audit(const PartLedger *L); /* the above against a sum unit by unit (tests) */
 /* A trial: updates after begin are undone by rollback (the figures and keys put back as they were
  * at begin, exactly), or kept by commit. */
 void partition_ledger_begin(PartLedger *L);

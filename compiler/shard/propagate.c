@@ -120,7 +120,21 @@ typedef struct Units {
   long cut;             /* trials stopped early (statistics) */
   double bound;         /* the greatest lower bound cannot_win found on the trial's time, or 0 (the
                            audit checks it against the trial's time, derived to the end) */
+  double cut_bound;     /* the last cut trial's: the bound it was stopped on, */
+  int cut_at;           /* and the least unit queued then (every unit before it settled) */
+  VEC(int) acc_from;    /* by pin accepted (in order): the least unit its trial derived again */
+  long skipped;         /* trials known to lose without deriving (statistics) */
 } Units;
+
+/* A trial stopped early as unable to win (cannot_win), remembered for the next rounds: the same
+ * pin loses again while nothing before `at` changed (see known_to_lose). */
+typedef struct CutTrial {
+  Sharding s;           /* the pin tried */
+  int at;               /* Units.cut_at */
+  long accepted;        /* pins accepted before it */
+  double bound;         /* Units.cut_bound */
+} CutTrial;
+typedef VEC(CutTrial) CutVec;
 
 typedef struct Prop {
   IrModule *m;
@@ -906,11 +920,18 @@ static void drain(Prop *P, int limit) {
 
 static void ledger_catch_up(Prop *P);
 
+/* A score whose time is at least `lb` (rounding margins taken off already) is not better than best
+ * (score_better): more time beyond its tolerance, and no fewer errors than best's none. */
+static bool bound_loses(double lb, const Score *best) {
+  return best->errors == 0 && lb > best->time_s && lb * (1 - 1e-9) > best->time_s + 1e-12;
+}
+
 /* Whether the trial under way can no longer beat `best`, whatever the units still queued come to.
  * In a flat main (no loop, no cross entropy), derivation in program order leaves every unit before
  * the least queued one as it will stay, and its figures in the ledger final once caught up; the
  * ledger's bound before that unit (partition_ledger_bound_before: what those units are charged,
- * the later ones counted as free) is then a lower bound on the trial's collective time. With no
+ * each reshard once, the later units counted as free) is then a lower bound on the trial's
+ * collective time. With no
  * error in `best` (a trial has at least none), a time above best's beyond score_better's tolerance
  * loses, whatever its count and layout term: the margins here cover rounding many times over. */
 static bool cannot_win(Prop *P, const Score *best) {
@@ -920,7 +941,9 @@ static bool cannot_win(Prop *P, const Score *best) {
   double lb = partition_ledger_bound_before(U->ledger, U->u[U->heap[0]].op);
   lb = lb * (1 - 1e-6) - 1e-15;
   if (lb > U->bound) U->bound = lb;
-  return lb > best->time_s && lb * (1 - 1e-9) > best->time_s + 1e-12;
+  if (!bound_loses(lb, best)) return false;
+  if (!U->cut_bound) U->cut_bound = lb, U->cut_at = U->heap[0]; /* (the first, where it stops) */
+  return true;
 }
 
 #define CUT_EVERY 32 /* units derived between two cannot_win checks */
@@ -942,7 +965,7 @@ static bool derive_from(Prop *P, const Value *v, const Score *best, bool finish)
   }
   bool cut = false;
   long next = U->derived + CUT_EVERY;
-  U->bound = 0;
+  U->bound = U->cut_bound = 0;
   while (U->nheap > 0) {
     derive_unit(P, unit_pop(U));
     if (U->derived < next) continue;
@@ -1247,15 +1270,8 @@ static void audit_trial(Prop *P, const Score *s) {
   if (full.time_s > 0 && err / full.time_s > audit->max_rel_err) audit->max_rel_err = err / full.time_s;
   bool ok = full.errors == kept.errors && err <= tol && fabs(full.count - kept.count) <= 1e-6 &&
             full.layout == kept.layout;
-  /* the ledger's bound before each op of main (cannot_win's): nothing before the first, never
-   * less before a later op, never more than the total */
-  double prev = -INFINITY;
-  bool bound_ok = true;
-  for (const Op *op = P->m->main->first; op && P->units.ledger; op = op->next) {
-    double b = partition_ledger_bound_before(P->units.ledger, op);
-    if ((op == P->m->main->first && b > tol) || b < prev - tol || b > kept.time_s + tol) bound_ok = false;
-    prev = b;
-  }
+  /* the ledger's bound before each op of main (cannot_win's), against a sum unit by unit */
+  bool bound_ok = partition_ledger_bound_audit(P->units.ledger);
   ok = ok && bound_ok;
   /* the shardings derive() gives (origins aside: the search never reads them) */
   int n = P->nvalues;
@@ -1279,7 +1295,7 @@ static void audit_trial(Prop *P, const Score *s) {
     snprintf(audit->first, sizeof audit->first,
              "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s%s", kept.errors,
              full.errors, kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout,
-             s ? "" : ", after an undo", bound_ok ? "" : "; the ledger's bound before an op out of order");
+             s ? "" : ", after an undo", bound_ok ? "" : "; the ledger's bound before an op differs");
   free(now);
   free(seen);
   free(vals);
@@ -1295,6 +1311,37 @@ static void audit_bound(double time_s, double bound, bool cut, bool better) {
     snprintf(audit->first, sizeof audit->first, "a trial %s (time %.17g s, bound %.17g s)",
              cut && better ? "stopped early as unable to win wins" : "costs less than a bound found on the way", time_s,
              bound);
+}
+
+/* Whether pin s of the i-th free value was stopped early before (cut) and would lose again: its
+ * trial derives the units before the cut's `at` as it did (they depend on nothing at or after it),
+ * so long as no pin accepted since derived a unit before `at` again; their charges alone, the
+ * cut's bound, then still exceed the best score. *bound: that bound. */
+static bool known_to_lose(const Prop *P, const CutVec *cuts, const Sharding *s, int rank, long accepted,
+                          const Score *best, double *bound) {
+  const Units *U = &P->units;
+  for (int r = cuts->len - 1; r >= 0; r--) {
+    const CutTrial *c = &cuts->data[r];
+    if (!sharding_equal(&c->s, s, rank)) continue;
+    bool same = true;
+    for (long a = c->accepted; a < accepted && same; a++) same = U->acc_from.data[a] >= c->at;
+    if (same && bound_loses(c->bound, best)) {
+      *bound = c->bound;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The least unit the trial just made derived again (the pin's own, or a loop head around it). */
+static int trial_first_unit(const Prop *P) {
+  const Units *U = &P->units;
+  int least = U->n;
+  for (int i = 0; i < U->trial_ops.len; i++) {
+    int u = unit_index(U, U->trial_ops.data[i]);
+    if (u >= 0 && u < least) least = u;
+  }
+  return least;
 }
 
 /* ---- the search ---- */
@@ -1351,7 +1398,9 @@ static void search(Prop *P) {
   P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
   P->units.layout = best.layout;
-  P->units.derived = P->units.cut = 0;
+  P->units.derived = P->units.cut = P->units.skipped = 0;
+  P->units.acc_from.len = 0;
+  CutVec *cuts = ARENA_ARRAY(P->a, CutVec, P->order.len > 0 ? P->order.len : 1);
   /* A value whose trials were all rejected, with no pin accepted anywhere since, would see the
    * same plan, make the same candidates and have them rejected again: it is skipped. (A rejected
    * trial is undone exactly, so the plan is the same.) */
@@ -1367,6 +1416,10 @@ static void search(Prop *P) {
       Cands c;
       candidates(P, v, func_blocked(P, v->func), &c);
       for (int k = 0; k < c.n; k++) {
+        double known_bound = 0;
+        bool known = known_to_lose(P, &cuts[i], &c.s[k], v->type.rank, accepted, &best, &known_bound);
+        if (known) P->units.skipped++;
+        if (known && !audit) continue; /* (under the audit: derived all the same, and must lose) */
         bool was = P->pinned[v->id];
         Sharding old = P->pin[v->id];
         P->pinned[v->id] = true;
@@ -1374,6 +1427,12 @@ static void search(Prop *P) {
         int layout = P->units.layout;
         partition_ledger_begin(P->units.ledger);
         bool cut = derive_from(P, v, &best, audit != NULL);
+        if (cut) {
+          CutTrial ct = {.s = c.s[k], .at = P->units.cut_at, .accepted = accepted, .bound = P->units.cut_bound};
+          VEC_PUSH(P->a, cuts[i], ct);
+        }
+        if (known && known_bound > P->units.bound) P->units.bound = known_bound;
+        cut |= known;
         bool better = false;
         if (!cut || audit) {
           trial_account(P);
@@ -1386,6 +1445,7 @@ static void search(Prop *P) {
         if (better) {
           improved = true;
           accepted++;
+          VEC_PUSH(P->a, P->units.acc_from, trial_first_unit(P));
           partition_ledger_commit(P->units.ledger);
           commit_trial(P);
         } else {
@@ -1404,6 +1464,7 @@ static void search(Prop *P) {
   }
   if (audit) {
     audit->cut += P->units.cut;
+    audit->skipped += P->units.skipped;
     audit->derived += P->units.derived;
     audit->walked += partition_ledger_walked(P->units.ledger);
   }
