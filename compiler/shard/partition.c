@@ -1499,6 +1499,10 @@ typedef struct LedgerKey {
   VEC(int) askers;      /* the units asking for it (refs of them, repeats kept) */
   int at;               /* the first of them in the walk's order, where `prefix` counts its time; -1 */
   double at_time_s;     /* the time `prefix` holds for it at `at` */
+  /* reshard_plan's answer for the value's sharding `from` (a trial and its undo alternate): */
+  bool planned, plan_ok;
+  Sharding from;
+  double plan_time_s, plan_n; /* the reshard's, before the walk's multiplier */
 } LedgerKey;
 
 typedef VEC(LedgerKey *) KeyVec;
@@ -1674,13 +1678,31 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
     }
   if (!e || e->refs == 0) {
     Reshard rs;
-    if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+    if (e && e->planned && memcmp(&e->from, &v->sharding, sizeof v->sharding) == 0) {
+      if (!e->plan_ok) return v;
+      rs.time_s = e->plan_time_s;
+      rs.n = (int)e->plan_n;
+    } else {
+      bool ok = reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs);
+      if (e) {
+        e->planned = true;
+        e->plan_ok = ok;
+        e->from = v->sharding;
+        e->plan_time_s = ok ? rs.time_s : 0;
+        e->plan_n = ok ? rs.n : 0;
+      }
+      if (!ok) return v;
+    }
     if (e && L->logging) VEC_PUSH(&L->a, L->undo_costs, ((KeyCost){e, e->time_s, e->count}));
     if (!e) {
       if (2 * (L->len + 1) > L->cap) ledger_grow(L);
       e = ARENA_NEW(&L->a, LedgerKey);
       *e = k;
       e->at = -1;
+      e->planned = e->plan_ok = true;
+      e->from = v->sharding;
+      e->plan_time_s = rs.time_s;
+      e->plan_n = rs.n;
       size_t j = (size_t)k.hash & (L->cap - 1);
       while (L->slot[j]) j = (j + 1) & (L->cap - 1);
       L->slot[j] = e;
