@@ -12,8 +12,11 @@
  * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
  * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
  * partition_cost() better. A trial derives again only the units its pin reaches (derive_from),
- * costs them in partition.c's ledger, and is undone from what it saved. Only pins persist between derivations, so the result depends on
- * nothing but the IR, the program and the (deterministic) order of the search. */
+ * costs them in partition.c's ledger, and is undone from what it saved; it stops where the units
+ * it settled already cost more than the best plan (cannot_win), and the same pin is not tried
+ * again while nothing before that point changed (known_to_lose). Only pins persist between
+ * derivations, so the result depends on nothing but the IR, the program and the (deterministic)
+ * order of the search. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
