@@ -1668,7 +1668,12 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
   }
   k.hash = ledger_hash(&k);
   LedgerKey *e = NULL;
-  if (L->cap)
+  /* a unit walked again mostly asks for what it asked for before, in the same order: the key its
+   * last walk left in this place of its list (the list is emptied, not cleared) comes first */
+  const KeyVec *r = &L->req[L->cur];
+  LedgerKey *x = r->len < r->cap ? r->data[r->len] : NULL;
+  if (x && x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) e = x;
+  if (!e && L->cap)
     for (size_t j = (size_t)k.hash & (L->cap - 1); L->slot[j]; j = (j + 1) & (L->cap - 1)) {
       LedgerKey *x = L->slot[j];
       if (x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) {
