@@ -1430,7 +1430,7 @@ static void search(Prop *P) {
         int layout = P->units.layout;
         partition_ledger_begin(P->units.ledger);
         bool cut = derive_from(P, v, &best, audit != NULL);
-        if (cut) {
+        if (cut && !known) { /* (the audit's run of a known one: remembered already) */
           CutTrial ct = {.s = c.s[k], .at = P->units.cut_at, .accepted = accepted, .bound = P->units.cut_bound};
           VEC_PUSH(P->a, cuts[i], ct);
         }
