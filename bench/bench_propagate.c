@@ -5,8 +5,8 @@
  * Each layer is `x = x + gelu(x @ w_i) @ v_i` with the dims shared by every layer, on
  * h100[data: 8, model: 8], under two layouts: `tp` (Megatron: batch over `data`, hidden over
  * `model`; the search finds nothing to try on the forward) and `fsdp_tp` (embed over `data` too:
- * every layer's activations have candidates the search tries). The forward runs at N = 125, 250,
- * 500, 1000 layers, the train step (mse, adam) at 125 and 250. It prints each time, the time per
+ * every layer's activations have candidates the search tries). The forward and the train step
+ * (mse, adam) run at N = 125, 250, 500, 1000 layers. It prints each time, the time per
  * layer, and each size's time over the smallest's divided by the size ratio (growth: 1.0 linear,
  * 2 at each doubling quadratic). Goal: near-linear, 1000 layers in under 1 s.
  *   bench_propagate [--reps R] [--layers N [--train] [--layout tp|fsdp_tp]] [--smoke] [--out FILE]
@@ -122,13 +122,13 @@ int main(int argc, char **argv) {
   printf("bench_propagate: check's pipeline (check_load + pipeline_run), best of %d\n", reps);
   double base = 0;
   if (layers > 0) return row(train ? "train" : "forward", layers, train, fsdp, reps, out, layers, &base) ? 0 : 1;
-  static const int fwd[] = {125, 250, 500, 1000}, trn[] = {125, 250};
+  static const int fwd[] = {125, 250, 500, 1000}, trn[] = {125, 250, 500, 1000};
   for (int l = 0; l < 2; l++) {
     base = 0;
     for (int i = 0; i < 4; i++)
       if (!row("forward", fwd[i], false, l, reps, NULL, fwd[0], &base)) return 1;
     base = 0;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
       if (!row("train", trn[i], true, l, reps, NULL, trn[0], &base)) return 1;
   }
   return 0;

@@ -10,7 +10,7 @@ set -euo pipefail
 before=$1 after=$2 reps=${3:-1}
 printf '%-8s %-8s %6s %12s %12s %8s\n' what layout layers before after ratio
 for layout in tp fsdp_tp; do
-  for spec in "forward 125" "forward 250" "forward 500" "forward 1000" "train 125" "train 250"; do
+  for spec in "forward 125" "forward 250" "forward 500" "forward 1000" "train 125" "train 250" "train 500" "train 1000"; do
     set -- $spec
     extra=(); [ "$1" = train ] && extra=(--train)
     tb=$("$before" --layers "$2" --layout "$layout" --reps "$reps" "${extra[@]}" | awk '/layers/ {print $5}')

@@ -392,6 +392,29 @@ int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off,
 int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
                          const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv);
 
+/* Ring attention (context parallelism; nn_ring.c): the key dim is split over the ring, the group
+ * over `axes` (in that order): rank r holds key block r (keys r * nk .. r * nk + nk - 1, storage
+ * positions), and q, o, do this device's query block (from q_off). The K/V blocks travel the
+ * ring by rt_permute_shift(+1), n - 1 steps, block r - j (mod n) at hand at step j, merged by
+ * online softmax (running row max and sum). zz_n > 0: the query and key dims are stored in zigzag
+ * order over zz_n ring devices (chunks of zq_chunk and zk_chunk; storage block b holds chunks b
+ * and 2 zz_n - 1 - b) and the causal mask compares logical positions. Every field an int64_t so
+ * the lowering emits it as a constant array. */
+typedef struct RtRing {
+  int64_t naxes;
+  int64_t axes[RT_MAX_AXES];
+  int64_t zz_n, zq_chunk, zk_chunk;
+} RtRing;
+int rt_nn_ring_attention(RtDevice *dev, const RtAttn *a, const RtRing *ring, double scale, int64_t q_off, const void *q,
+                         const void *k, const void *v, void *o);
+/* One gradient of a ring attention into out (which: 0 dq, 1 dk, 2 dv; out has q's, k's or v's
+ * layout and dtype): each query row's logsumexp over every key block first (K goes round once),
+ * then K/V go round again; dq sums over the blocks that visit, dk and dv travel with their blocks
+ * (one more shift brings each home). */
+int rt_nn_ring_attention_grad(RtDevice *dev, const RtAttn *a, const RtRing *ring, double scale, int64_t q_off,
+                              const void *q, const void *k, const void *v, const void *o, const void *dout, int which,
+                              void *out);
+
 /* ---- stand-alone programs (launch.c): what `shardc build` links ----
  * A built executable holds the program lowered twice (for the mesh and for one device) and this
  * description of its slots; rt_launch_main runs both as `shardc run` does and prints its report. */

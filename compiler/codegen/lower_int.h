@@ -76,4 +76,9 @@ bool lower_pipe_guarded(Lower *L, const Op *op, bool (*one)(Lower *L, const Op *
 LLVMValueRef lower_pipe_copy(Lower *L, const Value *v, LLVMValueRef p, int64_t bytes); /* NULL stays NULL */
 bool lower_pipeline(Lower *L, const Op *op);
 bool lower_all_reduce_group(Lower *L, const Op *op, const int8_t *axes, int naxes, LLVMValueRef axes_arr);
+
+/* lower_ring.c: a ring attention (Op.ring) as a call into runtime/nn_ring.c, given its RtAttn
+ * (attn[0..nattn), the key extent the device's block) and the query block's offset. */
+#define RT_RING_WORDS 12 /* RtRing (shardrt.h): naxes, axes[8], zz_n, zq_chunk, zk_chunk */
+bool lower_ring_attention(Lower *L, const Op *op, const int64_t *attn, int nattn, LLVMValueRef q_off);
 #endif

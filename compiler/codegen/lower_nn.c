@@ -259,10 +259,10 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
   const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
   const Value *o = grad ? op->operands[3] : op->results[0], *dout = grad ? op->operands[4] : NULL;
   const Dim *H = op->dims[0], *K = op->dims[1], *Q = op->dims[2];
-  if (op->ring) return nn_fail(L, op, "ring attention");
-  if (L->m->zigzag.axes && op->flag) return nn_fail(L, op, "a causal mask over a zigzag-ordered sequence");
+  if (L->m->zigzag.axes && op->flag && !op->ring) return nn_fail(L, op, "a causal mask over a zigzag-ordered sequence");
   int pk = tensor_type_find(&k->type, K);
-  if (pk < 0 || ext_of(L, k, pk) != K->size) return nn_fail(L, op, "a key dim split over devices");
+  if (pk < 0) return nn_fail(L, op, "a key dim missing from k");
+  if (!op->ring && ext_of(L, k, pk) != K->size) return nn_fail(L, op, "a key dim split over devices"); /* a ring's is */
   const Dim *Dv = NULL;
   int ndv = 0;
   for (int i = 0; i < v->type.rank; i++) {
@@ -307,6 +307,7 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
     }
   new_buffer(L, op->results[0]);
   if (grad && (op->index < 0 || op->index > 2)) return nn_fail(L, op, "a gradient index other than 0, 1, 2");
+  if (op->ring) return lower_ring_attention(L, op, a, 79, q_off); /* lower_ring.c */
   LLVMTypeRef P = L->ptr, I64 = L->i64, F64 = L->f64;
   LLVMValueRef desc = const_i64s(L, a, 79, "attn");
   if (!grad) {

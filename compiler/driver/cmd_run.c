@@ -443,6 +443,15 @@ static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
                              const RunGen *gpar, DType program, const SimReport *sim) {
   char err[512], obj[4200], csrc[4200], cmd[16384];
+  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
+    const Op *ring = NULL;
+    for (const Op *op = m->main->first; op && !ring; op = op->next)
+      if (op->ring) ring = op;
+    diag_error(ring ? ring->loc : (SrcLoc){0},
+               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
+               "`shardc run` runs it");
+    return false;
+  }
   snprintf(obj, sizeof obj, "%s.o", o->output);
   snprintf(csrc, sizeof csrc, "%s.main.c", o->output);
   if (!lower_emit_object(lw, obj, err, sizeof err)) {

@@ -107,15 +107,26 @@ static int64_t block_elems(const TensorType *t, const int64_t *shape) {
   return n;
 }
 
-/* Visits the elements of a block: gi the global row-major index, li the local one; rows (or NULL)
- * maps a row of dim 0 to the global row it holds (storage_rows). */
-static void for_block_rows(const TensorType *t, const int64_t *start, const int64_t *shape, const int64_t *rows,
+/* The logical index of storage position p along d: a causal ring's zigzag order (IrModule.zigzag)
+ * on the sharded side, as the interpreter stores its blocks (interp_zigzag_permute); p itself on
+ * one device. */
+static int64_t logical(const RunSide *s, const Dim *d, int64_t p) { return s->mesh ? ir_zigzag_logical(s->m, d, p) : p; }
+
+static bool zigzag_dim(const RunSide *s, const Dim *d) {
+  const struct Zigzag *z = &s->m->zigzag;
+  return s->mesh && z->axes && z->n >= 2 && (d == z->dims[0] || d == z->dims[1]);
+}
+
+/* Visits the elements of a block: gi the global row-major index (of the logical positions), li
+ * the local one; rows (or NULL) maps a row of dim 0 to the global row it holds (storage_rows). */
+static void for_block_rows(const RunSide *s, const TensorType *t, const int64_t *start, const int64_t *shape, const int64_t *rows,
                            void (*fn)(void *, int64_t, int64_t), void *ctx) {
   int64_t n = block_elems(t, shape);
   int64_t idx[MAX_RANK] = {0};
   for (int64_t li = 0; li < n; li++) {
     int64_t gi = 0;
-    for (int d = 0; d < t->rank; d++) gi = gi * t->dims[d]->size + (d == 0 && rows ? rows[start[0] + idx[0]] : start[d] + idx[d]);
+    for (int d = 0; d < t->rank; d++)
+      gi = gi * t->dims[d]->size + (d == 0 && rows ? rows[start[0] + idx[0]] : logical(s, t->dims[d], start[d] + idx[d]));
     fn(ctx, gi, li);
     for (int d = t->rank - 1; d >= 0; d--) {
       if (++idx[d] < shape[d]) break;
@@ -151,6 +162,56 @@ static RtDtype rt_dt(DType dt) {
   }
 }
 
+/* A generated block under the zigzag order: the values of the logical positions its storage
+ * positions hold, made one storage row at a time along the zigzag dims (each a block of one logical
+ * row for rt_random_fill) and copied into place. */
+static bool place_zigzag(const RunSide *s, const Value *v, const int64_t *start, const int64_t *shape, const RunGen *gen,
+                         uint64_t seed, void *out) {
+  const TensorType *t = &v->type;
+  size_t eb = (size_t)dtype_bytes(t->dtype);
+  int64_t lstride[MAX_RANK], sub[MAX_RANK], zi[MAX_RANK] = {0}, n = 1;
+  bool zdim[MAX_RANK];
+  for (int d = t->rank - 1; d >= 0; d--) {
+    lstride[d] = n;
+    n *= shape[d];
+    zdim[d] = zigzag_dim(s, t->dims[d]);
+    sub[d] = zdim[d] ? 1 : shape[d];
+  }
+  int64_t subn = block_elems(t, sub);
+  char *tmp = malloc((size_t)(subn > 0 ? subn : 1) * eb);
+  if (!tmp) return false;
+  bool ok = true;
+  for (bool done = n <= 0; ok && !done;) { /* zi: the storage row along each zigzag dim */
+    RtBlock b = {.ndims = t->rank};
+    for (int d = 0; d < t->rank; d++) {
+      b.global[d] = t->dims[d]->size, b.shape[d] = sub[d];
+      b.start[d] = zdim[d] ? logical(s, t->dims[d], start[d] + zi[d]) : start[d];
+    }
+    ok = rt_random_fill(tmp, rt_dt(t->dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
+    int64_t idx[MAX_RANK] = {0};
+    for (int64_t e = 0; ok && e < subn; e++) {
+      int64_t li = 0;
+      for (int d = 0; d < t->rank; d++) li += (zdim[d] ? zi[d] : idx[d]) * lstride[d];
+      memcpy((char *)out + (size_t)li * eb, tmp + (size_t)e * eb, eb);
+      for (int d = t->rank - 1; d >= 0; d--) {
+        if (++idx[d] < sub[d]) break;
+        idx[d] = 0;
+      }
+    }
+    done = true;
+    for (int d = t->rank - 1; d >= 0; d--) {
+      if (!zdim[d]) continue;
+      if (++zi[d] < shape[d]) {
+        done = false;
+        break;
+      }
+      zi[d] = 0;
+    }
+  }
+  free(tmp);
+  return ok;
+}
+
 /* Puts dev's block of v into a new buffer on dev: cut from the whole tensor g, or generated. */
 static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const RunGen *gen, uint64_t seed, void **out,
                   const char *name) {
@@ -161,7 +222,7 @@ static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const Ru
   int64_t *rows = storage_rows(s, v);
   if (g) {
     CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
-    for_block_rows(&v->type, start, shape, rows, scatter_elem, &c);
+    for_block_rows(s, &v->type, start, shape, rows, scatter_elem, &c);
     free(rows);
     return true;
   }
@@ -169,6 +230,12 @@ static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const Ru
     for (int64_t i = 0; i < n; i++) put_elem(*out, v->type.dtype, i, gen->lo);
     free(rows);
     return true;
+  }
+  bool zz = false;
+  for (int d = 0; d < v->type.rank; d++) zz |= zigzag_dim(s, v->type.dims[d]);
+  if (zz) {
+    free(rows);
+    return place_zigzag(s, v, start, shape, gen, seed, *out);
   }
   RtBlock b = {.ndims = v->type.rank};
   for (int d = 0; d < v->type.rank; d++) b.global[d] = v->type.dims[d]->size, b.start[d] = start[d], b.shape[d] = shape[d];
@@ -214,7 +281,7 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
     int64_t start[MAX_RANK], shape[MAX_RANK];
     block_of(s, v, dev, start, shape);
     CopyCtx c = {.buf = s->slots[dev][slot], .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
-    for_block_rows(&v->type, start, shape, rows, gather_elem, &c);
+    for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
   }
   free(rows);
   return g;

@@ -19,6 +19,7 @@
  *   sink   no member's result has been read yet: the members move down to the last (a layer's
  *          gradients wait for the bucket's last; zero's gathers of the updated params). */
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "bucket.h"
@@ -31,7 +32,38 @@ typedef struct BW {
   uint8_t *weight, *grad; /* by value id */
   int next_id;
   int formed;
+  /* the function being bucketed: each op's predecessor in it (NULL: the first), open addressing
+   * by op, kept up to date by move_before, so that a move does not walk the function */
+  const Op **pkey;
+  Op **pval;
+  size_t pcap;
 } BW;
+
+static size_t prev_slot(const BW *W, const Op *op) {
+  uint64_t x = (uint64_t)(uintptr_t)op;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  size_t j = (size_t)(x ^ (x >> 29)) & (W->pcap - 1);
+  while (W->pkey[j] && W->pkey[j] != op) j = (j + 1) & (W->pcap - 1);
+  return j;
+}
+
+static void set_prev(BW *W, const Op *op, Op *prev) {
+  size_t j = prev_slot(W, op);
+  W->pkey[j] = op;
+  W->pval[j] = prev;
+}
+
+/* f's ops with their predecessors, for move_before. */
+static void prev_build(BW *W, IrFunc *f) {
+  size_t n = 0;
+  for (const Op *o = f->first; o; o = o->next) n++;
+  W->pcap = 16;
+  while (W->pcap < 2 * n + 2) W->pcap *= 2;
+  W->pkey = ARENA_ARRAY(W->a, const Op *, W->pcap);
+  W->pval = ARENA_ARRAY(W->a, Op *, W->pcap);
+  Op *prev = NULL;
+  for (Op *o = f->first; o; prev = o, o = o->next) set_prev(W, o, prev);
+}
 
 static bool passes_through(OpKind k) {
   return k == OP_RENAME || k == OP_SPLIT || k == OP_MERGE || k == OP_CAST || k == OP_TRANSPOSE || k == OP_SLICE ||
@@ -156,8 +188,9 @@ static int hoisted_chain(const IrFunc *f, Op *op, const Op *first, Op **chain) {
 }
 
 /* Moves ops[0..n) (ops of f, pos not among them) to just before pos, in this order (pos NULL or
- * not in f: to f's end): what ir_remove then ir_insert_before of each does, in one pass over f
- * instead of two per op. The ops are told apart by a mark in Op.bucket while it runs. */
+ * not in f: to f's end): what ir_remove then ir_insert_before of each does, each op unlinked
+ * through its predecessor (W's map of f) rather than by a walk over f. Duplicates are told apart
+ * by a mark in Op.bucket while it runs. */
 static void move_before(BW *W, IrFunc *f, Op **ops, int n, Op *pos) {
   int *saved = ARENA_ARRAY(W->a, int, n > 0 ? n : 1);
   Op **mv = ARENA_ARRAY(W->a, Op *, n > 0 ? n : 1);
@@ -176,35 +209,36 @@ static void move_before(BW *W, IrFunc *f, Op **ops, int n, Op *pos) {
     saved[i] = saved[m - 1 - i];
     saved[m - 1 - i] = u;
   }
-  Op *prev = NULL, *before = NULL;
-  bool found = false;
-  for (Op *o = f->first, *next; o; o = next) {
-    next = o->next;
-    if (o->bucket == INT_MIN) {
-      if (prev) prev->next = next;
-      else f->first = next;
-      if (f->last == o) f->last = prev;
-      o->next = NULL;
-      continue;
-    }
-    if (o == pos) before = prev, found = true;
-    prev = o;
+  for (int i = 0; i < m; i++) { /* unlinked, in turn */
+    Op *o = mv[i], *p = W->pval[prev_slot(W, o)], *nx = o->next;
+    if (p) p->next = nx;
+    else f->first = nx;
+    if (nx) set_prev(W, nx, p);
+    else f->last = p;
+    o->next = NULL;
   }
   for (int i = 0; i < m; i++) {
     mv[i]->bucket = saved[i];
     mv[i]->func = f;
     mv[i]->next = i + 1 < m ? mv[i + 1] : NULL;
+    if (i > 0) set_prev(W, mv[i], mv[i - 1]);
   }
   if (m == 0) return;
-  if (!pos || !found) {
-    if (prev) prev->next = mv[0];
+  size_t j = pos ? prev_slot(W, pos) : 0;
+  if (!pos || !W->pkey[j]) {
+    Op *last = f->last;
+    if (last) last->next = mv[0];
     else f->first = mv[0];
+    set_prev(W, mv[0], last);
     f->last = mv[m - 1];
     return;
   }
+  Op *before = W->pval[j];
   mv[m - 1]->next = pos;
+  set_prev(W, pos, mv[m - 1]);
   if (before) before->next = mv[0];
   else f->first = mv[0];
+  set_prev(W, mv[0], before);
 }
 
 /* Moves the members next to each other (hoisted up to the first, or sunk down to the last) and
@@ -252,6 +286,7 @@ static void bucket_func(BW *W, IrFunc *f) {
   for (Op *op = f->first; op; op = op->next)
     if (op->kind == OP_LOOP && op->body) bucket_func(W, op->body);
   BucketVec open = {0};
+  prev_build(W, f);
   /* closing a bucket moves only ops before the current one (its members and their chains), so
    * the walk goes on from the current op */
   for (Op *op = f->first; op; op = op->next) {

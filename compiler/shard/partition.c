@@ -1496,6 +1496,13 @@ typedef struct LedgerKey {
   int refs;             /* units asking for it */
   double time_s, count; /* its reshard's, charged while refs > 0 */
   uint64_t hash;
+  VEC(int) askers;      /* the units asking for it (refs of them, repeats kept) */
+  int at;               /* the first of them in the walk's order, where `prefix` counts its time; -1 */
+  double at_time_s;     /* the time `prefix` holds for it at `at` */
+  /* reshard_plan's answer for the value's sharding `from` (a trial and its undo alternate): */
+  bool planned, plan_ok;
+  Sharding from;
+  double plan_time_s, plan_n; /* the reshard's, before the walk's multiplier */
 } LedgerKey;
 
 typedef VEC(LedgerKey *) KeyVec;
@@ -1536,6 +1543,8 @@ struct PartLedger {
   size_t cap, len;
   bool *dirty;
   IntVec list;
+  long double *prefix;  /* Fenwick tree over units: each unit's own time, and each asked-for key's
+                           time at the first unit asking for it (partition_ledger_bound_before) */
   CacheVec cache;       /* never filled: stands for every function's cache in the ledger's walks */
   int cur;              /* the unit being walked */
   long double time_s, count;
@@ -1597,6 +1606,46 @@ static void ledger_grow(PartLedger *L) {
   L->cap = ncap;
 }
 
+/* ---- what the units before a point are charged, by prefix (a Fenwick tree over units 0..n) ---- */
+
+static void prefix_add(PartLedger *L, int u, long double d) {
+  for (int i = u + 1; i <= L->n + 1; i += i & -i) L->prefix[i] += d;
+}
+
+static long double prefix_before(const PartLedger *L, int u) { /* units 0 .. u-1 */
+  long double s = 0;
+  for (int i = u; i > 0; i -= i & -i) s += L->prefix[i];
+  return s;
+}
+
+/* Moves e's time in `prefix` to the first unit now asking for it (none: out), at its time now. */
+static void key_place(PartLedger *L, LedgerKey *e) {
+  int at = -1;
+  for (int i = 0; i < e->askers.len; i++)
+    if (at < 0 || e->askers.data[i] < at) at = e->askers.data[i];
+  if (at == e->at && (at < 0 || e->time_s == e->at_time_s)) return;
+  if (e->at >= 0) prefix_add(L, e->at, -(long double)e->at_time_s);
+  if (at >= 0) prefix_add(L, at, e->time_s);
+  e->at = at;
+  e->at_time_s = e->time_s;
+}
+
+static void key_ask(PartLedger *L, LedgerKey *e, int u) {
+  e->refs++;
+  VEC_PUSH(&L->a, e->askers, u);
+  key_place(L, e);
+}
+
+static void key_release(PartLedger *L, LedgerKey *e, int u) {
+  e->refs--;
+  for (int i = 0; i < e->askers.len; i++)
+    if (e->askers.data[i] == u) {
+      e->askers.data[i] = e->askers.data[--e->askers.len];
+      break;
+    }
+  key_place(L, e);
+}
+
 /* reshard_value on main's cache, in a ledger's walk: the key asked for (a rename's source's, as
  * reshard_value resolves it), charged to the ledger when no unit asked for it yet. */
 static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult) {
@@ -1619,7 +1668,12 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
   }
   k.hash = ledger_hash(&k);
   LedgerKey *e = NULL;
-  if (L->cap)
+  /* a unit walked again mostly asks for what it asked for before, in the same order: the key its
+   * last walk left in this place of its list (the list is emptied, not cleared) comes first */
+  const KeyVec *r = &L->req[L->cur];
+  LedgerKey *x = r->len < r->cap ? r->data[r->len] : NULL;
+  if (x && x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) e = x;
+  if (!e && L->cap)
     for (size_t j = (size_t)k.hash & (L->cap - 1); L->slot[j]; j = (j + 1) & (L->cap - 1)) {
       LedgerKey *x = L->slot[j];
       if (x->hash == k.hash && x->v == v && x->phase == k.phase && memcmp(&x->to, &k.to, sizeof k.to) == 0) {
@@ -1629,12 +1683,31 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
     }
   if (!e || e->refs == 0) {
     Reshard rs;
-    if (!reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs)) return v;
+    if (e && e->planned && memcmp(&e->from, &v->sharding, sizeof v->sharding) == 0) {
+      if (!e->plan_ok) return v;
+      rs.time_s = e->plan_time_s;
+      rs.n = (int)e->plan_n;
+    } else {
+      bool ok = reshard_plan(W->mesh, &v->type, &v->sharding, to, &rs);
+      if (e) {
+        e->planned = true;
+        e->plan_ok = ok;
+        e->from = v->sharding;
+        e->plan_time_s = ok ? rs.time_s : 0;
+        e->plan_n = ok ? rs.n : 0;
+      }
+      if (!ok) return v;
+    }
     if (e && L->logging) VEC_PUSH(&L->a, L->undo_costs, ((KeyCost){e, e->time_s, e->count}));
     if (!e) {
       if (2 * (L->len + 1) > L->cap) ledger_grow(L);
       e = ARENA_NEW(&L->a, LedgerKey);
       *e = k;
+      e->at = -1;
+      e->planned = e->plan_ok = true;
+      e->from = v->sharding;
+      e->plan_time_s = rs.time_s;
+      e->plan_n = rs.n;
       size_t j = (size_t)k.hash & (L->cap - 1);
       while (L->slot[j]) j = (j + 1) & (L->cap - 1);
       L->slot[j] = e;
@@ -1645,7 +1718,7 @@ static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, d
     L->time_s += e->time_s;
     L->count += e->count;
   }
-  e->refs++;
+  key_ask(L, e, L->cur);
   VEC_PUSH(&L->a, L->req[L->cur], e);
   return v;
 }
@@ -1690,9 +1763,11 @@ static void ledger_rewalk(PartLedger *L) {
     L->time_s -= L->own[u].time_s;
     L->count -= L->own[u].count;
     L->errors -= L->own[u].errors;
+    prefix_add(L, u, -(long double)L->own[u].time_s);
     for (int k = 0; k < L->req[u].len; k++) {
       LedgerKey *e = L->req[u].data[k];
-      if (--e->refs > 0) continue;
+      key_release(L, e, u);
+      if (e->refs > 0) continue;
       L->time_s -= e->time_s;
       L->count -= e->count;
     }
@@ -1716,6 +1791,7 @@ static void ledger_rewalk(PartLedger *L) {
       else walk_loop_tail(&W, lu->op, lu->mult, &L->cache);
     }
     L->own[u] = W.cost;
+    prefix_add(L, u, W.cost.time_s);
     L->time_s += W.cost.time_s;
     L->count += W.cost.count;
     L->errors += W.cost.errors;
@@ -1794,6 +1870,7 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p) {
   L->req = ARENA_ARRAY(&L->a, KeyVec, n + 1);
   L->is_ce = ARENA_ARRAY(&L->a, bool, n + 1);
   L->dirty = ARENA_ARRAY(&L->a, bool, n + 1);
+  L->prefix = ARENA_ARRAY(&L->a, long double, n + 2);
   ledger_func(L, m->main, 1);
   L->unit[L->n] = (LedgerUnit){.kind = LU_OUTPUTS, .f = m->main, .tail = -1, .mult = 1};
   for (int k = 0; k < m->main->noutputs; k++) {
@@ -1841,19 +1918,21 @@ void partition_ledger_rollback(PartLedger *L) {
   for (int i = L->undo.len - 1; i >= 0; i--) {
     const LedgerUndo *un = &L->undo.data[i];
     KeyVec *r = &L->req[un->unit];
-    for (int k = 0; k < r->len; k++) r->data[k]->refs--;
+    for (int k = 0; k < r->len; k++) key_release(L, r->data[k], un->unit);
     r->len = 0;
     for (int k = 0; k < un->n; k++) {
       LedgerKey *e = L->undo_keys.data[un->first + k];
-      e->refs++;
+      key_ask(L, e, un->unit);
       VEC_PUSH(&L->a, *r, e);
     }
+    prefix_add(L, un->unit, (long double)un->own.time_s - L->own[un->unit].time_s);
     L->own[un->unit] = un->own;
   }
   for (int i = L->undo_costs.len - 1; i >= 0; i--) {
     const KeyCost *kc = &L->undo_costs.data[i];
     kc->e->time_s = kc->time_s;
     kc->e->count = kc->count;
+    key_place(L, kc->e);
   }
   L->time_s = L->saved_time_s;
   L->count = L->saved_count;
@@ -1871,6 +1950,41 @@ PartCost partition_ledger_cost(const PartLedger *L) {
 }
 
 long partition_ledger_walked(const PartLedger *L) { return L ? L->walked : 0; }
+
+/* What the units before op are charged: their own collectives, and each reshard one of them asks
+ * for, once. It depends on those units alone, and the total is at least that much. */
+double partition_ledger_bound_before(const PartLedger *L, const Op *op) {
+  if (!L) return 0;
+  if (!op) return (double)L->time_s;
+  int u = ledger_unit_of(L, op);
+  if (u < 0) return 0;
+  return (double)prefix_before(L, u);
+}
+
+/* partition_ledger_bound_before for every op of main, against the same sum made unit by unit. */
+bool partition_ledger_bound_audit(const PartLedger *L) {
+  if (!L) return true;
+  long double sum = 0, tol = 1e-12 + 1e-9 * (double)L->time_s;
+  size_t cap = 16;
+  while (cap < 2 * L->len + 2) cap *= 2;
+  const LedgerKey **seen = calloc(cap, sizeof *seen); /* keys counted, open addressing */
+  if (!seen) abort();
+  bool ok = true;
+  for (int u = 0; u < L->n && ok; u++) {
+    if (L->unit[u].f == L->m->main && (L->unit[u].kind == LU_OP || L->unit[u].kind == LU_HEAD) &&
+        fabsl(sum - (long double)partition_ledger_bound_before(L, L->unit[u].op)) > tol)
+      ok = false;
+    sum += L->own[u].time_s;
+    for (int k = 0; k < L->req[u].len; k++) {
+      const LedgerKey *e = L->req[u].data[k];
+      size_t j = (size_t)e->hash & (cap - 1);
+      while (seen[j] && seen[j] != e) j = (j + 1) & (cap - 1);
+      if (!seen[j]) seen[j] = e, sum += e->time_s;
+    }
+  }
+  free(seen);
+  return ok;
+}
 
 void partition_ledger_free(PartLedger *L) {
   if (!L) return;

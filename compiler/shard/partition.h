@@ -177,6 +177,11 @@ PartLedger *partition_ledger_new(IrModule *m, const Program *p);
 void partition_ledger_update(PartLedger *L, Op *const *ops, int nops, Value *const *vals, int nvals);
 PartCost partition_ledger_cost(const PartLedger *L);
 long partition_ledger_walked(const PartLedger *L); /* ops walked since created (statistics) */
+/* What the units before `op` (in the walk's order) are charged: their own collectives, and each
+ * reshard one of them asks for, once; a lower bound on the total that depends on nothing after
+ * op. NULL for op: the total. */
+double partition_ledger_bound_before(const PartLedger *L, const Op *op);
+bool partition_ledger_bound_audit(const PartLedger *L); /* the above against a sum unit by unit (tests) */
 /* A trial: updates after begin are undone by rollback (the figures and keys put back as they were
  * at begin, exactly), or kept by commit. */
 void partition_ledger_begin(PartLedger *L);

@@ -12,8 +12,11 @@
  * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
  * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
  * partition_cost() better. A trial derives again only the units its pin reaches (derive_from),
- * costs them in partition.c's ledger, and is undone from what it saved. Only pins persist between derivations, so the result depends on
- * nothing but the IR, the program and the (deterministic) order of the search. */
+ * costs them in partition.c's ledger, and is undone from what it saved; it stops where the units
+ * it settled already cost more than the best plan (cannot_win), and the same pin is not tried
+ * again while nothing before that point changed (known_to_lose). Only pins persist between
+ * derivations, so the result depends on nothing but the IR, the program and the (deterministic)
+ * order of the search. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,10 +54,13 @@ typedef struct PlanEntry {
   OpPlan plan;
 } PlanEntry;
 
-/* The entry an op's own plan (Op.plan) was last copied from: a repeated call skips the copy. */
+/* The entry an op's own plan (Op.plan) was last copied from: a repeated call skips the copy; and
+ * the one before (a trial's, or what the trial replaced): a search alternates between the two,
+ * and finds the other here without a look-up in the whole memo. */
 typedef struct LastPlan {
   const Op *op;
   const PlanEntry *e;
+  const PlanEntry *alt; /* any entry or NULL: used only when its key matches */
 } LastPlan;
 
 typedef struct PlanMemo {
@@ -105,14 +111,33 @@ typedef struct Units {
   VEC(SavedValue) saved_v;
   VEC(SavedPlan) saved_p;
   VEC(Op *) trial_ops;  /* the units a trial derived again (the ledger walks them again) */
-  VEC(Value *) trial_vals; /* the values whose sharding a trial changed */
+  VEC(Value *) trial_vals; /* scratch: values whose sharding changed, for the ledger */
+  int acct_v, acct_ops; /* saved_v and trial_ops up to these are in the ledger already */
+  bool flat;            /* main has no loop and no cross entropy: a trial may stop early (cannot_win) */
   int *stamp;           /* by value id: the trial that last listed it */
   int trial;
   bool *in_order;       /* by value id: a FREE value (the layout term counts it) */
   PartLedger *ledger;   /* the collectives' cost, op by op */
   int layout;           /* score's layout term, kept up to date */
   long derived;         /* units derived by trials (statistics) */
+  long cut;             /* trials stopped early (statistics) */
+  double bound;         /* the greatest lower bound cannot_win found on the trial's time, or 0 (the
+                           audit checks it against the trial's time, derived to the end) */
+  double cut_bound;     /* the last cut trial's: the bound it was stopped on, */
+  int cut_at;           /* and the least unit queued then (every unit before it settled) */
+  VEC(int) acc_from;    /* by pin accepted (in order): the least unit its trial derived again */
+  long skipped;         /* trials known to lose without deriving (statistics) */
 } Units;
+
+/* A trial stopped early as unable to win (cannot_win), remembered for the next rounds: the same
+ * pin loses again while nothing before `at` changed (see known_to_lose). */
+typedef struct CutTrial {
+  Sharding s;           /* the pin tried */
+  int at;               /* Units.cut_at */
+  long accepted;        /* pins accepted before it */
+  double bound;         /* Units.cut_bound */
+} CutTrial;
+typedef VEC(CutTrial) CutVec;
 
 typedef struct Prop {
   IrModule *m;
@@ -335,6 +360,13 @@ static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *c
   PlanMemo *M = &P->memo;
   LastPlan *lp = out == op->plan ? last_slot(M, op) : NULL;
   if (lp && lp->e && key_matches(&lp->e->key, op, c->blocked, operands, target)) return lp->e->ok;
+  if (lp && lp->alt && key_matches(&lp->alt->key, op, c->blocked, operands, target)) {
+    const PlanEntry *t = lp->alt;
+    lp->alt = lp->e;
+    lp->e = t;
+    memcpy(out, &t->plan, sizeof *out);
+    return t->ok;
+  }
   PlanKey k;
   memset(&k, 0, sizeof k);
   k.op = op;
@@ -365,7 +397,7 @@ static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *c
     M->len++;
   }
   memcpy(out, &e->plan, sizeof *out);
-  if (lp) lp->e = e;
+  if (lp) lp->alt = lp->e, lp->e = e;
   return e->ok;
 }
 
@@ -767,6 +799,11 @@ static void units_build(Prop *P) {
   U->key = ARENA_ARRAY(P->a, const Op *, U->cap);
   U->val = ARENA_ARRAY(P->a, int, U->cap);
   units_func(P, P->m->main, 0, -1);
+  U->flat = true;
+  for (int u = 0; u < U->n; u++) {
+    const Op *op = U->u[u].op;
+    if (U->u[u].kind != UNIT_OP || op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD) U->flat = false;
+  }
 }
 
 static void unit_push(Units *U, int u) {
@@ -884,25 +921,92 @@ static void drain(Prop *P, int limit) {
   while (U->nheap > 0 && U->heap[0] < limit) derive_unit(P, unit_pop(U));
 }
 
+static void ledger_catch_up(Prop *P);
+
+/* A score whose time is at least `lb` (rounding margins taken off already) is not better than best
+ * (score_better): more time beyond its tolerance, and no fewer errors than best's none. */
+static bool bound_loses(double lb, const Score *best) {
+  return best->errors == 0 && lb > best->time_s && lb * (1 - 1e-9) > best->time_s + 1e-12;
+}
+
+/* Whether the trial under way can no longer beat `best`, whatever the units still queued come to.
+ * In a flat main (no loop, no cross entropy), derivation in program order leaves every unit before
+ * the least queued one as it will stay, and its figures in the ledger final once caught up; the
+ * ledger's bound before that unit (partition_ledger_bound_before: what those units are charged,
+ * each reshard once, the later units counted as free) is then a lower bound on the trial's
+ * collective time. With no
+ * error in `best` (a trial has at least none), a time above best's beyond score_better's tolerance
+ * loses, whatever its count and layout term: the margins here cover rounding many times over. */
+static bool cannot_win(Prop *P, const Score *best) {
+  Units *U = &P->units;
+  if (!U->flat || best->errors != 0 || U->nheap == 0) return false;
+  ledger_catch_up(P);
+  double lb = partition_ledger_bound_before(U->ledger, U->u[U->heap[0]].op);
+  lb = lb * (1 - 1e-6) - 1e-15;
+  if (lb > U->bound) U->bound = lb;
+  if (!bound_loses(lb, best)) return false;
+  if (!U->cut_bound) U->cut_bound = lb, U->cut_at = U->heap[0]; /* (the first, where it stops) */
+  return true;
+}
+
+#define CUT_EVERY 32 /* units derived between two cannot_win checks */
+
 /* derive() after v's pin changed, deriving only what depends on v (see above): v's unit, and the
- * heads of the loops around it (so that their tails run follow_partial_sums as derive() does). */
-static void derive_from(Prop *P, const Value *v) {
+ * heads of the loops around it (so that their tails run follow_partial_sums as derive() does).
+ * With `best`, checks every CUT_EVERY units whether the trial can still win: true when it cannot,
+ * and then, unless `finish`, stops with units left unqueued (the trial is to be undone); with
+ * `finish` (the audit) it derives to the end all the same. */
+static bool derive_from(Prop *P, const Value *v, const Score *best, bool finish) {
   Units *U = &P->units;
   U->pass++;
   int u = v->id < P->nvalues ? U->of_value[v->id] : -1;
   unit_push(U, u);
   for (int h = u >= 0 ? U->u[u].parent_head : -1; h >= 0; h = U->u[h].parent_head) unit_push(U, h);
-  drain(P, INT32_MAX);
+  if (!best || !U->flat) {
+    drain(P, INT32_MAX);
+    return false;
+  }
+  bool cut = false;
+  long next = U->derived + CUT_EVERY;
+  U->bound = U->cut_bound = 0;
+  while (U->nheap > 0) {
+    derive_unit(P, unit_pop(U));
+    if (U->derived < next) continue;
+    next = U->derived + CUT_EVERY;
+    if (!cannot_win(P, best) || cut) continue;
+    cut = true;
+    U->cut++;
+    if (!finish)
+      while (U->nheap > 0) unit_pop(U);
+  }
+  return cut;
 }
 
 static int layout_match(const Prop *P, const Value *v, const Sharding *a);
+
+/* Brings the ledger up to the derivation: walks again the units derived since it last did, and
+ * those reading or defining a value whose sharding changed since (each saved value against what
+ * it was when saved). */
+static void ledger_catch_up(Prop *P) {
+  Units *U = &P->units;
+  U->trial_vals.len = 0;
+  for (int i = U->acct_v; i < U->saved_v.len; i++) {
+    Value *v = U->saved_v.data[i].v;
+    if (v->id < 0 || v->id >= P->nvalues) continue;
+    if (!sharding_equal(&U->saved_v.data[i].old.sharding, &v->sharding, v->type.rank))
+      VEC_PUSH(P->a, U->trial_vals, v);
+  }
+  partition_ledger_update(U->ledger, U->trial_ops.data + U->acct_ops, U->trial_ops.len - U->acct_ops,
+                          U->trial_vals.data, U->trial_vals.len);
+  U->acct_v = U->saved_v.len;
+  U->acct_ops = U->trial_ops.len;
+}
 
 /* After a trial's derivation: the values it changed (each once, from its state before the
  * trial), the layout term moved by them, and the ledger walked again where they are. */
 static void trial_account(Prop *P) {
   Units *U = &P->units;
   U->trial++;
-  U->trial_vals.len = 0;
   for (int i = 0; i < U->saved_v.len; i++) {
     Value *v = U->saved_v.data[i].v;
     const Sharding *old = &U->saved_v.data[i].old.sharding;
@@ -910,9 +1014,8 @@ static void trial_account(Prop *P) {
     U->stamp[v->id] = U->trial;
     if (sharding_equal(old, &v->sharding, v->type.rank)) continue; /* (bytes past a dim's axes are free) */
     if (U->in_order[v->id]) U->layout += layout_match(P, v, &v->sharding) - layout_match(P, v, old);
-    VEC_PUSH(P->a, U->trial_vals, v);
   }
-  partition_ledger_update(U->ledger, U->trial_ops.data, U->trial_ops.len, U->trial_vals.data, U->trial_vals.len);
+  ledger_catch_up(P);
 }
 
 /* Puts back what the trial derivations since the last commit_trial overwrote. */
@@ -921,7 +1024,8 @@ static void undo_trial(Prop *P) {
   for (int i = U->saved_p.len - 1; i >= 0; i--) {
     SavedPlan *sp = &U->saved_p.data[i];
     *sp->op->plan = sp->old;
-    last_slot(&P->memo, sp->op)->e = sp->last;
+    LastPlan *lp = last_slot(&P->memo, sp->op);
+    if (lp->e != sp->last) lp->alt = lp->e, lp->e = sp->last;
   }
   for (int i = U->saved_v.len - 1; i >= 0; i--) *U->saved_v.data[i].v = U->saved_v.data[i].old;
   U->saved_v.len = U->saved_p.len = 0;
@@ -930,6 +1034,7 @@ static void undo_trial(Prop *P) {
 static void commit_trial(Prop *P) {
   P->units.saved_v.len = P->units.saved_p.len = 0;
   P->units.trial_ops.len = P->units.trial_vals.len = 0;
+  P->units.acct_v = P->units.acct_ops = 0;
 }
 
 /* ---- the objective ---- */
@@ -1168,6 +1273,9 @@ static void audit_trial(Prop *P, const Score *s) {
   if (full.time_s > 0 && err / full.time_s > audit->max_rel_err) audit->max_rel_err = err / full.time_s;
   bool ok = full.errors == kept.errors && err <= tol && fabs(full.count - kept.count) <= 1e-6 &&
             full.layout == kept.layout;
+  /* the ledger's bound before each op of main (cannot_win's), against a sum unit by unit */
+  bool bound_ok = partition_ledger_bound_audit(P->units.ledger);
+  ok = ok && bound_ok;
   /* the shardings derive() gives (origins aside: the search never reads them) */
   int n = P->nvalues;
   Sharding *now = malloc(sizeof *now * (size_t)(n > 0 ? n : 1));
@@ -1188,13 +1296,55 @@ static void audit_trial(Prop *P, const Score *s) {
     }
   if (!ok && !audit->first[0])
     snprintf(audit->first, sizeof audit->first,
-             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s", kept.errors,
+             "errors %d/%d, time %.17g/%.17g s, count %.17g/%.17g, layout %d/%d (kept/full)%s%s", kept.errors,
              full.errors, kept.time_s, full.time_s, kept.count, full.count, kept.layout, full.layout,
-             s ? "" : ", after an undo");
+             s ? "" : ", after an undo", bound_ok ? "" : "; the ledger's bound before an op differs");
   free(now);
   free(seen);
   free(vals);
   if (!ok) audit->mismatches++;
+}
+
+/* Under the audit every trial is derived to the end: its time must be at least every bound
+ * cannot_win found on the way, and a trial it found unable to win (cut) must lose. */
+static void audit_bound(double time_s, double bound, bool cut, bool better) {
+  if (time_s >= bound && !(cut && better)) return;
+  audit->mismatches++;
+  if (!audit->first[0])
+    snprintf(audit->first, sizeof audit->first, "a trial %s (time %.17g s, bound %.17g s)",
+             cut && better ? "stopped early as unable to win wins" : "costs less than a bound found on the way", time_s,
+             bound);
+}
+
+/* Whether pin s of the i-th free value was stopped early before (cut) and would lose again: its
+ * trial derives the units before the cut's `at` as it did (they depend on nothing at or after it),
+ * so long as no pin accepted since derived a unit before `at` again; their charges alone, the
+ * cut's bound, then still exceed the best score. *bound: that bound. */
+static bool known_to_lose(const Prop *P, const CutVec *cuts, const Sharding *s, int rank, long accepted,
+                          const Score *best, double *bound) {
+  const Units *U = &P->units;
+  for (int r = cuts->len - 1; r >= 0; r--) {
+    const CutTrial *c = &cuts->data[r];
+    if (!sharding_equal(&c->s, s, rank)) continue;
+    bool same = true;
+    for (long a = c->accepted; a < accepted && same; a++) same = U->acc_from.data[a] >= c->at;
+    if (same && bound_loses(c->bound, best)) {
+      *bound = c->bound;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The least unit the trial just made derived again (the pin's own, or a loop head around it). */
+static int trial_first_unit(const Prop *P) {
+  const Units *U = &P->units;
+  int least = U->n;
+  for (int i = 0; i < U->trial_ops.len; i++) {
+    int u = unit_index(U, U->trial_ops.data[i]);
+    if (u >= 0 && u < least) least = u;
+  }
+  return least;
 }
 
 /* ---- the search ---- */
@@ -1251,6 +1401,9 @@ static void search(Prop *P) {
   P->units.ledger = partition_ledger_new(P->m, P->p);
   Score best = score(P);
   P->units.layout = best.layout;
+  P->units.derived = P->units.cut = P->units.skipped = 0;
+  P->units.acc_from.len = 0;
+  CutVec *cuts = ARENA_ARRAY(P->a, CutVec, P->order.len > 0 ? P->order.len : 1);
   /* A value whose trials were all rejected, with no pin accepted anywhere since, would see the
    * same plan, make the same candidates and have them rejected again: it is skipped. (A rejected
    * trial is undone exactly, so the plan is the same.) */
@@ -1266,20 +1419,36 @@ static void search(Prop *P) {
       Cands c;
       candidates(P, v, func_blocked(P, v->func), &c);
       for (int k = 0; k < c.n; k++) {
+        double known_bound = 0;
+        bool known = known_to_lose(P, &cuts[i], &c.s[k], v->type.rank, accepted, &best, &known_bound);
+        if (known) P->units.skipped++;
+        if (known && !audit) continue; /* (under the audit: derived all the same, and must lose) */
         bool was = P->pinned[v->id];
         Sharding old = P->pin[v->id];
         P->pinned[v->id] = true;
         P->pin[v->id] = c.s[k];
         int layout = P->units.layout;
         partition_ledger_begin(P->units.ledger);
-        derive_from(P, v);
-        trial_account(P);
-        Score s = score_kept(P);
-        if (audit) audit_trial(P, &s);
-        if (score_better(&s, &best)) {
-          best = s;
+        bool cut = derive_from(P, v, &best, audit != NULL);
+        if (cut && !known) { /* (the audit's run of a known one: remembered already) */
+          CutTrial ct = {.s = c.s[k], .at = P->units.cut_at, .accepted = accepted, .bound = P->units.cut_bound};
+          VEC_PUSH(P->a, cuts[i], ct);
+        }
+        if (known && known_bound > P->units.bound) P->units.bound = known_bound;
+        cut |= known;
+        bool better = false;
+        if (!cut || audit) {
+          trial_account(P);
+          Score s = score_kept(P);
+          if (audit) audit_trial(P, &s);
+          better = score_better(&s, &best);
+          if (audit) audit_bound(s.time_s, P->units.bound, cut, better);
+          if (better) best = s;
+        }
+        if (better) {
           improved = true;
           accepted++;
+          VEC_PUSH(P->a, P->units.acc_from, trial_first_unit(P));
           partition_ledger_commit(P->units.ledger);
           commit_trial(P);
         } else {
@@ -1297,6 +1466,8 @@ static void search(Prop *P) {
     if (!improved) break;
   }
   if (audit) {
+    audit->cut += P->units.cut;
+    audit->skipped += P->units.skipped;
     audit->derived += P->units.derived;
     audit->walked += partition_ledger_walked(P->units.ledger);
   }

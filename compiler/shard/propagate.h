@@ -46,6 +46,8 @@ typedef struct PropagateAudit {
   double max_rel_err;   /* the largest relative difference of the collectives' time seen */
   char first[256];      /* the first mismatch, described, or "" */
   long derived, walked; /* units the trials derived again, and the ledger walked again */
+  long cut;             /* trials stopped early as unable to win (derived to the end when audited) */
+  long skipped;         /* trials known to lose from such a trial before (derived when audited) */
 } PropagateAudit;
 void propagate_audit(PropagateAudit *a); /* NULL: off */
 

@@ -7,6 +7,7 @@ target_compile_definitions(test_native PRIVATE
   NATIVE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/native"
   INTERP_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/interp"
   MOE_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}/moe"
+  STEP_SPMD_DIR="${CMAKE_CURRENT_LIST_DIR}/step_spmd"
   SHARDC_SAMPLES="${CMAKE_SOURCE_DIR}/samples")
 add_test(NAME unit.native COMMAND test_native)
 
@@ -137,13 +138,51 @@ set_tests_properties(run.error.device_returned PROPERTIES ENVIRONMENT "SHARDC_RU
 add_test(NAME run.mixtral_8x7b.dp_ep_tp
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
                  -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
+
+# Ring attention (context parallelism, runtime/nn_ring.c): the sequence over ctx, K/V blocks round
+# the ring; causal in zigzag order and full, 2 train steps on rings of 2, 4 and 8 devices; the
+# long-context LLaMA sample (seq: ctx, tensor parallelism over model, full remat, 8 microbatches)
+# forward and train on an inline mesh with ctx 2 and ctx 4.
+foreach(kind causal full)
+  foreach(ring ring2 ring4 ring8)
+    add_test(NAME run.ring_${kind}.${ring}
+             COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/step_spmd/ring_${kind}.shard --mesh ${ring}
+                     --layout cp --steps 2)
+  endforeach()
+endforeach()
+foreach(case ctx2:h100[data:1,ctx:2,model:2] ctx4:h100[data:1,ctx:4,model:1])
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 name)
+  string(REPLACE "${name}:" "" mesh ${case})
+  string(REPLACE ":" ": " mesh ${mesh})
+  string(REPLACE "," ", " mesh ${mesh})
+  add_test(NAME run.llama3_8b_long.forward.${name}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2
+                   --entry llama.forward --mesh ${mesh})
+  add_test(NAME run.llama3_8b_long.train.${name}
+           COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2
+                   --mesh ${mesh} --steps 2)
+endforeach()
+# Mutations run must FAIL: one device's result perturbed, and the causal mask reading storage
+# positions instead of the zigzag order's logical ones (SHARDC_RING_MUTATE=zigzag, lower_ring.c).
+add_test(NAME run.ring.mutation
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/step_spmd/ring_causal.shard --mesh ring4 --layout cp
+                 --entry causal_net.forward)
+set_tests_properties(run.ring.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB=1"
+                     PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+add_test(NAME run.ring.mutation.zigzag
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/step_spmd/ring_causal.shard --mesh ring4 --layout cp
+                 --entry causal_net.forward)
+set_tests_properties(run.ring.mutation.zigzag PROPERTIES ENVIRONMENT "SHARDC_RING_MUTATE=zigzag"
+                     PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
 # The simulated clock (issue 11): what the devices executed, priced by sim's model as they ran it,
 # equals `shardc sim` on the same program: a forward, train steps with microbatches, remat and
-# tensor/sequence parallelism, and expert parallelism's AllToAlls.
+# tensor/sequence parallelism, expert parallelism's AllToAlls, and ring attention.
 foreach(case "mlp_train|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--mesh;h100[data: 2, model: 2]"
              "mlp_forward|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--entry;mlp.forward;--mesh;tpu_v5e[data: 2, model: 2]"
              "llama3_8b|${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard;${LM_SMALL};-D;kv_heads=2;--layout;fsdp_tp_sp;--mesh;h100[data: 2, model: 2]"
-             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]")
+             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]"
+             "ring|${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard;${LM_SMALL};-D;kv_heads=2;--mesh;h100[data: 1, ctx: 2, model: 2]")
   string(FIND "${case}" "|" bar)
   string(SUBSTRING "${case}" 0 ${bar} name)
   math(EXPR rest "${bar} + 1")

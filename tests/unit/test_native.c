@@ -154,6 +154,30 @@ int main(int argc, char **argv) {
   native_case(moe, NULL, 0, "ep", NULL, NULL, 2e-2, false);
   native_case(layer, NULL, 0, "ep", NULL, NULL, 2e-2, false);
   native_case(layer, NULL, 0, "dp", NULL, NULL, 2e-2, false);
+  /* ring attention (context parallelism, runtime/nn_ring.c): the sequence over ctx, K/V round the
+   * ring; causal in zigzag order (the host loads and reads the blocks in it) and full, forward and
+   * train step (dq, dk, dv by the lse-based backward) on rings of 2, 4 and 8; grouped queries in
+   * f32 at sgd's lr 100, where the updated params show the gradients; a perturbed device */
+  const char *ring_causal = STEP_SPMD_DIR "/ring_causal.shard", *ring_full = STEP_SPMD_DIR "/ring_full.shard";
+  const char *gqa_causal = NATIVE_TEST_DIR "/ring_f32_causal.shard", *gqa_full = NATIVE_TEST_DIR "/ring_f32_full.shard";
+  const char *rings[] = {"ring2", "ring4", "ring8"};
+  for (int i = 0; i < 3; i++) {
+    native_case(ring_causal, NULL, 0, "cp", rings[i], "causal_net.forward", 2e-2, false);
+    native_case(ring_causal, NULL, 0, "cp", rings[i], NULL, 2e-2, false);
+    native_case(ring_full, NULL, 0, "cp", rings[i], "full_net.forward", 2e-2, false);
+    native_case(ring_full, NULL, 0, "cp", rings[i], NULL, 2e-2, false);
+    native_case(gqa_causal, NULL, 0, "cp", rings[i], NULL, 1e-4, false);
+    native_case(gqa_full, NULL, 0, "cp", rings[i], NULL, 1e-4, false);
+  }
+  native_case(ring_causal, NULL, 0, "cp", "ring4", NULL, 2e-2, true);
+  /* the long-context LLaMA's model and layout (rings inside stacked layers, full remat, tensor
+   * parallelism over model) on ctx 2 x model 2 and ctx 4 */
+  const char *llama_long = NATIVE_TEST_DIR "/llama_long_small.shard";
+  const char *ctx_meshes[] = {"ctx2", "ctx4"};
+  for (int i = 0; i < 2; i++) {
+    native_case(llama_long, NULL, 0, NULL, ctx_meshes[i], "llama.forward", 2e-2, false);
+    native_case(llama_long, NULL, 0, NULL, ctx_meshes[i], NULL, 2e-2, false);
+  }
   /* pipelines (layers@stage, tensor parallel within a stage): the train step under each schedule
    * (rt_pipeline running the IR's per-stage action lists, interleaved(2) with its stacked dims in
    * storage order), 2 and 4 stages; and a perturbed device on a pipeline must be caught */

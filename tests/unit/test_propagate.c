@@ -9,7 +9,11 @@
  * whole, as test_partition does), and over generated programs of unrolled matmul layers (forward
  * and train step, under tensor parallelism, FSDP with it, and data parallelism), and fails any
  * configuration where a trial's figures differ, or where no trial was checked at all (the
- * generated programs must exercise the search). Prints PASS/FAIL/SKIP per configuration and
+ * generated programs must exercise the search). A trial the search stops early as unable to win
+ * (propagate.c's cannot_win), or skips as known to lose (known_to_lose), is derived to the end
+ * under the audit all the same, checked as every trial is, and must lose; the generated FSDP train
+ * step must have both. The ledger's bound (partition_ledger_bound_before) is checked against a
+ * sum unit by unit after every trial. Prints PASS/FAIL/SKIP per configuration and
  * "N passed, N failed". */
 #define _GNU_SOURCE /* mkstemps */
 #include <dirent.h>
@@ -34,8 +38,11 @@ static const char *stdlib_dir(void) {
 }
 
 /* One configuration: 1 pass, 0 fail, -1 skip (does not compile). need_trials: fail when the
- * search checked no trial. */
-static int run_config(const char *path, const char *mesh, const char *layout, const char *entry, bool need_trials) {
+ * search checked no trial; need_cuts: when it stopped no trial early as unable to win, or knew none
+ * to lose from such a trial of an earlier round (each such trial is derived to the end all the
+ * same under the audit, and must lose, its time at least the bound it was stopped or skipped on). */
+static int run_config(const char *path, const char *mesh, const char *layout, const char *entry, bool need_trials,
+                      bool need_cuts) {
   Arena a;
   arena_init(&a);
   diag_reset();
@@ -51,16 +58,18 @@ static int run_config(const char *path, const char *mesh, const char *layout, co
         propagate_audit(&au);
         propagate_module(m, p);
         propagate_audit(NULL);
-        res = au.mismatches == 0 && (!need_trials || au.checked > 0) ? 1 : 0;
+        res = au.mismatches == 0 && (!need_trials || au.checked > 0) && (!need_cuts || (au.cut > 0 && au.skipped > 0))
+                  ? 1
+                  : 0;
       }
     }
   }
   arena_free(&a);
   const char *verdict = res < 0 ? "SKIP" : res ? "PASS" : "FAIL";
-  printf("%s %s mesh=%s layout=%s%s%s: %ld trials checked (%ld units derived again, %ld re-costed), %ld differ, "
-         "largest relative time difference %.1e\n",
+  printf("%s %s mesh=%s layout=%s%s%s: %ld trials checked (%ld units derived again, %ld re-costed, %ld stopped "
+         "early as unable to win, %ld known to lose), %ld differ, largest relative time difference %.1e\n",
          verdict, path, mesh ? mesh : "-", layout ? layout : "-", entry ? " entry=" : "", entry ? entry : "",
-         au.checked, au.derived, au.walked, au.mismatches, au.max_rel_err);
+         au.checked, au.derived, au.walked, au.cut, au.skipped, au.mismatches, au.max_rel_err);
   if (au.first[0]) printf("  first difference: %s\n", au.first);
   total_checked += au.checked;
   if (au.max_rel_err > worst_rel) worst_rel = au.max_rel_err;
@@ -89,7 +98,7 @@ static void run_file(const char *path) {
   if (nm == 0) meshes[nm++] = NULL;
   if (nl == 0) layouts[nl++] = NULL;
   for (int i = 0; i < nm; i++)
-    for (int j = 0; j < nl; j++) run_config(path, meshes[i], layouts[j], NULL, false);
+    for (int j = 0; j < nl; j++) run_config(path, meshes[i], layouts[j], NULL, false, false);
   for (int i = 0; i < nm; i++) free(meshes[i]);
   for (int j = 0; j < nl; j++) free(layouts[j]);
 }
@@ -147,8 +156,8 @@ static void run_generated(void) {
   fclose(f);
   static const char *layouts[] = {"tp", "fsdp_tp", "dp"};
   for (int i = 0; i < 3; i++) {
-    run_config(path, NULL, layouts[i], "deep.forward", i == 1); /* tp, dp: no forward candidate */
-    run_config(path, NULL, layouts[i], NULL, true);
+    run_config(path, NULL, layouts[i], "deep.forward", i == 1, false); /* tp, dp: no forward candidate */
+    run_config(path, NULL, layouts[i], NULL, true, i == 1); /* fsdp_tp: a pinned residual stream loses */
   }
   unlink(path);
 }
