@@ -284,15 +284,22 @@ int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **re
     rc = rt_alloc(dev, bytes ? bytes : 1, "pipeline accumulator", &results[k]);
     if (rc == RT_OK) memcpy(results[k], x, bytes);
   }
+  static const int region_of[] = {[RT_PA_FIRST] = RT_PR_FIRST, [RT_PA_FWD] = RT_PR_CHUNK_FWD, [RT_PA_LAST] = RT_PR_LAST,
+                                   [RT_PA_BWD] = RT_PR_CHUNK_BWD, [RT_PA_FIRST_BWD] = RT_PR_FIRST_BWD};
+  int last_region = -1;
   for (int i = p->first_action[R.stage]; rc == RT_OK && i < p->first_action[R.stage + 1]; i++) {
     const RtPipeAction *a = &p->actions[i];
     switch (a->kind) {
-    case RT_PA_FIRST: rc = run_region(&R, RT_PR_FIRST, a->mb, a->chunk); break;
-    case RT_PA_FWD: rc = run_region(&R, RT_PR_CHUNK_FWD, a->mb, a->chunk); break;
-    case RT_PA_LAST: rc = run_region(&R, RT_PR_LAST, a->mb, a->chunk); break;
-    case RT_PA_BWD: rc = run_region(&R, RT_PR_CHUNK_BWD, a->mb, a->chunk); break;
-    case RT_PA_FIRST_BWD: rc = run_region(&R, RT_PR_FIRST_BWD, a->mb, a->chunk); break;
-    case RT_PA_SEND: case RT_PA_RECV: rc = transfer(&R, a); break;
+    case RT_PA_FIRST: case RT_PA_FWD: case RT_PA_LAST: case RT_PA_BWD: case RT_PA_FIRST_BWD:
+      last_region = region_of[a->kind];
+      rc = run_region(&R, last_region, a->mb, a->chunk);
+      rt_clock_add(dev, RT_CLOCK_COMPUTE, p->clock_acc[last_region]);
+      break;
+    case RT_PA_SEND:
+      rt_clock_add(dev, RT_CLOCK_COMM, p->clock_send[last_region >= 0 ? last_region : a->backward ? RT_PR_LAST : RT_PR_FIRST]);
+      rc = transfer(&R, a);
+      break;
+    case RT_PA_RECV: rc = transfer(&R, a); break;
     default: rc = rtrun_fail(dev, RT_E_ARG, "%s: an unknown pipeline action", p->where);
     }
   }

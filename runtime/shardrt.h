@@ -253,6 +253,10 @@ typedef struct RtPipe {
   const RtPipeAction *actions;           /* every stage's, stage 0's first */
   const int32_t *first_action;           /* [stages + 1] */
   const char *where;                     /* "file:line" of the pipeline, for messages */
+  /* the simulated clock (rt_clock_add): after each run of region r, clock_acc[r] of compute (its
+   * f32 gradient accumulation); at each send, clock_send[r] of communication, r the region run
+   * last (none yet: first forward, last backward) */
+  double clock_acc[RT_PR_COUNT], clock_send[RT_PR_COUNT];
 } RtPipe;
 /* Runs the device's stage of the pipeline. operands: the pipeline op's (NULL where the device does
  * not hold one); results: set to new buffers (the accumulators, which start as copies of the

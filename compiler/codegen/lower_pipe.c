@@ -14,6 +14,7 @@
 
 #include "diag.h"
 #include "lower_int.h"
+#include "sim.h"
 
 static LLVMValueRef c32(Lower *L, int64_t v) { return LLVMConstInt(L->i32, (unsigned long long)v, 1); }
 static LLVMValueRef c64(Lower *L, int64_t v) { return LLVMConstInt(L->i64, (unsigned long long)v, 1); }
@@ -290,9 +291,17 @@ bool lower_pipeline(Lower *L, const Op *op) {
   char where[256];
   snprintf(where, sizeof where, "%s:%d: pipeline", op->loc.file ? op->loc.file->path : "?", op->loc.line);
   LLVMValueRef wstr = LLVMBuildGlobalStringPtr(L->B, where, "pipe_where");
+  /* the simulated clock's share of the pipeline itself (lower_set_clock): accumulations, sends */
+  LLVMValueRef clock_acc[PR__COUNT], clock_send[PR__COUNT];
+  const SimCosts *ck = L->lw->clock;
+  for (int r = 0; r < PR__COUNT; r++) {
+    clock_acc[r] = LLVMConstReal(LLVMDoubleTypeInContext(L->C), ck ? sim_pipe_accumulate_seconds(L->mesh, pi, r, ck->ideal) : 0);
+    clock_send[r] = LLVMConstReal(LLVMDoubleTypeInContext(L->C), ck ? sim_pipe_transfer_seconds(L->mesh, pi, r, ck->ideal) : 0);
+  }
   int nsave = pi->region[PR_CHUNK_FWD] ? pi->region[PR_CHUNK_FWD]->noutputs : 0;
   LLVMTypeRef A8 = LLVMArrayType2(I32, 8), A5p = LLVMArrayType2(P, 5), A5i = LLVMArrayType2(I32, 5);
-  LLVMTypeRef ft[] = {I32, I32, I32, I64, I32, A8, I32, A8, I32, I32, I32, I32, I32, P, P, P, P, A5p, A5i, A5i, A5p, A5p, P, P, P};
+  LLVMTypeRef F64 = LLVMDoubleTypeInContext(L->C), A5d = LLVMArrayType2(F64, 5);
+  LLVMTypeRef ft[] = {I32, I32, I32, I64, I32, A8, I32, A8, I32, I32, I32, I32, I32, P, P, P, P, A5p, A5i, A5i, A5p, A5p, P, P, P, A5d, A5d};
   int nf = (int)(sizeof ft / sizeof ft[0]);
   LLVMTypeRef pipe_t = LLVMStructCreateNamed(L->C, "RtPipe");
   LLVMStructSetBody(pipe_t, ft, (unsigned)nf, 0);
@@ -301,7 +310,8 @@ bool lower_pipeline(Lower *L, const Op *op) {
                        c32(L, pi->nslices), c32(L, pi->ncarried), c32(L, nops), c32(L, op->nresults), c32(L, nsave),
                        row_bytes, acc_dtype, acc_count, place,
                        LLVMConstArray2(P, rfn, 5), LLVMConstArray2(I32, nin, 5), LLVMConstArray2(I32, nout, 5),
-                       LLVMConstArray2(P, in_s, 5), LLVMConstArray2(P, out_s, 5), actions, first, wstr};
+                       LLVMConstArray2(P, in_s, 5), LLVMConstArray2(P, out_s, 5), actions, first, wstr,
+                       LLVMConstArray2(F64, clock_acc, 5), LLVMConstArray2(F64, clock_send, 5)};
   LLVMValueRef desc = global_const(L, pipe_t, LLVMConstNamedStruct(pipe_t, fv, (unsigned)nf), "pipe");
   /* the operands' buffers (NULL where this device holds none), the results' */
   LLVMValueRef ops = LLVMBuildArrayAlloca(L->B, P, c32(L, nops > 0 ? nops : 1), "pipe_ops");

@@ -95,6 +95,12 @@ double sim_op_seconds(const Mesh *mesh, const Op *op, bool ideal, OpTime *out);
  * over Op.axes with the bytes language.md defines (an AllGather its result, the others their
  * operand); a collective among a CollSpec group is priced on a group of that size. */
 double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCost *out);
+/* A pipeline's own costs, as the step's simulation charges them (simulate.c): after each run of
+ * region r (PipeRegion), the f32 accumulation of the gradients it yields (compute), and a send of
+ * r's activation or gradient to the next stage, with the receivers' AllGather under Megatron's
+ * send split (communication); 0 where r has none. */
+double sim_pipe_accumulate_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal);
+double sim_pipe_transfer_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal);
 /* The bytes a value takes on one device (its local extents): dtype bytes x prod Value.local. */
 double sim_value_bytes(const Value *v);
 

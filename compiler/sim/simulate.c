@@ -332,15 +332,26 @@ static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
 
 /* The f32 accumulation a pipeline region adds into its carried results (POUT_ACC): each run reads
  * the accumulator and the gradient and writes the accumulator back, one fused kernel each. */
+static double accumulation_time(const Mesh *mesh, const Value *g, bool ideal) {
+  double elems = sim_value_bytes(g) / (dtype_bytes(g->type.dtype) > 0 ? dtype_bytes(g->type.dtype) : 1);
+  return cost_fused_chain(mesh->target, sim_value_bytes(g) + 2 * 4 * elems, 2, ideal, NULL);
+}
+
+double sim_pipe_accumulate_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
+  const IrFunc *R = r >= 0 && r < PR__COUNT ? pi->region[r] : NULL;
+  double t = 0;
+  for (int i = 0; R && i < R->noutputs; i++)
+    if (pi->out[r][i].kind == POUT_ACC) t += accumulation_time(mesh, R->outputs[i], ideal);
+  return t;
+}
+
 static void build_accumulation(Sim *S, Sub *sb) {
   const PipeInfo *pi = sb->op->pipe;
   const IrFunc *R = sb->f;
   for (int i = 0; i < R->noutputs; i++) {
     if (pi->out[sb->region][i].kind != POUT_ACC) continue;
     const Value *g = R->outputs[i];
-    double elems = sim_value_bytes(g) / (dtype_bytes(g->type.dtype) > 0 ? dtype_bytes(g->type.dtype) : 1);
-    double bytes = sim_value_bytes(g) + 2 * 4 * elems;
-    double t = cost_fused_chain(S->mesh->target, bytes, 2, S->ideal, NULL);
+    double t = accumulation_time(S->mesh, g, S->ideal);
     int x = tl_add(S, &sb->tl, sb->d.compute, t,
                    arena_printf(S->a, "accumulate %s (f32)", g->name ? g->name : "gradient"), sb->op->loc,
                    (TaskInfo){sb->op, -1, -1, 0, 0, TAG_ACCUM});
@@ -411,16 +422,20 @@ static const Value *act_out(const PipeInfo *pi, int r) {
 
 /* A transfer: the send over the stage axes, and under Megatron's scatter-gather (PipeInfo.send_split)
  * 1/n of it followed by the receiving stage's AllGather over the split axes. */
-static double transfer_time(Sim *S, int r) {
-  const Value *v = act_out(S->pi, r);
+double sim_pipe_transfer_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
+  const Value *v = r >= 0 && r < PR__COUNT ? act_out(pi, r) : NULL;
   if (!v) return 0;
+  uint16_t stages = 0;
+  for (int k = 0; k < pi->nstage_axes; k++) stages |= (uint16_t)(1u << pi->stage_axes[k]);
   double bytes = sim_value_bytes(v);
-  uint16_t sp = S->pi->send_split;
-  if (!sp) return cost_collective(S->mesh, COLL_PERMUTE, S->stage_mask, bytes, S->ideal, NULL);
-  double n = (double)sharding_axes_product(S->mesh, sp);
-  return cost_collective(S->mesh, COLL_PERMUTE, S->stage_mask, bytes / n, S->ideal, NULL) +
-         cost_collective(S->mesh, COLL_ALL_GATHER, sp, bytes, S->ideal, NULL);
+  uint16_t sp = pi->send_split;
+  if (!sp) return cost_collective(mesh, COLL_PERMUTE, stages, bytes, ideal, NULL);
+  double n = (double)sharding_axes_product(mesh, sp);
+  return cost_collective(mesh, COLL_PERMUTE, stages, bytes / n, ideal, NULL) +
+         cost_collective(mesh, COLL_ALL_GATHER, sp, bytes, ideal, NULL);
 }
+
+static double transfer_time(Sim *S, int r) { return sim_pipe_transfer_seconds(S->mesh, S->pi, r, S->ideal); }
 
 static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
   const PipeInfo *pi = op->pipe;
