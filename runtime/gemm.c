@@ -1,7 +1,8 @@
 /* gemm.c: the contraction entry the lowering calls: row-major C = alpha op(A) op(B) + beta C
  * over a batch, on OpenBLAS's cblas_sgemm (one thread: rt_run set it). bf16 and f16 operands
- * are widened to f32 in scratch buffers taken from the device's allocator (so they count
- * towards its peak), and a bf16 or f16 C is accumulated in f32 and rounded once. */
+ * are widened to f32 block by block in scratch buffers taken from the device's allocator (so
+ * they count towards its peak, within a sixteenth of the operands' bytes), and a bf16
+ * or f16 C is accumulated in f32 and rounded once. */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -56,9 +57,6 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
   if (rc || !g->m || !g->n) return rc;
   int64_t batch = g->batch ? g->batch : 1;
   enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans, tb = g->trans_b ? CblasTrans : CblasNoTrans;
-  /* A as stored: a_rows x a_cols; B likewise. */
-  int64_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
-  int64_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
   size_t as = rt_dtype_size(g->a_type), bs = rt_dtype_size(g->b_type), cs = rt_dtype_size(g->c_type);
 
   if (g->a_type == RT_F32 && g->b_type == RT_F32 && g->c_type == RT_F32) {
@@ -69,30 +67,62 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
     return RT_OK;
   }
 
+  /* bf16 and f16 go through f32 in blocks of C (bm rows, bn columns): A's rows of the block and
+   * B's columns widened, C's block accumulated in f32. The scratch stays within a sixteenth of the
+   * operands' own bytes: the buffer plan (`check`) does not count it, and the measured peak should
+   * agree with the plan. A is widened once per block row, B once per block. */
+  bool wa = g->a_type != RT_F32 && g->k, wb = g->b_type != RT_F32 && g->k, wc = g->c_type != RT_F32;
+  int64_t bm = g->m, bn = g->n;
+  double own = (double)(g->m * g->k) * (double)as + (double)(g->k * g->n) * (double)bs + (double)(g->m * g->n) * (double)cs;
+  double budget = own / 16;
+  for (;;) {
+    double sc = 4.0 * ((wa ? (double)(bm * g->k) : 0) + (wb ? (double)(g->k * bn) : 0) + (wc ? (double)(bm * bn) : 0));
+    if (sc <= budget || (bm == 1 && bn == 1)) break;
+    bool rows = bn == 1 || (bm > 1 && (wa ? bm * g->k : bm * bn) >= (wb ? g->k * bn : bm * bn));
+    if (rows) bm = (bm + 1) / 2;
+    else bn = (bn + 1) / 2;
+  }
   float *a32 = NULL, *b32 = NULL, *c32 = NULL;
-  if (g->a_type != RT_F32 && g->k)
-    rc = rt_alloc(dev, (size_t)(a_rows * a_cols) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
-  if (!rc && g->b_type != RT_F32 && g->k)
-    rc = rt_alloc(dev, (size_t)(b_rows * b_cols) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
-  if (!rc && g->c_type != RT_F32)
-    rc = rt_alloc(dev, (size_t)(g->m * g->n) * sizeof(float), "gemm: C in f32", (void **)&c32);
+  if (wa) rc = rt_alloc(dev, (size_t)(bm * g->k) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
+  if (!rc && wb) rc = rt_alloc(dev, (size_t)(g->k * bn) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
+  if (!rc && wc) rc = rt_alloc(dev, (size_t)(bm * bn) * sizeof(float), "gemm: C in f32", (void **)&c32);
   for (int64_t i = 0; !rc && i < batch; i++) {
-    const void *a = (const char *)g->a + (size_t)(i * g->stride_a) * as;
-    const void *b = (const char *)g->b + (size_t)(i * g->stride_b) * bs;
-    void *c = (char *)g->c + (size_t)(i * g->stride_c) * cs;
-    int64_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
-    if (a32) widen(a32, a, g->a_type, a_rows, a_cols, lda), a = a32, lda = max1(a_cols);
-    if (b32) widen(b32, b, g->b_type, b_rows, b_cols, ldb), b = b32, ldb = max1(b_cols);
-    float *cf = c;
-    if (c32) {
-      if (g->beta != 0) widen(c32, c, g->c_type, g->m, g->n, ldc);
-      cf = c32;
-      ldc = g->n;
+    const char *A = (const char *)g->a + (size_t)(i * g->stride_a) * as;
+    const char *Bm = (const char *)g->b + (size_t)(i * g->stride_b) * bs;
+    char *C = (char *)g->c + (size_t)(i * g->stride_c) * cs;
+    for (int64_t i0 = 0; i0 < g->m; i0 += bm) {
+      int64_t mb = g->m - i0 < bm ? g->m - i0 : bm;
+      /* A's rows i0.. (stored transposed: its columns) */
+      const void *a = g->trans_a ? A + (size_t)i0 * as : A + (size_t)(i0 * g->lda) * as;
+      int64_t lda = g->lda;
+      if (a32) {
+        if (g->trans_a) widen(a32, a, g->a_type, g->k, mb, g->lda), lda = max1(mb);
+        else widen(a32, a, g->a_type, mb, g->k, g->lda), lda = max1(g->k);
+        a = a32;
+      }
+      for (int64_t j0 = 0; j0 < g->n; j0 += bn) {
+        int64_t nb = g->n - j0 < bn ? g->n - j0 : bn;
+        const void *b = g->trans_b ? Bm + (size_t)(j0 * g->ldb) * bs : Bm + (size_t)j0 * bs;
+        int64_t ldb = g->ldb;
+        if (b32) {
+          if (g->trans_b) widen(b32, b, g->b_type, nb, g->k, g->ldb), ldb = max1(g->k);
+          else widen(b32, b, g->b_type, g->k, nb, g->ldb), ldb = max1(nb);
+          b = b32;
+        }
+        char *c = C + (size_t)(i0 * g->ldc + j0) * cs;
+        float *cf = (float *)c;
+        int64_t ldc = g->ldc;
+        if (c32) {
+          if (g->beta != 0) widen(c32, c, g->c_type, mb, nb, g->ldc);
+          cf = c32;
+          ldc = max1(nb);
+        }
+        /* With k = 0 the A and B pointers are not read, but BLAS wants them valid. */
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)mb, (int)nb, (int)g->k, g->alpha, a ? a : cf, (int)lda,
+                    b ? b : cf, (int)ldb, g->beta, cf, (int)ldc);
+        if (c32) narrow(c, g->c_type, g->ldc, c32, mb, nb);
+      }
     }
-    /* With k = 0 the A and B pointers are not read, but BLAS wants them valid. */
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, a ? a : cf, (int)lda,
-                b ? b : cf, (int)ldb, g->beta, cf, (int)ldc);
-    if (c32) narrow(c, g->c_type, g->ldc, c32, g->m, g->n);
   }
   rt_free(dev, a32);
   rt_free(dev, b32);

@@ -55,6 +55,8 @@ typedef struct BufPlan {
   BufStage *stages;
   int worst;            /* the stage with the largest peak (language.md's per_device) */
   int32_t *root;        /* per value id: the value whose buffer it uses; -1 external (counted elsewhere) */
+  int32_t *buffer;      /* per value id: the value whose buffer it uses, external ones too (a loop body's
+                           carried input, its stacked output's row): what the lowering follows */
   uint8_t *cls;         /* per value id: BufClass */
   int nvalues;
 } BufPlan;

@@ -39,6 +39,11 @@ typedef struct Lower {
   bool *owned;          /* per value id (a root): allocated by the function (freed by it) */
   bool failed;
   bool *fused;          /* per value id: computed inside its one consumer's loop nest, never stored */
+  const int32_t *plan;  /* the buffer plan (bufplan.h's `buffer`): per value id, the value whose buffer it uses */
+  int32_t *share;       /* per value id: the value whose buffer its op writes into (the plan's in-place
+                           or update decision, where the lowering can follow it), or -1: its own */
+  const Value **val;    /* per value id: the value (main's and its loop bodies') */
+  LLVMValueRef *dest;   /* per value id: where its op writes it (a loop body's stacked output: its row) */
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
 } Lower;
