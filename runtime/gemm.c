@@ -5,6 +5,7 @@
  * or f16 C is accumulated in f32 and rounded once. */
 #include <cblas.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "dtype.h"
@@ -21,6 +22,14 @@ static int bad(RtDevice *dev, const char *what, long long got, long long want) {
 /* Widens a rows x cols matrix (leading dim ld) of type t into a dense f32 one. */
 static void widen(float *dst, const void *src, RtDtype t, int64_t rows, int64_t cols, int64_t ld) {
   size_t es = rt_dtype_size(t);
+  if (t == RT_BF16) { /* exact: the bf16 bits are the f32's upper half (a loop the compiler vectorises) */
+    for (int64_t i = 0; i < rows; i++) {
+      const uint16_t *s = (const uint16_t *)src + i * ld;
+      uint32_t *d = (uint32_t *)(dst + i * cols);
+      for (int64_t j = 0; j < cols; j++) d[j] = (uint32_t)s[j] << 16;
+    }
+    return;
+  }
   for (int64_t i = 0; i < rows; i++)
     rt_convert(dst + i * cols, RT_F32, (const char *)src + (size_t)(i * ld) * es, t, (size_t)cols);
 }
@@ -78,7 +87,8 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
   for (;;) {
     double sc = 4.0 * ((wa ? (double)(bm * g->k) : 0) + (wb ? (double)(g->k * bn) : 0) + (wc ? (double)(bm * bn) : 0));
     if (sc <= budget || (bm == 1 && bn == 1)) break;
-    bool rows = bn == 1 || (bm > 1 && (wa ? bm * g->k : bm * bn) >= (wb ? g->k * bn : bm * bn));
+    /* B is widened again for every block row: keep the block rows tall, the columns narrow first */
+    bool rows = bn == 1 || (bm > 1 && bn <= 64 && (wa ? bm * g->k : bm * bn) >= (wb ? g->k * bn : bm * bn));
     if (rows) bm = (bm + 1) / 2;
     else bn = (bn + 1) / 2;
   }
