@@ -74,11 +74,6 @@ LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int
   return LLVMBuildCall2(L->B, ft, f, args, (unsigned)n, "");
 }
 
-static LLVMValueRef libm1(Lower *L, const char *name, LLVMValueRef x) {
-  LLVMTypeRef a = L->f32;
-  return lower_call(L, name, L->f32, &a, 1, &x);
-}
-
 void lower_check_rc(Lower *L, LLVMValueRef rc) {
   LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(L->C, L->fn, "rt.fail");
   LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(L->C, L->fn, "rt.ok");
@@ -339,7 +334,7 @@ static int op_leaves(const Lower *L, const Op *op, const Value **out, int n) {
 }
 
 static LLVMValueRef sigmoid(Lower *L, LLVMValueRef v) {
-  LLVMValueRef e = lower_intrinsic(L, "llvm.exp", (LLVMValueRef[]){LLVMBuildFNeg(L->B, v, "")}, 1);
+  LLVMValueRef e = lower_exp(L, LLVMBuildFNeg(L->B, v, ""));
   return LLVMBuildFDiv(L->B, cf32(L, 1), LLVMBuildFAdd(L->B, cf32(L, 1), e, ""), "");
 }
 
@@ -352,11 +347,11 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
   case OP_MUL: return ints ? LLVMBuildMul(B, v[0], v[1], "") : LLVMBuildFMul(B, v[0], v[1], "");
   case OP_DIV: return ints ? NULL : LLVMBuildFDiv(B, v[0], v[1], "");
   case OP_NEG: return ints ? LLVMBuildNeg(B, v[0], "") : LLVMBuildFNeg(B, v[0], "");
-  case OP_EXP: return lower_intrinsic(L, "llvm.exp", v, 1);
+  case OP_EXP: return lower_exp(L, v[0]); /* lower_math.c: vectorisable */
   case OP_LOG: return lower_intrinsic(L, "llvm.log", v, 1);
   case OP_SQRT: return lower_intrinsic(L, "llvm.sqrt", v, 1);
   case OP_RSQRT: return LLVMBuildFDiv(B, cf32(L, 1), lower_intrinsic(L, "llvm.sqrt", v, 1), "");
-  case OP_TANH: return libm1(L, "tanhf", v[0]);
+  case OP_TANH: return lower_tanh(L, v[0]);
   case OP_SIGMOID: return sigmoid(L, v[0]);
   case OP_RELU: {
     /* v > 0 ? v : (v <= 0 ? 0 : v): NaN stays NaN */
@@ -364,7 +359,7 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
     return LLVMBuildSelect(B, le, cf32(L, 0), v[0], "");
   }
   case OP_GELU: {
-    LLVMValueRef e = libm1(L, "erff", LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
+    LLVMValueRef e = lower_erf(L, LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
     return LLVMBuildFMul(B, LLVMBuildFMul(B, cf32(L, 0.5), v[0], ""), LLVMBuildFAdd(B, cf32(L, 1), e, ""), "");
   }
   case OP_SILU: return LLVMBuildFMul(B, v[0], sigmoid(L, v[0]), "");
@@ -374,9 +369,9 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
   }
   case OP_GELU_GRAD: {
     LLVMValueRef x = v[0];
-    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), libm1(L, "erff", LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
+    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), lower_erf(L, LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
     LLVMValueRef ex = LLVMBuildFMul(B, cf32(L, -0.5), LLVMBuildFMul(B, x, x, ""), "");
-    LLVMValueRef phi = LLVMBuildFDiv(B, lower_intrinsic(L, "llvm.exp", &ex, 1), cf32(L, 2.5066282746310002), "");
+    LLVMValueRef phi = LLVMBuildFDiv(B, lower_exp(L, ex), cf32(L, 2.5066282746310002), "");
     return LLVMBuildFMul(B, v[1], LLVMBuildFAdd(B, Phi, LLVMBuildFMul(B, x, phi, ""), ""), "");
   }
   case OP_SILU_GRAD: {

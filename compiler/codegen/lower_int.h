@@ -57,6 +57,11 @@ LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n);
 void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function unless it is 0 */
 
+/* lower_math.c: exp, tanh, erf in f32 as vectorisable straight-line code. */
+LLVMValueRef lower_exp(Lower *L, LLVMValueRef x);
+LLVMValueRef lower_tanh(Lower *L, LLVMValueRef x);
+LLVMValueRef lower_erf(Lower *L, LLVMValueRef x);
+
 /* lower_nn.c: ops lowered to calls into the runtime's nn kernels. */
 typedef void (*LowerNewBuffer)(Lower *L, const Value *v);
 bool lower_nn_rows(Lower *L, const Op *op, LowerNewBuffer nb);       /* softmax, norms, grads, cross entropy */
