@@ -1,7 +1,8 @@
 /* gemm.c: the contraction entry the lowering calls: row-major C = alpha op(A) op(B) + beta C
  * over a batch, on OpenBLAS's cblas_sgemm (one thread: rt_run set it). bf16 and f16 operands
  * are widened to f32 block by block in scratch buffers taken from the device's allocator (so
- * they count towards its peak, within a sixteenth of the operands' bytes), and a bf16
+ * they count towards its peak, within a sixteenth of the operands' bytes or of what the device
+ * holds), and a bf16
  * or f16 C is accumulated in f32 and rounded once. */
 #include <cblas.h>
 #include <limits.h>
@@ -20,6 +21,9 @@ static int bad(RtDevice *dev, const char *what, long long got, long long want) {
 }
 
 /* Widens a rows x cols matrix (leading dim ld) of type t into a dense f32 one. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize"))) /* the bf16 loop below (GCC vectorises at O3 only) */
+#endif
 static void widen(float *dst, const void *src, RtDtype t, int64_t rows, int64_t cols, int64_t ld) {
   size_t es = rt_dtype_size(t);
   if (t == RT_BF16) { /* exact: the bf16 bits are the f32's upper half (a loop the compiler vectorises) */
@@ -76,25 +80,30 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
     return RT_OK;
   }
 
-  /* bf16 and f16 go through f32 in blocks of C (bm rows, bn columns): A's rows of the block and
-   * B's columns widened, C's block accumulated in f32. The scratch stays within a sixteenth of the
-   * operands' own bytes: the buffer plan (`check`) does not count it, and the measured peak should
-   * agree with the plan. A is widened once per block row, B once per block. */
+  /* bf16 and f16 go through f32 block by block: C in blocks of bm x bn accumulated in f32 over
+   * blocks of bk along K, each block of A and B widened as it is used. The scratch stays within a
+   * sixteenth of the operands' own bytes or of what the device holds now, whichever is larger:
+   * the buffer plan (`check`) does not count it, and the measured peak should agree with the plan.
+   * Blocks are kept square: widening again costs about 1 / block of the product's time. */
   bool wa = g->a_type != RT_F32 && g->k, wb = g->b_type != RT_F32 && g->k, wc = g->c_type != RT_F32;
-  int64_t bm = g->m, bn = g->n;
+  int64_t bm = max1(g->m), bn = max1(g->n), bk = max1(g->k);
   double own = (double)(g->m * g->k) * (double)as + (double)(g->k * g->n) * (double)bs + (double)(g->m * g->n) * (double)cs;
-  double budget = own / 16;
+  pthread_mutex_lock(&dev->mem.lock);
+  double held = (double)dev->mem.current;
+  pthread_mutex_unlock(&dev->mem.lock);
+  double budget = (own > held ? own : held) / 16;
   for (;;) {
-    double sc = 4.0 * ((wa ? (double)(bm * g->k) : 0) + (wb ? (double)(g->k * bn) : 0) + (wc ? (double)(bm * bn) : 0));
-    if (sc <= budget || (bm == 1 && bn == 1)) break;
-    /* B is widened again for every block row: keep the block rows tall, the columns narrow first */
-    bool rows = bn == 1 || (bm > 1 && bn <= 64 && (wa ? bm * g->k : bm * bn) >= (wb ? g->k * bn : bm * bn));
-    if (rows) bm = (bm + 1) / 2;
-    else bn = (bn + 1) / 2;
+    double sc = 4.0 * ((wa ? (double)(bm * bk) : 0) + (wb ? (double)(bk * bn) : 0) + (wc ? (double)(bm * bn) : 0));
+    if (sc <= budget || (bm == 1 && bn == 1 && bk == 1)) break;
+    int64_t *big = &bm; /* halve the largest dim that holds scratch */
+    if ((wb || wc) && bn > *big) big = &bn;
+    if ((wa || wb) && bk > *big) big = &bk;
+    if (*big == 1) big = bm > 1 ? &bm : bn > 1 ? &bn : &bk;
+    *big = (*big + 1) / 2;
   }
   float *a32 = NULL, *b32 = NULL, *c32 = NULL;
-  if (wa) rc = rt_alloc(dev, (size_t)(bm * g->k) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
-  if (!rc && wb) rc = rt_alloc(dev, (size_t)(g->k * bn) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
+  if (wa) rc = rt_alloc(dev, (size_t)(bm * bk) * sizeof(float), "gemm: A widened to f32", (void **)&a32);
+  if (!rc && wb) rc = rt_alloc(dev, (size_t)(bk * bn) * sizeof(float), "gemm: B widened to f32", (void **)&b32);
   if (!rc && wc) rc = rt_alloc(dev, (size_t)(bm * bn) * sizeof(float), "gemm: C in f32", (void **)&c32);
   for (int64_t i = 0; !rc && i < batch; i++) {
     const char *A = (const char *)g->a + (size_t)(i * g->stride_a) * as;
@@ -102,23 +111,8 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
     char *C = (char *)g->c + (size_t)(i * g->stride_c) * cs;
     for (int64_t i0 = 0; i0 < g->m; i0 += bm) {
       int64_t mb = g->m - i0 < bm ? g->m - i0 : bm;
-      /* A's rows i0.. (stored transposed: its columns) */
-      const void *a = g->trans_a ? A + (size_t)i0 * as : A + (size_t)(i0 * g->lda) * as;
-      int64_t lda = g->lda;
-      if (a32) {
-        if (g->trans_a) widen(a32, a, g->a_type, g->k, mb, g->lda), lda = max1(mb);
-        else widen(a32, a, g->a_type, mb, g->k, g->lda), lda = max1(g->k);
-        a = a32;
-      }
       for (int64_t j0 = 0; j0 < g->n; j0 += bn) {
         int64_t nb = g->n - j0 < bn ? g->n - j0 : bn;
-        const void *b = g->trans_b ? Bm + (size_t)(j0 * g->ldb) * bs : Bm + (size_t)j0 * bs;
-        int64_t ldb = g->ldb;
-        if (b32) {
-          if (g->trans_b) widen(b32, b, g->b_type, nb, g->k, g->ldb), ldb = max1(g->k);
-          else widen(b32, b, g->b_type, g->k, nb, g->ldb), ldb = max1(nb);
-          b = b32;
-        }
         char *c = C + (size_t)(i0 * g->ldc + j0) * cs;
         float *cf = (float *)c;
         int64_t ldc = g->ldc;
@@ -127,9 +121,27 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
           cf = c32;
           ldc = max1(nb);
         }
-        /* With k = 0 the A and B pointers are not read, but BLAS wants them valid. */
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)mb, (int)nb, (int)g->k, g->alpha, a ? a : cf, (int)lda,
-                    b ? b : cf, (int)ldb, g->beta, cf, (int)ldc);
+        for (int64_t k0 = 0; k0 < g->k || k0 == 0; k0 += bk) {
+          int64_t kb = g->k - k0 < bk ? g->k - k0 : bk;
+          /* A's block (rows i0.., columns k0..; stored transposed: the other way round), B's */
+          const void *a = A + (size_t)(g->trans_a ? k0 * g->lda + i0 : i0 * g->lda + k0) * as;
+          const void *b = Bm + (size_t)(g->trans_b ? j0 * g->ldb + k0 : k0 * g->ldb + j0) * bs;
+          int64_t lda = g->lda, ldb = g->ldb;
+          if (a32 && kb) {
+            if (g->trans_a) widen(a32, a, g->a_type, kb, mb, g->lda), lda = max1(mb);
+            else widen(a32, a, g->a_type, mb, kb, g->lda), lda = max1(kb);
+            a = a32;
+          }
+          if (b32 && kb) {
+            if (g->trans_b) widen(b32, b, g->b_type, nb, kb, g->ldb), ldb = max1(kb);
+            else widen(b32, b, g->b_type, kb, nb, g->ldb), ldb = max1(nb);
+            b = b32;
+          }
+          /* With k = 0 the A and B pointers are not read, but BLAS wants them valid. */
+          cblas_sgemm(CblasRowMajor, ta, tb, (int)mb, (int)nb, (int)kb, g->alpha, kb ? a : cf, (int)lda,
+                      kb ? b : cf, (int)ldb, k0 ? 1.0f : g->beta, cf, (int)ldc);
+          if (!g->k) break;
+        }
         if (c32) narrow(c, g->c_type, g->ldc, c32, mb, nb);
       }
     }

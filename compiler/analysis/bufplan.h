@@ -1,6 +1,6 @@
 /* bufplan.h: the buffer plan: which buffer holds each value of the per-device program, when it is
  * allocated and freed, and the peak bytes per device it adds up to, split by class. `check` prints
- * these figures; the runtime allocates by the same plan.
+ * these figures; the lowering allocates and frees by the same plan (lower.c, `buffer`).
  *
  * In: a module after the pass pipeline (localised; pipelined where the layout says). Out, per value:
  *   root   the value whose buffer it lives in: itself (a buffer of its own, allocated by its op and

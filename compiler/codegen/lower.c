@@ -1,9 +1,10 @@
 /* lower.c: the IR of one function (global, or one device's after localisation) to an LLVM
  * function with the runtime's RtEntry signature (lower.h).
  *
- * Each value gets a buffer from rt_alloc (row-major in its type's dim order, local extents,
- * stored at its dtype's width); renames and row-major reshapes share their operand's buffer (the
- * buffer plan's views); a buffer is freed after the last op that reads any value living in it.
+ * Buffers come from rt_alloc (row-major in its type's dim order, local extents, stored at its
+ * dtype's width) by the buffer plan `check` reports (bufplan.h): views share their operand's
+ * buffer, in-place results and updates take the buffer the plan gives them where the lowering can
+ * follow it (plan_share), and a buffer is freed after the last op that reads any value in it.
  * Elementwise ops, broadcasts, casts, transposes, slices and causal masks are loop nests over the
  * result's dims, each operand read through its strides (0 along a dim it lacks) and widened to
  * f32; reductions are a nest over the kept dims around a nest over the reduced ones (summing in
