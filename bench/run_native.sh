@@ -33,6 +33,16 @@ echo "run_native: a fused chain of 6 elementwise ops over f32[4096, 1024] (16 Mi
 for i in 1 2 3; do "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"; done
 echo "run_native: the same unfused (SHARDC_NO_FUSION=1)"
 SHARDC_NO_FUSION=1 "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"
+echo "run_native: a fused chain with exp, tanh and gelu (erf) over f32[4096, 1024] (bench/native/chain_math.shard), one device"
+for i in 1 2 3; do "$shardc" run "$here/bench/native/chain_math.shard" 2>/dev/null | grep "step time"; done
+echo "run_native: memcpy of the chains' 16 MiB into a buffer touched before (NumPy's copyto), best of 5"
+/usr/bin/python3 -c '
+import time, numpy as np
+a = np.ones(1 << 22, np.float32); b = np.zeros_like(a); best = 1e9
+for i in range(5):
+    t = time.perf_counter(); np.copyto(b, a); best = min(best, time.perf_counter() - t)
+print("  memcpy         %.3f ms (%.1f GB/s of the 32 MiB read and written)" % (best * 1e3, 2 * a.nbytes / best / 1e9))' 2>/dev/null ||
+  echo "  (python3-numpy missing)"
 echo "run_native: mlp train step, 2 device threads (dp) vs 1, batch 16 x seq 256, embed 512, hidden 2048"
 "$shardc" run "$here/samples/mlp.shard" -D batch=16 -D seq=256 -D embed=512 -D hidden=2048 --layout dp \
   --mesh "h100[data: 2]" --steps 3 2>/dev/null | grep -E "PASS|FAIL|step time"

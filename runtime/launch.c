@@ -160,7 +160,7 @@ static void side_carry(Side *s) {
     void **sl = s->slots[d];
     for (int k = 0; k < p->ncarry; k++) {
       int in = p->carry[2 * k], out = base + p->carry[2 * k + 1];
-      rt_free(rt_device(s->rt, d), sl[in]);
+      if (sl[in] != sl[out]) rt_free(rt_device(s->rt, d), sl[in]); /* else updated in place */
       sl[in] = sl[out];
       sl[out] = NULL;
     }

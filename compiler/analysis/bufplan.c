@@ -413,6 +413,7 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   int nv = m->nvalues + 1;
   out->nvalues = nv;
   out->root = ARENA_ARRAY(a, int32_t, nv);
+  out->buffer = ARENA_ARRAY(a, int32_t, nv);
   out->cls = ARENA_ARRAY(a, uint8_t, nv);
   PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live};
   W.parent = ARENA_ARRAY(a, int32_t, nv);
@@ -446,7 +447,10 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
     bs->nlive = pk.all.len;
     if (bs->peak > out->stages[out->worst].peak) out->worst = s;
   }
-  for (int i = 0; i < nv; i++) out->root[i] = W.external[find(&W, i)] ? -1 : find(&W, i);
+  for (int i = 0; i < nv; i++) {
+    out->buffer[i] = find(&W, i);
+    out->root[i] = W.external[out->buffer[i]] ? -1 : out->buffer[i];
+  }
 }
 
 const char *bufplan_class_name(BufClass c) {

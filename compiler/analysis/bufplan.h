@@ -1,6 +1,6 @@
 /* bufplan.h: the buffer plan: which buffer holds each value of the per-device program, when it is
  * allocated and freed, and the peak bytes per device it adds up to, split by class. `check` prints
- * these figures; the runtime allocates by the same plan.
+ * these figures; the lowering allocates and frees by the same plan (lower.c, `buffer`).
  *
  * In: a module after the pass pipeline (localised; pipelined where the layout says). Out, per value:
  *   root   the value whose buffer it lives in: itself (a buffer of its own, allocated by its op and
@@ -55,6 +55,8 @@ typedef struct BufPlan {
   BufStage *stages;
   int worst;            /* the stage with the largest peak (language.md's per_device) */
   int32_t *root;        /* per value id: the value whose buffer it uses; -1 external (counted elsewhere) */
+  int32_t *buffer;      /* per value id: the value whose buffer it uses, external ones too (a loop body's
+                           carried input, its stacked output's row): what the lowering follows */
   uint8_t *cls;         /* per value id: BufClass */
   int nvalues;
 } BufPlan;

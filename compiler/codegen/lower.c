@@ -1,9 +1,10 @@
 /* lower.c: the IR of one function (global, or one device's after localisation) to an LLVM
  * function with the runtime's RtEntry signature (lower.h).
  *
- * Each value gets a buffer from rt_alloc (row-major in its type's dim order, local extents,
- * stored at its dtype's width); renames and row-major reshapes share their operand's buffer (the
- * buffer plan's views); a buffer is freed after the last op that reads any value living in it.
+ * Buffers come from rt_alloc (row-major in its type's dim order, local extents, stored at its
+ * dtype's width) by the buffer plan `check` reports (bufplan.h): views share their operand's
+ * buffer, in-place results and updates take the buffer the plan gives them where the lowering can
+ * follow it (plan_share), and a buffer is freed after the last op that reads any value in it.
  * Elementwise ops, broadcasts, casts, transposes, slices and causal masks are loop nests over the
  * result's dims, each operand read through its strides (0 along a dim it lacks) and widened to
  * f32; reductions are a nest over the kept dims around a nest over the reduced ones (summing in
@@ -20,7 +21,9 @@
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
 
+#include "bufplan.h"
 #include "diag.h"
+#include "step.h"
 #include "lower_int.h"
 #include "sim.h"
 
@@ -71,11 +74,6 @@ LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int
   LLVMValueRef f = LLVMGetIntrinsicDeclaration(L->M, id, &t, 1);
   LLVMTypeRef ft = LLVMIntrinsicGetType(L->C, id, &t, 1);
   return LLVMBuildCall2(L->B, ft, f, args, (unsigned)n, "");
-}
-
-static LLVMValueRef libm1(Lower *L, const char *name, LLVMValueRef x) {
-  LLVMTypeRef a = L->f32;
-  return lower_call(L, name, L->f32, &a, 1, &x);
 }
 
 void lower_check_rc(Lower *L, LLVMValueRef rc) {
@@ -260,7 +258,21 @@ static LLVMValueRef alloc_buffer(Lower *L, const Value *v, int64_t bytes) {
   return LLVMBuildLoad2(L->B, L->ptr, slot, v->name ? v->name : "");
 }
 
+/* v's buffer: the one the plan puts it in (L->share: an operand's read for the last time, or the
+ * param or state an update replaces), its row of a loop's stacked result (L->dest), or its own. */
 static void new_buffer(Lower *L, const Value *v) {
+  int s = L->share ? L->share[v->id] : -1;
+  if (s >= 0 && L->buf[s]) {
+    L->buf[v->id] = L->buf[s];
+    L->root[v->id] = L->root[s];
+    return;
+  }
+  if (L->dest && L->dest[v->id]) {
+    L->buf[v->id] = L->dest[v->id];
+    L->root[v->id] = v->id;
+    L->owned[v->id] = false;
+    return;
+  }
   int64_t bytes = elements(L, v) * dtype_bytes(v->type.dtype);
   L->buf[v->id] = alloc_buffer(L, v, bytes);
   L->root[v->id] = v->id;
@@ -324,7 +336,7 @@ static int op_leaves(const Lower *L, const Op *op, const Value **out, int n) {
 }
 
 static LLVMValueRef sigmoid(Lower *L, LLVMValueRef v) {
-  LLVMValueRef e = lower_intrinsic(L, "llvm.exp", (LLVMValueRef[]){LLVMBuildFNeg(L->B, v, "")}, 1);
+  LLVMValueRef e = lower_exp(L, LLVMBuildFNeg(L->B, v, ""));
   return LLVMBuildFDiv(L->B, cf32(L, 1), LLVMBuildFAdd(L->B, cf32(L, 1), e, ""), "");
 }
 
@@ -337,11 +349,11 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
   case OP_MUL: return ints ? LLVMBuildMul(B, v[0], v[1], "") : LLVMBuildFMul(B, v[0], v[1], "");
   case OP_DIV: return ints ? NULL : LLVMBuildFDiv(B, v[0], v[1], "");
   case OP_NEG: return ints ? LLVMBuildNeg(B, v[0], "") : LLVMBuildFNeg(B, v[0], "");
-  case OP_EXP: return lower_intrinsic(L, "llvm.exp", v, 1);
+  case OP_EXP: return lower_exp(L, v[0]); /* lower_math.c: vectorisable */
   case OP_LOG: return lower_intrinsic(L, "llvm.log", v, 1);
   case OP_SQRT: return lower_intrinsic(L, "llvm.sqrt", v, 1);
   case OP_RSQRT: return LLVMBuildFDiv(B, cf32(L, 1), lower_intrinsic(L, "llvm.sqrt", v, 1), "");
-  case OP_TANH: return libm1(L, "tanhf", v[0]);
+  case OP_TANH: return lower_tanh(L, v[0]);
   case OP_SIGMOID: return sigmoid(L, v[0]);
   case OP_RELU: {
     /* v > 0 ? v : (v <= 0 ? 0 : v): NaN stays NaN */
@@ -349,7 +361,7 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
     return LLVMBuildSelect(B, le, cf32(L, 0), v[0], "");
   }
   case OP_GELU: {
-    LLVMValueRef e = libm1(L, "erff", LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
+    LLVMValueRef e = lower_erf(L, LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
     return LLVMBuildFMul(B, LLVMBuildFMul(B, cf32(L, 0.5), v[0], ""), LLVMBuildFAdd(B, cf32(L, 1), e, ""), "");
   }
   case OP_SILU: return LLVMBuildFMul(B, v[0], sigmoid(L, v[0]), "");
@@ -359,9 +371,9 @@ static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints
   }
   case OP_GELU_GRAD: {
     LLVMValueRef x = v[0];
-    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), libm1(L, "erff", LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
+    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), lower_erf(L, LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
     LLVMValueRef ex = LLVMBuildFMul(B, cf32(L, -0.5), LLVMBuildFMul(B, x, x, ""), "");
-    LLVMValueRef phi = LLVMBuildFDiv(B, lower_intrinsic(L, "llvm.exp", &ex, 1), cf32(L, 2.5066282746310002), "");
+    LLVMValueRef phi = LLVMBuildFDiv(B, lower_exp(L, ex), cf32(L, 2.5066282746310002), "");
     return LLVMBuildFMul(B, v[1], LLVMBuildFAdd(B, Phi, LLVMBuildFMul(B, x, phi, ""), ""), "");
   }
   case OP_SILU_GRAD: {
@@ -442,30 +454,11 @@ static bool lower_map(Lower *L, const Op *op) {
   if (dtype_is_int(res->type.dtype) && op->kind != OP_CAST && op->kind != OP_BROADCAST && op->kind != OP_ADD &&
       op->kind != OP_SUB && op->kind != OP_MUL && op->kind != OP_NEG)
     return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
-  /* in place: an operand laid out as the result, read for the last time here, whose buffer this
-   * function owns and no other operand shares, becomes the result's (the buffer plan's rule) */
   const Value *leaf[16];
   int nleaf = op_leaves(L, op, leaf, 0);
   bool fusion = false;
   for (int i = 0; i < op->noperands; i++) fusion |= L->fused[op->operands[i]->id];
-  int reuse = -1;
-  for (int i = 0; i < op->noperands && reuse < 0 && !fusion; i++) {
-    const Value *x = op->operands[i];
-    int r = L->root[x->id];
-    if (!L->owned[r] || !L->last || L->last[r] != L->pos || !tensor_type_equal(&x->type, &res->type)) continue;
-    bool same = true;
-    for (int d = 0; d < res->type.rank; d++) same &= extent(L, x, d) == extent(L, res, d);
-    for (int k = 0; k < op->noperands; k++)
-      if (k != i && L->root[op->operands[k]->id] == r && op->operands[k] != x) same = false;
-    if (same) reuse = i;
-  }
-  if (reuse >= 0) {
-    int r = L->root[op->operands[reuse]->id];
-    L->buf[res->id] = L->buf[op->operands[reuse]->id];
-    L->root[res->id] = res->id;
-    L->owned[res->id] = true;
-    L->owned[r] = false;
-  } else new_buffer(L, res);
+  new_buffer(L, res); /* in place where the plan says so (plan_share) */
   NestTensor t[17];
   int64_t ext[MAX_RANK];
   for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
@@ -929,12 +922,26 @@ static bool same_bytes(const Lower *L, const Value *a, const Value *b) {
   return a->type.dtype == b->type.dtype && elements(L, a) == elements(L, b);
 }
 
+/* A slice of the leading dim alone, or a transpose that keeps the dim order, that the buffer plan
+ * makes a view of its operand (bufplan.c's is_view). */
+static bool plan_view(const Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  if (!L->plan || L->plan[res->id] != L->plan[x->id] || res->type.rank != x->type.rank || res->type.dtype != x->type.dtype)
+    return false;
+  for (int d = 0; d < res->type.rank; d++)
+    if (res->type.dims[d] != x->type.dims[d] || (d > 0 && extent(L, res, d) != extent(L, x, d))) return false;
+  if (op->kind == OP_TRANSPOSE) return same_bytes(L, res, x);
+  return op->noffs == 1 && op->offs[0].dim == x->type.dims[0];
+}
+
 /* The operand whose buffer op's result shares (a view), or NULL. */
 static const Value *view_operand(const Lower *L, const Op *op) {
   switch (op->kind) {
   case OP_RENAME: case OP_SPLIT: case OP_MERGE:
     return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
   case OP_CAST: return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
+  case OP_SLICE: case OP_TRANSPOSE: /* the plan's views: a block of the leading dim, the same dim order */
+    return plan_view(L, op) ? op->operands[0] : NULL;
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
     return L->mesh ? NULL : op->operands[0];
   default: return NULL;
@@ -971,7 +978,20 @@ static bool lower_op(Lower *L, const Op *op) {
     if (!same_bytes(L, res, op->operands[0])) return fail(L, op, "%s that changes the local element count is not lowered yet", ir_op_name(op->kind));
     view_of(L, res, op->operands[0]);
     return true;
-  case OP_TRANSPOSE: case OP_SLICE: return lower_copy(L, op);
+  case OP_TRANSPOSE: case OP_SLICE:
+    if (plan_view(L, op)) { /* a view; a slice starts at the device's first row */
+      const Value *x = op->operands[0];
+      int64_t st[MAX_RANK];
+      strides_of(L, x, st);
+      view_of(L, res, x);
+      if (op->kind == OP_SLICE && L->mesh && op->offs[0].naxes) {
+        LLVMValueRef rows = LLVMBuildMul(L->B, group_rank(L, op->offs[0].axes, op->offs[0].naxes), ci64(L, op->offs[0].extent), "");
+        LLVMValueRef off = LLVMBuildMul(L->B, rows, ci64(L, st[0] * dtype_bytes(x->type.dtype)), "");
+        L->buf[res->id] = gep(L, L->i8, L->buf[x->id], off);
+      }
+      return true;
+    }
+    return lower_copy(L, op);
   case OP_CAUSAL: case OP_CAUSAL_GRAD: return lower_causal(L, op);
   case OP_SUM: case OP_MEAN: case OP_MAX: return lower_reduce(L, op);
   case OP_CONTRACT: return lower_contract(L, op);
@@ -1021,6 +1041,62 @@ static bool lower_op_clocked(Lower *L, const Op *op) {
   if (!lower_op(L, op)) return false;
   clock_op(L, op);
   return true;
+}
+
+static bool same_layout(const Lower *L, const Value *a, const Value *b) {
+  if (a->type.rank != b->type.rank) return false;
+  for (int d = 0; d < a->type.rank; d++)
+    if (a->type.dims[d] != b->type.dims[d] || extent(L, a, d) != extent(L, b, d)) return false;
+  return true;
+}
+
+/* Whether result k of op (at position pos of its region) can live where the buffer plan puts it
+ * (bufplan.h: in place over an operand read for the last time, an updated param or state over
+ * what it replaces, a loop's carried result over its carried operand), and the value whose
+ * pointer it then takes; -1: its own buffer. The lowering checks what the plan assumes: nothing
+ * reads the buffer's old contents after this op, and an op that reads them while it writes (a
+ * loop nest, an AllReduce) reads each element where it writes it, no narrower. `last` holds, per
+ * buffer, the last read of the values living in it so far. */
+static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_t *vroot, const int *last) {
+  const Value *v = op->results[k];
+  if (!L->plan || L->fused[v->id] || op->kind == OP_INPUT || op->kind == OP_PARAM) return -1;
+  int P = L->plan[v->id];
+  if (P < 0 || P == v->id || !L->val[P] || L->fused[P]) return -1;
+  int T = vroot[P];
+  if (T == v->id || L->fused[T] || last[T] > pos) return -1;
+  const Value *rd[16];
+  int n;
+  if (op->kind == OP_LOOP) { /* a carried result over its own carried operand, nothing else of the loop's there */
+    if (k >= op->ncarried) return -1;
+    int found = -1;
+    for (int i = 0; i < op->noperands; i++)
+      if (vroot[op->operands[i]->id] == T) {
+        if (i != op->nslices + k || found >= 0) return -1;
+        found = op->operands[i]->id;
+      }
+    return found >= 0 && same_bytes(L, v, op->operands[op->nslices + k]) ? found : -1;
+  }
+  if (op->nresults != 1) return -1;
+  n = op_leaves(L, op, rd, 0);
+  int in_t = -1;
+  for (int i = 0; i < n; i++)
+    if (vroot[rd[i]->id] == T) {
+      if (in_t >= 0) return -1;
+      in_t = i;
+    }
+  if (in_t < 0) /* nothing this op reads is there: the buffer is free (an update over the param it replaces) */
+    return last[T] < pos && elements(L, L->val[T]) * dtype_bytes(L->val[T]->type.dtype) >= elements(L, v) * dtype_bytes(v->type.dtype) ? T : -1;
+  const Value *u = rd[in_t];
+  switch (op->kind) {
+  case OP_ALL_REDUCE: /* the runtime reduces in place */
+    return u == op->operands[0] && same_bytes(L, u, v) && L->mesh ? u->id : -1;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
+  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
+  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT:
+  case OP_ADAM_UPDATE: case OP_BROADCAST: case OP_CAUSAL: case OP_CAUSAL_GRAD:
+    return same_layout(L, u, v) && dtype_bytes(u->type.dtype) >= dtype_bytes(v->type.dtype) ? u->id : -1;
+  default: return -1;
+  }
 }
 
 /* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
@@ -1074,16 +1150,38 @@ static bool lower_region(Lower *L, const IrFunc *f) {
         if (order[q] == c) evalpos[p] = evalpos[q];
     }
   }
+  /* each value's last read (a fused op's operands are read in its consumer's nest); outputs stay */
+  int *lastread = malloc(sizeof(int) * (size_t)nv);
+  for (int i = 0; i < nv; i++) lastread[i] = -1;
+  for (pos = 0; pos < nops; pos++)
+    for (int i = 0; i < order[pos]->noperands; i++) {
+      int x = order[pos]->operands[i]->id;
+      if (lastread[x] < evalpos[pos]) lastread[x] = evalpos[pos];
+    }
+  for (int j = 0; j < f->noutputs; j++) lastread[f->outputs[j]->id] = nops;
+  /* buffers, in program order: views, then the plan's in-place and update decisions where the
+   * lowering can follow them; last[r] is the last read of any value living in r */
+  for (int i = 0; i < f->ninputs; i++) {
+    int x = f->inputs[i]->id;
+    vroot[x] = x;
+    if (last[x] < lastread[x]) last[x] = lastread[x];
+  }
   for (pos = 0; pos < nops; pos++) {
     const Op *op = order[pos];
     const Value *of = view_operand(L, op);
-    if (of) vroot[op->results[0]->id] = vroot[of->id];
-    for (int i = 0; i < op->noperands; i++) {
-      int r = vroot[op->operands[i]->id];
-      if (last[r] < evalpos[pos]) last[r] = evalpos[pos];
+    for (int k = 0; k < op->nresults; k++) {
+      const Value *v = op->results[k];
+      L->share[v->id] = -1;
+      if (of) vroot[v->id] = vroot[of->id];
+      else {
+        int sh = plan_share(L, op, k, pos, vroot, last);
+        if (sh >= 0) L->share[v->id] = sh, vroot[v->id] = vroot[sh];
+      }
+      int r = vroot[v->id];
+      if (last[r] < lastread[v->id]) last[r] = lastread[v->id];
     }
   }
-  for (int j = 0; j < f->noutputs; j++) last[vroot[f->outputs[j]->id]] = nops; /* outputs stay */
+  free(lastread);
   free(uses), free(user), free(order), free(evalpos);
   bool ok = true;
   const int *outer_last = L->last;
@@ -1108,7 +1206,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
     }
     for (int k = 0; k < op->nresults; k++) { /* a result nothing reads */
       int r = L->root[op->results[k]->id];
-      if (last[r] == -1 && L->owned[r]) {
+      if (last[r] <= pos && L->owned[r]) {
         free_root(L, r);
         L->owned[r] = false;
       }
@@ -1149,6 +1247,13 @@ static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vct
     L->root[in->id] = in->id;
     L->owned[in->id] = false;
   }
+  /* a stacked output the plan gives no buffer of its own in the body (bufplan.h) is made in its row */
+  for (int j = op->ncarried; j < op->ncarried + op->nstacked; j++) {
+    const Value *y = b->outputs[j];
+    bool once = y->def && y->def->func == b && L->plan && L->plan[y->id] == y->id;
+    for (int k = 0; k < b->noutputs && once; k++) once = k == j || b->outputs[k] != y;
+    if (once) L->dest[y->id] = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
+  }
   if (!lower_region(L, b)) {
     c->ok = false;
     return;
@@ -1157,6 +1262,7 @@ static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vct
    * which the carried outputs then overwrite */
   for (int j = op->ncarried; j < op->ncarried + op->nstacked; j++) {
     const Value *y = b->outputs[j];
+    if (L->dest[y->id] && L->buf[y->id] == L->dest[y->id]) continue; /* made there */
     LLVMValueRef dst = gep(L, L->i8, L->buf[op->results[j]->id], LLVMBuildMul(L->B, row, ci64(L, value_bytes(L, y)), ""));
     LLVMBuildMemMove(L->B, dst, 1, L->buf[y->id], 1, ci64(L, value_bytes(L, y)));
   }
@@ -1199,9 +1305,9 @@ static bool lower_loop(Lower *L, const Op *op) {
   LLVMValueRef *carried = calloc((size_t)op->ncarried + 1, sizeof *carried);
   for (int j = 0; j < op->ncarried; j++) {
     const Value *x = op->operands[op->nslices + j], *r = op->results[j];
-    new_buffer(L, r);
+    new_buffer(L, r); /* the carried operand's buffer, where the plan updates it in place */
     carried[j] = L->buf[r->id];
-    LLVMBuildMemCpy(L->B, carried[j], 64, L->buf[x->id], 1, ci64(L, value_bytes(L, x)));
+    if (carried[j] != L->buf[x->id]) LLVMBuildMemCpy(L->B, carried[j], 64, L->buf[x->id], 1, ci64(L, value_bytes(L, x)));
   }
   for (int j = 0; j < op->nstacked; j++) new_buffer(L, op->results[op->ncarried + j]);
   LoopCtx c = {.op = op, .carried = carried, .ok = true};
@@ -1255,6 +1361,31 @@ void lower_free(Lowered *lw) {
   free(lw);
 }
 
+static void index_values(Lower *L, const IrFunc *f) {
+  for (int i = 0; i < f->ninputs; i++) L->val[f->inputs[i]->id] = f->inputs[i];
+  for (const Op *op = f->first; op; op = op->next) {
+    for (int k = 0; k < op->nresults; k++) L->val[op->results[k]->id] = op->results[k];
+    if (op->kind == OP_LOOP && op->body) index_values(L, op->body);
+  }
+}
+
+/* Whether main's output j is an updated param or optimizer state the plan writes over the input
+ * it replaces (handed to the host in that input's buffer: run_host.c's carry keeps it). */
+static bool output_updates_input(const Lower *L, int j) {
+  const IrFunc *f = L->m->main;
+  const StepInfo *si = L->m->step;
+  for (int k = 0; si && k < si->nparams; k++) {
+    const StepParam *sp = &si->params[k];
+    const Value *in[4] = {sp->value, sp->in_master >= 0 ? f->inputs[sp->in_master] : NULL,
+                          sp->in_m >= 0 ? f->inputs[sp->in_m] : NULL, sp->in_v >= 0 ? f->inputs[sp->in_v] : NULL};
+    int outs[4] = {sp->out_param, sp->out_master, sp->out_m, sp->out_v};
+    for (int q = 0; q < 4; q++)
+      if (outs[q] == j && in[q] && L->root[f->outputs[j]->id] == L->root[in[q]->id] && L->buf[in[q]->id] == L->buf[f->outputs[j]->id])
+        return true;
+  }
+  return false;
+}
+
 bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char *name) {
   Lower L = {.lw = lw, .C = lw->C, .M = lw->M, .m = m, .mesh = mesh, .fname = name};
   if (mesh && !m->localized) {
@@ -1285,6 +1416,17 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
   L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
   L.fused = calloc((size_t)m->nvalues + 1, sizeof *L.fused);
+  L.share = malloc(sizeof *L.share * ((size_t)m->nvalues + 1));
+  L.dest = calloc((size_t)m->nvalues + 1, sizeof *L.dest);
+  L.val = calloc((size_t)m->nvalues + 1, sizeof *L.val);
+  for (int i = 0; i <= m->nvalues; i++) L.share[i] = -1;
+  index_values(&L, m->main);
+  /* buffers by the plan `check` reports (bufplan.h): its views, in-place results and updates */
+  Arena pa;
+  arena_init(&pa);
+  BufPlan bp;
+  bufplan_build(&pa, m, NULL, &bp);
+  L.plan = getenv("SHARDC_NO_BUFPLAN") || bp.nvalues < m->nvalues + 1 ? NULL : bp.buffer;
   if (m->pipeline) lower_pipe_stage(&L);
   const IrFunc *f = m->main;
   bool ok = lower_region(&L, f);
@@ -1295,6 +1437,11 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
       bool shared = !L.owned[r];
       for (int k = 0; k < j; k++) shared |= L.root[f->outputs[k]->id] == r;
       LLVMValueRef p = L.buf[v->id];
+      if (shared && !L.owned[r] && output_updates_input(&L, j)) {
+        bool once = true; /* no other output in that buffer */
+        for (int k = 0; k < f->noutputs; k++) once &= k == j || L.root[f->outputs[k]->id] != r;
+        shared = !once;
+      }
       if (shared) {
         int64_t bytes = elements(&L, v) * dtype_bytes(v->type.dtype);
         if (L.stage) p = lower_pipe_copy(&L, v, p, bytes); /* a value some stages lack */
@@ -1313,6 +1460,10 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   free(L.root);
   free(L.owned);
   free(L.fused);
+  free(L.share);
+  free(L.dest);
+  free(L.val);
+  arena_free(&pa);
   LLVMDisposeBuilder(L.B);
   if (!ok) LLVMDeleteFunction(L.fn);
   return ok;

@@ -40,6 +40,11 @@ typedef struct Lower {
   bool *owned;          /* per value id (a root): allocated by the function (freed by it) */
   bool failed;
   bool *fused;          /* per value id: computed inside its one consumer's loop nest, never stored */
+  const int32_t *plan;  /* the buffer plan (bufplan.h's `buffer`): per value id, the value whose buffer it uses */
+  int32_t *share;       /* per value id: the value whose buffer its op writes into (the plan's in-place
+                           or update decision, where the lowering can follow it), or -1: its own */
+  const Value **val;    /* per value id: the value (main's and its loop bodies') */
+  LLVMValueRef *dest;   /* per value id: where its op writes it (a loop body's stacked output: its row) */
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
   LLVMValueRef stage;   /* a pipelined main: the device's stage (i32); NULL otherwise */
@@ -53,6 +58,11 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
 LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, int n, LLVMValueRef *vals);
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n);
 void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function unless it is 0 */
+
+/* lower_math.c: exp, tanh, erf in f32 as vectorisable straight-line code. */
+LLVMValueRef lower_exp(Lower *L, LLVMValueRef x);
+LLVMValueRef lower_tanh(Lower *L, LLVMValueRef x);
+LLVMValueRef lower_erf(Lower *L, LLVMValueRef x);
 
 /* lower_nn.c: ops lowered to calls into the runtime's nn kernels. */
 typedef void (*LowerNewBuffer)(Lower *L, const Value *v);

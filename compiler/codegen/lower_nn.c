@@ -305,9 +305,28 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
       bool ok = tensor_type_find(&o->type, d) >= 0 || d == K || d == H;
       if (!ok) return nn_fail(L, op, "an operand dim outside the attention's index space");
     }
-  new_buffer(L, op->results[0]);
   if (grad && (op->index < 0 || op->index > 2)) return nn_fail(L, op, "a gradient index other than 0, 1, 2");
-  if (op->ring) return lower_ring_attention(L, op, a, 79, q_off); /* lower_ring.c */
+  if (op->ring) {
+    new_buffer(L, op->results[0]);
+    return lower_ring_attention(L, op, a, 79, q_off); /* lower_ring.c */
+  }
+  /* dq, dk and dv are three ops of the same operands (autodiff.c), one backward kernel: the first
+   * of them in program order computes all three, the others find their results made */
+  const Op *sib[3] = {NULL, NULL, NULL};
+  if (grad) {
+    if (L->buf[op->results[0]->id]) return true; /* made by an earlier sibling */
+    for (const Op *o = op->func ? op->func->first : op; o; o = o->next) {
+      bool same = o->kind == OP_ATTENTION_GRAD && o->noperands == 5 && o->index >= 0 && o->index <= 2 &&
+                  o->scalar == op->scalar && o->flag == op->flag && o->ndims == op->ndims && !o->ring;
+      for (int i = 0; same && i < 5; i++) same = o->operands[i] == op->operands[i];
+      for (int i = 0; same && i < op->ndims; i++) same = o->dims[i] == op->dims[i];
+      if (same && !sib[o->index] && (o == op || !L->buf[o->results[0]->id])) sib[o->index] = o;
+      if (!op->func) break;
+    }
+    sib[op->index] = op;
+    for (int i = 0; i < 3; i++)
+      if (sib[i]) new_buffer(L, sib[i]->results[0]);
+  } else new_buffer(L, op->results[0]);
   LLVMTypeRef P = L->ptr, I64 = L->i64, F64 = L->f64;
   LLVMValueRef desc = const_i64s(L, a, 79, "attn");
   if (!grad) {
@@ -318,7 +337,8 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
     LLVMTypeRef at[13] = {P, P, F64, I64, I64, P, P, P, P, P, P, P, P};
     LLVMValueRef av[13] = {L->dev, desc, LLVMConstReal(F64, op->scalar), q_off, k_off, buf(L, q), buf(L, k), buf(L, v), buf(L, o),
                            buf(L, dout), LLVMConstNull(P), LLVMConstNull(P), LLVMConstNull(P)};
-    av[10 + op->index] = buf(L, op->results[0]); /* the one gradient this op gives (index 0 dq, 1 dk, 2 dv) */
+    for (int i = 0; i < 3; i++) /* index 0 dq, 1 dk, 2 dv */
+      if (sib[i]) av[10 + i] = buf(L, sib[i]->results[0]);
     lower_check_rc(L, lower_call(L, "rt_nn_attention_grad", L->i32, at, 13, av));
   }
   return true;

@@ -149,6 +149,12 @@ static LLVMValueRef region_function(Lower *outer, const IrFunc *f, const char *n
   R.root = calloc((size_t)nv, sizeof *R.root);
   R.owned = calloc((size_t)nv, sizeof *R.owned);
   R.fused = calloc((size_t)nv, sizeof *R.fused);
+  /* A region's buffers are its own (R.plan NULL): rt_pipeline owns what crosses between regions,
+   * which the buffer plan does not model op by op. */
+  R.share = malloc(sizeof *R.share * (size_t)nv);
+  R.dest = calloc((size_t)nv, sizeof *R.dest);
+  R.val = calloc((size_t)nv, sizeof *R.val);
+  for (int i = 0; i < nv; i++) R.share[i] = -1;
   for (int i = 0; i < f->ninputs; i++) {
     const Value *v = f->inputs[i];
     LLVMValueRef idx = c64(&R, i);
@@ -175,7 +181,7 @@ static LLVMValueRef region_function(Lower *outer, const IrFunc *f, const char *n
     lower_free_body(&R, f);
     LLVMBuildRet(R.B, c32(&R, 0));
   }
-  free(R.buf), free(R.root), free(R.owned), free(R.fused);
+  free(R.buf), free(R.root), free(R.owned), free(R.fused), free(R.share), free(R.dest), free(R.val);
   LLVMDisposeBuilder(R.B);
   if (!*ok) outer->failed = true;
   return R.fn;

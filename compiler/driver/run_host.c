@@ -351,7 +351,7 @@ void run_side_carry(RunSide *s) {
       for (int j = 0; j < 4; j++) {
         int in = pairs[j][0], out = pairs[j][1];
         if (out < 0 || in < 0) continue;
-        rt_free(d, sl[in]);
+        if (sl[in] != sl[s->nin + s->nparams + out]) rt_free(d, sl[in]); /* else updated in place */
         sl[in] = sl[s->nin + s->nparams + out];
         sl[s->nin + s->nparams + out] = NULL;
         kept[out] = true;

@@ -190,3 +190,26 @@ foreach(case "mlp_train|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--mes
   add_test(NAME run.clock.${name}
            COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> "-DARGS=${args}" -P ${CMAKE_CURRENT_LIST_DIR}/native/clock_check.cmake)
 endforeach()
+# The measured peak follows the buffer plan: `run`'s peak_bytes_per_device within 10% of `check`'s
+# memory.per_device.total for the same arguments (peak_vs_check.sh prints both and the ratio).
+set(PEAK_CHECK ${CMAKE_CURRENT_LIST_DIR}/native/peak_vs_check.sh $<TARGET_FILE:shardc>)
+add_test(NAME peak.mlp.forward COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                                       --mesh "h100[data: 2, model: 2]")
+foreach(layout fsdp_tp dp tp)
+  add_test(NAME peak.mlp.train.${layout} COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
+                                                 --layout ${layout} --mesh "h100[data: 2, model: 2]")
+endforeach()
+add_test(NAME peak.llama3_8b.forward COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=2
+                                             --entry llama.forward --mesh "h100[data: 2, model: 2]")
+foreach(layout fsdp_tp fsdp_tp_sp)
+  add_test(NAME peak.llama3_8b.train.${layout} COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL}
+                                                       -D kv_heads=2 --layout ${layout} --mesh "h100[data: 2, model: 2]" --steps 2)
+endforeach()
+add_test(NAME peak.mixtral_8x7b.train COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
+                                              -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
+# ... and the check can fail: with the lowering ignoring the plan (SHARDC_NO_BUFPLAN=1: no in-place
+# results, no updates over their inputs, every slice copied) llama3_8b's step holds 1.18x.
+add_test(NAME peak.llama3_8b.no_plan COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=2
+                                             --mesh "h100[data: 2, model: 2]" --steps 2)
+set_tests_properties(peak.llama3_8b.no_plan PROPERTIES ENVIRONMENT "SHARDC_NO_BUFPLAN=1"
+                     PASS_REGULAR_EXPRESSION "FAIL: measured peak [0-9]+ B per device, check total [0-9]+ B, ratio 1\\.[1-9]")
