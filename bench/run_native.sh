@@ -43,6 +43,6 @@ for i in range(5):
     t = time.perf_counter(); np.copyto(b, a); best = min(best, time.perf_counter() - t)
 print("  memcpy         %.3f ms (%.1f GB/s of the 32 MiB read and written)" % (best * 1e3, 2 * a.nbytes / best / 1e9))' 2>/dev/null ||
   echo "  (python3-numpy missing)"
-echo "run_native: mlp train step, 2 device threads (dp) vs 1, batch 16 x seq 256, embed 512, hidden 2048"
+echo "run_native: mlp train step, 2 device threads (dp: batch over (data, model) = 2 x 1) vs 1, batch 16 x seq 256, embed 512, hidden 2048"
 "$shardc" run "$here/samples/mlp.shard" -D batch=16 -D seq=256 -D embed=512 -D hidden=2048 --layout dp \
-  --mesh "h100[data: 2]" --steps 3 2>/dev/null | grep -E "PASS|FAIL|step time"
+  --mesh "h100[data: 2, model: 1]" --steps 3 2>/dev/null | grep -E "PASS|FAIL|step time"

@@ -10,7 +10,7 @@ adam) and one LLaMA block (bench/native/llama_block.shard: RMSNorm, grouped-quer
 with 8 heads over 2 KV heads of 64, SwiGLU 1536; batch 4 x seq 256, embed 512; MSE, adam). The
 params are bf16 with f32 master copies in shardc; PyTorch runs them as f32 params under CPU
 autocast to bf16 (its mixed precision: bf16 matmuls, f32 master weights), and in plain f32. shardc
-runs one device thread per thread (`--mesh 'h100[data: T]'`, data parallel), each with one
+runs one device thread per thread (`--mesh 'h100[data: T, model: 1]'`, data parallel), each with one
 OpenBLAS thread; PyTorch runs torch.set_num_threads(T)."""
 import json
 import os
@@ -25,7 +25,7 @@ STEPS = 5
 
 
 def shardc_step(shardc, root, args, threads):
-    out = subprocess.run([shardc, "run", *args, "--mesh", f"h100[data: {threads}]", "--steps", str(STEPS),
+    out = subprocess.run([shardc, "run", *args, "--mesh", f"h100[data: {threads}, model: 1]", "--steps", str(STEPS),
                           "--format", "json"], cwd=root, capture_output=True, text=True, check=True).stdout
     j = json.loads(out)
     assert j["pass"], out
