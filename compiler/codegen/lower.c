@@ -39,7 +39,7 @@ static int64_t elements(const Lower *L, const Value *v) {
   return n;
 }
 
-static int rt_dtype(DType dt) {
+int lower_rt_dtype(DType dt) {
   switch (dt) {
   case DT_F32: return 0;
   case DT_BF16: return 1;
@@ -314,9 +314,9 @@ static bool fusable_kind(OpKind k) {
 }
 
 static bool float_op(const Op *op) {
-  if (op->nresults != 1 || dtype_is_int(op->results[0]->type.dtype) || rt_dtype(op->results[0]->type.dtype) < 0) return false;
+  if (op->nresults != 1 || dtype_is_int(op->results[0]->type.dtype) || lower_rt_dtype(op->results[0]->type.dtype) < 0) return false;
   for (int i = 0; i < op->noperands; i++)
-    if (dtype_is_int(op->operands[i]->type.dtype) || rt_dtype(op->operands[i]->type.dtype) < 0) return false;
+    if (dtype_is_int(op->operands[i]->type.dtype) || lower_rt_dtype(op->operands[i]->type.dtype) < 0) return false;
   return op->noperands <= 7;
 }
 
@@ -449,8 +449,8 @@ static bool lower_map(Lower *L, const Op *op) {
   const Value *res = op->results[0];
   if (op->noperands > 7) return fail(L, op, "%s has too many operands to lower", ir_op_name(op->kind));
   for (int i = 0; i < op->noperands; i++)
-    if (rt_dtype(op->operands[i]->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(op->operands[i]->type.dtype));
-  if (rt_dtype(res->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(res->type.dtype));
+    if (lower_rt_dtype(op->operands[i]->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(op->operands[i]->type.dtype));
+  if (lower_rt_dtype(res->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(res->type.dtype));
   if (dtype_is_int(res->type.dtype) && op->kind != OP_CAST && op->kind != OP_BROADCAST && op->kind != OP_ADD &&
       op->kind != OP_SUB && op->kind != OP_MUL && op->kind != OP_NEG)
     return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
@@ -597,7 +597,7 @@ static void reduce_outer(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *
 
 static bool lower_reduce(Lower *L, const Op *op) {
   const Value *res = op->results[0], *x = op->operands[0];
-  if (dtype_is_int(x->type.dtype) || rt_dtype(x->type.dtype) < 0 || rt_dtype(res->type.dtype) < 0)
+  if (dtype_is_int(x->type.dtype) || lower_rt_dtype(x->type.dtype) < 0 || lower_rt_dtype(res->type.dtype) < 0)
     return fail(L, op, "%s over this dtype is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   NestTensor t[2];
@@ -716,7 +716,7 @@ static bool lower_contract(Lower *L, const Op *op) {
 
   LLVMValueRef g = entry_alloca(L, L->gemm_t, "gemm");
   LLVMValueRef f[20] = {
-      ci32(L, rt_dtype(a->type.dtype)), ci32(L, rt_dtype(b->type.dtype)), ci32(L, rt_dtype(res->type.dtype)),
+      ci32(L, lower_rt_dtype(a->type.dtype)), ci32(L, lower_rt_dtype(b->type.dtype)), ci32(L, lower_rt_dtype(res->type.dtype)),
       ci32(L, ta), ci32(L, tb), ci64(L, M.size), ci64(L, N.size), ci64(L, K.size), ci64(L, B.size),
       pa, ci64(L, ta ? M.size : K.size), ci64(L, M.size * K.size),
       pb, ci64(L, tb ? K.size : N.size), ci64(L, K.size * N.size),
@@ -774,7 +774,7 @@ static bool lower_route_grad(Lower *L, const Op *op) {
   c.noperands = 2;
   c.flag = 0;
   if (!lower_contract(L, &c)) return false;
-  if (dtype_is_int(p->type.dtype) || rt_dtype(p->type.dtype) < 0) return fail(L, op, "a route pattern of dtype %s", dtype_name(p->type.dtype));
+  if (dtype_is_int(p->type.dtype) || lower_rt_dtype(p->type.dtype) < 0) return fail(L, op, "a route pattern of dtype %s", dtype_name(p->type.dtype));
   NestTensor t[2];
   int64_t ext[MAX_RANK];
   for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
@@ -796,7 +796,7 @@ static LLVMValueRef axes_array(Lower *L, const int8_t *axes, int n, int *out) {
 
 static bool lower_collective(Lower *L, const Op *op) {
   const Value *res = op->results[0], *x = op->operands[0];
-  int dt = rt_dtype(x->type.dtype);
+  int dt = lower_rt_dtype(x->type.dtype);
   if (dt < 0) return fail(L, op, "a collective over dtype %s is not lowered yet", dtype_name(x->type.dtype));
   if (!L->mesh) { /* a global run: every collective is the identity */
     view_of(L, res, x);
@@ -910,7 +910,7 @@ static bool lower_collective(Lower *L, const Op *op) {
 
 static bool lower_const(Lower *L, const Op *op) {
   const Value *res = op->results[0];
-  if (res->type.rank != 0 || rt_dtype(res->type.dtype) < 0) return fail(L, op, "a %s of this type is not lowered yet", "constant");
+  if (res->type.rank != 0 || lower_rt_dtype(res->type.dtype) < 0) return fail(L, op, "a %s of this type is not lowered yet", "constant");
   new_buffer(L, res);
   NestTensor t = {.base = L->buf[res->id], .dt = res->type.dtype};
   LLVMValueRef v = dtype_is_int(res->type.dtype) ? ci32(L, (int)op->scalar) : cf32(L, op->scalar);
@@ -1475,5 +1475,4 @@ bool lower_body(Lower *L, const IrFunc *f) { return lower_region(L, f); }
 void lower_free_body(Lower *L, const IrFunc *f) { free_region(L, f); }
 LLVMValueRef lower_alloc(Lower *L, const Value *v, int64_t bytes) { return alloc_buffer(L, v, bytes); }
 int64_t lower_value_bytes(const Lower *L, const Value *v) { return value_bytes(L, v); }
-int lower_rt_dtype(DType dt) { return rt_dtype(dt); }
 void lower_types(Lower *L) { init_types(L); }

@@ -41,16 +41,6 @@ static int64_t stride_of(const Lower *L, const Value *v, const Dim *d) {
   return s;
 }
 
-static int rtdt(DType dt) {
-  switch (dt) {
-  case DT_F32: return 0;
-  case DT_BF16: return 1;
-  case DT_F16: return 2;
-  case DT_I32: return 3;
-  default: return -1;
-  }
-}
-
 /* RtRows over x's dims but `row`, for tensors t[0..n) (NULL: none). */
 static bool rows_desc(Lower *L, const Op *op, const Value *x, const Dim *row, const Value *const *t, int n, int64_t *out) {
   memset(out, 0, sizeof(int64_t) * 61);
@@ -67,8 +57,8 @@ static bool rows_desc(Lower *L, const Op *op, const Value *x, const Dim *row, co
   out[49] = p >= 0 ? ext_of(L, x, p) : 1;
   for (int k = 0; k < n; k++) {
     out[50 + k] = t[k] && row ? stride_of(L, t[k], row) : 0;
-    if (t[k] && rtdt(t[k]->type.dtype) < 0) return nn_fail(L, op, "this dtype");
-    out[55 + k] = t[k] ? rtdt(t[k]->type.dtype) : 0;
+    if (t[k] && lower_rt_dtype(t[k]->type.dtype) < 0) return nn_fail(L, op, "this dtype");
+    out[55 + k] = t[k] ? lower_rt_dtype(t[k]->type.dtype) : 0;
   }
   out[60] = row ? row->size : 1;
   return true;
@@ -206,7 +196,7 @@ bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer new_buffer) {
     nd++;
   }
   desc[0] = nd;
-  desc[55] = rtdt(l->type.dtype);
+  desc[55] = lower_rt_dtype(l->type.dtype);
   desc[56] = 0;
   if (desc[55] < 0 || l->type.dtype == DT_I32) return nn_fail(L, op, "logits of this dtype");
   int64_t n = 1;
@@ -294,8 +284,8 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
     a[58 + j] = kv ? stride_of(L, t[j], K) : 0;
     a[63 + j] = j <= 1 ? stride_of(L, t[j], H) : 0;
     a[68 + j] = j >= 2 ? stride_of(L, t[j], Dv) : 0;
-    if (rtdt(t[j]->type.dtype) < 0 || t[j]->type.dtype == DT_I32) return nn_fail(L, op, "this dtype");
-    a[73 + j] = rtdt(t[j]->type.dtype);
+    if (lower_rt_dtype(t[j]->type.dtype) < 0 || t[j]->type.dtype == DT_I32) return nn_fail(L, op, "this dtype");
+    a[73 + j] = lower_rt_dtype(t[j]->type.dtype);
   }
   a[78] = op->flag ? 1 : 0;
   /* every dim of each tensor has a role */

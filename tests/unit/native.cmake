@@ -178,18 +178,22 @@ set_tests_properties(run.ring.mutation.zigzag PROPERTIES ENVIRONMENT "SHARDC_RIN
 # The simulated clock (issue 11): what the devices executed, priced by sim's model as they ran it,
 # equals `shardc sim` on the same program: a forward, train steps with microbatches, remat and
 # tensor/sequence parallelism, expert parallelism's AllToAlls, and ring attention.
-foreach(case "mlp_train|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--mesh;h100[data: 2, model: 2]"
-             "mlp_forward|${CMAKE_SOURCE_DIR}/samples/mlp.shard;${MLP_SMALL};--entry;mlp.forward;--mesh;tpu_v5e[data: 2, model: 2]"
-             "llama3_8b|${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard;${LM_SMALL};-D;kv_heads=2;--layout;fsdp_tp_sp;--mesh;h100[data: 2, model: 2]"
-             "mixtral|${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard;${LM_SMALL};-D;batch=16;-D;kv_heads=2;-D;expert=4;-D;cap=4;--mesh;h100[data: 1, ep: 2, model: 2]"
-             "ring|${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard;${LM_SMALL};-D;kv_heads=2;--mesh;h100[data: 1, ctx: 2, model: 2]")
-  string(FIND "${case}" "|" bar)
-  string(SUBSTRING "${case}" 0 ${bar} name)
-  math(EXPR rest "${bar} + 1")
-  string(SUBSTRING "${case}" ${rest} -1 args)
+# shardc_clock_test(NAME ARGS...): `shardc run ARGS` and `shardc sim ARGS`, compute and collective
+# seconds compared by native/clock_check.cmake (pipe_run.cmake uses it too).
+function(shardc_clock_test name)
   add_test(NAME run.clock.${name}
-           COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> "-DARGS=${args}" -P ${CMAKE_CURRENT_LIST_DIR}/native/clock_check.cmake)
-endforeach()
+           COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> "-DARGS=${ARGN}"
+                   -P ${CMAKE_SOURCE_DIR}/tests/unit/native/clock_check.cmake)
+endfunction()
+shardc_clock_test(mlp_train ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --mesh "h100[data: 2, model: 2]")
+shardc_clock_test(mlp_forward ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                  --mesh "tpu_v5e[data: 2, model: 2]")
+shardc_clock_test(llama3_8b ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=2 --layout fsdp_tp_sp
+                  --mesh "h100[data: 2, model: 2]")
+shardc_clock_test(mixtral ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16 -D kv_heads=2 -D expert=4
+                  -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]")
+shardc_clock_test(ring ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2
+                  --mesh "h100[data: 1, ctx: 2, model: 2]")
 # The measured peak follows the buffer plan: `run`'s peak_bytes_per_device within 10% of `check`'s
 # memory.per_device.total for the same arguments (peak_vs_check.sh prints both and the ratio).
 set(PEAK_CHECK ${CMAKE_CURRENT_LIST_DIR}/native/peak_vs_check.sh $<TARGET_FILE:shardc>)

@@ -60,12 +60,6 @@ set_tests_properties(run.pipe.save_load PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPR
 # The simulated clock under a pipeline: each stage's regions, their f32 gradient accumulation and
 # their sends (with Megatron's send split over model in GPT-3's ptd) priced as shardc sim prices
 # them, averaged over the devices: equal to `shardc sim` (native/clock_check.cmake).
-foreach(case "gpt3_ptd|${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard;${PIPE_LM};-D;batch=256;--mesh;h100[data: 1, stage: 2, model: 2]"
-             "interleaved|${PIPE_DIR}/pipe_interleaved.shard;--layout;pp")
-  string(FIND "${case}" "|" bar)
-  string(SUBSTRING "${case}" 0 ${bar} name)
-  math(EXPR rest "${bar} + 1")
-  string(SUBSTRING "${case}" ${rest} -1 args)
-  add_test(NAME run.clock.${name}
-           COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> "-DARGS=${args}" -P ${CMAKE_CURRENT_LIST_DIR}/native/clock_check.cmake)
-endforeach()
+shardc_clock_test(gpt3_ptd ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${PIPE_LM} -D batch=256
+                  --mesh "h100[data: 1, stage: 2, model: 2]")
+shardc_clock_test(interleaved ${PIPE_DIR}/pipe_interleaved.shard --layout pp)

@@ -25,12 +25,10 @@
  * Prints PASS/FAIL (or SKIP for programs that do not compile, as error tests do) per configuration
  * and "N passed, N failed"; exits 1 on any failure. */
 #define _XOPEN_SOURCE 700
-#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "diag.h"
 #include "ir.h"
@@ -39,6 +37,7 @@
 #include "partition.h"
 #include "propagate.h"
 #include "step.h"
+#include "unit_test.h"
 
 static int npass, nfail, nskip;
 static char note_buf[8192];
@@ -541,34 +540,10 @@ static void run_file(const char *path) {
   for (int j = 0; j < nl; j++) free(layouts[j]);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void run_path(const char *path) {
-  struct stat st;
-  if (stat(path, &st) != 0) {
+  if (!ut_each_shard(path, run_file)) {
     fprintf(stderr, "test_partition: cannot read %s\n", path);
     nfail++;
-    return;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    size_t n = strlen(path);
-    if (n > 6 && strcmp(path + n - 6, ".shard") == 0) run_file(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  if (!d) return;
-  char *names[1024];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 1024)
-    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
-  closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], cmp_str);
-  for (int i = 0; i < n; i++) {
-    char full[4096];
-    snprintf(full, sizeof full, "%s/%s", path, names[i]);
-    run_path(full);
-    free(names[i]);
   }
 }
 

@@ -16,17 +16,16 @@
  * sum unit by unit after every trial. Prints PASS/FAIL/SKIP per configuration and
  * "N passed, N failed". */
 #define _GNU_SOURCE /* mkstemps */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "diag.h"
 #include "ir.h"
 #include "propagate.h"
 #include "step.h"
+#include "unit_test.h"
 
 static int npass, nfail, nskip;
 static long total_checked;
@@ -103,34 +102,10 @@ static void run_file(const char *path) {
   for (int j = 0; j < nl; j++) free(layouts[j]);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void run_path(const char *path) {
-  struct stat st;
-  if (stat(path, &st) != 0) {
+  if (!ut_each_shard(path, run_file)) {
     fprintf(stderr, "test_propagate: cannot read %s\n", path);
     nfail++;
-    return;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    size_t n = strlen(path);
-    if (n > 6 && strcmp(path + n - 6, ".shard") == 0) run_file(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  if (!d) return;
-  char *names[1024];
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 1024)
-    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
-  closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], cmp_str);
-  for (int i = 0; i < n; i++) {
-    char full[4096];
-    snprintf(full, sizeof full, "%s/%s", path, names[i]);
-    run_path(full);
-    free(names[i]);
   }
 }
 

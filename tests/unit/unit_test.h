@@ -17,15 +17,21 @@
  *                                  it passes it prints XPASS, asking for its line to be removed.
  *   ut_begin(NULL) ... ut_end_as(name)
  *                                  a case whose name reports what it counted: its reasons wait
- *                                  until the name is known, then print under it. */
+ *                                  until the name is known, then print under it.
+ *   ut_each_shard(path, fn)        fn(file) for path if it is a .shard file, else for every .shard
+ *                                  below the directory path, in name order; false if path cannot
+ *                                  be read. */
 #ifndef SHARDC_UNIT_TEST_H
 #define SHARDC_UNIT_TEST_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int ut_passed, ut_failed, ut_xfailed;
 static bool ut_case_ok;
@@ -112,6 +118,35 @@ static inline int ut_summary(void) {
   if (ut_xfailed) printf("(%d known gaps of other stages failed as expected: XFAIL above)\n", ut_xfailed);
   printf("%d passed, %d failed\n", ut_passed, ut_failed);
   return ut_failed ? 1 : 0;
+}
+
+static inline int ut_cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static inline bool ut_each_shard(const char *path, void (*fn)(const char *file)) {
+  struct stat st;
+  if (stat(path, &st) != 0) return false;
+  if (!S_ISDIR(st.st_mode)) {
+    size_t n = strlen(path);
+    if (n > 6 && strcmp(path + n - 6, ".shard") == 0) fn(path);
+    return true;
+  }
+  DIR *d = opendir(path);
+  if (!d) return false;
+  char *names[1024];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 1024)
+    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+  closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], ut_cmp_name);
+  bool ok = true;
+  for (int i = 0; i < n; i++) {
+    char full[4096];
+    int len = snprintf(full, sizeof full, "%s/%s", path, names[i]);
+    ok &= len > 0 && (size_t)len < sizeof full && ut_each_shard(full, fn);
+    free(names[i]);
+  }
+  return ok;
 }
 
 #endif
