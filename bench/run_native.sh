@@ -29,12 +29,12 @@ for s in llama3_8b llama2_13b llama3_70b; do
   row "$s train" samples/$s.shard $lm -D kv_heads=2
 done
 row "gpt3_175b train (no stage)" samples/gpt3_175b.shard $lm -D batch=256
-echo "run_native: a fused chain of 6 elementwise ops over f32[4096, 1024] (16 MiB in, 16 MiB out), one device"
-for i in 1 2 3; do "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"; done
+echo "run_native: a fused chain of 6 elementwise ops over f32[4096, 1024] (16 MiB in, 16 MiB out), one device, mean of 200 warm steps (the first, cold run pays the page faults of every buffer)"
+for i in 1 2 3; do "$shardc" run "$here/bench/native/chain.shard" --steps 200 2>/dev/null | grep "step time"; done
 echo "run_native: the same unfused (SHARDC_NO_FUSION=1)"
-SHARDC_NO_FUSION=1 "$shardc" run "$here/bench/native/chain.shard" 2>/dev/null | grep "step time"
+SHARDC_NO_FUSION=1 "$shardc" run "$here/bench/native/chain.shard" --steps 200 2>/dev/null | grep "step time"
 echo "run_native: a fused chain with exp, tanh and gelu (erf) over f32[4096, 1024] (bench/native/chain_math.shard), one device"
-for i in 1 2 3; do "$shardc" run "$here/bench/native/chain_math.shard" 2>/dev/null | grep "step time"; done
+for i in 1 2 3; do "$shardc" run "$here/bench/native/chain_math.shard" --steps 200 2>/dev/null | grep "step time"; done
 echo "run_native: memcpy of the chains' 16 MiB into a buffer touched before (NumPy's copyto), best of 5"
 /usr/bin/python3 -c '
 import time, numpy as np

@@ -5,7 +5,14 @@
  * allocation), a bad free is caught, and what a run leaves allocated is freed by rt_close.
  *
  * Going over the cap is a failure of the device, like rt_fail: it stops the run, and the
- * message names the device, the buffer and the sizes. */
+ * message names the device, the buffer and the sizes.
+ *
+ * A freed buffer of RT_SPARE_MIN bytes or more is kept (up to RT_SPARE_SLOTS of them, and no
+ * more bytes than the device's peak) and handed to the next allocation of the same rounded size,
+ * as accelerator runtimes cache device memory: a step that allocates its large buffers afresh
+ * would otherwise pay the system's page faults and zeroing for every one of them, every step. A
+ * kept buffer counts as free (the device's `current` and `peak` are what the program holds);
+ * rt_close returns them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +49,23 @@ static const char *bytes_text(size_t b, char *buf, size_t n) {
   return buf;
 }
 
+/* The bytes after a header: what was asked, rounded up to the alignment. */
+static size_t body_of(const RtBufHeader *h) { return (h->bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN; }
+
+/* Keeps a freed buffer for reuse where there is a slot and it stays within the peak (a's lock
+ * held); false: free it. */
+static bool keep_spare(RtAccount *a, RtBufHeader *h) {
+  size_t body = body_of(h);
+  if (body < RT_SPARE_MIN || a->spare_bytes + body > a->peak) return false;
+  for (int i = 0; i < RT_SPARE_SLOTS; i++)
+    if (!a->spare[i]) {
+      a->spare[i] = h;
+      a->spare_bytes += body;
+      return true;
+    }
+  return false;
+}
+
 int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out) {
   if (!dev || !out) return RT_E_ARG;
   *out = NULL;
@@ -67,7 +91,18 @@ int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out) {
                       bytes_text(rt->mem_cap, cap, sizeof cap));
 
   size_t body = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
-  RtBufHeader *h = body >= bytes && body <= SIZE_MAX - sizeof *h ? aligned_alloc(BUF_ALIGN, sizeof *h + body) : NULL;
+  RtBufHeader *h = NULL;
+  if (body >= RT_SPARE_MIN && body >= bytes) {
+    pthread_mutex_lock(&a->lock);
+    for (int i = 0; i < RT_SPARE_SLOTS && !h; i++)
+      if (a->spare[i] && body_of(a->spare[i]) == body) {
+        h = a->spare[i];
+        a->spare[i] = NULL;
+        a->spare_bytes -= body;
+      }
+    pthread_mutex_unlock(&a->lock);
+  }
+  if (!h) h = body >= bytes && body <= SIZE_MAX - sizeof *h ? aligned_alloc(BUF_ALIGN, sizeof *h + body) : NULL;
   if (!h)
     return rtrun_fail(dev, RT_E_NOMEM, "out of memory for buffer '%s': the system refused %s",
                       name, bytes_text(bytes, need, sizeof need));
@@ -108,8 +143,9 @@ int rt_free(RtDevice *dev, void *p) {
   RtAccount *a = &rt->devices[h->owner].mem;
   pthread_mutex_lock(&a->lock);
   unlink_buffer(a, h);
+  bool kept = keep_spare(a, h);
   pthread_mutex_unlock(&a->lock);
-  free(h);
+  if (!kept) free(h);
   return RT_OK;
 }
 
@@ -121,5 +157,7 @@ void rtmem_release_all(RtDevice *dev) {
     unlink_buffer(a, h);
     free(h);
   }
+  for (int i = 0; i < RT_SPARE_SLOTS; i++) free(a->spare[i]), a->spare[i] = NULL;
+  a->spare_bytes = 0;
   pthread_mutex_unlock(&a->lock);
 }

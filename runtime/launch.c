@@ -233,7 +233,7 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
       return 2;
     }
   }
-  if (steps < 1 || !p->step) steps = steps < 1 ? 1 : p->step ? steps : 1;
+  if (steps < 1) steps = 1; /* a forward runs `steps` times on the same inputs */
   Side ref = {0}, shd = {0};
   int status = 1;
   double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));

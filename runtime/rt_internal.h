@@ -40,11 +40,15 @@ const char *rtrun_coll_name(RtCollKind k);
 
 /* A device's bytes (alloc.c). Guarded by `lock`: a received message is freed by its receiver
  * on its sender's account. */
+#define RT_SPARE_SLOTS 16           /* freed large buffers a device keeps for reuse (alloc.c) */
+#define RT_SPARE_MIN (1u << 20)      /* ... each at least this many bytes */
 typedef struct RtAccount {
   pthread_mutex_t lock;
   size_t current, peak; /* bytes */
   uint64_t allocs;
   struct RtBufHeader *live; /* every buffer not yet freed */
+  struct RtBufHeader *spare[RT_SPARE_SLOTS]; /* freed, kept for an allocation of the same size */
+  size_t spare_bytes;
 } RtAccount;
 
 /* What a device is doing, for timeout messages: RtCollKind + 1 (0: running its own code) in

@@ -286,7 +286,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
 
   RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm};
-  int steps = m->step && o->steps > 0 ? o->steps : 1;
+  int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
   Diff D = {.pass = true};
   DType program = narrowest(m->main, DT_F32);

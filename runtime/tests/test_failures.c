@@ -284,6 +284,37 @@ static void test_host_alloc(void) {
   ut_end();
 }
 
+/* A freed large buffer is kept and handed to the next allocation of the same size (alloc.c):
+ * same pointer, counted as free meanwhile, a second free of it still caught, and rt_close frees
+ * what is kept (the ASan build's leak checker watches). A buffer of another rounded size is not
+ * reused. */
+static void test_spare_buffers(void) {
+  ut_begin("large freed buffers kept for the same size: reused, counted as free, double free caught");
+  RtConfig cfg = test_mesh(1, (int[]){1});
+  Runtime *rt;
+  rt_open(&cfg, &rt);
+  RtDevice *d = rt_device(rt, 0);
+  size_t big = 2u << 20;
+  void *a = NULL, *b = NULL, *c = NULL;
+  UT_CHECK(!rt_alloc(d, big, "a", &a), "allocation failed");
+  memset(a, 7, big);
+  rt_free(d, a);
+  RtStats s;
+  rt_stats(rt, 0, &s);
+  UT_CHECK(s.mem_current == 0 && s.mem_peak == big, "after the free: current %zu, peak %zu", s.mem_current, s.mem_peak);
+  int rc = rt_free(d, a);
+  UT_CHECK(rc == RT_E_ARG && contains(rt_errmsg(rt), "not a live buffer"), "a second free: %s", rt_status_name(rc));
+  UT_CHECK(!rt_alloc(d, big - 100, "b", &b), "allocation failed"); /* another size, rounded to 64: not reused */
+  UT_CHECK(b != a, "a buffer of another rounded size was reused");
+  UT_CHECK(!rt_alloc(d, big, "c", &c) && c == a, "the kept buffer was not reused (%p, kept %p)", c, a);
+  rt_stats(rt, 0, &s);
+  UT_CHECK(s.mem_current == 2 * big - 100 && s.mem_peak == 2 * big - 100, "current %zu peak %zu", s.mem_current, s.mem_peak);
+  rt_free(d, b);
+  rt_free(d, c);
+  rt_close(rt);
+  ut_end();
+}
+
 /* ---- limits and arguments ---- */
 
 static int count_device(RtDevice *dev, void *arg) {
@@ -434,6 +465,7 @@ int main(void) {
   test_over_cap();
   test_injected();
   test_host_alloc();
+  test_spare_buffers();
   test_device_limit();
   test_bad_args();
   test_chaos();

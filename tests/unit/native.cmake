@@ -22,6 +22,12 @@ foreach(layout fsdp_tp dp fsdp tp)
 endforeach()
 add_test(NAME run.mlp_sgd_mb.train
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/interp/mlp_sgd_mb.shard --steps 3)
+# A forward with --steps runs N times on the same inputs (the runtime reuses its large freed
+# buffers from the second run on) and compares the last output.
+add_test(NAME run.mlp.forward.steps
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
+                 --mesh "h100[data: 2, model: 2]" --steps 3)
+set_tests_properties(run.mlp.forward.steps PROPERTIES PASS_REGULAR_EXPRESSION "PASS: .*\\(mean of 3 steps\\)")
 # The mutation check: one device's result perturbed, run must FAIL (exit 1).
 add_test(NAME run.mlp.mutation
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
