@@ -500,14 +500,20 @@ static LLVMValueRef dim_offset(Lower *L, const Op *op, const Dim *d) {
   return ci64(L, 0);
 }
 
+/* The loop nest over res's dims for an op that writes res from one tensor x read along them:
+ * their extents into ext, res as t[0] and x as t[1]. */
+static void nest_pair(Lower *L, const Value *res, const Value *x, NestTensor *t, int64_t *ext) {
+  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
+  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
+  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+}
+
 static bool lower_copy(Lower *L, const Op *op) {
   const Value *res = op->results[0], *x = op->operands[0];
   new_buffer(L, res);
   NestTensor t[2];
   int64_t ext[MAX_RANK];
-  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
-  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
-  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  nest_pair(L, res, x, t, ext);
   if (op->kind == OP_SLICE) {
     int64_t st[MAX_RANK];
     strides_of(L, x, st);
@@ -547,9 +553,7 @@ static bool lower_causal(Lower *L, const Op *op) {
   new_buffer(L, res);
   NestTensor t[2];
   int64_t ext[MAX_RANK];
-  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
-  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
-  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  nest_pair(L, res, x, t, ext);
   CausalCtx c = {.t = t, .pq = tensor_type_find(&res->type, op->dims[0]), .pk = tensor_type_find(&res->type, op->dims[1]),
                  .fill = op->kind == OP_CAUSAL ? -INFINITY : 0.0};
   if (c.pq < 0 || c.pk < 0) return fail(L, op, "%s: a masked dim is missing", ir_op_name(op->kind));
@@ -602,9 +606,7 @@ static bool lower_reduce(Lower *L, const Op *op) {
   new_buffer(L, res);
   NestTensor t[2];
   int64_t ext[MAX_RANK];
-  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
-  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
-  t[1] = tensor_along(L, x, res->type.dims, res->type.rank);
+  nest_pair(L, res, x, t, ext);
   ReduceCtx c = {.op = op, .t = t, .nred = op->ndims};
   c.inner = tensor_along(L, x, op->dims, op->ndims);
   double count = 1;
@@ -777,9 +779,7 @@ static bool lower_route_grad(Lower *L, const Op *op) {
   if (dtype_is_int(p->type.dtype) || lower_rt_dtype(p->type.dtype) < 0) return fail(L, op, "a route pattern of dtype %s", dtype_name(p->type.dtype));
   NestTensor t[2];
   int64_t ext[MAX_RANK];
-  for (int d = 0; d < res->type.rank; d++) ext[d] = extent(L, res, d);
-  t[0] = tensor_along(L, res, res->type.dims, res->type.rank);
-  t[1] = tensor_along(L, p, res->type.dims, res->type.rank);
+  nest_pair(L, res, p, t, ext);
   MaskCtx mc = {.t = t};
   lower_nest(L, res->type.rank, ext, t, 2, mask_body, &mc);
   return true;

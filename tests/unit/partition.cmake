@@ -2,7 +2,7 @@
 # over every sample, every explain test program and the sharded-step programs (train steps whole),
 # under each of their meshes and layouts.
 # Included by tests/CMakeLists.txt; paths are relative to this file.
-add_executable(test_partition ${CMAKE_CURRENT_LIST_DIR}/test_partition.c)
+add_executable(test_partition ${CMAKE_CURRENT_LIST_DIR}/test_partition.c ${CMAKE_CURRENT_LIST_DIR}/unit_pipeline.c)
 target_link_libraries(test_partition PRIVATE shardc_core)
 add_test(NAME unit.partition
          COMMAND test_partition ${CMAKE_SOURCE_DIR}/samples ${CMAKE_SOURCE_DIR}/tests/explain

@@ -37,6 +37,7 @@
 #include "partition.h"
 #include "propagate.h"
 #include "step.h"
+#include "unit_pipeline.h"
 #include "unit_test.h"
 
 static int npass, nfail, nskip;
@@ -447,17 +448,12 @@ static bool check_func(Ctx *c, const IrFunc *f) {
 
 /* ---- driving ---- */
 
-static const char *stdlib_dir(void) {
-  const char *e = getenv("SHARDC_STDLIB");
-  return e ? e : SHARDC_SOURCE_STDLIB;
-}
-
 /* One configuration: returns 1 pass, 0 fail, -1 skip. */
 static int run_config(const char *path, const char *mesh, const char *layout, char *label, size_t nlabel) {
   Arena a;
   arena_init(&a);
   diag_reset();
-  ParsedProgram *pp = parse_program(&a, path, stdlib_dir());
+  ParsedProgram *pp = parse_program(&a, path, unit_stdlib_dir());
   int res = -1;
   snprintf(label, nlabel, "%s mesh=%s layout=%s", path, mesh ? mesh : "-", layout ? layout : "-");
   if (pp && pp->nfiles > 0 && diag_error_count() == 0) {
@@ -503,24 +499,9 @@ static int run_config(const char *path, const char *mesh, const char *layout, ch
 }
 
 static void run_file(const char *path) {
-  /* the meshes and layouts it declares */
-  Arena a;
-  arena_init(&a);
-  diag_reset();
-  ParsedProgram *pp = parse_program(&a, path, stdlib_dir());
   char *meshes[32], *layouts[32];
-  int nm = 0, nl = 0;
-  if (pp && pp->nfiles > 0 && diag_error_count() == 0) {
-    SemaOptions so = {0};
-    Program *p = sema_program(&a, pp, &so);
-    for (int i = 0; i < p->nmeshes && nm < 32; i++)
-      if (p->meshes[i]->loc.file == p->main_file) meshes[nm++] = strdup(p->meshes[i]->name);
-    for (int i = 0; i < p->nlayouts && nl < 32; i++)
-      if (p->layouts[i]->loc.file == p->main_file) layouts[nl++] = strdup(p->layouts[i]->name);
-  }
-  arena_free(&a);
-  if (nm == 0) meshes[nm++] = NULL;
-  if (nl == 0) layouts[nl++] = NULL;
+  int nm, nl;
+  unit_declared(path, meshes, &nm, layouts, &nl, 32);
   for (int i = 0; i < nm; i++)
     for (int j = 0; j < nl; j++) {
       char label[1024];

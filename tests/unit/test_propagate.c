@@ -25,16 +25,12 @@
 #include "ir.h"
 #include "propagate.h"
 #include "step.h"
+#include "unit_pipeline.h"
 #include "unit_test.h"
 
 static int npass, nfail, nskip;
 static long total_checked;
 static double worst_rel;
-
-static const char *stdlib_dir(void) {
-  const char *e = getenv("SHARDC_STDLIB");
-  return e ? e : SHARDC_SOURCE_STDLIB;
-}
 
 /* One configuration: 1 pass, 0 fail, -1 skip (does not compile). need_trials: fail when the
  * search checked no trial; need_cuts: when it stopped no trial early as unable to win, or knew none
@@ -45,7 +41,7 @@ static int run_config(const char *path, const char *mesh, const char *layout, co
   Arena a;
   arena_init(&a);
   diag_reset();
-  ParsedProgram *pp = parse_program(&a, path, stdlib_dir());
+  ParsedProgram *pp = parse_program(&a, path, unit_stdlib_dir());
   int res = -1;
   PropagateAudit au = {0};
   if (pp && pp->nfiles > 0 && diag_error_count() == 0) {
@@ -79,23 +75,9 @@ static int run_config(const char *path, const char *mesh, const char *layout, co
 }
 
 static void run_file(const char *path) {
-  Arena a;
-  arena_init(&a);
-  diag_reset();
-  ParsedProgram *pp = parse_program(&a, path, stdlib_dir());
   char *meshes[32], *layouts[32];
-  int nm = 0, nl = 0;
-  if (pp && pp->nfiles > 0 && diag_error_count() == 0) {
-    SemaOptions so = {0};
-    Program *p = sema_program(&a, pp, &so);
-    for (int i = 0; i < p->nmeshes && nm < 32; i++)
-      if (p->meshes[i]->loc.file == p->main_file) meshes[nm++] = strdup(p->meshes[i]->name);
-    for (int i = 0; i < p->nlayouts && nl < 32; i++)
-      if (p->layouts[i]->loc.file == p->main_file) layouts[nl++] = strdup(p->layouts[i]->name);
-  }
-  arena_free(&a);
-  if (nm == 0) meshes[nm++] = NULL;
-  if (nl == 0) layouts[nl++] = NULL;
+  int nm, nl;
+  unit_declared(path, meshes, &nm, layouts, &nl, 32);
   for (int i = 0; i < nm; i++)
     for (int j = 0; j < nl; j++) run_config(path, meshes[i], layouts[j], NULL, false, false);
   for (int i = 0; i < nm; i++) free(meshes[i]);

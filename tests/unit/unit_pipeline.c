@@ -64,3 +64,27 @@ int unit_samples(char *dir, size_t ndir, char (*names)[256], int max) {
   qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
   return n;
 }
+
+const char *unit_stdlib_dir(void) {
+  const char *e = getenv("SHARDC_STDLIB");
+  return e ? e : SHARDC_SOURCE_STDLIB;
+}
+
+void unit_declared(const char *path, char **meshes, int *nm, char **layouts, int *nl, int max) {
+  Arena a;
+  arena_init(&a);
+  diag_reset();
+  ParsedProgram *pp = parse_program(&a, path, unit_stdlib_dir());
+  *nm = *nl = 0;
+  if (pp && pp->nfiles > 0 && diag_error_count() == 0) {
+    SemaOptions so = {0};
+    Program *p = sema_program(&a, pp, &so);
+    for (int i = 0; i < p->nmeshes && *nm < max; i++)
+      if (p->meshes[i]->loc.file == p->main_file) meshes[(*nm)++] = strdup(p->meshes[i]->name);
+    for (int i = 0; i < p->nlayouts && *nl < max; i++)
+      if (p->layouts[i]->loc.file == p->main_file) layouts[(*nl)++] = strdup(p->layouts[i]->name);
+  }
+  arena_free(&a);
+  if (*nm == 0) meshes[(*nm)++] = NULL;
+  if (*nl == 0) layouts[(*nl)++] = NULL;
+}

@@ -39,4 +39,13 @@ int unit_count_ops(const IrFunc *f, OpKind k, bool deep);
  * the directory into dir. Returns how many; 0 when it cannot be read. */
 int unit_samples(char *dir, size_t ndir, char (*names)[256], int max);
 
+/* The stdlib directory: $SHARDC_STDLIB, else SHARDC_SOURCE_STDLIB. */
+const char *unit_stdlib_dir(void);
+
+/* The meshes and layouts `path` declares in its own file (not in its imports), as malloc'd names
+ * into meshes[*nm] and layouts[*nl] (at most max each); where it declares none, one NULL (the
+ * default). Frees nothing of the caller's; free the names with free(). Diagnostics go where diag
+ * sends them. */
+void unit_declared(const char *path, char **meshes, int *nm, char **layouts, int *nl, int max);
+
 #endif
