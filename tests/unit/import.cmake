@@ -47,6 +47,9 @@ import_case(qwen2.5_32b 32763876352)
 import_case(qwen2_57b_a14b 57408658944)
 # deepseek-ai/DeepSeek-V2-Lite: index total_size 31,412,968,448 / 2 (model card: 15.7B)
 import_case(deepseek_v2_lite 15706484224)
+# deepseek-ai/DeepSeek-V2: 235,741,434,880 (model card: 236B); group-limited routing and the routed
+# scaling factor are noted in the header, not expressed
+import_case(deepseek_v2 235741434880)
 # deepseek-ai/deepseek-moe-16b-base: 16,375,728,128 (model card: 16.4B)
 import_case(deepseek_moe_16b 16375728128)
 # deepseek-ai/DeepSeek-V3: the main model's 671,026,419,200 (README_WEIGHTS: 671B, 685B with the
