@@ -900,12 +900,15 @@ static void write_program(Plan *p, FILE *f, const char *name, HfProgram *out) {
 
 /* A key nothing read or ignored: warned at its name, with the closest key this model type knows. */
 static void warn_unknown(HfConfig *c, const char *type) {
+  /* the keys this model type reads that the config lacks: the candidates, found once */
+  VEC(const char *) absent = {0};
+  for (int j = 0; j < c->asked.len; j++)
+    if (!hf_key(c, c->asked.data[j])) VEC_PUSH(c->arena, absent, c->asked.data[j]);
   for (int i = 0; i < c->nkeys; i++) {
     HfKey *k = &c->keys[i];
     if (k->state != HF_UNREAD) continue;
     Suggest s = suggest_begin(diag_would_show(DIAG_WARNING) ? k->name : NULL);
-    for (int j = 0; j < c->asked.len; j++)
-      if (!hf_key(c, c->asked.data[j])) suggest_try(&s, c->asked.data[j]);
+    for (int j = 0; j < absent.len; j++) suggest_try(&s, absent.data[j]);
     char buf[160];
     diag_warning(k->name_loc, "key \"%s\" is not one the import knows for model_type \"%s\": it is not read, and the "
                  "program's header lists it%s", k->name, type, suggest_text(&s, buf, sizeof buf));
@@ -916,8 +919,9 @@ bool hf_import(HfConfig *c, const char *name, HfProgram *out) {
   memset(out, 0, sizeof *out);
   HfKey *mt = hf_key(c, "model_type");
   if (!mt || !cJSON_IsString(mt->value)) {
-    diag_error(mt ? mt->value_loc : hf_file_loc(c), "%s: expected \"model_type\" to be a string (one of %s)",
-               mt ? "\"model_type\" is not a string" : "no \"model_type\" in this config", hf_import_model_types());
+    if (mt) diag_error(mt->value_loc, "\"model_type\" is %s: expected a string, one of %s", hf_value_text(c, mt->value),
+                       hf_import_model_types());
+    else diag_error(hf_file_loc(c), "no \"model_type\" in this config (the import knows %s)", hf_import_model_types());
     return false;
   }
   mt->state = HF_READ;
