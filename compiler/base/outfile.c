@@ -251,14 +251,20 @@ static int create_temp(int dirfd, const char *dirpath, const char *base, int mod
       return -1;
     }
     snprintf(full, len, "%s/%s", dirpath, name);
-    outfile_track(full, false);
+    /* registered once created, with the signals held back between: a signal never removes a file
+     * of that name that is not ours (at worst, on another thread, it misses ours) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t k = 0; k < sizeof caught / sizeof caught[0]; k++) sigaddset(&block, caught[k]);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    int e = errno;
+    if (fd >= 0) outfile_track(full, false);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (fd >= 0) {
       *tmp = full;
       return fd;
     }
-    int e = errno;
-    outfile_untrack(full);
     free(full);
     if (e != EEXIST) {
       snprintf(err, n, "cannot create a file in '%s': %s", dirpath, strerror(e));
