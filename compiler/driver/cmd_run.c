@@ -386,7 +386,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   Diff D = {.pass = true};
   DType program = narrowest(m->main, DT_F32);
   rc = EXIT_PROGRAM_ERROR;
-  RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
+  snprintf(err, sizeof err, "out of host memory for the losses of %d steps", steps);
+  RunSide *ref = loss_ref && loss_shd ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err) : NULL, *shd = NULL;
   if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
   if (!ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
       !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
