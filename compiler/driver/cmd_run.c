@@ -309,6 +309,11 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (si && si->in_t >= 0) gin[si->in_t] = (RunGen){.lo = 1, .hi = 1}; /* adam's step count: the first step */
   if (o->load && !load_all(o, m, inputs, params)) ok = false;
+  struct stat sst;
+  if (ok && o->save && !build && stat(o->save, &sst) == 0 && !S_ISDIR(sst.st_mode)) {
+    diag_error((SrcLoc){0}, "run: --save: '%s' is not a directory", o->save);
+    ok = false;
+  }
   if (ok && o->save && !build && !save_each(m, save_check_one, (void *)o)) ok = false;
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];

@@ -177,6 +177,9 @@ save_into_load) # --save would overwrite an array --load reads: refused before t
   grep -q "^PASS" out.txt && fail "it ran before refusing"
   diff -r d keep || fail "d changed"
   ok "d unchanged"
+  cp "$MLP" notadir
+  expect 1 "--save: 'notadir' is not a directory" "$SHARDC" run "$MLP" $SMALL --mesh "$MESH" --save notadir
+  cmp notadir "$MLP" || fail "notadir changed"
   ;;
 
 build_intermediates) # build -o keep leaves keep.o and keep.main.c alone; -o /dev/null makes no /dev/null.o
