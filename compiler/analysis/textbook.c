@@ -3,6 +3,7 @@
 
 #include "bucket.h"
 #include "route.h"
+#include "schedule.h"
 #include "step.h"
 #include "textbook.h"
 
@@ -320,8 +321,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   }
   /* pipelines: a send each way per microbatch and boundary */
   if (pi && pi->microbatches > 0) {
-    int sends = 0;
-    for (int i = 0; i < pi->first_action[pi->stages]; i++) sends += pi->actions[i].kind == PA_SEND;
+    int64_t sends = schedule_count(pi, PA_SEND, false) + schedule_count(pi, PA_SEND, true);
     int bounds = pi->stages * pi->chunks - 1;
     /* the bytes of one send: the activation as the sender holds it, over the axes it is replicated
      * on when Megatron's scatter-gather splits it; the book: the activation over the
@@ -338,7 +338,8 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
                                                              mesh_axes_text(a, mesh, stage), pi->stages, pi->chunks),
                                      .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
-                                     .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
+                                     .got = (int)(sends / pi->microbatches), .want = 2 * bounds,
+                                     .runs = (int)(sends / pi->microbatches),
                                      .got_bytes = got, .want_bytes = c->loop ? want : 0,
                                      .per = "per microbatch, over all stages"});
   }

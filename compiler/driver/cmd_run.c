@@ -27,6 +27,7 @@
 #include "outfile.h"
 #include "run_host.h"
 #include "sim.h"
+#include "stages.h"
 #include "step.h"
 
 /* Tolerances by dtype: |sharded - one device| <= atol + rtol |one device|, elementwise, by the
@@ -329,6 +330,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   free(range);
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
+  if (ok && !stages_require_list(m, p, build ? "build" : "run")) ok = false; /* a schedule too long to list */
   /* the simulated clock: each op the devices run adds the time `shardc sim` gives it on the mesh's
    * target, so the run reports what it executed in simulated time (compared with sim below) */
   SimCosts costs;

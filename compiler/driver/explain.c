@@ -310,9 +310,7 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
     for (int i = 0; i < R->noutputs; i++)
       if (pi->out[r][i].kind == POUT_ACT) act = R->outputs[i];
     if (!act) continue;
-    double sends = 0; /* over every stage, per step */
-    for (int i = 0; i < pi->first_action[pi->stages]; i++)
-      sends += pi->actions[i].kind == PA_SEND && pi->actions[i].backward == (dir == 1);
+    double sends = (double)schedule_count(pi, PA_SEND, dir == 1); /* over every stage, per step */
     CollRow c = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = st,
                  .phase = dir ? PHASE_BACKWARD : PHASE_FORWARD, .loc = op->loc, .x = act, .y = act,
                  .region = "pipeline transfers between stages, per microbatch"};

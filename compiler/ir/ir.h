@@ -269,6 +269,15 @@ typedef struct PipeAction {
   int peer;             /* PA_SEND / PA_RECV: the other stage */
 } PipeAction;
 
+/* A span of a stage's schedule in bounded form (shard/schedule.h): listed actions [first, first +
+ * len) of the stage's form run `reps` times in a row, each run's microbatches `stride` above the
+ * previous run's (the steady state of 1f1b and interleaved, gpipe's forwards and backwards). */
+typedef struct PipeSpan {
+  int first, len;       /* indices into PipeInfo.form; len 0: no span */
+  int reps;             /* >= 1 */
+  int stride;
+} PipeSpan;
+
 typedef struct PipeInfo {
   int stages;           /* p: the product of the stage axes' sizes */
   int8_t stage_axes[MAX_AXES_PER_DIM]; /* the stacked dim's axes, major first (a stage's index is
@@ -288,8 +297,15 @@ typedef struct PipeInfo {
   PipeSlot *in[PR__COUNT];     /* per region input */
   PipeSlot *out[PR__COUNT];    /* per region output */
   uint8_t *result_place;       /* per result: the stages holding it (PLACE_*) */
-  PipeAction *actions;         /* every stage's actions, stage 0's first */
-  int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]) */
+  PipeAction *actions;         /* every stage's actions, stage 0's first; NULL when the schedule has more
+                                  than SCHEDULE_LIST_MAX actions (shard/schedule.h): then only `form` */
+  int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]);
+                                  NULL with `actions` */
+  int64_t nactions;            /* the schedule's actions over every stage, listed or not */
+  PipeAction *form;            /* the same schedule in bounded form (O(p V) per stage whatever N): each
+                                  stage's actions with each of its spans listed once */
+  int *first_form;             /* [stages + 1]: stage s's form is form[first_form[s] .. first_form[s+1]) */
+  PipeSpan *spans;             /* [2 stages]: stage s's spans (at most two, in order; len 0: none) */
   int in_flight_max[2];        /* the schedule's peak of microbatch-chunks whose forward ran and backward
                                   did not, on the first and the last stage (activation memory) */
   uint16_t send_split;         /* the axes (none of the stage's) over which the activation crossing a

@@ -81,6 +81,13 @@ static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+static void print_action(FILE *out, const PipeAction *a) {
+  static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
+  fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb, a->chunk);
+  if (a->kind >= PA_SEND) fprintf(out, "%s%d", a->kind == PA_SEND ? ">" : "<", a->peer);
+  fputc(')', out);
+}
+
 static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth);
 static void print_op(FILE *out, const IrModule *m, const Op *op, int depth);
 
@@ -278,7 +285,9 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
  *     in %44 : ...  (saved #1)        what the forward of this chunk kept
  *     ...
  *     yield %50 (act), %51 (save #1), %52 (acc #3)
- *   stage 0: first(0) fwd(0.0) send(0.1>1) ...   (microbatch.chunk; > the peer stage) */
+ *   stage 0: first(0) fwd(0.0) send(0.1>1) ...   (microbatch.chunk; > the peer stage)
+ * or, when the schedule is too long to list (shard/schedule.h), its bounded form, where
+ *   [ fwd(3.0) ... bwd(0.0) ]x1000 +1              runs 1000 times, microbatches 1 higher each run */
 static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth) {
   static const char *const rname[PR__COUNT] = {"first", "chunk_fwd", "last", "chunk_bwd", "first_bwd"};
   static const char *const iname[] = {"env", "act", "chunk", "saved"};
@@ -316,16 +325,23 @@ static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int
     }
     fputc('\n', out);
   }
-  static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
-  for (int st = 0; pi->first_action && st < pi->stages; st++) {
+  /* the whole list when it is kept, else the bounded form: each span once, as [ ... ] xRUNS +STRIDE */
+  bool listed = pi->actions && pi->first_action;
+  if (!listed && pi->form) {
+    indent(out, depth);
+    fprintf(out, "schedule of %lld actions, in bounded form:\n", (long long)pi->nactions);
+  }
+  for (int st = 0; (listed || pi->form) && st < pi->stages; st++) {
     indent(out, depth);
     fprintf(out, "stage %d:", st);
-    for (int i = pi->first_action[st]; i < pi->first_action[st + 1]; i++) {
-      const PipeAction *a = &pi->actions[i];
-      fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb,
-              a->chunk);
-      if (a->kind >= PA_SEND) fprintf(out, "%s%d", a->kind == PA_SEND ? ">" : "<", a->peer);
-      fputc(')', out);
+    int i0 = listed ? pi->first_action[st] : pi->first_form[st], i1 = listed ? pi->first_action[st + 1] : pi->first_form[st + 1];
+    const PipeSpan *sp = listed ? NULL : &pi->spans[2 * st];
+    for (int i = i0; i < i1; i++) {
+      for (int k = 0; sp && k < 2; k++)
+        if (sp[k].len > 0 && sp[k].first == i) fputs(" [", out);
+      print_action(out, listed ? &pi->actions[i] : &pi->form[i]);
+      for (int k = 0; sp && k < 2; k++)
+        if (sp[k].len > 0 && sp[k].first + sp[k].len - 1 == i) fprintf(out, " ]x%d +%d", sp[k].reps, sp[k].stride);
     }
     fputc('\n', out);
   }
