@@ -736,7 +736,7 @@ static bool lower_collective(Lower *L, const Op *op) {
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   int esz = dtype_bytes(x->type.dtype);
   LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each collective its runtime call */
   case OP_ALL_REDUCE: {
     int8_t ax[MAX_MESH_AXES];
     int n = 0;

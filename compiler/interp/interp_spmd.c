@@ -229,7 +229,7 @@ bool spmd_loop_check(Interp *I, const Op *op) {
 /* The dims an op sums over: held in part on a device, they leave its result a partial sum. */
 static int summed_dims(const Op *op, const Dim **out) {
   int n = 0;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: which dims an op sums over is its own */
   case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ROUTE_GRAD:
     for (int k = 0; k < op->ndims; k++) out[n++] = op->dims[k];
     return n;
@@ -618,7 +618,7 @@ static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
   uint16_t Sp = real_axes(I, S->partial), Tp = real_axes(I, T->partial);
   char b1[128], b2[128];
   if (!valid_sharding(I, op, x) || !valid_sharding(I, op, r)) return false;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each collective's rules its own */
   case OP_ALL_REDUCE:
   case OP_REDUCE_SCATTER:
     if (A & ~Sp)

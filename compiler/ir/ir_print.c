@@ -114,6 +114,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
     fputs(" divisor ", out);
     print_number(out, op->divisor);
   }
+  /* (each collective's reduction and its parts' verbs are its own) */
   if (op->kind == OP_ALL_REDUCE) fputs(op->reduce_max ? " max" : " sum", out);
   if (op->kind == OP_REDUCE_SCATTER) fputs(" sum", out);
   if (op->coll) {

@@ -152,7 +152,8 @@ static Value *bin(Ctx *c, OpKind k, SrcLoc loc, Value *a, Value *b) {
   return bval(c, k, loc, ops, 2, union_type(&a->type, &b->type, a->type.dtype));
 }
 
-static Value *neg(Ctx *c, SrcLoc loc, Value *a) { return bval(c, OP_NEG, loc, &a, 1, a->type); }
+static Value *un(Ctx *c, OpKind k, SrcLoc loc, Value *a) { return bval(c, k, loc, &a, 1, a->type); } /* k(a) */
+static Value *neg(Ctx *c, SrcLoc loc, Value *a) { return un(c, OP_NEG, loc, a); }
 
 static Value *cast(Ctx *c, SrcLoc loc, Value *a, DType dt) {
   if (a->type.dtype == dt) return a;
@@ -503,6 +504,7 @@ static Value *table_grad(Ctx *c, Op *op, Value *g, SrcLoc loc) {
 #define DIV(p, q) bin(c, OP_DIV, loc, p, q)
 #define NEG(p) neg(c, loc, p)
 #define GOP(k) bval(c, k, loc, (Value *[2]){X(a), g}, 2, a->type)
+#define UN(k, p) un(c, k, loc, p)
 #define LET(t, e, body) ((t) = (e), (body))
 #define D(e) return (e);
 #define GRAD_RULE return NULL;
@@ -523,16 +525,17 @@ static Value *table_grad(Ctx *c, Op *op, Value *g, SrcLoc loc) {
 #undef DIV
 #undef NEG
 #undef GOP
+#undef UN
 #undef LET
 #undef D
 #undef GRAD_RULE
 }
 
 static void backprop_op(Ctx *c, Op *op) {
-  switch (op->kind) {
-  case OP_INPUT: case OP_PARAM: case OP_CONST: return;
-  case OP_LOOP: backprop_loop(c, op); return;
-  default: break;
+  if (ir_op_info(op->kind)->cls == OC_LEAF) return;
+  if (op->kind == OP_LOOP) {
+    backprop_loop(c, op);
+    return;
   }
   if (op->nresults != 1) return;
   Value *y = op->results[0];
