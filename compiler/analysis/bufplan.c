@@ -117,11 +117,12 @@ static void mark_saved(PW *W, const IrFunc *f) {
 
 /* ---- roots ---- */
 
-static bool is_view(const Op *op) {
-  switch (op->kind) {
+bool bufplan_is_view(const Op *op) {
+  switch (op->kind) { /* each view's condition its own */
   case OP_RENAME: case OP_SPLIT: case OP_MERGE: return true;
   case OP_SLICE: /* a block of the leading dim alone is a contiguous part of its operand */
-    return op->noffs == 1 && op->offs[0].dim == op->operands[0]->type.dims[0];
+    return op->noffs == 1 && op->offs && op->operands[0]->type.rank > 0 &&
+           op->offs[0].dim == op->operands[0]->type.dims[0];
   case OP_CAST: return op->results[0]->type.dtype == op->operands[0]->type.dtype;
   case OP_TRANSPOSE: { /* the same dim order: a copy ir_build or the step made for a boundary */
     const TensorType *a = &op->operands[0]->type, *b = &op->results[0]->type;
@@ -134,17 +135,9 @@ static bool is_view(const Op *op) {
   }
 }
 
-static bool in_place_op(const Op *op) {
-  if (op->nresults != 1) return false;
-  if (ir_op_is_elementwise(op->kind)) return true;
-  switch (op->kind) {
-  case OP_ALL_REDUCE: case OP_PERMUTE: /* NCCL and the runtime reduce or shift in place */
-  case OP_CAST: case OP_CAUSAL: case OP_CAUSAL_GRAD: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD:
-  case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
-    return true;
-  default: return false;
-  }
-}
+/* the table's OPF_INPLACE ops (ops.def): each element read where it is written (elementwise ops,
+ * casts, masks, the optimizer's updates; NCCL and the runtime reduce or shift in place) */
+static bool in_place_op(const Op *op) { return op->nresults == 1 && (ir_op_info(op->kind)->flags & OPF_INPLACE); }
 
 static void join(PW *W, int32_t into, int32_t from) {
   into = find(W, into), from = find(W, from);
@@ -172,7 +165,7 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       W->external[v->id] = 0;
       W->reusable[v->id] = op->kind != OP_PARAM && op->kind != OP_INPUT;
       W->bytes[v->id] = value_bytes(v);
-      if (is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
+      if (bufplan_is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
     }
   for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = value_bytes(f->inputs[i]);
   /* last uses (a view's reads keep its buffer) */

@@ -7,16 +7,7 @@
 #include "step.h"
 #include "textbook.h"
 
-static int kind_index(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  case OP_PERMUTE: return COLL_PERMUTE;
-  default: return -1;
-  }
-}
+static int kind_index(OpKind k) { return ir_op_info(k)->coll; } /* CollKind; NOCOLL (-1) */
 
 /* A collective of expert parallelism: an AllToAll of a dispatch's slots (through casts, transposes,
  * slices and earlier collectives) or of what a combine reads, or any collective of a routed value

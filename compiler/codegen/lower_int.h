@@ -63,6 +63,9 @@ void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function 
 LLVMValueRef lower_exp(Lower *L, LLVMValueRef x);
 LLVMValueRef lower_tanh(Lower *L, LLVMValueRef x);
 LLVMValueRef lower_erf(Lower *L, LLVMValueRef x);
+/* ops.def's scalar function of op (OpInfo.fn) at operand values v, in f32 (in i32 when ints: the
+ * OPF_INT ops on integers); NULL for an op without one. */
+LLVMValueRef lower_scalar(Lower *L, const Op *op, LLVMValueRef *v, bool ints);
 
 /* lower_nn.c: ops lowered to calls into the runtime's nn kernels. */
 typedef void (*LowerNewBuffer)(Lower *L, const Value *v);

@@ -185,13 +185,8 @@ static double op_bytes(const Op *op) {
 }
 
 static CollKind coll_kind_of(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  default: return COLL_PERMUTE;
-  }
+  int c = ir_op_info(k)->coll;
+  return c == NOCOLL ? COLL_PERMUTE : (CollKind)c;
 }
 
 /* One collective's figures: the bytes cost_collective takes for its kind, and the runs per step. */

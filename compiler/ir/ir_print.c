@@ -121,6 +121,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
     fputs(" divisor ", out);
     print_number(out, op->divisor);
   }
+  /* (each collective's reduction and its parts' verbs are its own) */
   if (op->kind == OP_ALL_REDUCE) fputs(op->reduce_max ? " max" : " sum", out);
   if (op->kind == OP_REDUCE_SCATTER) fputs(" sum", out);
   if (op->coll) {
@@ -145,17 +146,18 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   for (int i = 0; i < op->nresults; i++) fprintf(out, "%s%%%d", i ? ", " : "", op->results[i]->id);
   if (op->nresults) fputs(" = ", out);
   fputs(ir_op_name(op->kind), out);
-  switch (op->kind) {
-  case OP_INPUT:
-  case OP_PARAM:
+  /* the operands (or what stands for them), then the attributes: by the table's AttrKind */
+  AttrKind at = (AttrKind)ir_op_info(op->kind)->attrs;
+  switch (at) {
+  case AT_INDEX:
     fprintf(out, " #%d", op->index);
     if (op->nresults && op->results[0]->name) fprintf(out, " %s", op->results[0]->name);
     break;
-  case OP_CONST:
+  case AT_NUMBER:
     fputc(' ', out);
     print_number(out, op->scalar);
     break;
-  case OP_LOOP:
+  case AT_LOOP:
     fprintf(out, " %s x%lld slices(", op->stack_dim ? op->stack_dim->name : "?", (long long)op->count);
     print_refs(out, op->operands, 0, op->nslices);
     fputs(") carried(", out);
@@ -171,83 +173,70 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
     print_refs(out, op->operands, 0, op->noperands);
     break;
   }
-  switch (op->kind) {
-  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
-  case OP_MAX_GRAD: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_GRAD: case OP_PICK: case OP_ONEHOT: case OP_ROUTE_GRAD:
+  switch (at) {
+  case AT_OVER:
     fputs(" over ", out);
     print_dims(out, op->dims, op->ndims);
     if (ir_route_contract(op, NULL) != CONTRACT_DENSE) fprintf(out, " (%s)", ir_op_label(op));
     break;
-  case OP_ROUTE:
+  case AT_ROUTE:
     if (op->ndims == 3)
       fprintf(out, " top %d over [%s] tokens [%s] slots [%s]", op->index, op->dims[0]->name, op->dims[1]->name,
               op->dims[2]->name);
     break;
-  case OP_BROADCAST:
+  case AT_ADDING:
     fputs(" adding ", out);
     print_dims(out, op->dims, op->ndims);
     break;
-  case OP_CAUSAL_GRAD:
+  case AT_DIMS:
     fputc(' ', out);
     print_dims(out, op->dims, op->ndims);
     break;
-  case OP_ATTENTION_GRAD:
+  case AT_ATTENTION: /* attention_grad: which gradient, after the forward's attributes */
     if (op->ndims == 3)
       fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
     fputs(" scale ", out);
     print_number(out, op->scalar);
     if (op->flag) fputs(" causal", out);
-    fprintf(out, " d%c", op->index == 0 ? 'q' : op->index == 1 ? 'k' : 'v');
+    if (op->kind == OP_ATTENTION_GRAD) fprintf(out, " d%c", op->index == 0 ? 'q' : op->index == 1 ? 'k' : 'v');
     break;
-  case OP_SGD_UPDATE: case OP_ADAM_UPDATE:
+  case AT_LR:
     fputs(" lr ", out);
     print_number(out, op->scalar);
     break;
-  case OP_ADAM_MOMENT:
+  case AT_BETA:
     fputs(" beta ", out);
     print_number(out, op->scalar);
     if (op->flag) fputs(" squared", out);
     break;
-  case OP_RENAME:
+  case AT_RENAME:
     fputs(" [", out);
     for (int i = 0; i + 1 < op->ndims; i += 2)
       fprintf(out, "%s%s -> %s", i ? ", " : "", op->dims[i]->name, op->dims[i + 1]->name);
     fputc(']', out);
     break;
-  case OP_SPLIT:
+  case AT_SPLIT:
     if (op->ndims >= 2) {
       fprintf(out, " [%s -> (", op->dims[0]->name);
       for (int i = 1; i < op->ndims; i++) fprintf(out, "%s%s", i > 1 ? ", " : "", op->dims[i]->name);
       fputs(")]", out);
     }
     break;
-  case OP_MERGE:
+  case AT_MERGE:
     if (op->ndims >= 2) {
       fputs(" [(", out);
       for (int i = 0; i + 1 < op->ndims; i++) fprintf(out, "%s%s", i ? ", " : "", op->dims[i]->name);
       fprintf(out, ") -> %s]", op->dims[op->ndims - 1]->name);
     }
     break;
-  case OP_CAUSAL:
-    fputc(' ', out);
-    print_dims(out, op->dims, op->ndims);
-    break;
-  case OP_ATTENTION:
-    if (op->ndims == 3)
-      fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
-    fputs(" scale ", out);
-    print_number(out, op->scalar);
-    if (op->flag) fputs(" causal", out);
-    break;
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
+  case AT_COLL:
     fputs(" over ", out);
     print_axes(out, m, op->axes);
     if (op->coll) break; /* localised: print_local_facts gives every part */
     if (op->dim_index >= 0) fprintf(out, " dim %d", op->dim_index);
     if (op->kind == OP_ALL_TO_ALL && op->dim_index2 >= 0) fprintf(out, " to %d", op->dim_index2);
     break;
-  default:
+  case AT_NONE: case AT_INDEX: case AT_NUMBER: case AT_LOOP:
     break;
   }
   print_local_facts(out, m, op);
@@ -259,7 +248,7 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
     }
   }
   print_loc(out, op->loc);
-  if (op->kind != OP_INPUT && op->kind != OP_PARAM && op->nresults == 1 && op->results[0]->name)
+  if (at != AT_INDEX && op->nresults == 1 && op->results[0]->name)
     fprintf(out, "  (%s)", op->results[0]->name);
   for (int i = 0; i < op->nresults; i++)
     if (op->results[i]->saved) {
