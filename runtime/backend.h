@@ -37,6 +37,14 @@ typedef struct RtBackend {
   /* Point to point by device index; send returns once the bytes are copied. */
   int (*send)(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
   int (*recv)(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
+  /* Optional. A permute posted now and completed by wait_request (NULL: `permute` runs when it is
+   * posted and the wait has nothing to do). */
+  int (*permute_start)(RtDevice *dev, const RtGroup *g, const RtColl *c, RtRequest *req);
+  int (*wait_request)(RtDevice *dev, RtRequest *req);
+  /* Optional, for a backend whose devices live in several processes (NULL: one process runs them
+   * all): rt_fetch_to_root. */
+  const void *(*fetch_to_root)(Runtime *rt, int device, const void *buf, size_t bytes, void *scratch);
+  int (*processes_agree)(Runtime *rt, int ok, char *msg, size_t n);
 } RtBackend;
 
 extern const RtBackend rt_threads_backend;

@@ -96,25 +96,26 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   for (int a = 0; a < c.naxes; a++) c.axis_size[a] = p->axis_size[a], c.axis_name[a] = p->axis_name[a];
   int rc = rt_open(&c, &s->rt);
   if (rc != RT_OK) {
-    fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
     return rc;
   }
   s->ndev = rt_device_count(s->rt);
   int nslots = p->nin + p->nparams + p->nout;
   s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
   for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)nslots + 1, sizeof(void *));
-  /* inputs and params, generated per global index */
-  for (int d = 0; d < s->ndev; d++)
-    for (int i = 0; i < p->nin + p->nparams; i++) {
+  /* inputs and params, generated per global index, each process its own devices' (under MPI) */
+  bool placed = true;
+  for (int d = 0; d < s->ndev && placed; d++)
+    for (int i = 0; i < p->nin + p->nparams && placed; i++) {
       const RtSlotDesc *sd = &p->slots[i];
-      if (!holds(s, sd, d)) continue;
+      if (!holds(s, sd, d) || !rt_device_local(s->rt, d)) continue;
       RtBlock b;
       block_of(s, sd, d, &b);
       int64_t n = elems(&b);
       void *buf;
-      if ((rc = rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf)) != RT_OK) {
-        fprintf(stderr, "error: %s\n", rt_errmsg(s->rt));
-        return rc;
+      if (rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf) != RT_OK) {
+        placed = false;
+        break;
       }
       if (sd->lo == sd->hi)
         for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
@@ -131,6 +132,12 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
       }
       s->slots[d][i] = buf;
     }
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", placed ? "" : rt_errmsg(s->rt));
+  if (!rt_processes_agree(s->rt, placed, msg, sizeof msg)) {
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", msg);
+    return RT_E_NOMEM;
+  }
   return RT_OK;
 }
 
@@ -149,7 +156,8 @@ static int side_step(Side *s) {
   double t0 = rt_seconds();
   int rc = rt_run(s->rt, s->sharded ? p->device : p->reference, s->slots);
   s->seconds += rt_seconds() - t0;
-  if (rc != RT_OK) fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
+  if (rc != RT_OK && rt_process_rank(s->rt) == 0)
+    fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
   return rc;
 }
 
@@ -189,10 +197,17 @@ static double *assemble(const Side *s, int j) {
     for (int a = 0; s->sharded && a < p->naxes; a++)
       if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
     if (by_stage && stage_of(s, d) != first) skip = true;
-    if (skip || !holds(s, sd, d) || !s->slots[d][p->nin + p->nparams + j]) continue;
+    if (skip || !holds(s, sd, d)) continue;
     RtBlock b;
     block_of(s, sd, d, &b);
-    const void *buf = s->slots[d][p->nin + p->nparams + j];
+    /* under MPI the block comes to rank 0 (every rank makes the same calls) */
+    size_t bytes = (size_t)elems(&b) * rt_dtype_size((RtDtype)sd->dtype);
+    void *scratch = !rt_device_local(s->rt, d) && rt_process_rank(s->rt) == 0 ? malloc(bytes ? bytes : 1) : NULL;
+    const void *buf = rt_fetch_to_root(s->rt, d, s->slots[d][p->nin + p->nparams + j], bytes, scratch);
+    if (!buf) {
+      free(scratch);
+      continue;
+    }
     int64_t idx[RT_MAX_RANK] = {0}, m = elems(&b);
     for (int64_t li = 0; li < m; li++) {
       int64_t gi = 0;
@@ -204,6 +219,11 @@ static double *assemble(const Side *s, int j) {
         idx[i] = 0;
       }
     }
+    free(scratch);
+  }
+  if (rt_process_rank(s->rt) != 0) { /* rank 0 holds the whole value */
+    free(g);
+    return NULL;
   }
   return g;
 }
@@ -219,7 +239,8 @@ static const char *seconds_text(char *buf, size_t n, double s) {
 }
 
 int rt_launch_main(int argc, char **argv, const RtProgram *p) {
-  int steps = 1, json = 0;
+  int steps = 1, json = 0, no_reference = 0, threads_per_rank = 1;
+  bool mpi = p->backend == RT_BACKEND_MPI;
   RtConfig cfg = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -228,8 +249,11 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
     else if (!strcmp(a, "--timeout") && v) cfg.timeout_s = atof(v), i++;
     else if (!strcmp(a, "--hbm") && v) cfg.mem_cap = (size_t)strtoull(v, NULL, 10), i++;
     else if (!strcmp(a, "--format") && v) json = !strcmp(v, "json"), i++;
+    else if (!strcmp(a, "--no-reference")) no_reference = 1;
+    else if (!strcmp(a, "--threads-per-rank") && v && mpi) threads_per_rank = atoi(v), i++;
     else {
-      fprintf(stderr, "usage: %s [--steps N] [--timeout S] [--hbm BYTES] [--format text|json]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--steps N] [--timeout S] [--hbm BYTES] [--format text|json] [--no-reference]%s\n", argv[0],
+              mpi ? " [--threads-per-rank T] (under mpirun -np DEVICES/T)" : "");
       return 2;
     }
   }
@@ -239,13 +263,27 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
   double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));
   double max_abs = 0, max_rel = 0;
   bool pass = true;
-  if (side_open(&ref, p, false, &cfg) != RT_OK || side_open(&shd, p, true, &cfg) != RT_OK) goto done;
+  /* The sharded side first: under MPI its rt_open checks the job's size before any work. Every
+   * rank runs it; rank 0 alone runs the one-device program, compares and prints. */
+  RtConfig cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = threads_per_rank;
+  if (side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
+  bool root = rt_process_rank(shd.rt) == 0, has_ref = root && !no_reference;
+  char msg[1024] = "";
+  bool ok = !has_ref || side_open(&ref, p, false, &cfg) == RT_OK;
+  if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
   for (int s = 0; s < steps; s++) {
-    if (side_step(&ref) != RT_OK || side_step(&shd) != RT_OK) goto done;
+    ok = !has_ref || side_step(&ref) == RT_OK;
+    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg) || side_step(&shd) != RT_OK) goto done;
     for (int j = 0; j < p->nout; j++) {
       if ((s < steps - 1) && !(p->step && j == 0)) continue;
       const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
-      double *a = assemble(&shd, j), *r = assemble(&ref, j), scale = 0, worst = 0;
+      double *a = assemble(&shd, j), *r = has_ref ? assemble(&ref, j) : NULL, scale = 0, worst = 0;
+      if (a && p->step && j == 0) loss[s] = a[0], loss_ref[s] = r ? r[0] : NAN;
+      if (!a || !r) { /* not rank 0, or nothing to compare with */
+        free(a), free(r);
+        continue;
+      }
       int64_t n = 1;
       for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
       for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(r[e]));
@@ -258,10 +296,12 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
       }
       max_abs = fmax(max_abs, worst);
       max_rel = fmax(max_rel, scale > 0 ? worst / scale : worst);
-      if (p->step && j == 0) loss[s] = a[0], loss_ref[s] = r[0];
       free(a), free(r);
     }
-    if (p->step && s < steps - 1) side_carry(&ref), side_carry(&shd);
+    if (p->step && s < steps - 1) {
+      if (has_ref) side_carry(&ref);
+      side_carry(&shd);
+    }
   }
   size_t peak = 0;
   double clock[2] = {0, 0}; /* the simulated clock, averaged over the devices */
@@ -271,25 +311,42 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
     if (st.mem_peak > peak) peak = st.mem_peak;
     clock[0] += st.sim_compute_s / shd.ndev, clock[1] += st.sim_comm_s / shd.ndev;
   }
-  if (json) {
+  int ranks = rt_process_count(shd.rt);
+  char where[96];
+  if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", shd.ndev, shd.ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  else snprintf(where, sizeof where, "%d device thread%s", shd.ndev, shd.ndev == 1 ? "" : "s");
+  if (!root) {
+    /* rank 0 reports; rt_mpi_main gives every rank its status */
+  } else if (json) {
     printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
-           pass ? "true" : "false", max_abs, max_rel);
+           no_reference ? "null" : pass ? "true" : "false", max_abs, max_rel);
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
     printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
+    printf(", \"backend\": \"%s\"", mpi ? "mpi" : "threads");
+    if (mpi) printf(", \"ranks\": %d, \"threads_per_rank\": %d", ranks, threads_per_rank);
+    printf(", \"reference\": %s", no_reference ? "false" : "true");
     printf(", \"simulated\": {\"target\": \"%s\", \"compute_s\": %.17g, \"comm_s\": %.17g", p->target, clock[0], clock[1]);
     if (p->sim_step_s >= 0)
       printf(", \"sim_compute_s\": %.17g, \"sim_comm_s\": %.17g, \"sim_step_time_s\": %.17g", p->sim_compute_s,
              p->sim_comm_s, p->sim_step_s);
     printf("}}\n");
   } else {
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, shd.ndev, shd.ndev == 1 ? "" : "s",
-           p->mesh);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
-           max_rel, p->atol, p->rtol);
-    for (int s = 0; p->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
-           steps > 1 ? " (mean of the steps)" : "");
+    if (no_reference) {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", p->name, where, p->mesh);
+    } else {
+      printf("%s: %s on %s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, where, p->mesh);
+      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
+             max_rel, p->atol, p->rtol);
+    }
+    for (int s = 0; p->step && s < steps; s++)
+      if (no_reference) printf("  loss step %-4d %.6g\n", s + 1, loss[s]);
+      else printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
+    if (no_reference)
+      printf("  step time      %.3f ms sharded%s\n", shd.seconds / steps * 1e3, steps > 1 ? " (mean of the steps)" : "");
+    else
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
+             steps > 1 ? " (mean of the steps)" : "");
     printf("  compile time   0 ms (built ahead of time)\n");
     printf("  peak memory    %zu bytes per device\n", peak);
     char a[32], b[32];

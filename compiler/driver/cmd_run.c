@@ -23,6 +23,7 @@
 #include "shardrt.h"
 #include "npy.h"
 #include "run_host.h"
+#include "run_mpi.h"
 #include "sim.h"
 #include "step.h"
 
@@ -174,8 +175,16 @@ static int run(const Options *o, Arena *arena, bool build) {
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   const Mesh *mesh = p->mesh;
+  /* --backend mpi: outside mpirun, start it (each rank runs this command again); under it, check
+   * the job's size before any work (run_mpi.c) */
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0;
+  if (mpi && !build && !o->emit_llvm) {
+    if (!run_mpi_under_mpirun()) return run_mpi_launch(o, mesh);
+    if (!run_mpi_rank_begin(o, mesh)) return EXIT_PROGRAM_ERROR;
+  }
+  bool root = run_mpi_root(); /* rank 0 under MPI: it runs the reference, compares, prints, saves */
   int limit = RT_DEFAULT_MAX_DEVICES;
-  if (mesh->devices > limit) {
+  if (!mpi && mesh->devices > limit) {
     diag_error(mesh->loc,
                "run: mesh '%s' has %lld devices, more than the %d device threads `run` starts; run it on a small mesh "
                "given inline (--mesh 'h100[data: 2, model: 2]'), shrink dims with -D, or predict it with `shardc sim`",
@@ -184,7 +193,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
 
   double need = host_bytes(m), have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  if (need > have / 2) {
+  bool reference = !o->no_reference || build; /* a built program decides when it runs */
+  if (!run_mpi_agree(!(reference && root) || need <= have / 2)) { /* rank 0 runs the one-device program */
     char b1[32], b2[32];
     diag_error(p->step ? p->step->loc : p->entry->loc,
                "run: at these sizes the program needs about %s of this machine's memory (it has %s): shrink dims "
@@ -195,7 +205,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole) */
-  bool ok = lower_function(lw, m, NULL, "shard_reference");
+  bool ok = !reference || lower_function(lw, m, NULL, "shard_reference");
   /* Inputs and params: loaded (--load) or generated per global index (RunGen, run_host.h) */
   int nin = m->main->ninputs;
   Tensor **inputs = calloc((size_t)nin + 1, sizeof *inputs), **params = calloc((size_t)m->nparams + 1, sizeof *params);
@@ -215,6 +225,10 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (si && si->in_t >= 0) gin[si->in_t] = (RunGen){.lo = 1, .hi = 1}; /* adam's step count: the first step */
   if (o->load && !load_all(o, m, inputs, params)) ok = false;
+  if (o->load && !run_mpi_agree(ok)) { /* under MPI every rank reads the files */
+    if (ok) diag_error((SrcLoc){0}, "run: --load failed on another rank");
+    ok = false;
+  }
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};
@@ -268,7 +282,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t_o2 = rt_seconds();
   void *fns[2] = {0};
   const char *names[2] = {"shard_reference", "shard_device"};
-  if (ok && !lower_jit(lw, names, 2, fns, err, sizeof err)) {
+  if (ok && !lower_jit(lw, reference ? names : names + 1, reference ? 2 : 1, reference ? fns : fns + 1, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
@@ -285,77 +299,87 @@ static int run(const Options *o, Arena *arena, bool build) {
     return EXIT_PROGRAM_ERROR;
   }
 
-  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm};
+  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm}, cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = o->threads_per_rank;
   int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
   Diff D = {.pass = true};
   DType program = narrowest(m->main, DT_F32);
   rc = EXIT_PROGRAM_ERROR;
-  RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
-  if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
-  if (!ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
-      !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
+  /* Under MPI every rank runs the sharded program (its own devices) and rank 0 alone the one-device
+   * program, so each step's outcome is agreed on (run_mpi_agree) before the ranks go on together. */
+  bool has_ref = reference && root;
+  RunSide *ref = NULL, *shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
+  if (!shd || !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     goto done;
   }
+  bool ok_ref = !has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err)) &&
+                             run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err));
+  if (!ok_ref) diag_error((SrcLoc){0}, "run: %s", err);
+  if (!run_mpi_agree(ok_ref)) goto done;
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
   for (int s = 0; s < steps; s++) {
-    if (!run_side_step(ref, err, sizeof err)) {
-      diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
-      goto done;
-    }
+    bool ok_step = !has_ref || run_side_step(ref, err, sizeof err);
+    if (!ok_step) diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
+    if (!run_mpi_agree(ok_step)) goto done;
     if (!run_side_step(shd, err, sizeof err)) {
       diag_error((SrcLoc){0}, "run: the sharded program failed: %s", err);
       goto done;
     }
     if (perturb && *perturb && s == steps - 1) run_side_perturb(shd, 0, atof(perturb));
+    bool ok_out = true;
     for (int j = 0; j < m->main->noutputs; j++) {
       if (j > 0 && s < steps - 1) break; /* params and state: compared after the last step */
       if (j == 0 && s < steps - 1 && !m->step) break;
       const Value *v = m->main->outputs[j];
-      Tensor *a = run_side_output(shd, j), *r = run_side_output(ref, j);
-      if (!a || !r) {
-        tensor_free(a), tensor_free(r);
-        goto done;
-      }
-      if (m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r->data[0];
-      diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
+      Tensor *a = run_side_output(shd, j), *r = has_ref ? run_side_output(ref, j) : NULL; /* a: rank 0's alone */
+      if (root && (!a || (has_ref && !r))) ok_out = false;
+      if (a && m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r ? r->data[0] : NAN;
+      if (a && r) diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
       tensor_free(a), tensor_free(r);
     }
-    if (m->step && s < steps - 1) run_side_carry(ref), run_side_carry(shd);
+    if (!run_mpi_agree(ok_out)) goto done;
+    if (m->step && s < steps - 1) {
+      if (ref) run_side_carry(ref);
+      run_side_carry(shd);
+    }
   }
   if (o->save) {
-    mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
+    if (root) mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
     bool saved = true;
     if (!m->step) {
       Tensor *t = run_side_output(shd, 0);
-      saved = t && save_one(o->save, "output", t);
+      saved = !root || (t && save_one(o->save, "output", t));
       tensor_free(t);
     } else {
-      for (int k = 0; k < si->nparams && saved; k++) {
+      for (int k = 0; k < si->nparams; k++) {
         const StepParam *sp = &si->params[k];
         if (sp->out_param < 0 || sp->param < 0) continue;
         Tensor *t = run_side_output(shd, sp->out_param);
-        saved = t && save_one(o->save, m->params[sp->param].path, t);
+        if (root && saved) saved = t && save_one(o->save, m->params[sp->param].path, t);
         tensor_free(t);
       }
       Dim steps_dim = {.name = "step", .size = steps};
       Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = steps, .data = loss_shd};
-      if (saved) saved = save_one(o->save, "loss", &lt);
+      if (saved && root) saved = save_one(o->save, "loss", &lt);
     }
-    if (!saved) goto done;
+    if (!run_mpi_agree(saved)) goto done;
   }
   size_t peak = run_side_peak(shd);
   double clock_compute, clock_comm;
   run_side_clock(shd, &clock_compute, &clock_comm);
 
-  int ndev = run_side_devices(shd);
-  double step_s = run_side_seconds(shd) / steps, ref_s = run_side_seconds(ref) / steps;
-  if (o->format == FORMAT_JSON) {
+  int ndev = run_side_devices(shd), ranks = run_side_processes(shd);
+  double step_s = run_side_seconds(shd) / steps, ref_s = ref ? run_side_seconds(ref) / steps : 0;
+  if (!root) {
+    rc = EXIT_OK; /* rank 0's verdict is everyone's (run_mpi_rank_end) */
+  } else if (o->format == FORMAT_JSON) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "devices", ndev);
     cJSON_AddNumberToObject(j, "steps", steps);
-    cJSON_AddBoolToObject(j, "pass", D.pass);
+    if (reference) cJSON_AddBoolToObject(j, "pass", D.pass);
+    else cJSON_AddNullToObject(j, "pass"); /* --no-reference: nothing was compared */
     cJSON_AddNumberToObject(j, "max_abs_err", D.max_abs);
     cJSON_AddNumberToObject(j, "max_rel_err", D.max_rel);
     cJSON *l = cJSON_AddArrayToObject(j, "loss");
@@ -366,6 +390,12 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
     cJSON_AddNumberToObject(j, "atol", D.atol);
     cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    cJSON_AddStringToObject(j, "backend", mpi ? "mpi" : "threads");
+    if (mpi) {
+      cJSON_AddNumberToObject(j, "ranks", ranks);
+      cJSON_AddNumberToObject(j, "threads_per_rank", ndev / (ranks > 0 ? ranks : 1));
+    }
+    cJSON_AddBoolToObject(j, "reference", reference);
     cJSON *c = cJSON_AddObjectToObject(j, "simulated");
     cJSON_AddStringToObject(c, "target", mesh->target->name);
     cJSON_AddNumberToObject(c, "compute_s", clock_compute);
@@ -377,14 +407,24 @@ static int run(const Options *o, Arena *arena, bool build) {
     }
     report_json(j);
   } else {
-    char b[32];
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, ndev,
-           ndev == 1 ? "" : "s", mesh->name);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
-           D.max_rel, D.atol, D.rtol);
-    for (int s = 0; m->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
-           steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    char b[32], where[96];
+    if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", ndev, ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    else snprintf(where, sizeof where, "%d device thread%s", ndev, ndev == 1 ? "" : "s");
+    if (reference) {
+      printf("%s: %s on %s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, where, mesh->name);
+      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
+             D.max_rel, D.atol, D.rtol);
+    } else {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", o->input, where, mesh->name);
+    }
+    for (int s = 0; m->step && s < steps; s++)
+      if (reference) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
+      else printf("  loss step %-4d %.6g\n", s + 1, loss_shd[s]);
+    if (reference)
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
+             steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    else
+      printf("  step time      %.3f ms sharded%s\n", step_s * 1e3, steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
     printf("  compile time   %.1f ms (lowering, O2, JIT)\n", compile_s * 1e3);
     printf("  peak memory    %s per device\n", fmt_bytes(b, sizeof b, (double)peak));
     printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", mesh->target->name,
@@ -394,7 +434,7 @@ static int run(const Options *o, Arena *arena, bool build) {
              report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
     printf("\n");
   }
-  rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  if (root) rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
 done:
   sim_report_free(&sim);
   run_side_close(ref);
@@ -413,7 +453,7 @@ int cmd_run(const Options *o) {
   arena_init(&arena);
   int rc = run(o, &arena, false);
   arena_free(&arena);
-  return rc;
+  return run_mpi_rank_end(rc); /* under mpirun: rank 0's status for every rank, MPI ended */
 }
 
 /* ---- build: an object from the module, a description of the slots, linked with the runtime ---- */
@@ -468,7 +508,9 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   for (const Op *op = mf->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
   fprintf(f, "/* generated by shardc build from %s: the slots of its lowered program (shardrt.h, RtProgram) */\n", o->input);
-  fprintf(f, "#include \"shardrt.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0; /* main: rt_mpi_main (shardrt_mpi.h), for mpirun */
+  fprintf(f, "#include \"%s\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
+          mpi ? "shardrt_mpi.h" : "shardrt.h");
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
   for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], mesh, &gin[i], m);
   for (int i = 0; i < m->nparams; i++) {
@@ -507,16 +549,21 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
             pi->stages, pi->nstage_axes, pi->chunks, (long long)pi->chunk_layers);
     for (int k = 0; k < pi->nstage_axes; k++) fprintf(f, "  q->stage_axes[%d] = %d;\n", k, pi->stage_axes[k]);
     fprintf(f, "  return q;\n}\n");
-    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return rt_launch_main(argc, argv, pipelined(&q)); }\n");
+    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return %s(argc, argv, pipelined(&q)); }\n",
+            mpi ? "rt_mpi_main" : "rt_launch_main");
   } else
-    fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
+    fprintf(f, "int main(int argc, char **argv) { return %s(argc, argv, &program); }\n", mpi ? "rt_mpi_main" : "rt_launch_main");
   free(pval);
   if (fclose(f) != 0) {
     diag_error((SrcLoc){0}, "build: cannot write %s", csrc);
     return false;
   }
-  snprintf(cmd, sizeof cmd, "cc -O1 -std=c11 -I'%s' -o '%s' '%s' '%s' '%s' %s -lpthread -lm", SHARDC_RUNTIME_INCLUDE, o->output, csrc, obj,
-           SHARDC_RUNTIME_LIB, SHARDC_RUNTIME_LINK);
+  const char *mpi_lib = "", *mpi_link = "";
+#ifdef SHARDC_HAVE_MPI
+  if (mpi) mpi_lib = "'" SHARDC_RUNTIME_MPI_LIB "'", mpi_link = SHARDC_MPI_LINK;
+#endif
+  snprintf(cmd, sizeof cmd, "cc -O1 -std=c11 -I'%s' -o '%s' '%s' '%s' %s '%s' %s %s -lpthread -lm", SHARDC_RUNTIME_INCLUDE, o->output, csrc,
+           obj, mpi_lib, SHARDC_RUNTIME_LIB, SHARDC_RUNTIME_LINK, mpi_link);
   int rc = system(cmd);
   remove(obj);
   remove(csrc);
