@@ -205,7 +205,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole) */
-  bool ok = !reference || lower_function(lw, m, NULL, "shard_reference");
+  bool lower_ref = reference && (root || build || o->emit_llvm); /* under MPI rank 0 alone runs it */
+  bool ok = !lower_ref || lower_function(lw, m, NULL, "shard_reference");
   /* Inputs and params: loaded (--load) or generated per global index (RunGen, run_host.h) */
   int nin = m->main->ninputs;
   Tensor **inputs = calloc((size_t)nin + 1, sizeof *inputs), **params = calloc((size_t)m->nparams + 1, sizeof *params);
@@ -282,7 +283,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t_o2 = rt_seconds();
   void *fns[2] = {0};
   const char *names[2] = {"shard_reference", "shard_device"};
-  if (ok && !lower_jit(lw, reference ? names : names + 1, reference ? 2 : 1, reference ? fns : fns + 1, err, sizeof err)) {
+  if (ok && !lower_jit(lw, lower_ref ? names : names + 1, lower_ref ? 2 : 1, lower_ref ? fns : fns + 1, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
@@ -309,15 +310,16 @@ static int run(const Options *o, Arena *arena, bool build) {
   /* Under MPI every rank runs the sharded program (its own devices) and rank 0 alone the one-device
    * program, so each step's outcome is agreed on (run_mpi_agree) before the ranks go on together. */
   bool has_ref = reference && root;
-  RunSide *ref = NULL, *shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
-  if (!shd || !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: %s", err);
-    goto done;
-  }
+  RunSide *ref = NULL, *shd = NULL;
   bool ok_ref = !has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err)) &&
                              run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err));
   if (!ok_ref) diag_error((SrcLoc){0}, "run: %s", err);
   if (!run_mpi_agree(ok_ref)) goto done;
+  shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
+  if (!shd || !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: %s", err);
+    goto done;
+  }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
   for (int s = 0; s < steps; s++) {
     bool ok_step = !has_ref || run_side_step(ref, err, sizeof err);
