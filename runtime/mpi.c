@@ -190,7 +190,13 @@ static void mirror_clear(RtDevice *dev) {
   if (M->status) atomic_store_explicit(&M->status[dev->index].where, 0, memory_order_relaxed);
 }
 
-/* ---- waiting: poll, then sleep a little longer each time ---- */
+/* ---- waiting: poll, then sleep a little longer each time ----
+ * MPI has no wait that a stop or a timeout can interrupt, nor one that sleeps: every wait here
+ * tests (MPI_Test), spins for up to 50 us when the ranks' threads have a core each, then sleeps
+ * 1, 2, 4 ... us up to BACKOFF_MAX_NS between looks, so that a late peer is seen at most that long
+ * after it came while a waiter costs little CPU (on 2 cores shared by 4 or 8 ranks the CPU is what
+ * the late peer needs). */
+#define BACKOFF_MAX_NS 64000
 
 typedef struct Backoff {
   double t0;
@@ -200,10 +206,10 @@ typedef struct Backoff {
 static void backoff(const Mpi *M, Backoff *b) {
   if (b->t0 == 0) b->t0 = rt_seconds();
   if (M->spin && rt_seconds() - b->t0 < 50e-6) return;
-  if (b->sleep_ns == 0) b->sleep_ns = 2000;
+  if (b->sleep_ns == 0) b->sleep_ns = 1000;
   struct timespec ts = {0, b->sleep_ns};
   nanosleep(&ts, NULL);
-  if (b->sleep_ns < 500000) b->sleep_ns *= 2;
+  if (b->sleep_ns < BACKOFF_MAX_NS) b->sleep_ns *= 2;
 }
 
 /* ---- sends in flight ---- */
@@ -615,6 +621,27 @@ static void *stage(Local *L, int which, size_t bytes) {
 
 static bool fits_int(int64_t x) { return x >= 0 && x <= 0x7fffffff; }
 
+/* Waits for a request of the data step (bounded: every member is in it). */
+static void finish(const Mpi *M, MPI_Request *req) {
+  Backoff b = {0};
+  for (;;) {
+    int flag = 0;
+    MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (flag) return;
+    backoff(M, &b);
+  }
+}
+
+/* The data step's MPI calls are the non-blocking forms, completed by finish(): Open MPI's blocking
+ * waits spin, or sched_yield when mpirun was told to oversubscribe, and either starves the ranks
+ * that share the cores with it; finish() sleeps between its looks. */
+#define NB(call, ...)              \
+  do {                             \
+    MPI_Request req_;              \
+    call(__VA_ARGS__, &req_);      \
+    finish(X->M, &req_);           \
+  } while (0)
+
 typedef struct Exec {
   Runtime *rt;
   Mpi *M;
@@ -651,11 +678,11 @@ static int x_all_gather(Exec *X) {
   if (G->R == 1) {
     if (recv != send) memcpy(recv, send, (size_t)(n * blk) * es);
   } else if (G->R == n) {
-    MPI_Allgather(send, (int)blk, X->dt, recv, (int)blk, X->dt, G->comm);
+    NB(MPI_Iallgather, send, (int)blk, X->dt, recv, (int)blk, X->dt, G->comm);
   } else {
     int *cnt = X->L->counts, *dsp = cnt + G->R;
     for (int q = 0; q < G->R; q++) cnt[q] = (int)(G->cnt[q] * blk), dsp[q] = (int)(G->first[q] * blk);
-    MPI_Allgatherv(send, (int)(nl * blk), X->dt, recv, cnt, dsp, X->dt, G->comm);
+    NB(MPI_Iallgatherv, send, (int)(nl * blk), X->dt, recv, cnt, dsp, X->dt, G->comm);
   }
   if (direct) return RT_OK;
   for (int i = 0; i < nl; i++) {
@@ -700,14 +727,14 @@ static int x_reduce_scatter(Exec *X) {
   if (R == 1) {
     memcpy(recv, send, (size_t)(n * nl * OE) * es);
   } else if (R == n) {
-    MPI_Alltoall(send, (int)OE, X->dt, recv, (int)OE, X->dt, G->comm);
+    NB(MPI_Ialltoall, send, (int)OE, X->dt, recv, (int)OE, X->dt, G->comm);
   } else {
     int *sc = X->L->counts, *sd = sc + R, *rc = sd + R, *rd = rc + R;
     for (int q = 0, s = 0, r = 0; q < R; q++) {
       sc[q] = (int)(nl * G->cnt[q] * OE), sd[q] = s, s += sc[q];
       rc[q] = (int)(G->cnt[q] * nl * OE), rd[q] = r, r += rc[q];
     }
-    MPI_Alltoallv(send, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
+    NB(MPI_Ialltoallv, send, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
   }
   /* recv: for each rank q, each of its members j, each local member i: block (j -> i) */
   const void **srcs = X->L->srcs;
@@ -748,11 +775,11 @@ static int x_all_reduce(Exec *X) {
     char *recv = stage(X->L, 1, (size_t)(n * C) * es);
     if (!recv) return RT_E_NOMEM;
     if (R == 1) memcpy(recv, send, (size_t)(n * C) * es);
-    else if (R == n) MPI_Allgather(send, (int)C, X->dt, recv, (int)C, X->dt, G->comm);
+    else if (R == n) NB(MPI_Iallgather, send, (int)C, X->dt, recv, (int)C, X->dt, G->comm);
     else {
       int *cnt = X->L->counts, *dsp = cnt + R;
       for (int q = 0; q < R; q++) cnt[q] = (int)(G->cnt[q] * C), dsp[q] = (int)(G->first[q] * C);
-      MPI_Allgatherv(send, (int)(nl * C), X->dt, recv, cnt, dsp, X->dt, G->comm);
+      NB(MPI_Iallgatherv, send, (int)(nl * C), X->dt, recv, cnt, dsp, X->dt, G->comm);
     }
     for (int j = 0; j < n; j++) srcs[j] = recv + (size_t)(G->pos[j] * C) * es;
     rtk_reduce(c0->dtype, c0->op, X->cs[0]->out, srcs, n, (size_t)C);
@@ -774,12 +801,12 @@ static int x_all_reduce(Exec *X) {
   }
   if (R == n && R > 1) { /* one member per rank: straight from the input, the result gathered in place */
     for (int q = 0; q < R; q++) sc[q] = (int)(hi[q] - lo[q]), sd[q] = (int)lo[q], rc[q] = (int)mine, rd[q] = (int)(q * mine);
-    MPI_Alltoallv(c0->in, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
+    NB(MPI_Ialltoallv, c0->in, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
     for (int j = 0; j < n; j++) srcs[j] = recv + (size_t)(j * mine) * es;
     int me = G->loc[0];
     rtk_reduce(c0->dtype, c0->op, (char *)c0->out + (size_t)lo[me] * es, srcs, n, (size_t)(hi[me] - lo[me]));
     for (int q = 0; q < R; q++) rc[q] = (int)(hi[q] - lo[q]), rd[q] = (int)lo[q];
-    MPI_Allgatherv(MPI_IN_PLACE, 0, X->dt, c0->out, rc, rd, X->dt, G->comm);
+    NB(MPI_Iallgatherv, MPI_IN_PLACE, 0, X->dt, c0->out, rc, rd, X->dt, G->comm);
     free(lo);
     return RT_OK;
   }
@@ -803,7 +830,7 @@ static int x_all_reduce(Exec *X) {
   /* received from rank q: for each of its members j, for each local member i: chunk loc[i] of j */
   for (int q = 0, o = 0; q < R; q++) rc[q] = (int)(G->cnt[q] * mine), rd[q] = o, o += rc[q];
   if (R == 1) memcpy(recv, s, (size_t)(n * mine) * es);
-  else MPI_Alltoallv(s, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
+  else NB(MPI_Ialltoallv, s, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
   int64_t off = 0; /* where local member i's chunk starts within one member's part */
   for (int i = 0; i < nl; i++) {
     int r = G->loc[i];
@@ -824,7 +851,7 @@ static int x_all_reduce(Exec *X) {
     rc[q] = (int)len, rd[q] = o, o += (int)len;
   }
   if (R == 1) memcpy(recv, s, (size_t)C * es);
-  else MPI_Allgatherv(s, (int)mine, X->dt, recv, rc, rd, X->dt, G->comm);
+  else NB(MPI_Iallgatherv, s, (int)mine, X->dt, recv, rc, rd, X->dt, G->comm);
   for (int q = 0; q < R; q++) {
     int64_t o = rd[q];
     for (int k = 0; k < G->cnt[q]; k++) {
@@ -867,11 +894,11 @@ static int x_all_to_all(Exec *X) {
         at += (size_t)V;
       }
   if (R == 1) memcpy(recv, s, at * es);
-  else if (R == n) MPI_Alltoall(s, (int)V, X->dt, recv, (int)V, X->dt, G->comm);
+  else if (R == n) NB(MPI_Ialltoall, s, (int)V, X->dt, recv, (int)V, X->dt, G->comm);
   else {
     int *sc = X->L->counts, *sd = sc + R, *rc = sd + R, *rd = rc + R;
     for (int q = 0, o = 0; q < R; q++) sc[q] = rc[q] = (int)(nl * G->cnt[q] * V), sd[q] = rd[q] = o, o += sc[q];
-    MPI_Alltoallv(s, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
+    NB(MPI_Ialltoallv, s, sc, sd, X->dt, recv, rc, rd, X->dt, G->comm);
   }
   /* recv: for each rank q, each of its members j, each local member i: j's block for i */
   for (int i = 0; i < nl; i++)
