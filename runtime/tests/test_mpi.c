@@ -2,9 +2,9 @@
  * threads per rank; -np 4, 6, 8: one device per rank). Each rank checks the results of its own
  * devices; every rank prints its cases and mpirun fails if any rank does.
  *
- *   matrix    test_collectives.c's matrix (every collective on meshes [4], [2, 3], [2, 2, 2],
- *             [3, 1, 2] over every ordered axis tuple, each dtype, against serial sums, bitwise), on
- *             the meshes whose devices the ranks divide (threads per rank = devices / ranks)
+ *   matrix    test_collectives.c's matrix (every collective on meshes [4], [2, 3], [2, 2, 2] over
+ *             every ordered axis tuple, in f32 and bf16, against serial sums, bitwise), on the
+ *             meshes whose devices the ranks divide (threads per rank = devices / ranks)
  *   misc      the same bits as the threads backend (run in this process too) for the reductions,
  *             AllGather and AllToAll, over 10 runs; send/recv by tag; rt_pipeline by hand; an
  *             AllReduce among some ranks of a group; ring shifts over two axes; non-blocking
@@ -40,9 +40,12 @@ static int mpi_open(const RtConfig *cfg, Runtime **out) {
 #undef main
 #undef rt_open
 
+/* The threads tests' meshes but [3, 1, 2], in f32 and bf16 (4- and 2-byte elements: what the
+ * transport sees; the sums themselves are rtk_reduce's, which test_collectives.c covers in every
+ * dtype): 23 axis tuples each. */
 static void test_matrix_mpi(void) {
-  static const int meshes[][4] = {{1, 4}, {2, 2, 3}, {3, 2, 2, 2}, {3, 3, 1, 2}};
-  static const RtDtype dtypes[] = {RT_F32, RT_BF16, RT_F16, RT_I32};
+  static const int meshes[][4] = {{1, 4}, {2, 2, 3}, {3, 2, 2, 2}};
+  static const RtDtype dtypes[] = {RT_F32, RT_BF16};
   for (size_t m = 0; m < sizeof meshes / sizeof *meshes; m++) {
     RtConfig cfg = test_mesh(meshes[m][0], meshes[m] + 1);
     if (test_devices(&cfg) % W) continue;
