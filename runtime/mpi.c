@@ -1505,7 +1505,8 @@ static int open_mpi(Runtime *rt) {
   return RT_OK;
 }
 
-/* ---- the host: a device's buffer to rank 0 ---- */
+/* ---- the host: a device's buffer to rank 0 (rt_fetch_to_root; scratch NULL on rank 0: the block
+ * is received and dropped, so that the owner is not left waiting) ---- */
 
 static void send_bytes(const void *buf, size_t bytes, int to, MPI_Comm comm) {
   for (size_t at = 0; at < bytes;) {
@@ -1537,7 +1538,13 @@ static const void *fetch_to_root(Runtime *rt, int device, const void *buf, size_
   int have = 0;
   MPI_Recv(&have, 1, MPI_INT, owner, TAG_FETCH, M->ctl, MPI_STATUS_IGNORE);
   if (!have) return NULL;
-  recv_bytes(scratch, bytes, owner, M->ctl);
+  void *into = scratch ? scratch : malloc(bytes ? bytes : 1); /* no scratch: taken and dropped */
+  if (!into) {
+    fprintf(stderr, "error: out of host memory for a block of %zu bytes from rank %d\n", bytes, owner);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  recv_bytes(into, bytes, owner, M->ctl);
+  if (!scratch) free(into);
   return scratch;
 }
 

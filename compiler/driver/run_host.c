@@ -256,8 +256,9 @@ static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const Ru
  * at coordinate 0 on the axes v is replicated over), partial sums added. */
 static double *assemble(const RunSide *s, const Value *v, int slot) {
   int64_t n = tensor_type_elements(&v->type);
-  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
-  if (!g) return NULL;
+  bool root = rt_process_rank(s->rt) == 0; /* under MPI rank 0 assembles, the others send their blocks */
+  double *g = root ? calloc((size_t)(n > 0 ? n : 1), sizeof *g) : NULL;
+  if (!g && rt_process_count(s->rt) == 1) return NULL;
   uint16_t used = v->sharding.partial;
   for (int d = 0; s->mesh && d < v->type.rank; d++)
     for (int k = 0; k < v->sharding.naxes[d]; k++) used |= (uint16_t)(1u << v->sharding.axes[d][k]);
@@ -282,23 +283,23 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
     block_of(s, v, dev, start, shape);
     /* under MPI the block comes to rank 0 (every rank makes the same calls) */
     size_t bytes = (size_t)block_elems(&v->type, shape) * (size_t)dtype_bytes(v->type.dtype);
-    void *scratch = rt_process_count(s->rt) > 1 && !rt_device_local(s->rt, dev) && rt_process_rank(s->rt) == 0 ? malloc(bytes ? bytes : 1) : NULL;
+    void *scratch = g && !rt_device_local(s->rt, dev) ? malloc(bytes ? bytes : 1) : NULL;
+    if (g && !rt_device_local(s->rt, dev) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
     const void *buf = rt_fetch_to_root(s->rt, dev, s->slots[dev][slot], bytes, scratch);
     CopyCtx c = {.buf = (void *)buf, .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
-    if (buf) for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
+    if (buf && g) for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
     free(scratch);
   }
   free(rows);
-  if (rt_process_rank(s->rt) != 0) { /* rank 0 holds the whole value */
-    free(g);
-    return NULL;
-  }
-  return g;
+  return g; /* NULL but on rank 0 */
 }
 
 RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const RtConfig *cfg, char *err, size_t n) {
   RunSide *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) {
+    snprintf(err, n, "out of host memory");
+    return NULL;
+  }
   s->m = m, s->mesh = mesh, s->fn = fn;
   RtConfig c = *cfg;
   c.naxes = mesh ? mesh->naxes : 0;
@@ -314,8 +315,16 @@ RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const Rt
   s->nout = m->main->noutputs;
   s->nslots = s->nin + s->nparams + s->nout;
   s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
-  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)s->nslots + 1, sizeof(void *));
+  for (int d = 0; s->slots && d < s->ndev; d++)
+    if (!(s->slots[d] = calloc((size_t)s->nslots + 1, sizeof(void *)))) break;
   s->pval = calloc((size_t)s->nparams + 1, sizeof *s->pval);
+  bool ok = s->slots && s->pval;
+  for (int d = 0; ok && d < s->ndev; d++) ok = s->slots[d] != NULL;
+  if (!ok) {
+    snprintf(err, n, "out of host memory for the devices' slot tables");
+    run_side_close(s);
+    return NULL;
+  }
   for (const Op *op = m->main->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < s->nparams) s->pval[op->index] = op->results[0];
   return s;
