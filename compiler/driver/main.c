@@ -198,12 +198,9 @@ static int parse_args(int argc, char **argv, Options *o) {
         return usage_error("--backend %s: this shardc was built without MPI (install libopenmpi-dev and openmpi-bin, then rebuild)", v);
 #endif
       o->backend = v;
-    } else if (strcmp(opt, "--threads-per-rank") == 0) {
-      char *end;
-      errno = 0;
-      long x = strtol(v, &end, 10);
-      if (*end || errno || x < 1 || x > RT_DEFAULT_MAX_DEVICES)
-        return usage_error("bad --threads-per-rank '%s': expected 1 to 64", v);
+    } else if (strcmp(opt, "--threads-per-rank") == 0) { /* as a built executable parses it (launch.c) */
+      uint64_t x;
+      if (!rt_arg_uint(v, 1, RT_DEFAULT_MAX_DEVICES, &x)) return usage_error("bad --threads-per-rank '%s': expected an integer from 1 to 64", v);
       o->threads_per_rank = (int)x;
     } else if (strcmp(opt, "--steps") == 0 || strcmp(opt, "--seed") == 0 || strcmp(opt, "--hbm") == 0) {
       /* parsed as a built executable parses them (runtime/args.c) */

@@ -7,8 +7,7 @@ if(NOT (MPI_C_FOUND AND MPIRUN_EXECUTABLE))
 endif()
 set(MPIRUN_AS_ROOT ${MPIRUN_EXECUTABLE} --allow-run-as-root --oversubscribe)
 set(SAME ${CMAKE_CURRENT_LIST_DIR}/mpi/same_as_threads.sh $<TARGET_FILE:shardc>)
-set(MLP_SMALL -D batch=8 -D seq=16 -D embed=64 -D hidden=128)
-set(LM_SMALL -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
+# MLP_SMALL, MLP_SMALL_TEXT, LM_DIMS, LM_SMALL and shardc_clock_test: native.cmake's
 
 # The same bits as the threads backend: --save's files compared byte for byte (same_as_threads.sh),
 # forward and train steps, one rank per device (-np 4 and 8) and the hybrid (2 device threads per
@@ -30,7 +29,7 @@ shardc_mpi_same(mlp_train_hybrid ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMA
                 -- --backend mpi --threads-per-rank 2)
 shardc_mpi_same(llama3_8b_sp ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=2 --layout fsdp_tp_sp
                 --steps 2 --mesh "h100[data: 2, model: 2]" -- --backend mpi)
-shardc_mpi_same(mixtral_ep ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16 -D kv_heads=2 -D expert=4
+shardc_mpi_same(mixtral_ep ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_DIMS} -D batch=16 -D kv_heads=2 -D expert=4
                 -D cap=4 --steps 2 --mesh "h100[data: 1, ep: 2, model: 2]" -- --backend mpi --threads-per-rank 2)
 shardc_mpi_same(gpt3_pipeline_hybrid ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard -D seq=8 -D embed=32 -D hidden=64 -D heads=4
                 -D head=8 -D vocab=64 -D layers=4 -D batch=256 --steps 2 --mesh "h100[data: 1, stage: 2, model: 2]"
