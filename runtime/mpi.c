@@ -168,8 +168,9 @@ typedef struct Mpi {
   /* a timeout's missing devices, for the final message (guarded by rt->err_lock) */
   int nmissing, missing[MAX_MISSING], cut;
   RtStatusDevice *status;  /* the launcher's status file's devices, or NULL */
-  int kill_device;         /* tests (SHARDC_MPI_KILL=D:N): device D's rank kills itself at its N-th call */
+  int kill_device;         /* tests (SHARDC_MPI_KILL=D:N[:exit]): device D's rank dies at its N-th call */
   uint64_t kill_at;
+  int kill_exit;
 } Mpi;
 
 static Mpi *state(const Runtime *rt) { return rt->backend_state; }
@@ -335,11 +336,13 @@ static bool poll_stop(Runtime *rt) {
   return false;
 }
 
-/* Tests: a rank that dies mid-step (SIGKILL, as the OOM killer would), at device D's N-th call. */
+/* Tests: a rank that dies mid-step at device D's N-th call: SIGKILL (as the OOM killer would), or
+ * with SHARDC_MPI_KILL=D:N:exit a process that exits (status 3) without a word. */
 static void maybe_die(RtDevice *dev) {
   Mpi *M = state(dev->rt);
   if (dev->index == M->kill_device && dev->ncoll + 1 == M->kill_at) {
     mirror_where(dev);
+    if (M->kill_exit) _exit(3);
     raise(SIGKILL);
   }
 }
@@ -1502,6 +1505,7 @@ static int open_mpi(Runtime *rt) {
   const char *kill = getenv("SHARDC_MPI_KILL");
   M->kill_device = -1;
   if (kill && sscanf(kill, "%d:%llu", &M->kill_device, (unsigned long long *)&M->kill_at) != 2) M->kill_device = -1;
+  M->kill_exit = kill && strstr(kill, ":exit") != NULL;
   return RT_OK;
 }
 

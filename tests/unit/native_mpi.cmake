@@ -46,6 +46,11 @@ set_tests_properties(run.mpi.json PROPERTIES TIMEOUT 120 PROCESSORS 2 PASS_REGUL
   "\"devices\":\t4,\n\t\"steps\":\t2,\n\t\"pass\":\ttrue,.*\"backend\":\t\"mpi\",\n\t\"ranks\":\t4,\n\t\"threads_per_rank\":\t1")
 shardc_clock_test(mpi_mlp ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --mesh "h100[data: 2, model: 2]" --backend mpi)
 set_tests_properties(run.clock.mpi_mlp PROPERTIES TIMEOUT 120 PROCESSORS 2)
+# The per-rank peak is check's per-device total, as under threads (each rank allocates its own
+# devices' buffers only; MPI's staging buffers are the transport's, not a device's)
+add_test(NAME peak.mlp.train.mpi COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
+                                        --mesh "h100[data: 2, model: 2]" --backend mpi --threads-per-rank 2)
+set_tests_properties(peak.mlp.train.mpi PROPERTIES TIMEOUT 120 PROCESSORS 2)
 # --no-reference: the one-device program neither lowered nor run (programs too large for one host)
 add_test(NAME run.mpi.no_reference
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
@@ -91,6 +96,12 @@ add_test(NAME run.mpi.error.killed
                  --mesh "h100[data: 2, model: 2]" --backend mpi)
 set_tests_properties(run.mpi.error.killed PROPERTIES TIMEOUT 60 PROCESSORS 2 ENVIRONMENT "SHARDC_MPI_KILL=2:3"
   PASS_REGULAR_EXPRESSION "shardc: run: rank 2 \\(pid [0-9]+\\) ended without finishing \\(killed, or it exited\\): device 2 \\[data=1, model=0\\] in (all_reduce|all_gather|reduce_scatter) over \\{(data|model)\\} at line [0-9]+ .*\; mpirun stopped the other ranks")
+# a rank whose process exits mid-step (status 3, nothing printed): the same
+add_test(NAME run.mpi.error.exited
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
+                 --mesh "h100[data: 2, model: 2]" --backend mpi)
+set_tests_properties(run.mpi.error.exited PROPERTIES TIMEOUT 60 PROCESSORS 2 ENVIRONMENT "SHARDC_MPI_KILL=1:2:exit"
+  PASS_REGULAR_EXPRESSION "shardc: run: rank 1 \\(pid [0-9]+\\) ended without finishing \\(killed, or it exited\\): device 1 \\[data=0, model=1\\] in [a-z_]+ over \\{(data|model)\\} at line [0-9]+")
 # the hybrid: rank 1 (devices 2 and 3) killed while device 2 waits: both its devices named
 add_test(NAME run.mpi.error.killed_hybrid
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --steps 2
