@@ -2,11 +2,11 @@
  * bytes move. The front end (collective.c) has already checked every argument, built the
  * group and the RtColl, and set the device's `where`; a backend only executes.
  *
- * threads.c is the shared-memory backend: one process, one thread per device. An MPI backend
- * (docs/runtime.md, "Backends") would run one device per rank: `run` calls rtrun_device_main for
- * its rank's device, the collectives map to MPI calls on a communicator per axis tuple
- * (MPI_Comm_split, colour = the group's base device, key = the rank), and `stop` tells the other
- * ranks. Whatever the backend, it must keep the runtime's promises:
+ * threads.c is the shared-memory backend: one process, one thread per device. mpi.c runs T devices
+ * per MPI rank (docs/runtime.md, "The MPI backend"): `run` starts the rank's devices, the
+ * collectives are MPI calls on a communicator per group (made at its first use, keyed by its
+ * members in rank order), and `stop` tells the other ranks. Whatever the backend, it must keep the
+ * runtime's promises:
  *   - reductions in rank order (gather the group's blocks, then rtk_reduce), never the
  *     transport's own order, so that results do not depend on the backend or on timing;
  *   - every wait through rtsync_wait or its equivalent: abandoned on stop and after the
