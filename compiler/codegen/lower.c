@@ -958,7 +958,19 @@ static void clock_op(Lower *L, const Op *op) {
   lower_call(L, "rt_clock_add", LLVMVoidTypeInContext(L->C), args, 3, vals);
 }
 
+/* The device program tells the runtime each op's source line (rt_at_line) before running it, when
+ * it differs from the last one told: failures and timeouts name it, and under MPI the launcher
+ * names the op a rank that died was in. */
+static void line_op(Lower *L, const Op *op) {
+  if (!L->mesh || op->loc.line <= 0 || op->loc.line == L->line) return;
+  L->line = op->loc.line;
+  LLVMTypeRef args[2] = {L->ptr, L->i32};
+  LLVMValueRef vals[2] = {L->dev, ci32(L, op->loc.line)};
+  lower_call(L, "rt_at_line", LLVMVoidTypeInContext(L->C), args, 2, vals);
+}
+
 static bool lower_op_clocked(Lower *L, const Op *op) {
+  line_op(L, op);
   if (!lower_op(L, op)) return false;
   clock_op(L, op);
   return true;
@@ -1111,6 +1123,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       ok = false;
       break;
     }
+    if (placed) L->line = 0; /* told under a branch some devices skip */
     const Value *leaf[16];
     int nleaf = op_leaves(L, op, leaf, 0);
     for (int i = 0; i < nleaf; i++) {

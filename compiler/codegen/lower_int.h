@@ -48,6 +48,7 @@ typedef struct Lower {
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
   LLVMValueRef stage;   /* a pipelined main: the device's stage (i32); NULL otherwise */
+  int line;             /* the source line the device was last told (rt_at_line), 0: none yet */
 } Lower;
 
 /* Loop nests (lower.c). */
