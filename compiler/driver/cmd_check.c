@@ -15,6 +15,7 @@
 #include "report.h"
 #include "memory.h"
 #include "shard.h"
+#include "waste.h"
 
 static const char *origin_text(Arena *a, OriginKind k, SrcLoc loc) {
   if (k == ORIGIN_NONE || !loc.file) return "";
@@ -325,9 +326,15 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
   FitInput fin = {.cp = cp, .base = &r};
   fit_search(&fin, &fa);
   if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
+  WasteReport waste;
+  waste_find(arena, cp, &waste);
+  waste_warn(&waste);
 
   if (o->format == FORMAT_JSON) {
-    report_json(json_report(p, &r, &fa));
+    cJSON *j = json_report(p, &r, &fa);
+    cJSON_AddItemToObject(j, "waste", waste_json(&waste, p->mesh));
+    cJSON_AddItemToObject(j, "warnings", report_warnings());
+    report_json(j);
   } else {
     print_header(out, p, m);
     char b[32];
@@ -349,6 +356,7 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
       }
       print_advice(out, p, &fa);
     }
+    waste_print(out, &waste);
   }
   if (!r.fits) {
     char t[32], c[32];

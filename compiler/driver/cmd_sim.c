@@ -21,6 +21,7 @@
 #include "partition.h"
 #include "report.h"
 #include "sim.h"
+#include "waste.h"
 
 enum { TOP_LINES = 8, TOP_COLLECTIVES = 8 };
 
@@ -399,6 +400,9 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     diag_warning(p->step ? p->step->loc : p->entry->loc,
                  "does not fit: %s per device on %s, which has %s of HBM (sim goes on)",
                  fmt_bytes(arena, (double)mem.total), p->mesh->target->name, fmt_bytes(arena, mem.capacity));
+  WasteReport waste;
+  waste_find(arena, &cp, &waste);
+  waste_warn(&waste);
   SimOptions so = {.ideal = o->ideal, .keep_graph = o->trace != NULL};
   SimReport r;
   if (!sim_program(p, m, &so, &r)) {
@@ -410,8 +414,14 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
-  if (json) *report = json_report(arena, p, &r, &mem, o);
-  else print_text(stdout, arena, p, &r, &mem, o);
+  if (json) {
+    *report = json_report(arena, p, &r, &mem, o);
+    cJSON_AddItemToObject(*report, "waste", waste_json(&waste, p->mesh));
+  }
+  else {
+    print_text(stdout, arena, p, &r, &mem, o);
+    waste_print(stdout, &waste);
+  }
   sim_report_free(&r);
   return EXIT_OK;
 }
