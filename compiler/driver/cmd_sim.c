@@ -198,6 +198,25 @@ static const char *runs_text(Arena *a, double runs) {
   return arena_printf(a, "x%.3g", runs);
 }
 
+/* The per-phase breakdown (sim.h's sim_phases): time = compute + exposed communication. */
+static void print_phases(FILE *out, Arena *a, const SimReport *r) {
+  SimPhase ph[SIMPH__COUNT];
+  sim_phases(r, ph);
+  fprintf(out, "per phase (per device; time = compute + exposed comm; TFLOP/s achieved in that time):\n");
+  for (int k = 0; k < SIMPH__COUNT; k++) {
+    const SimPhase *x = &ph[k];
+    if (!(x->compute_s > 0) && !(x->comm_s > 0)) continue;
+    char line[256];
+    int n = snprintf(line, sizeof line, "  %-19s %-11s compute %-11s comm %-11s exposed %-11s", sim_phase_name(x->kind),
+                     fmt_time(a, x->time_s), fmt_time(a, x->compute_s), fmt_time(a, x->comm_s),
+                     fmt_time(a, x->exposed_comm_s));
+    if (x->flops > 0 && n > 0 && n < (int)sizeof line)
+      snprintf(line + n, sizeof line - (size_t)n, " %7.1f TFLOP/s", x->flops_per_s / 1e12);
+    for (size_t e = strlen(line); e > 0 && line[e - 1] == ' '; e--) line[e - 1] = 0;
+    fprintf(out, "%s\n", line);
+  }
+}
+
 static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r, const MemoryReport *mem,
                        const Options *o) {
   const Mesh *mesh = p->mesh;
@@ -219,6 +238,7 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
   fprintf(out, "  idle             %-12s %s\n", fmt_time(a, r->idle_s), pct(a, r->idle_s, st));
   fprintf(out, "communication      %s in all, %s of it hidden behind compute\n", fmt_time(a, r->comm_s),
           fmt_time(a, r->comm_s - r->exposed_comm_s > 0 ? r->comm_s - r->exposed_comm_s : 0));
+  print_phases(out, a, r);
   fprintf(out, "MFU                %.1f%%  (%.4g model FLOPs per step / (step x %lld devices x %.4g FLOP/s))\n",
           100 * r->mfu, r->model_flops_per_step, (long long)r->devices, r->peak_flops);
   fprintf(out, "HFU                %.1f%%  (%.4g FLOPs per step with recomputation)\n", 100 * r->hfu, r->flops_per_step);
@@ -295,6 +315,20 @@ static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const 
   cJSON_AddNumberToObject(j, "hfu", r->hfu);
   cJSON_AddNumberToObject(j, "flops_per_step", r->flops_per_step);
   cJSON_AddNumberToObject(j, "model_flops_per_step", r->model_flops_per_step);
+  SimPhase ph[SIMPH__COUNT];
+  sim_phases(r, ph);
+  cJSON *phs = cJSON_AddArrayToObject(j, "phases");
+  for (int k = 0; k < SIMPH__COUNT; k++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "phase", sim_phase_name(ph[k].kind));
+    cJSON_AddNumberToObject(e, "time_s", ph[k].time_s);
+    cJSON_AddNumberToObject(e, "compute_s", ph[k].compute_s);
+    cJSON_AddNumberToObject(e, "comm_s", ph[k].comm_s);
+    cJSON_AddNumberToObject(e, "exposed_comm_s", ph[k].exposed_comm_s);
+    cJSON_AddNumberToObject(e, "flops", ph[k].flops);
+    cJSON_AddNumberToObject(e, "flops_per_s", ph[k].flops_per_s);
+    cJSON_AddItemToArray(phs, e);
+  }
   cJSON_AddNumberToObject(j, "tokens_per_step", r->tokens_per_step);
   cJSON_AddNumberToObject(j, "peak_flops", r->peak_flops);
   if (o->tokens > 0) {

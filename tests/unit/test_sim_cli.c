@@ -300,8 +300,54 @@ static void test_tokens(void) {
   ut_end();
 }
 
+/* sim's per-phase breakdown (sim.h's sim_phases) on MLP: per device, the forward is 2 layers x 2
+ * contractions x 2 x batch x seq x embed x hidden / 8 devices FLOPs, the backward twice that (the
+ * language's count); the phases' times add up to compute + exposed communication. */
+static void test_phases(void) {
+  ut_begin("sim phases: forward/backward FLOPs by formula, times adding up to compute + exposed");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  int rc;
+  char *raw = NULL;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, &raw);
+  free(raw);
+  const cJSON *ph = j ? cJSON_GetObjectItem(j, "phases") : NULL, *e;
+  UT_CHECK(cJSON_GetArraySize(ph) == 5, "5 phases, got %d", cJSON_GetArraySize(ph));
+  static const char *const names[] = {"forward", "backward", "optimizer", "gradient reduction", "pipeline transfers"};
+  double t = 0, c = 0, comm = 0, ex = 0, fl = 0;
+  int i = 0;
+  cJSON_ArrayForEach(e, ph) {
+    const cJSON *n = cJSON_GetObjectItem(e, "phase");
+    UT_CHECK(i < 5 && cJSON_IsString(n) && strcmp(n->valuestring, names[i]) == 0, "phase %d: %s", i,
+             cJSON_IsString(n) ? n->valuestring : "?");
+    t += num(e, "time_s"), c += num(e, "compute_s"), comm += num(e, "comm_s"), ex += num(e, "exposed_comm_s");
+    fl += num(e, "flops");
+    if (num(e, "time_s") > 0) ut_near("flops_per_s = flops / time_s", num(e, "flops_per_s"), num(e, "flops") / num(e, "time_s"), 1e-9);
+    i++;
+  }
+  double fwd = 2.0 * 2 * 2 * 64 * 512 * 2048 * 8192 / 8;
+  ut_near("forward FLOPs per device", num(cJSON_GetArrayItem(ph, 0), "flops"), fwd, 1e-9);
+  ut_near("backward FLOPs per device = 2 x forward", num(cJSON_GetArrayItem(ph, 1), "flops"), 2 * fwd, 1e-9);
+  UT_CHECK(num(cJSON_GetArrayItem(ph, 2), "compute_s") > 0, "the optimizer takes time");
+  UT_CHECK(num(cJSON_GetArrayItem(ph, 3), "comm_s") > 0 && num(cJSON_GetArrayItem(ph, 3), "compute_s") == 0,
+           "gradient reduction: communication only (data-parallel gradients)");
+  ut_near("phases' time = compute + exposed", t, num(j, "compute_s") + num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' compute = compute_s", c, num(j, "compute_s"), 1e-9);
+  ut_near("phases' comm = comm_s", comm, num(j, "comm_s"), 1e-9);
+  ut_near("phases' exposed = exposed_comm_s", ex, num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' FLOPs x 8 devices = flops_per_step", fl * 8, num(j, "flops_per_step"), 1e-9);
+  cJSON_Delete(j);
+  /* the text report prints the same table */
+  FILE *p = popen("'" SHARDC_BIN "' sim test_sim_cli_mlp.shard 2>/dev/null", "r");
+  char *out = p ? slurp(p) : NULL;
+  if (p) pclose(p);
+  UT_CHECK(out && strstr(out, "per phase (per device") && strstr(out, "  gradient reduction "), "text: the per-phase table");
+  free(out);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
+  test_phases();
   test_json_errors();
   test_no_fit();
   test_trace();
