@@ -345,8 +345,66 @@ static void test_phases(void) {
   ut_end();
 }
 
+/* The trace's collectives carry bytes, link class and axes; flow events go from a collective to the
+ * compute task waiting for it. MLP: layer l's output all-reduce over model moves the partial
+ * [batch/2, seq, embed] bf16 = 32 x 512 x 2048 x 2 bytes per device, over NVLink (one node). */
+static void test_trace_args(void) {
+  ut_begin("sim --trace: collectives' bytes, link and axes; flows from collective to waiting op");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  remove("test_sim_cli_trace.json");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json --trace test_sim_cli_trace.json", &rc, NULL);
+  cJSON_Delete(j);
+  cJSON *t = read_json("test_sim_cli_trace.json");
+  const cJSON *ev = t ? cJSON_GetObjectItem(t, "traceEvents") : NULL, *e;
+  int ar = 0, with_args = 0, colls = 0, starts = 0, ends = 0, bad = 0;
+  cJSON_ArrayForEach(e, ev) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *args = cJSON_GetObjectItem(e, "args");
+    if (!cJSON_IsString(ph)) continue;
+    if (strcmp(ph->valuestring, "X") == 0 && strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "comm") == 0) {
+      colls++;
+      const cJSON *k = cJSON_GetObjectItem(args, "collective");
+      if (cJSON_IsString(k) && cJSON_IsString(cJSON_GetObjectItem(args, "link")) &&
+          cJSON_IsArray(cJSON_GetObjectItem(args, "axes")) && num(args, "bytes") > 0)
+        with_args++;
+      const cJSON *ax = cJSON_GetObjectItem(args, "axes");
+      if (cJSON_IsString(k) && strcmp(k->valuestring, "all_reduce") == 0 && cJSON_GetArraySize(ax) == 1 &&
+          strcmp(cJSON_GetArrayItem(ax, 0)->valuestring, "model") == 0) {
+        ar++;
+        ut_near("all_reduce over model: bytes", num(args, "bytes"), 32.0 * 512 * 2048 * 2, 1e-12);
+        UT_CHECK(strcmp(cJSON_GetObjectItem(args, "link")->valuestring, "NVLink") == 0, "link %s",
+                 cJSON_GetObjectItem(args, "link")->valuestring);
+      }
+    }
+    if (strcmp(ph->valuestring, "s") == 0) starts++;
+    if (strcmp(ph->valuestring, "f") == 0) {
+      ends++;
+      const cJSON *bp = cJSON_GetObjectItem(e, "bp");
+      bad += !(cJSON_IsString(bp) && strcmp(bp->valuestring, "e") == 0);
+    }
+  }
+  UT_CHECK(colls > 0 && with_args == colls, "%d of %d collectives with collective, bytes, link, axes", with_args, colls);
+  UT_CHECK(ar >= 2, "the layers' all-reduces over model found (%d)", ar);
+  UT_CHECK(starts > 0 && starts == ends && bad == 0, "flows: %d starts, %d ends (bound to the enclosing slice)", starts, ends);
+  /* each flow ends no earlier than it starts */
+  cJSON_ArrayForEach(e, ev) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "s") != 0) continue;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, ev) {
+      const cJSON *fp = cJSON_GetObjectItem(f, "ph");
+      if (cJSON_IsString(fp) && strcmp(fp->valuestring, "f") == 0 && num(f, "id") == num(e, "id"))
+        UT_CHECK(num(f, "ts") >= num(e, "ts"), "flow %g: ends at %g before it starts at %g", num(e, "id"), num(f, "ts"),
+                 num(e, "ts"));
+    }
+  }
+  cJSON_Delete(t);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
+  test_trace_args();
   test_phases();
   test_json_errors();
   test_no_fit();
