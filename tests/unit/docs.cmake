@@ -16,3 +16,14 @@ if(DOCS_PYTHON3)
   set_tests_properties(docs.commands.mutation PROPERTIES PASS_REGULAR_EXPRESSION
     "FAIL tests/docs/wrong.md:5: .*params: 8388609.*FAIL tests/docs/wrong.md:8: .*exit 2.*2 commands run, 1 not run.*, 2 failed")
 endif()
+#   docs.options            every option of `shardc --help` has a row in docs/language.md's option
+#                           table and the table lists none that --help lacks
+#   docs.options.mutation   ... and the check fails on the table without its `--hostfile` row
+if(DOCS_PYTHON3)
+  add_test(NAME docs.options COMMAND ${DOCS_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/docs/options_documented.py
+           $<TARGET_FILE:shardc> ${CMAKE_SOURCE_DIR}/docs/language.md)
+  set(DOCS_MUTATED ${CMAKE_CURRENT_BINARY_DIR}/docs_mutated_language.md)
+  add_test(NAME docs.options.mutation
+           COMMAND sh -c "grep -v '^| `--hostfile' ${CMAKE_SOURCE_DIR}/docs/language.md > ${DOCS_MUTATED} && ${DOCS_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/docs/options_documented.py $<TARGET_FILE:shardc> ${DOCS_MUTATED}")
+  set_tests_properties(docs.options.mutation PROPERTIES PASS_REGULAR_EXPRESSION "`--hostfile` is in `shardc --help` but not in the option table")
+endif()
