@@ -979,7 +979,10 @@ static void raw_origins(Value *r, const Op *op) {
  * produces: each operand dim that is a result dim it keeps is read sliced alike (Op.in_shard); a
  * dim it reduces over (a norm's) is computed whole and its result sliced. */
 static void slice_operands_to(Walk *W, Op *op, const Value *r) {
-  if (!op->plan || !op->plan->factored || op->results[0] != r) return;
+  bool planned = op->plan && op->plan->factored;
+  bool elementwise = op->kind == OP_ADD || op->kind == OP_SUB || op->kind == OP_MUL || op->kind == OP_DIV ||
+                     op->kind == OP_CAST || op->kind == OP_TRANSPOSE; /* (the ops a statistics form ends with) */
+  if ((!planned && !elementwise) || op->nresults != 1 || op->results[0] != r) return;
   const Sharding *R = &r->sharding;
   for (int i = 0; i < op->noperands; i++) {
     const Value *v = op->operands[i];
@@ -990,8 +993,10 @@ static void slice_operands_to(Walk *W, Op *op, const Value *r) {
       for (int j = 0; op->kind == OP_RENAME && j + 1 < op->ndims; j += 2)
         if (op->dims[j] == dim) dim = op->dims[j + 1];
       int e = tensor_type_find(&r->type, dim), f = 0;
-      while (f < op->plan->nf && op->plan->fdim[f] != dim) f++;
-      if (f == op->plan->nf || op->plan->fkind[f] != FK_KEEP) continue; /* reduced over: computed whole */
+      if (planned) {
+        while (f < op->plan->nf && op->plan->fdim[f] != dim) f++;
+        if (f == op->plan->nf || op->plan->fkind[f] != FK_KEEP) continue; /* reduced over: computed whole */
+      }
       if (e < 0 || s.naxes[d] >= R->naxes[e] || memcmp(s.axes[d], R->axes[e], s.naxes[d]) != 0) continue;
       s.naxes[d] = R->naxes[e];
       memcpy(s.axes[d], R->axes[e], sizeof s.axes[d]);
@@ -1224,9 +1229,17 @@ static void walk_replicated(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *c
   reshard_result(W, f, op, op->results[0], &none, mult);
 }
 
-static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult) {
+static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   OpPlan *pl = op->plan;
   if (!pl) return;
+  if (pl->nopnd == 1 && !sharding_equal(&pl->req[0], &op->operands[0]->sharding, op->operands[0]->type.rank)) {
+    /* the operand gathered on the dims the reshape cannot keep (the layout binds the result) */
+    const char *who = WHO(W, "the %s at %s, which cannot keep %s's sharding of %s", ir_op_name(op->kind),
+                          where(W, op->loc), value_text(W, op->operands[0]),
+                          shard_text(W, &op->operands[0]->type, &op->operands[0]->sharding));
+    Value *nv = reshard_value(W, f, op, op->operands[0], &pl->req[0], mult, cache, NULL, -1, who, op->loc);
+    if (W->apply) op->operands[0] = nv;
+  }
   if (pl->reshape_bad_dim >= 0) {
     W->cost.errors++;
     if (W->apply) {
@@ -1408,7 +1421,7 @@ static void walk_op(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
     return;
   }
   if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
-  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
+  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult, cache);
   else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
   else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
   if (W->apply) op->partitioned = true;

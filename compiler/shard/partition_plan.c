@@ -79,32 +79,17 @@ static bool dim_prefix(const Sharding *a, int da, const Sharding *b, int db) {
   return true;
 }
 
-void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out) {
-  memset(out, 0, sizeof *out);
-  if (!p || !p->layout || !p->mesh) return;
-  const Mesh *m = p->mesh;
-  uint16_t used = 0;
-  for (int r = 0; r < p->layout->nrules; r++) {
-    const LayoutRule *rule = &p->layout->rules[r];
-    if (rule->naxes < 1 || rule->naxes > MAX_AXES_PER_DIM) continue;
-    int i = 0;
-    while (i < t->rank && !(t->dims[i] && t->dims[i]->name == rule->dim)) i++;
-    if (i == t->rank || out->naxes[i]) continue;
-    int8_t ax[MAX_AXES_PER_DIM];
-    bool ok = true;
-    for (int k = 0; k < rule->naxes && ok; k++) {
-      int a = mesh_axis_index(m, rule->axes[k]);
-      if (a < 0) ok = false;
-      else ax[k] = (int8_t)a;
-    }
-    if (!ok) continue;
-    uint16_t mask = axes_mask(ax, rule->naxes);
-    int64_t prod = tuple_product(m, ax, rule->naxes);
-    if ((mask & used) || prod <= 0 || t->dims[i]->size % prod != 0) continue;
-    memcpy(out->axes[i], ax, (size_t)rule->naxes);
-    out->naxes[i] = (uint8_t)rule->naxes;
-    used |= mask;
+void sharding_layout_bound(const Program *p, const TensorType *t, Sharding *out, uint8_t *bound, bool warn) {
+  layout_map_dims(p, (Dim *const *)t->dims, t->rank, out, NULL, warn);
+  if (bound) {
+    *bound = 0;
+    for (int d = 0; d < t->rank; d++)
+      if (out->naxes[d]) *bound |= (uint8_t)(1u << d);
   }
+}
+
+void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out) {
+  sharding_layout_bound(p, t, out, NULL, false);
 }
 
 /* ---- reshards ---- */
@@ -468,14 +453,15 @@ typedef struct Cand {
   int8_t src[PLAN_MAX_FACTORS], src_dim[PLAN_MAX_FACTORS];
   Sharding req[PLAN_MAX_OPERANDS];
   Sharding natural;
+  Sharding result;   /* natural, or the target resolved against it */
   uint16_t made, maxax, statsax;
   int stats_factor;
   double time_s;     /* the op's collectives (exact part) */
   double choose_s;   /* time_s plus the estimated later reduction of a new partial sum */
   int ncoll;
   int layout_score;
-  int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
   uint16_t ring;     /* ring attention over these axes (FK_RING sharded), or 0 */
+  int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
 } Cand;
 
 /* The stats tensor of an op over factor f: the result without that dim, in f32. */
@@ -529,7 +515,7 @@ static double ring_seconds(const Mesh *m, const Op *op, const Sharding *const *o
 }
 
 static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
-                      const Sharding *target, const Sharding *pref, Cand *k) {
+                      const PlanTarget *target, const Sharding *pref, Cand *k) {
   const Mesh *m = c->mesh;
   const TensorType *rt = &op->results[0]->type;
   k->time_s = k->choose_s = 0;
@@ -596,20 +582,25 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
       k->choose_s += 2 * cost_collective(m, COLL_ALL_REDUCE, ax, stats_bytes(m, rt, nat, op->dims[0]), true, NULL);
   }
   const Value *res = op->results[0];
-  if (target && c->keep && res->id < c->nkeep && (axes_lost(nat, target, rt->rank) & c->keep[res->id]))
+  if (target && c->keep && res->id < c->nkeep && (axes_lost(nat, &target->s, rt->rank) & c->keep[res->id]))
     k->kept_broken++;
   if (target) {
+    plan_target_resolve(target, nat, rt->rank, &k->result);
     Reshard rs;
-    if (!reshard_plan(m, rt, nat, target, &rs)) {
+    if (!reshard_plan(m, rt, nat, &k->result, &rs)) {
       k->valid = false;
       return;
     }
     k->time_s += rs.time_s;
     k->choose_s += rs.time_s;
     k->ncoll += rs.n;
-  } else if (k->made && sharding_axes_product(m, k->made) > 1) {
+  } else {
+    k->result = *nat;
+  }
+  uint16_t left = (uint16_t)(k->made & k->result.partial);
+  if (left && (!target || target->defer) && sharding_axes_product(m, left) > 1) {
     /* a new partial sum is reduced somewhere later: count its AllReduce when choosing */
-    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, k->made, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, left, (double)sharding_local_bytes(rt, &k->result, m), true, NULL);
     k->ncoll++;
   }
   k->layout_score = 0;
@@ -654,7 +645,24 @@ static void remove_proposal(Proposal *props, int *n, int i) {
 
 #define MAX_CANDIDATES 4096
 
-bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const Sharding *target,
+void plan_target_resolve(const PlanTarget *t, const Sharding *nat, int rank, Sharding *out) {
+  *out = t->s;
+  uint16_t used = 0;
+  for (int d = 0; d < rank; d++)
+    if (!(t->open & (1u << d))) used |= dim_mask(&t->s, d);
+  for (int d = 0; d < rank; d++) {
+    if (!(t->open & (1u << d))) continue;
+    int k = 0;
+    while (k < nat->naxes[d] && !(used & bit(nat->axes[d][k]))) k++; /* up to the first axis taken */
+    memcpy(out->axes[d], nat->axes[d], sizeof out->axes[d]);
+    memset(out->axes[d] + k, 0, sizeof out->axes[d] - (size_t)k);
+    out->naxes[d] = (uint8_t)k;
+    used |= dim_mask(out, d);
+  }
+  if (t->defer) out->partial = (uint16_t)(nat->partial & ~used);
+}
+
+bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const PlanTarget *target,
              OpPlan *out) {
   memset(out, 0, sizeof *out);
   out->reshape_bad_dim = -1;
@@ -683,7 +691,8 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   }
   if (target)
     for (int d = 0; d < rt->rank; d++)
-      add_proposal(props[r.rmap[d]], &nprop[r.rmap[d]], target->axes[d], target->naxes[d], -1, d);
+      if (!(target->open & (1u << d)))
+        add_proposal(props[r.rmap[d]], &nprop[r.rmap[d]], target->s.axes[d], target->s.naxes[d], -1, d);
   for (int f = 0; f < r.nf; f++) {
     for (int i = 0; i < nprop[f]; i++) proposed[f] |= props[f][i].mask;
     if (nprop[f]) why[f] = WHY_AGREED;
@@ -837,6 +846,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   }
   memcpy(out->req, best.req, sizeof out->req);
   out->natural = best.natural;
+  out->result = best.result;
   out->passed = passed;
   out->made_partial = best.made;
   out->max_axes = best.maxax;
