@@ -44,8 +44,17 @@ typedef struct Cached {
   Sharding to;
   Value *out;
   int phase;            /* phase_class of the op that asked for it */
+  int prev;             /* the entry before it of the same value, or -1 */
 } Cached;
-typedef VEC(Cached) CacheVec;
+/* A region's reshards, in order (data, len, cap: a VEC), and by value (its last entry, open
+ * addressing), so that a look-up reads only that value's entries. */
+typedef struct CacheVec {
+  Cached *data;
+  int len, cap;
+  const Value **hkey;
+  int *hval;
+  int hcap, hlen;
+} CacheVec;
 
 struct LseKept;
 
@@ -595,14 +604,49 @@ static void charge(Walk *W, double time, double n, double mult) {
 static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult);
 
 /* v brought to `to` before `pos` (NULL: at f's end): the value to use instead of v. */
+static size_t cache_slot(const CacheVec *c, const Value *v) {
+  uint64_t x = (uint64_t)(uintptr_t)v;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  size_t j = (size_t)(x ^ (x >> 29)) & (size_t)(c->hcap - 1);
+  while (c->hkey[j] && c->hkey[j] != v) j = (j + 1) & (size_t)(c->hcap - 1);
+  return j;
+}
+
+static const Cached *cache_find(const Walk *W, const CacheVec *c, const Value *v, const Sharding *to) {
+  if (!c->hcap) return NULL;
+  size_t j = cache_slot(c, v);
+  for (int i = c->hkey[j] ? c->hval[j] : -1; i >= 0; i = c->data[i].prev)
+    if (c->data[i].phase == phase_class(W->phase) && sharding_equal(&c->data[i].to, to, v->type.rank)) return &c->data[i];
+  return NULL;
+}
+
+static void cache_add(Walk *W, CacheVec *c, Cached e) {
+  if (2 * (c->hlen + 1) > c->hcap) {
+    int ncap = c->hcap ? 2 * c->hcap : 64;
+    const Value **nk = ARENA_ARRAY(W->tmp, const Value *, ncap);
+    int *nv = ARENA_ARRAY(W->tmp, int, ncap);
+    CacheVec g = {.hkey = nk, .hval = nv, .hcap = ncap};
+    for (int i = 0; i < c->hcap; i++)
+      if (c->hkey[i]) {
+        size_t j = cache_slot(&g, c->hkey[i]);
+        nk[j] = c->hkey[i];
+        nv[j] = c->hval[i];
+      }
+    c->hkey = nk, c->hval = nv, c->hcap = ncap;
+  }
+  size_t j = cache_slot(c, e.v);
+  e.prev = c->hkey[j] ? c->hval[j] : -1;
+  if (!c->hkey[j]) c->hkey[j] = e.v, c->hlen++;
+  c->hval[j] = c->len;
+  VEC_PUSH(W->tmp, *c, e);
+}
+
 static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
   if (W->ledger) return ledger_reshard(W, f, v, to, mult);
-  for (int i = 0; i < cache->len; i++)
-    if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
-        sharding_equal(&cache->data[i].to, to, v->type.rank))
-      return cache->data[i].out;
+  const Cached *hit = cache_find(W, cache, v, to);
+  if (hit) return hit->out;
   /* A rename is a view: its source is resharded (once, whoever else reads it: attention's q reads
    * x, its k and v read x[seq -> kseq]) and renamed again. The sharding maps by position. */
   const Op *rn = v->def;
@@ -625,8 +669,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
       out->name = v->name;
       insert_before(W, f, pos, r);
     }
-    Cached c = {v, *to, out, phase_class(W->phase)};
-    VEC_PUSH(W->tmp, *cache, c);
+    cache_add(W, cache, (Cached){v, *to, out, phase_class(W->phase), -1});
     return out;
   }
   Reshard rs;
@@ -637,8 +680,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
     Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
     splice_before(W, f, pos, first);
   }
-  Cached c = {v, *to, out, phase_class(W->phase)};
-  VEC_PUSH(W->tmp, *cache, c);
+  cache_add(W, cache, (Cached){v, *to, out, phase_class(W->phase), -1});
   return out;
 }
 
