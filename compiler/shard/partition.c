@@ -280,6 +280,10 @@ static const char *time_text(const Walk *W, double s) {
 /* "; chosen by cost: 55.9 us against 28.7 ms the other way" when the op's plan was a choice. */
 static const char *choice_text(const Walk *W, const OpPlan *pl) {
   if (!pl->conflict || pl->alt_time_s < 0) return "";
+  if (pl->kept) /* the plan-choice rule's costs come after the layout's binding of the weights */
+    return arena_printf(W->m->arena, "; the layout binds the weights' tensor-parallel shards, so a plan that gathers "
+                                     "them is not taken (it would take %s against %s)",
+                        time_text(W, pl->alt_time_s), time_text(W, pl->time_s));
   return arena_printf(W->m->arena, "; chosen by cost: %s against %s for the next best plan", time_text(W, pl->time_s),
                       time_text(W, pl->alt_time_s));
 }
@@ -1063,8 +1067,12 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   const Op *op = r->def ? r->def : after;
   Sharding want = r->sharding;
   const char *grad = r->spec ? NULL : grad_subject(W, r);
+  bool bound = false; /* a dim held as a layout rule maps it (the layout binds the value) */
+  for (int d = 0; d < r->type.rank; d++) bound |= want.naxes[d] && r->dim_src[d] == SHARD_LAYOUT;
   const char *who = r->spec ? arena_printf(W->m->arena, "%s, %s,", spec_text(W, r->spec), shard_text(W, &r->type, &want))
-                    : grad  ? arena_printf(W->m->arena, "its stacked gradient's sharding, %s (propagation's choice),",
+                    : grad  ? arena_printf(W->m->arena, "its stacked gradient's sharding, %s (%s),",
+                                           shard_text(W, &r->type, &want), bound ? "the layout's" : "propagation's choice")
+                    : bound ? arena_printf(W->m->arena, "the layout's sharding of %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want))
                             : arena_printf(W->m->arena, "propagation's choice for %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want));
@@ -1276,7 +1284,7 @@ static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cach
   if (!pl) return;
   if (pl->nopnd == 1 && !sharding_equal(&pl->req[0], &op->operands[0]->sharding, op->operands[0]->type.rank)) {
     /* the operand gathered on the dims the reshape cannot keep (the layout binds the result) */
-    const char *who = WHO(W, "the %s at %s, which cannot keep %s's sharding of %s", ir_op_name(op->kind),
+    const char *who = WHO(W, "the %s at %s (it cannot keep %s's sharding, %s, on its parts)", ir_op_name(op->kind),
                           where(W, op->loc), value_text(W, op->operands[0]),
                           shard_text(W, &op->operands[0]->type, &op->operands[0]->sharding));
     Value *nv = reshard_value(W, f, op, op->operands[0], &pl->req[0], mult, cache, NULL, -1, who, op->loc);

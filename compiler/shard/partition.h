@@ -113,6 +113,8 @@ typedef struct OpPlan {
   bool conflict;                      /* the assignment was chosen by cost among candidates */
   double time_s;                      /* this op's collectives (operand reshards, in-op, result) */
   double alt_time_s;                  /* the cheapest rejected candidate's, or -1 */
+  bool kept;                          /* chosen over cheaper candidates that gather a weight over an
+                                         axis it keeps (PlanCtx.keep: the layout binds it) */
   Sharding result;                    /* the result as the op leaves it: its target resolved (open
                                          dims from `natural`, deferred partial sums), or `natural` */
   /* distinct natural results of the candidates (propagation tries them as pins) */

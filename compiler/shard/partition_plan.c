@@ -487,6 +487,24 @@ static uint16_t axes_lost(const Sharding *from, const Sharding *to, int rank) {
   return lost;
 }
 
+/* Whether operand i (a weight keeping the axes `keep`) resharded from `from` to `to` gives up tensor
+ * parallelism: it loses a kept axis on a dim the op contracts (the row-parallel matmul's partial
+ * sums), or on a dim the result keeps where the target shards that dim over the same axis (the
+ * column-parallel matmul's output, produced by gathering the weight and moving the result). A weight
+ * gathered on a dim whose result the target holds otherwise is matmul case 4's cheaper gather. */
+static bool keep_broken(const Rule *r, int i, const Value *v, const Sharding *from, const Sharding *to,
+                        const PlanTarget *target, uint16_t keep) {
+  for (int d = 0; d < v->type.rank; d++) {
+    uint16_t lost = (uint16_t)(dim_mask(from, d) & ~dim_mask(to, d) & keep);
+    int f = r->omap[i][d];
+    if (!lost || f < 0) continue;
+    if (r->fk[f] == FK_SUM) return true;
+    for (int e = 0; target && e < MAX_RANK && r->rmap[e] >= 0; e++)
+      if (r->rmap[e] == f && !(target->open & (1u << e)) && (dim_mask(&target->s, e) & lost)) return true;
+  }
+  return false;
+}
+
 /* language.md: the ring is the layout's: it maps the query dim to `ring` and none of q's other
  * dims (heads, head, a group) to any of those axes (where it maps heads there, attention runs in
  * the Ulysses form instead: AllToAlls from sequence to heads and back). */
@@ -539,7 +557,9 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     }
     k->time_s += rs.time_s;
     k->ncoll += rs.n;
-    if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id])) k->kept_broken++;
+    if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id]) &&
+        keep_broken(r, i, v, opnd[i], q, target, c->keep[v->id]))
+      k->kept_broken++;
   }
   Sharding *nat = &k->natural;
   memset(nat, 0, sizeof *nat);
@@ -857,6 +877,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   out->conflict = nconflict > 0;
   out->time_s = best.time_s;
   if (have_alt && nconflict) out->alt_time_s = alt.choose_s;
+  out->kept = have_alt && nconflict && alt.kept_broken > best.kept_broken && alt.choose_s < best.choose_s;
   return true;
 }
 

@@ -157,6 +157,7 @@ typedef struct Prop {
   ValueVec order;       /* FREE values in program order: the search's order */
   PlanMemo memo;
   uint8_t *bound;       /* by value id: bit d where a layout rule maps dim d (pref holds its axes) */
+  int8_t (*rule)[MAX_RANK]; /* by value id and dim: the layout rule that maps it, or -1 (origins) */
   uint16_t *keep;       /* by value id: the tensor-parallel axes a weight keeps (PlanCtx.keep) */
   Value **carry_in;     /* by value id: for a loop body's carried output made in the body, the carried
                            input it becomes (one sharding for every iteration: its target) */
@@ -217,6 +218,30 @@ static void note_value(Prop *P, Value *v, int kind) {
   if (P->kind[v->id] == V_FIXED && kind != V_FIXED) return;
   P->kind[v->id] = (uint8_t)kind;
   sharding_layout_bound(P->p, &v->type, &P->pref[v->id], &P->bound[v->id], kind == V_FREE);
+  memset(P->rule[v->id], -1, sizeof P->rule[v->id]);
+  if (kind != V_FREE || !P->bound[v->id] || !P->p->layout) return;
+  Sharding s;
+  ShardOrigin o;
+  layout_map_dims(P->p, (Dim *const *)v->type.dims, v->type.rank, &s, &o, false);
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++)
+    for (int r = 0; o.kind[d] == ORIGIN_LAYOUT && r < P->p->layout->nrules && r < 127; r++) {
+      SrcLoc l = P->p->layout->rules[r].loc;
+      if (l.file == o.loc[d].file && l.line == o.loc[d].line && l.col == o.loc[d].col) P->rule[v->id][d] = (int8_t)r;
+    }
+}
+
+/* A bound value's dims held as the layout maps them name the rule (explain's reasons). */
+static void bound_origins(const Prop *P, Value *v) {
+  if (!P->bind || v->id < 0 || v->id >= P->nvalues || P->kind[v->id] != V_FREE || !P->bound[v->id]) return;
+  const Sharding *b = &P->pref[v->id];
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++) {
+    int r = P->rule[v->id][d];
+    if (r < 0 || !b->naxes[d] || v->sharding.naxes[d] != b->naxes[d] ||
+        memcmp(v->sharding.axes[d], b->axes[d], b->naxes[d]) != 0)
+      continue;
+    v->dim_src[d] = SHARD_LAYOUT;
+    v->dim_loc[d] = P->p->layout->rules[r].loc;
+  }
 }
 
 static bool module_partitioned(const IrFunc *f) {
@@ -666,6 +691,7 @@ static void loop_head(Prop *P, Op *op, uint16_t blocked) {
       if (!s.naxes[d]) in->dim_src[d] = SHARD_FREE;
     set_derived(in, &s, op->loc);
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
+    else bound_origins(P, in);
   }
 }
 
@@ -780,6 +806,7 @@ static void derive_reshape(Prop *P, Op *op) {
     else r->dim_src[d] = SHARD_PROPAGATED, r->dim_loc[d] = op->loc;
   }
   r->partial_loc = x->partial_loc;
+  bound_origins(P, r);
 }
 
 /* One op of a function (not a loop, not a reshape): its plan, and its result where free. */
@@ -810,6 +837,7 @@ static void derive_op(Prop *P, const PlanCtx *c, Op *op) {
   if (!is_free(P, r)) return;
   set_derived(r, &pl->result, op->loc);
   origin_from_plan(r, op, pl);
+  bound_origins(P, r);
 }
 
 /* Any op of a function, as derive_func derives it in program order. */
@@ -1717,6 +1745,7 @@ void propagate_module(IrModule *m, const Program *p) {
   P.pin = ARENA_ARRAY(&a, Sharding, n);
   P.pref = ARENA_ARRAY(&a, Sharding, n);
   P.bound = ARENA_ARRAY(&a, uint8_t, n);
+  P.rule = arena_alloc(&a, sizeof *P.rule * (size_t)n);
   P.carry_in = ARENA_ARRAY(&a, Value *, n);
   P.uses = ARENA_ARRAY(&a, UseVec, n);
   P.is_output = ARENA_ARRAY(&a, bool, n);
