@@ -28,6 +28,7 @@ typedef struct ReshardStep {
   uint16_t axes;        /* mesh axes it runs over */
   int dim, dim2;        /* AllGather / ReduceScatter: the dim (-1: several); AllToAll: from, to */
   double bytes;
+  double bytes_per_device; /* what each device sends (CollCost's; the plan choice's bytes) */
   double time_s;        /* ideal */
   Sharding before, after;
 } ReshardStep;

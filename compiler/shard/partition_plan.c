@@ -104,7 +104,9 @@ static void add_step(const Mesh *m, Reshard *r, CollKind kind, uint16_t axes, in
   s->dim = dim;
   s->dim2 = dim2;
   s->bytes = bytes;
-  s->time_s = cost_collective(m, kind, axes, bytes, true, NULL);
+  CollCost cc;
+  s->time_s = cost_collective(m, kind, axes, bytes, true, &cc);
+  s->bytes_per_device = cc.bytes_per_device;
   s->before = *before;
   s->after = *after;
   r->time_s += s->time_s;
@@ -459,6 +461,7 @@ typedef struct Cand {
   double time_s;     /* the op's collectives (exact part) */
   double choose_s;   /* time_s plus the estimated later reduction of a new partial sum */
   int ncoll;
+  double bytes;      /* bytes per device its collectives send (the plan-choice rule's third key) */
   int layout_score;
   uint16_t ring;     /* ring attention over these axes (FK_RING sharded), or 0 */
   int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
@@ -532,12 +535,19 @@ static double ring_seconds(const Mesh *m, const Op *op, const Sharding *const *o
   return (n - 1) * cost_collective(m, COLL_PERMUTE, ring, block, true, NULL);
 }
 
+static double reshard_bytes(const Reshard *rs) {
+  double b = 0;
+  for (int i = 0; i < rs->n; i++) b += rs->step[i].bytes_per_device;
+  return b;
+}
+
 static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
                       const PlanTarget *target, const Sharding *pref, Cand *k) {
   const Mesh *m = c->mesh;
   const TensorType *rt = &op->results[0]->type;
   k->time_s = k->choose_s = 0;
   k->ncoll = 0;
+  k->bytes = 0;
   k->kept_broken = 0;
   for (int i = 0; i < r->nopnd; i++) {
     const Value *v = op->operands[i];
@@ -557,6 +567,7 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     }
     k->time_s += rs.time_s;
     k->ncoll += rs.n;
+    k->bytes += reshard_bytes(&rs);
     if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id]) &&
         keep_broken(r, i, v, opnd[i], q, target, c->keep[v->id]))
       k->kept_broken++;
@@ -584,13 +595,17 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
   }
   nat->partial = (uint16_t)(passed | k->made);
   if (k->maxax && sharding_axes_product(m, k->maxax) > 1) {
-    k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    CollCost cc;
+    k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, &cc);
     k->ncoll++;
+    k->bytes += cc.bytes_per_device;
   }
   if (k->statsax && sharding_axes_product(m, k->statsax) > 1) {
     double b = stats_bytes(m, rt, nat, r->fdim[k->stats_factor]);
-    k->time_s += r->nstats * cost_collective(m, COLL_ALL_REDUCE, k->statsax, b, true, NULL);
+    CollCost cc;
+    k->time_s += r->nstats * cost_collective(m, COLL_ALL_REDUCE, k->statsax, b, true, &cc);
     k->ncoll += r->nstats;
+    k->bytes += r->nstats * cc.bytes_per_device;
   }
   k->choose_s = k->time_s;
   if (op->kind == OP_CROSS_ENTROPY && op->phase == PHASE_LOSS && !k->statsax && op->ndims > 0) {
@@ -614,14 +629,17 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     k->time_s += rs.time_s;
     k->choose_s += rs.time_s;
     k->ncoll += rs.n;
+    k->bytes += reshard_bytes(&rs);
   } else {
     k->result = *nat;
   }
   uint16_t left = (uint16_t)(k->made & k->result.partial);
   if (left && (!target || target->defer) && sharding_axes_product(m, left) > 1) {
     /* a new partial sum is reduced somewhere later: count its AllReduce when choosing */
-    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, left, (double)sharding_local_bytes(rt, &k->result, m), true, NULL);
+    CollCost cc;
+    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, left, (double)sharding_local_bytes(rt, &k->result, m), true, &cc);
     k->ncoll++;
+    k->bytes += cc.bytes_per_device;
   }
   k->layout_score = 0;
   for (int d = 0; d < rt->rank; d++) k->layout_score += dim_equal(nat, d, pref, d);
@@ -629,8 +647,8 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
 }
 
 /* Strictly better: fewer kept weight shardings broken (PlanCtx.keep), then ring attention where
- * it is possible, then less time (beyond rounding), then fewer collectives, then closer to the
- * layout. */
+ * it is possible, then less time (beyond rounding), then fewer collectives, then fewer bytes per
+ * device (beyond rounding), then closer to the layout (language.md, Choosing a plan). */
 static bool cand_better(const Cand *a, const Cand *b) {
   if (a->kept_broken != b->kept_broken) return a->kept_broken < b->kept_broken;
   /* language.md: where the query and key dims share axes, attention runs as a ring */
@@ -639,6 +657,9 @@ static bool cand_better(const Cand *a, const Cand *b) {
   if (a->choose_s < b->choose_s - eps) return true;
   if (a->choose_s > b->choose_s + eps) return false;
   if (a->ncoll != b->ncoll) return a->ncoll < b->ncoll;
+  double beps = 1e-9 * fmax(a->bytes, b->bytes);
+  if (a->bytes < b->bytes - beps) return true;
+  if (a->bytes > b->bytes + beps) return false;
   return a->layout_score > b->layout_score;
 }
 
