@@ -4,8 +4,10 @@
  *
  * Each layer is `x = x + gelu(x @ w_i) @ v_i` with the dims shared by every layer, on
  * h100[data: 8, model: 8], under two layouts: `tp` (Megatron: batch over `data`, hidden over
- * `model`; the search finds nothing to try on the forward) and `fsdp_tp` (embed over `data` too:
- * every layer's activations have candidates the search tries). The forward and the train step
+ * `model`) and `fsdp_tp` (embed over `data` too). The layout binds every value, so check runs no
+ * search (the free search that weighs the plan the layout forbids runs in explain and sim, not
+ * here; before layouts bound values, fsdp_tp's activations gave it candidates to try: quadratic
+ * in the layers). The forward and the train step
  * (mse, adam) run at N = 125, 250, 500, 1000 layers. It prints each time, the time per
  * layer, and each size's time over the smallest's divided by the size ratio (growth: 1.0 linear,
  * 2 at each doubling quadratic), and the process's CPU time (best of the reps too), which a loaded
