@@ -18,6 +18,7 @@
 #include "check.h"
 #include "explain_textbook.h"
 #include "memory.h"
+#include "outfile.h"
 #include "partition.h"
 #include "report.h"
 #include "sim.h"
@@ -381,6 +382,11 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     return EXIT_PROGRAM_ERROR;
   }
   if (rc != EXIT_OK) return rc;
+  char err[700];
+  if (o->trace && !outfile_check(o->trace, err, sizeof err)) { /* before the work: the trace is not an input */
+    diag_error((SrcLoc){0}, "sim: --trace: %s", err);
+    return EXIT_PROGRAM_ERROR;
+  }
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   m->weigh.want = true; /* a plan the layout forbids, weighed (never taken): sim says so */
@@ -397,8 +403,8 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
-  if (o->trace && !sim_report_trace_write(&r, o->trace)) {
-    diag_error((SrcLoc){0}, "cannot write the trace to '%s'", o->trace);
+  if (o->trace && !sim_report_trace_write(&r, o->trace, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "sim: --trace: %s", err);
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
