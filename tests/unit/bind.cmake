@@ -14,3 +14,9 @@ add_test(NAME run.pipe.stage_rule_skipped
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/tests/sema/layout_pipeline_axis.shard --steps 2
                  --timeout 60)
 set_tests_properties(run.pipe.stage_rule_skipped PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "(^|\n)PASS: ")
+# A multi-axis rule keeps the axes the tensor does not use yet (queries seq@ctx beside heads@model):
+# the step run so computes what one device computes.
+add_test(NAME run.multi_axis_keep
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/tests/explain/multi_axis_keep.shard -D batch=2 -D seq=16
+                 -D embed=32 -D heads=4 -D head=8 --timeout 60)
+set_tests_properties(run.multi_axis_keep PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "(^|\n)PASS: ")

@@ -109,6 +109,7 @@ static const char *const RULES =
     "layout ep { batch: (data, ep)  expert: ep }\n"
     "layout pp { layers: stage  batch: (data, stage)  embed: stage  heads: model }\n"
     "layout flat { batch: (data, stage)  embed: stage }\n"
+    "layout mc { heads: model  seq: (model, ctx)  cap: (model, ctx) }\n"
     "model blk {\n"
     "  param w: bf16[embed, heads, head]\n"
     "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] { return x }\n"
@@ -191,6 +192,32 @@ static void test_layout_rules(void) {
     UT_CHECK(st == 1u << 1 && r && r->dim == intern_cstr("layers"), "stage axes %#x", st);
     EXPECT_MAPPED(p, "batch, seq, embed", "batch", "seq", "embed");
     EXPECT_MAPPED(p, "layers@stage, embed, heads@model, head", "layers", "embed", "heads", "head");
+  }
+  ut_end();
+
+  /* The same rule, a whole-or-nothing reading against language.md's (a multi-axis rule keeps, in
+   * order, those of its axes the tensor does not use yet). Sizes: seq 8, cap 2; ctx 2, model 2. */
+  ut_begin("a multi-axis rule whose first axis another dim took keeps the rest; divisibility is the kept axes'");
+  p = rules_program("mc");
+  if (p) {
+    EXPECT_MAPPED(p, "seq@(model, ctx), embed", "seq", "embed");        /* nothing taken: the whole rule */
+    EXPECT_MAPPED(p, "seq@ctx, heads@model", "seq", "heads");           /* model taken by heads: ctx kept */
+    /* cap 2: (model, ctx) is 4 and does not divide it, so alone the rule is skipped; with heads on
+     * model the kept ctx (2) divides it */
+    EXPECT_MAPPED(p, "cap, embed", "cap", "embed");
+    EXPECT_MAPPED(p, "heads@model, cap@ctx", "heads", "cap");
+    EXPECT_MAPPED(p, "seq@(model, ctx), cap", "seq", "cap");            /* both taken: skipped */
+    /* an explicit `@` takes an axis as an earlier rule does (layout_apply) */
+    TypeSpec t = {.dtype = DT_BF16, .rank = 2};
+    t.dims[0] = program_find_dim(p, intern_cstr("embed"));
+    t.dims[1] = program_find_dim(p, intern_cstr("seq"));
+    t.at[0][0] = intern_cstr("model");
+    t.nat[0] = 1;
+    Sharding s;
+    UT_CHECK(layout_apply(p, &t, &s, NULL), "embed@model is legal");
+    UT_CHECK(s.naxes[0] == 1 && s.axes[0][0] == mesh_axis_index(p->mesh, intern_cstr("model")), "embed@model");
+    UT_CHECK(s.naxes[1] == 1 && s.axes[1][0] == mesh_axis_index(p->mesh, intern_cstr("ctx")),
+             "seq: (model, ctx) after embed@model keeps ctx (got %d axes)", s.naxes[1]);
   }
   ut_end();
 
