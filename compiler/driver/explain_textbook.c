@@ -123,7 +123,15 @@ cJSON *layout_weigh_json(Arena *a, const IrModule *m, const Program *p) {
   if (w->rule) {
     cJSON_AddStringToObject(o, "rule", rule_text(a, w->rule));
     const SrcLoc loc = w->rule->loc;
-    cJSON_AddStringToObject(o, "file", !loc.file ? "" : loc.file == p->main_file ? report_file(loc) : loc.file->path);
+    /* another file by the name partition_where gives it (explain's json does the same): the same
+     * whatever directory the tree or the command runs from */
+    const char *file = "";
+    if (loc.file && loc.file == p->main_file) file = report_file(loc);
+    else if (loc.file) {
+      const char *w = partition_where(a, p, loc), *colon = strrchr(w, ':');
+      file = colon ? arena_strndup(a, w, (size_t)(colon - w)) : w;
+    }
+    cJSON_AddStringToObject(o, "file", file);
     cJSON_AddNumberToObject(o, "line", w->rule->loc.line);
     cJSON_AddNumberToObject(o, "values", w->nvalues);
   }
