@@ -39,3 +39,7 @@ add_test(NAME sim.forbidden_cheaper.none
          COMMAND $<TARGET_FILE:shardc> sim ${CMAKE_SOURCE_DIR}/tests/explain/conflict_cost.shard --layout tp -D batch=256
                  -D seq=2048)
 set_tests_properties(sim.forbidden_cheaper.none PROPERTIES FAIL_REGULAR_EXPRESSION "\nlayout " PASS_REGULAR_EXPRESSION "\nstep time ")
+# explain's json carries the same object (its text line is in tests/explain/conflict_cost.out).
+add_test(NAME explain.forbidden_cheaper.json COMMAND $<TARGET_FILE:shardc> explain ${conflict} --format json)
+set_tests_properties(explain.forbidden_cheaper.json PROPERTIES PASS_REGULAR_EXPRESSION
+  "\"forbidden_cheaper\":[ \t]+{[\n\t]+\"saves_s\":[ \t]+0\\.0057788188[0-9]*,[\n\t]+\"bound_comm_s\":[ \t]+0\\.0059652323[0-9]*,[\n\t]+\"unbound_comm_s\":[ \t]+0\\.0001864135[0-9]*,[\n\t]+\"rule\":[ \t]+\"hidden: model\",[\n\t]+\"file\":[ \t]+\"mlp\\.shard\",[\n\t]+\"line\":[ \t]+28,")
