@@ -198,8 +198,9 @@ char *sim_report_trace_text(const SimReport *r); /* malloc'd JSON; NULL without 
  * optimizer; the gradients' collectives (CollRole ROLE_GRADIENT) are gradient reduction, a
  * pipeline's sends pipeline transfers. Per device: compute_s of its kernels, comm_s of its
  * collectives, exposed_comm_s the part of those no compute overlaps, time_s = compute_s +
- * exposed_comm_s (so the phases' time_s add up to the report's compute_s + exposed_comm_s), flops,
- * and flops_per_s = flops / time_s (achieved, per device). */
+ * exposed_comm_s, flops, and flops_per_s = flops / time_s (achieved, per device). The phases add up
+ * to the report's compute_s + exposed_comm_s when collectives ride one link class; collectives on
+ * different links running at once are each counted (the report counts that time once). */
 #define SIM_PHASES(X)                          \
   X(SIMPH_FORWARD, "forward")                  \
   X(SIMPH_BACKWARD, "backward")                \
