@@ -167,7 +167,20 @@ void rtsync_wake(RtDevice *dev);
 void rtsync_wake_all(Runtime *rt);
 void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
 
+/* Loops worth vectorising: compiled for AVX-512 (x86-64-v4), AVX2 + FMA (v3) and the baseline,
+ * the CPU's best version picked when the program loads (function multiversioning: the CPU is
+ * detected at run time, never assumed from the build machine). The files holding them are
+ * compiled at -O3 (runtime/CMakeLists.txt): GCC's -O2 vectorises only the cheapest loops. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RT_VECTOR __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RT_VECTOR
+#endif
+
 /* ---- kernels.c ---- */
+/* bf16 <-> f32 over arrays, vectorised (round to nearest even, NaN kept quiet) */
+void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+void rtk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* dst[i] = op over srcs[0..n-1][i] in that order; floats accumulate in f32 and round once. Any
  * src may alias dst elementwise (each element is read before it is written). */
 void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, int n, size_t count);
