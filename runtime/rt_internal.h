@@ -75,6 +75,10 @@ struct RtDevice {
   _Alignas(64) _Atomic uint32_t *_Atomic sleep_bell;
   _Atomic uint32_t bell;
   _Atomic uint32_t sleepers;
+  /* GEMM (gemm.c, gemm_dnnl.c; own thread only) */
+  int gemm_engine;          /* RtGemmEngine: AUTO or forced */
+  int omp_saved;            /* the thread's OpenMP team size before the run (restored after) */
+  struct RtDnnlDev *dnnl;   /* its oneDNN stream and scratchpad, made at its first oneDNN product */
 };
 
 struct Runtime {
@@ -91,6 +95,9 @@ struct Runtime {
   const struct RtBackend *backend;
   void *backend_state;
   RtDevice *devices; /* [ndev] */
+  struct RtDnnl *dnnl;  /* oneDNN's engine and the cache of primitives (gemm_dnnl.c) */
+  int gemm_engine;      /* RtGemmEngine every device starts with (SHARDC_GEMM) */
+  bool gemm_trace;      /* SHARDC_GEMM_TRACE: every product's shape and engine on stderr */
   RtEntry entry;
   void *entry_arg;
 
@@ -166,6 +173,17 @@ void rtsync_ring(_Atomic uint32_t *bell, _Atomic uint32_t *sleepers);
 void rtsync_wake(RtDevice *dev);
 void rtsync_wake_all(Runtime *rt);
 void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
+
+/* ---- gemm_dnnl.c: oneDNN's matmul ---- */
+int rtdnnl_open(Runtime *rt);   /* the cache (the engine is made at the first product) */
+void rtdnnl_close(Runtime *rt); /* the primitives, the devices' streams and scratchpads */
+/* Around a device's entry function: its OpenMP team size set to 1 (checked), then restored. */
+int rtdnnl_device_begin(RtDevice *dev);
+void rtdnnl_device_end(RtDevice *dev);
+/* g through the cached primitive for its key (made if new). *ran false (and RT_OK) when oneDNN
+ * has no implementation for it: the caller runs it elsewhere. */
+int rtdnnl_gemm(RtDevice *dev, const RtGemm *g, bool *ran);
+void rtdnnl_counts(const Runtime *rt, uint64_t *created, uint64_t *hits);
 
 /* Loops worth vectorising: compiled for AVX-512 (x86-64-v4), AVX2 + FMA (v3) and the baseline,
  * the CPU's best version picked when the program loads (function multiversioning: the CPU is
