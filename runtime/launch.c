@@ -3,7 +3,16 @@
  * blocks of the inputs and params generated per global index (rt_random_fill), the per-device
  * program run on one thread per device and the one-device program on one, a train step's state
  * carried from step to step, the outputs reassembled from the blocks and compared
- * (|sharded - one device| <= atol + rtol |one device|), and the same report, text or JSON. */
+ * (|sharded - one device| <= atol + rtol |one device|), and the same report, text or JSON.
+ *
+ * Its options are parsed as shardc parses them (args.c: the whole value, in range, or exit 2), and
+ * every host allocation is checked: a failure is an error naming what was being allocated (exit 1),
+ * never a crash. SHARDC_FAIL_HOST_ALLOC=N (tests) makes the Nth host allocation fail.
+ *
+ * Under MPI (an executable built with --backend mpi, main rt_mpi_main: shardrt_mpi.h) every rank
+ * runs this with its own devices: it places their blocks only, rank 0 alone runs the one-device
+ * program, gets the outputs' blocks from the others (rt_fetch_to_root), compares and prints, and
+ * the ranks agree after each step that can fail on one of them (rt_processes_agree). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,6 +20,18 @@
 #include <string.h>
 
 #include "shardrt.h"
+
+/* ---- host allocations ---- */
+
+static long host_allocs, host_fail_at = -1; /* SHARDC_FAIL_HOST_ALLOC: the Nth fails (tests) */
+
+/* calloc(n, size), or an error naming `what` and NULL. */
+static void *host_calloc(size_t n, size_t size, const char *what) {
+  host_allocs++;
+  void *p = host_allocs == host_fail_at ? NULL : calloc(n ? n : 1, size);
+  if (!p) fprintf(stderr, "error: out of host memory for %s (%zu x %zu bytes)\n", what, n, size);
+  return p;
+}
 
 typedef struct Side {
   const RtProgram *p;
@@ -96,41 +117,54 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   for (int a = 0; a < c.naxes; a++) c.axis_size[a] = p->axis_size[a], c.axis_name[a] = p->axis_name[a];
   int rc = rt_open(&c, &s->rt);
   if (rc != RT_OK) {
-    fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
     return rc;
   }
   s->ndev = rt_device_count(s->rt);
   int nslots = p->nin + p->nparams + p->nout;
-  s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
-  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)nslots + 1, sizeof(void *));
-  /* inputs and params, generated per global index */
+  if (!(s->slots = host_calloc((size_t)s->ndev, sizeof *s->slots, "the devices' slot tables"))) return RT_E_NOMEM;
   for (int d = 0; d < s->ndev; d++)
-    for (int i = 0; i < p->nin + p->nparams; i++) {
+    if (!(s->slots[d] = host_calloc((size_t)nslots + 1, sizeof(void *), "a device's slot table"))) return RT_E_NOMEM;
+  /* inputs and params, generated per global index, each process its own devices' (under MPI) */
+  bool placed = true;
+  for (int d = 0; d < s->ndev && placed; d++)
+    for (int i = 0; i < p->nin + p->nparams && placed; i++) {
       const RtSlotDesc *sd = &p->slots[i];
-      if (!holds(s, sd, d)) continue;
+      if (!holds(s, sd, d) || !rt_device_local(s->rt, d)) continue;
       RtBlock b;
       block_of(s, sd, d, &b);
       int64_t n = elems(&b);
       void *buf;
-      if ((rc = rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf)) != RT_OK) {
-        fprintf(stderr, "error: %s\n", rt_errmsg(s->rt));
-        return rc;
+      if (rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf) != RT_OK) {
+        placed = false;
+        break;
       }
+      s->slots[d][i] = buf;
+      rc = RT_OK;
       if (sd->lo == sd->hi)
         for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
       else if (!(s->sharded && sd->stacked && p->chunks > 1))
-        rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
+        rc = rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
       else { /* storage order: each local row made as the model's row it holds */
         int64_t row = b.shape[0] > 0 ? n / b.shape[0] : 0, start = b.start[0];
-        for (int64_t r = 0; r < b.shape[0]; r++) {
+        for (int64_t r = 0; r < b.shape[0] && rc == RT_OK; r++) {
           RtBlock one = b;
           one.start[0] = model_row(s, sd, start + r), one.shape[0] = 1;
-          rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed, sd->key,
-                         sd->lo, sd->hi);
+          rc = rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed,
+                              sd->key, sd->lo, sd->hi);
         }
       }
-      s->slots[d][i] = buf;
+      if (rc != RT_OK) {
+        fprintf(stderr, "error: making input slot %d: %s\n", i, rt_status_name(rc));
+        return rc;
+      }
     }
+  char msg[1024]; /* every process placed its blocks, or all stop with the first one's message */
+  snprintf(msg, sizeof msg, "%s", placed ? "" : rt_errmsg(s->rt));
+  if (!rt_processes_agree(s->rt, placed, msg, sizeof msg)) {
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", msg);
+    return RT_E_NOMEM;
+  }
   return RT_OK;
 }
 
@@ -149,7 +183,8 @@ static int side_step(Side *s) {
   double t0 = rt_seconds();
   int rc = rt_run(s->rt, s->sharded ? p->device : p->reference, s->slots);
   s->seconds += rt_seconds() - t0;
-  if (rc != RT_OK) fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
+  if (rc != RT_OK && rt_process_rank(s->rt) == 0)
+    fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
   return rc;
 }
 
@@ -169,13 +204,15 @@ static void side_carry(Side *s) {
 }
 
 /* Output j, whole: each block once (the devices at 0 on the axes it is replicated over), partial
- * sums added. */
+ * sums added. Under MPI on rank 0 (the others take part, and get NULL). */
 static double *assemble(const Side *s, int j) {
   const RtProgram *p = s->p;
   const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
   int64_t n = 1;
   for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
-  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
+  double *g = rt_process_rank(s->rt) != 0 ? NULL /* under MPI rank 0 assembles */
+              : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole output of the sharded run" : "a whole output of the one-device run");
+  if (!g && rt_process_count(s->rt) == 1) return NULL; /* else it still takes part in the fetches */
   unsigned used = sd->partial;
   for (int i = 0; s->sharded && i < sd->rank; i++)
     for (int k = 0; k < sd->naxes[i]; k++) used |= 1u << sd->axes[i][k];
@@ -189,10 +226,18 @@ static double *assemble(const Side *s, int j) {
     for (int a = 0; s->sharded && a < p->naxes; a++)
       if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
     if (by_stage && stage_of(s, d) != first) skip = true;
-    if (skip || !holds(s, sd, d) || !s->slots[d][p->nin + p->nparams + j]) continue;
+    if (skip || !holds(s, sd, d)) continue;
     RtBlock b;
     block_of(s, sd, d, &b);
-    const void *buf = s->slots[d][p->nin + p->nparams + j];
+    /* under MPI the block comes to rank 0 (every rank makes the same calls) */
+    size_t bytes = (size_t)elems(&b) * rt_dtype_size((RtDtype)sd->dtype);
+    void *scratch = g && !rt_device_local(s->rt, d) ? host_calloc(bytes, 1, "a block from another rank") : NULL;
+    if (g && !rt_device_local(s->rt, d) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
+    const void *buf = rt_fetch_to_root(s->rt, d, s->slots[d][p->nin + p->nparams + j], bytes, scratch);
+    if (!buf || !g) {
+      free(scratch);
+      continue;
+    }
     int64_t idx[RT_MAX_RANK] = {0}, m = elems(&b);
     for (int64_t li = 0; li < m; li++) {
       int64_t gi = 0;
@@ -204,6 +249,11 @@ static double *assemble(const Side *s, int j) {
         idx[i] = 0;
       }
     }
+    free(scratch);
+  }
+  if (rt_process_rank(s->rt) != 0) { /* rank 0 holds the whole value */
+    free(g);
+    return NULL;
   }
   return g;
 }
@@ -218,34 +268,137 @@ static const char *seconds_text(char *buf, size_t n, double s) {
   return buf;
 }
 
-int rt_launch_main(int argc, char **argv, const RtProgram *p) {
-  int steps = 1, json = 0;
-  RtConfig cfg = {0};
+/* --help: what the executable does and its options, as they behave. */
+static void usage(FILE *f, const char *argv0, const RtProgram *p) {
+  int ndev = 1;
+  for (int a = 0; a < p->naxes; a++) ndev *= p->axis_size[a];
+  bool mpi = p->backend == RT_BACKEND_MPI;
+  fprintf(f,
+          "usage: %s%s [--steps N] [--seed N] [--timeout S] [--hbm BYTES] [--format text|json]\n"
+          "       [--no-reference]%s\n"
+          "Runs %s (built by shardc build) sharded on %d %s (mesh %s) and on one device,\n"
+          "compares their outputs and prints PASS or FAIL, as `shardc run` does.\n\n"
+          "  --steps N           %s to run and compare, 1 to %d (default 1)\n"
+          "  --seed N            the seed inputs and params are made from (default %llu, the build's)\n"
+          "  --timeout S         a collective's longest wait in seconds, at most 1e6 (default 60)\n"
+          "  --hbm BYTES         cap each device's memory at BYTES (default: no cap)\n"
+          "  --format text|json  the report's form (default text)\n"
+          "  --no-reference      do not run the one-device program (nor compare)\n"
+          "%s"
+          "  --help              this text\n"
+          "Each option also takes its value as --opt=VALUE.\n"
+          "exit status: 0 PASS, 1 FAIL or an error, 2 a usage error\n",
+          mpi ? "mpirun -np RANKS " : "", argv0, mpi ? " [--threads-per-rank T]" : "", p->name, ndev,
+          mpi ? "devices, one MPI rank each or T device threads per rank," : "device threads", p->mesh,
+          p->step ? "train steps" : "runs of the function (on the same inputs)", RT_MAX_STEPS, (unsigned long long)p->seed,
+          mpi ? "  --threads-per-rank T device threads in each rank: RANKS = devices / T (default 1)\n" : "");
+}
+
+typedef struct LaunchArgs {
+  int steps;
+  uint64_t seed;
+  int json;
+  int no_reference;
+  int threads_per_rank; /* mpi */
+  RtConfig cfg;
+} LaunchArgs;
+
+/* A usage error: "ARGV0: bad --steps 'abc': expected an integer from 1 to 1000000", exit 2. */
+static int bad_arg(const char *argv0, const char *opt, const char *v, const char *expected) {
+  if (!*v) fprintf(stderr, "%s: option '%s' needs a value (see '%s --help')\n", argv0, opt, argv0);
+  else fprintf(stderr, "%s: bad %s '%s': expected %s (see '%s --help')\n", argv0, opt, v, expected, argv0);
+  return 2;
+}
+
+/* -1 when the options are good, else the exit status (--help: 0; a usage error: 2). */
+static int parse_args(int argc, char **argv, const RtProgram *p, LaunchArgs *a) {
+  const char *argv0 = argc > 0 ? argv[0] : "program";
+  *a = (LaunchArgs){.steps = 1, .seed = p->seed, .threads_per_rank = 1};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--steps") && v) steps = atoi(v), i++;
-    else if (!strcmp(a, "--seed") && v) i++; /* the seed is fixed when the program is built */
-    else if (!strcmp(a, "--timeout") && v) cfg.timeout_s = atof(v), i++;
-    else if (!strcmp(a, "--hbm") && v) cfg.mem_cap = (size_t)strtoull(v, NULL, 10), i++;
-    else if (!strcmp(a, "--format") && v) json = !strcmp(v, "json"), i++;
-    else {
-      fprintf(stderr, "usage: %s [--steps N] [--timeout S] [--hbm BYTES] [--format text|json]\n", argv[0]);
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout, argv0, p);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--no-reference")) {
+      a->no_reference = 1;
+      continue;
+    }
+    static const char *const opts[] = {"--steps", "--seed", "--timeout", "--hbm", "--format", "--threads-per-rank"};
+    const char *opt = NULL, *v = NULL;
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !v; k++)
+      if ((v = rt_arg_value(argc, argv, &i, opts[k]))) opt = opts[k];
+    if (!v) {
+      fprintf(stderr, "%s: unknown %s '%s' (see '%s --help')\n", argv0, argv[i][0] == '-' ? "option" : "argument", argv[i], argv0);
       return 2;
     }
+    if (!*v) return bad_arg(argv0, opt, v, NULL);
+    uint64_t x;
+    if (!strcmp(opt, "--steps")) {
+      if (!rt_arg_uint(v, 1, RT_MAX_STEPS, &x)) return bad_arg(argv0, opt, v, "an integer from 1 to 1000000");
+      a->steps = (int)x;
+    } else if (!strcmp(opt, "--seed")) {
+      if (!rt_arg_uint(v, 0, UINT64_MAX, &x)) return bad_arg(argv0, opt, v, "a non-negative integer");
+      a->seed = x;
+    } else if (!strcmp(opt, "--hbm")) {
+      if (!rt_arg_uint(v, 1, SIZE_MAX, &x)) return bad_arg(argv0, opt, v, "a positive number of bytes");
+      a->cfg.mem_cap = (size_t)x;
+    } else if (!strcmp(opt, "--timeout")) {
+      if (!rt_arg_seconds(v, &a->cfg.timeout_s)) return bad_arg(argv0, opt, v, "seconds > 0 (at most 1e6)");
+    } else if (!strcmp(opt, "--threads-per-rank")) {
+      if (p->backend != RT_BACKEND_MPI) return bad_arg(argv0, opt, v, "nothing: an option of executables built with --backend mpi");
+      if (!rt_arg_uint(v, 1, RT_DEFAULT_MAX_DEVICES, &x)) return bad_arg(argv0, opt, v, "an integer from 1 to 64");
+      a->threads_per_rank = (int)x;
+    } else if (!strcmp(v, "text") || !strcmp(v, "json")) {
+      a->json = !strcmp(v, "json");
+    } else {
+      return bad_arg(argv0, opt, v, "text or json");
+    }
   }
-  if (steps < 1) steps = 1; /* a forward runs `steps` times on the same inputs */
+  return -1;
+}
+
+int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
+  LaunchArgs args;
+  int rc = parse_args(argc, argv, prog, &args);
+  if (rc >= 0) return rc;
+  const char *fail = getenv("SHARDC_FAIL_HOST_ALLOC");
+  if (fail && *fail) host_fail_at = atol(fail);
+  RtProgram q = *prog; /* with the seed of the command line */
+  q.seed = args.seed;
+  const RtProgram *p = &q;
+  int steps = args.steps, json = args.json, no_reference = args.no_reference;
+  bool mpi = p->backend == RT_BACKEND_MPI;
+  RtConfig cfg = args.cfg;
   Side ref = {0}, shd = {0};
   int status = 1;
-  double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));
+  double *loss = host_calloc((size_t)steps, sizeof(double), "the sharded run's losses"),
+         *loss_ref = host_calloc((size_t)steps, sizeof(double), "the one-device run's losses");
   double max_abs = 0, max_rel = 0;
-  bool pass = true;
-  if (side_open(&ref, p, false, &cfg) != RT_OK || side_open(&shd, p, true, &cfg) != RT_OK) goto done;
+  bool pass = true, root = true, has_ref = false;
+  char msg[1024] = "";
+  if (!loss || !loss_ref) goto done;
+  /* The sharded side first: under MPI its rt_open checks the job's size before any work. Every
+   * rank runs it; rank 0 alone runs the one-device program, compares and prints. */
+  RtConfig cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = args.threads_per_rank;
+  if (side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
+  root = rt_process_rank(shd.rt) == 0, has_ref = root && !no_reference;
+  bool ok = !has_ref || side_open(&ref, p, false, &cfg) == RT_OK;
+  if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
   for (int s = 0; s < steps; s++) {
-    if (side_step(&ref) != RT_OK || side_step(&shd) != RT_OK) goto done;
+    ok = !has_ref || side_step(&ref) == RT_OK;
+    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg) || side_step(&shd) != RT_OK) goto done;
+    ok = true;
     for (int j = 0; j < p->nout; j++) {
       if ((s < steps - 1) && !(p->step && j == 0)) continue;
       const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
-      double *a = assemble(&shd, j), *r = assemble(&ref, j), scale = 0, worst = 0;
+      double *a = assemble(&shd, j), *r = has_ref ? assemble(&ref, j) : NULL, scale = 0, worst = 0;
+      if (root && (!a || (has_ref && !r))) ok = false; /* out of host memory: said by assemble */
+      if (a && p->step && j == 0) loss[s] = a[0], loss_ref[s] = r ? r[0] : NAN;
+      if (!a || !r) { /* not rank 0, or nothing to compare with */
+        free(a), free(r);
+        continue;
+      }
       int64_t n = 1;
       for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
       for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(r[e]));
@@ -258,10 +411,13 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
       }
       max_abs = fmax(max_abs, worst);
       max_rel = fmax(max_rel, scale > 0 ? worst / scale : worst);
-      if (p->step && j == 0) loss[s] = a[0], loss_ref[s] = r[0];
       free(a), free(r);
     }
-    if (p->step && s < steps - 1) side_carry(&ref), side_carry(&shd);
+    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
+    if (p->step && s < steps - 1) {
+      if (has_ref) side_carry(&ref);
+      side_carry(&shd);
+    }
   }
   size_t peak = 0;
   double clock[2] = {0, 0}; /* the simulated clock, averaged over the devices */
@@ -271,25 +427,42 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
     if (st.mem_peak > peak) peak = st.mem_peak;
     clock[0] += st.sim_compute_s / shd.ndev, clock[1] += st.sim_comm_s / shd.ndev;
   }
-  if (json) {
+  int ranks = rt_process_count(shd.rt);
+  char where[96];
+  if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", shd.ndev, shd.ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  else snprintf(where, sizeof where, "%d device thread%s", shd.ndev, shd.ndev == 1 ? "" : "s");
+  if (!root) {
+    /* rank 0 reports; rt_mpi_main gives every rank its status */
+  } else if (json) {
     printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
-           pass ? "true" : "false", max_abs, max_rel);
+           no_reference ? "null" : pass ? "true" : "false", max_abs, max_rel);
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
     printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
+    printf(", \"backend\": \"%s\"", mpi ? "mpi" : "threads");
+    if (mpi) printf(", \"ranks\": %d, \"threads_per_rank\": %d", ranks, args.threads_per_rank);
+    printf(", \"reference\": %s", no_reference ? "false" : "true");
     printf(", \"simulated\": {\"target\": \"%s\", \"compute_s\": %.17g, \"comm_s\": %.17g", p->target, clock[0], clock[1]);
     if (p->sim_step_s >= 0)
       printf(", \"sim_compute_s\": %.17g, \"sim_comm_s\": %.17g, \"sim_step_time_s\": %.17g", p->sim_compute_s,
              p->sim_comm_s, p->sim_step_s);
     printf("}}\n");
   } else {
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, shd.ndev, shd.ndev == 1 ? "" : "s",
-           p->mesh);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
-           max_rel, p->atol, p->rtol);
-    for (int s = 0; p->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
-           steps > 1 ? " (mean of the steps)" : "");
+    if (no_reference) {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", p->name, where, p->mesh);
+    } else {
+      printf("%s: %s on %s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, where, p->mesh);
+      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
+             max_rel, p->atol, p->rtol);
+    }
+    for (int s = 0; p->step && s < steps; s++)
+      if (no_reference) printf("  loss step %-4d %.6g\n", s + 1, loss[s]);
+      else printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
+    if (no_reference)
+      printf("  step time      %.3f ms sharded%s\n", shd.seconds / steps * 1e3, steps > 1 ? " (mean of the steps)" : "");
+    else
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
+             steps > 1 ? " (mean of the steps)" : "");
     printf("  compile time   0 ms (built ahead of time)\n");
     printf("  peak memory    %zu bytes per device\n", peak);
     char a[32], b[32];

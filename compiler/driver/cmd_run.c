@@ -9,6 +9,8 @@
  * or cross entropy reads; or loaded whole (--load) and cut into blocks. Outputs are reassembled from
  * the devices' blocks as interp_run_spmd does. A train step starts fresh (moments zero, master copies equal to the
  * params, step count 1) and carries its updated params and state from step to step. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +24,11 @@
 #include "report.h"
 #include "shardrt.h"
 #include "npy.h"
+#include "outfile.h"
 #include "run_host.h"
+#include "run_mpi.h"
 #include "sim.h"
+#include "stages.h"
 #include "step.h"
 
 /* Tolerances by dtype: |sharded - one device| <= atol + rtol |one device|, elementwise, by the
@@ -62,68 +67,160 @@ static double host_bytes(const IrModule *m) {
   return b;
 }
 
-/* --load: DIR/name.npy into t where the file exists: the global array in the declared dim order,
- * float32 for float tensors (rounded to the declared dtype), int32 for integer ones. */
-static bool load_one(const char *dir, const char *name, const TensorType *type, Tensor **slot) {
-  char path[4096], err[600];
-  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (access(path, F_OK) != 0) return true;
-  Tensor *t = tensor_new(type);
-  if (!t) {
-    diag_error((SrcLoc){0}, "run: --load: %s: out of memory", path);
+/* ---- --load and --save (docs/run.md: what they guarantee) ---- */
+
+/* DIR/NAME.npy in buf; false (an error printed) when it does not fit. */
+static bool npy_path(char *buf, size_t size, const char *dir, const char *name, const char *opt) {
+  int len = dir ? snprintf(buf, size, "%s/%s.npy", dir, name) : snprintf(buf, size, "%s.npy", name);
+  if (len >= 0 && (size_t)len < size) return true;
+  diag_error((SrcLoc){0}, "run: %s: the file name for '%.64s...' is too long", opt, name);
+  return false;
+}
+
+/* --load: DIR/name.npy (dirfd: DIR, locked shared) into *slot where the directory has that name:
+ * the global array in the declared dim order, float32 for float tensors (rounded to the declared
+ * dtype), int32 for integer ones. No such entry: true with *slot untouched (the tensor is
+ * generated); an entry that cannot be read (a dangling symlink, a loop, no permission, not a regular file) or
+ * does not match is an error naming it. The shape is checked before the data is allocated. */
+static bool load_one(int dirfd, const char *dir, const char *name, const TensorType *type, Tensor **slot) {
+  char file[4096], path[4096], err[700];
+  if (!npy_path(file, sizeof file, NULL, name, "--load") || !npy_path(path, sizeof path, dir, name, "--load")) return false;
+  struct stat st;
+  if (fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return true;
+    diag_error((SrcLoc){0}, "run: --load: %s: %s", path, strerror(errno));
     return false;
   }
-  *slot = t;
+  NpyFile f;
   NpyArray a;
-  if (!npy_read(path, &a, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: --load: %s", err);
-    return false;
-  }
-  bool ok = a.rank == t->type.rank && a.is_int == dtype_is_int(t->type.dtype);
-  for (int d = 0; ok && d < a.rank; d++) ok = a.shape[d] == t->type.dims[d]->size;
-  if (!ok) {
+  bool ok = npy_open_at(dirfd, file, path, &f, &a, err, sizeof err);
+  if (!ok) diag_error((SrcLoc){0}, "run: --load: %s", err);
+  bool match = a.rank == type->rank && a.is_int == dtype_is_int(type->dtype);
+  for (int d = 0; match && d < a.rank; d++) match = a.shape[d] == type->dims[d]->size;
+  if (ok && !match) {
     char want[256];
-    int wl = snprintf(want, sizeof want, "%s[", dtype_name(t->type.dtype));
-    for (int d = 0; d < t->type.rank; d++)
-      wl += snprintf(want + wl, sizeof want - (size_t)wl, "%s%s=%lld", d ? ", " : "", t->type.dims[d]->name, (long long)t->type.dims[d]->size);
+    int wl = snprintf(want, sizeof want, "%s[", dtype_name(type->dtype));
+    for (int d = 0; d < type->rank; d++)
+      wl += snprintf(want + wl, sizeof want - (size_t)wl, "%s%s=%lld", d ? ", " : "", type->dims[d]->name, (long long)type->dims[d]->size);
     snprintf(want + wl, sizeof want - (size_t)wl, "]");
-    char got[128];
+    char got[256];
     int len = snprintf(got, sizeof got, "%s[", a.is_int ? "int32" : "float32");
     for (int d = 0; d < a.rank; d++) len += snprintf(got + len, sizeof got - (size_t)len, "%s%lld", d ? ", " : "", (long long)a.shape[d]);
     snprintf(got + len, sizeof got - (size_t)len, "]");
     diag_error((SrcLoc){0}, "run: --load: %s holds %s, but '%s' is %s (%s for its dtype, the global shape in the declared dim order)",
-               path, got, name, want, dtype_is_int(t->type.dtype) ? "int32" : "float32");
-    npy_free(&a);
-    return false;
+               path, got, name, want, dtype_is_int(type->dtype) ? "int32" : "float32");
+    ok = false;
   }
-  for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
+  Tensor *t = ok ? tensor_new(type) : NULL;
+  if (ok && !t) {
+    diag_error((SrcLoc){0}, "run: --load: %s: out of memory for '%s'", path, name);
+    ok = false;
+  }
+  if (ok && !npy_read_data(&f, &a, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: --load: %s", err);
+    ok = false;
+  }
+  npy_close(&f);
+  if (ok) {
+    for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
+    *slot = t;
+  } else {
+    tensor_free(t);
+  }
   npy_free(&a);
-  return true;
+  return ok;
 }
 
+/* --load DIR: a directory that exists (else an error naming it), read under a shared lock so that a
+ * concurrent --save into it is never seen half done. */
 static bool load_all(const Options *o, const IrModule *m, Tensor **inputs, Tensor **params) {
+  char err[700];
+  int dirfd = outfile_dir_open(o->load, false, err, sizeof err);
+  if (dirfd < 0) {
+    diag_error((SrcLoc){0}, "run: --load: %s", err);
+    return false;
+  }
   bool ok = true;
-  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(o->load, m->params[i].path, &m->params[i].type, &params[i]);
+  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(dirfd, o->load, m->params[i].path, &m->params[i].type, &params[i]);
   const StepInfo *si = m->step;
   for (int i = 0; i < m->main->ninputs && ok; i++) {
     const Value *v = m->main->inputs[i];
     if (si && i >= si->nargs && i != si->in_labels) continue; /* optimizer state: never loaded */
     const char *name = si && i == si->in_labels ? "labels" : v->name;
-    if (name) ok = load_one(o->load, name, &v->type, &inputs[i]);
+    if (name) ok = load_one(dirfd, o->load, name, &v->type, &inputs[i]);
   }
+  close(dirfd);
   return ok;
 }
 
-static bool save_one(const char *dir, const char *name, const Tensor *t) {
-  char path[4096], err[600];
-  int64_t shape[MAX_RANK];
-  for (int d = 0; d < t->type.rank; d++) shape[d] = t->type.dims[d]->size;
-  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (!npy_write_f32(path, shape, t->type.rank, t->data, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: --save: %s", err);
+/* What --save writes: a function's result as "output", or a train step's params (their paths;
+ * from output j of main) and "loss". Calls fn(ctx, name, j) for each, j -1 for the losses; stops at
+ * the first false. */
+static bool save_each(const IrModule *m, bool (*fn)(void *, const char *, int), void *ctx) {
+  const StepInfo *si = m->step;
+  if (!si) return fn(ctx, "output", 0);
+  for (int k = 0; k < si->nparams; k++) {
+    const StepParam *sp = &si->params[k];
+    if (sp->out_param >= 0 && sp->param >= 0 && !fn(ctx, m->params[sp->param].path, sp->out_param)) return false;
+  }
+  return fn(ctx, "loss", -1);
+}
+
+/* Before the run: no file --save would write may be an input (the program, a file --load reads). */
+static bool save_check_one(void *ctx, const char *name, int j) {
+  const Options *o = ctx;
+  char path[4096], err[700];
+  if (!npy_path(path, sizeof path, o->save, name, "--save")) return false;
+  if (outfile_check(path, err, sizeof err)) return true;
+  diag_error((SrcLoc){0}, "run: --save: %s", err);
+  (void)j;
+  return false;
+}
+
+typedef struct SaveCtx {
+  OutSet *set;
+  RunSide *shd;
+  const double *loss;
+  int steps;
+  bool root;     /* under MPI the other ranks only send rank 0 their blocks */
+  char err[700];
+} SaveCtx;
+
+static bool save_one(void *ctx, const char *name, int j) {
+  SaveCtx *c = ctx;
+  if (!c->root) {
+    if (j >= 0) tensor_free(run_side_output(c->shd, j)); /* NULL here: the blocks go to rank 0 */
+    return true;
+  }
+  char file[4096];
+  if (!npy_path(file, sizeof file, NULL, name, "--save")) return false;
+  Dim steps_dim = {.name = "step", .size = c->steps};
+  Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = c->steps, .data = (double *)c->loss};
+  Tensor *t = j >= 0 ? run_side_output(c->shd, j) : &lt;
+  if (!t) {
+    snprintf(c->err, sizeof c->err, "out of memory for '%s'", name);
     return false;
   }
-  return true;
+  FILE *f = outfile_set_add(c->set, file, c->err, sizeof c->err);
+  int64_t shape[MAX_RANK];
+  for (int d = 0; d < t->type.rank; d++) shape[d] = t->type.dims[d]->size;
+  bool ok = f && npy_write_f32(f, shape, t->type.rank, t->data);
+  if (f && !ok) snprintf(c->err, sizeof c->err, "'%s' has more dims than a .npy header holds here", name);
+  if (t != &lt) tensor_free(t);
+  return ok;
+}
+
+/* --save DIR, after the report: every file of the set written and synced, then renamed into place
+ * together with DIR locked (outfile.h); on any failure no file of DIR has changed. */
+static bool save_all(const Options *o, const IrModule *m, RunSide *shd, const double *loss, int steps) {
+  SaveCtx c = {.shd = shd, .loss = loss, .steps = steps, .root = run_mpi_root()};
+  if (!c.root) return save_each(m, save_one, &c);
+  c.set = outfile_set_open(o->save, c.err, sizeof c.err);
+  bool ok = c.set && save_each(m, save_one, &c);
+  if (ok) ok = outfile_set_commit(c.set, c.err, sizeof c.err);
+  else outfile_set_discard(c.set);
+  if (!ok) diag_error((SrcLoc){0}, "run: --save: %s (the files already in '%s' are unchanged)", c.err, o->save);
+  return ok;
 }
 
 typedef struct Diff {
@@ -171,11 +268,24 @@ static int run(const Options *o, Arena *arena, bool build) {
     diag_error((SrcLoc){0}, "%s declares no function to run (a model with a function, or a train step)", o->input);
     return EXIT_PROGRAM_ERROR;
   }
+  char oerr[700];
+  if (build && !outfile_check(o->output, oerr, sizeof oerr)) { /* before the work: -o is not an input */
+    diag_error((SrcLoc){0}, "build: -o %s", oerr);
+    return EXIT_PROGRAM_ERROR;
+  }
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   const Mesh *mesh = p->mesh;
+  /* --backend mpi: outside mpirun, start it (each rank runs this command again); under it, check
+   * the job's size before any work (run_mpi.c) */
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0;
+  if (mpi && !build && !o->emit_llvm) {
+    if (!run_mpi_under_mpirun()) return run_mpi_launch(o, mesh);
+    if (!run_mpi_rank_begin(o, mesh)) return EXIT_PROGRAM_ERROR;
+  }
+  bool root = run_mpi_root(); /* rank 0 under MPI: it runs the reference, compares, prints, saves */
   int limit = RT_DEFAULT_MAX_DEVICES;
-  if (mesh->devices > limit) {
+  if (!mpi && mesh->devices > limit) {
     diag_error(mesh->loc,
                "run: mesh '%s' has %lld devices, more than the %d device threads `run` starts; run it on a small mesh "
                "given inline (--mesh 'h100[data: 2, model: 2]'), shrink dims with -D, or predict it with `shardc sim`",
@@ -184,7 +294,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
 
   double need = host_bytes(m), have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  if (need > have / 2) {
+  bool reference = !o->no_reference || build; /* a built program decides when it runs */
+  if (!run_mpi_agree(!(reference && root) || need <= have / 2)) { /* rank 0 runs the one-device program */
     char b1[32], b2[32];
     diag_error(p->step ? p->step->loc : p->entry->loc,
                "run: at these sizes the program needs about %s of this machine's memory (it has %s): shrink dims "
@@ -194,8 +305,10 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
-  /* the one-device program: the module before partitioning (every value whole) */
-  bool ok = lower_function(lw, m, NULL, "shard_reference");
+  /* the one-device program: the module before partitioning (every value whole); under MPI rank 0
+   * alone runs it */
+  bool lower_ref = reference && (root || build || o->emit_llvm);
+  bool ok = !lower_ref || lower_function(lw, m, NULL, "shard_reference");
   /* Inputs and params: loaded (--load) or generated per global index (RunGen, run_host.h) */
   int nin = m->main->ninputs;
   Tensor **inputs = calloc((size_t)nin + 1, sizeof *inputs), **params = calloc((size_t)m->nparams + 1, sizeof *params);
@@ -215,6 +328,15 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (si && si->in_t >= 0) gin[si->in_t] = (RunGen){.lo = 1, .hi = 1}; /* adam's step count: the first step */
   if (o->load && !load_all(o, m, inputs, params)) ok = false;
+  struct stat sst;
+  if (ok && o->save && !build && stat(o->save, &sst) == 0 && !S_ISDIR(sst.st_mode)) {
+    diag_error((SrcLoc){0}, "run: --save: '%s' is not a directory", o->save);
+    ok = false;
+  }
+  if (ok && o->save && !build && root && !save_each(m, save_check_one, (void *)o)) ok = false;
+  bool everywhere = run_mpi_agree(ok); /* under MPI every rank read the files; rank 0 checked --save */
+  if (ok && !everywhere) diag_error((SrcLoc){0}, "run: --load failed on another rank");
+  ok = everywhere;
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};
@@ -229,6 +351,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   free(range);
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
+  if (ok && !stages_require_list(m, p, build ? "build" : "run")) ok = false; /* a schedule too long to list */
   /* the simulated clock: each op the devices run adds the time `shardc sim` gives it on the mesh's
    * target, so the run reports what it executed in simulated time (compared with sim below) */
   SimCosts costs;
@@ -268,7 +391,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t_o2 = rt_seconds();
   void *fns[2] = {0};
   const char *names[2] = {"shard_reference", "shard_device"};
-  if (ok && !lower_jit(lw, names, 2, fns, err, sizeof err)) {
+  if (ok && !lower_jit(lw, lower_ref ? names : names + 1, lower_ref ? 2 : 1, lower_ref ? fns : fns + 1, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
@@ -285,77 +408,69 @@ static int run(const Options *o, Arena *arena, bool build) {
     return EXIT_PROGRAM_ERROR;
   }
 
-  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm};
+  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm}, cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = o->threads_per_rank;
   int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
   Diff D = {.pass = true};
   DType program = narrowest(m->main, DT_F32);
   rc = EXIT_PROGRAM_ERROR;
-  RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
-  if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
-  if (!ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
-      !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
+  /* Under MPI every rank runs the sharded program (its own devices) and rank 0 alone the one-device
+   * program, so each step's outcome is agreed on (run_mpi_agree) before the ranks go on together. */
+  bool has_ref = reference && root;
+  RunSide *ref = NULL, *shd = NULL;
+  snprintf(err, sizeof err, "out of host memory for the losses of %d steps", steps);
+  bool ok_ref = loss_ref && loss_shd &&
+                (!has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err)) &&
+                              run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err)));
+  if (!ok_ref) diag_error((SrcLoc){0}, "run: %s", err);
+  if (!run_mpi_agree(ok_ref)) goto done;
+  shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
+  if (!shd || !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     goto done;
   }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
   for (int s = 0; s < steps; s++) {
-    if (!run_side_step(ref, err, sizeof err)) {
-      diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
-      goto done;
-    }
+    bool ok_step = !has_ref || run_side_step(ref, err, sizeof err);
+    if (!ok_step) diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
+    if (!run_mpi_agree(ok_step)) goto done;
     if (!run_side_step(shd, err, sizeof err)) {
       diag_error((SrcLoc){0}, "run: the sharded program failed: %s", err);
       goto done;
     }
     if (perturb && *perturb && s == steps - 1) run_side_perturb(shd, 0, atof(perturb));
+    bool ok_out = true;
     for (int j = 0; j < m->main->noutputs; j++) {
       if (j > 0 && s < steps - 1) break; /* params and state: compared after the last step */
       if (j == 0 && s < steps - 1 && !m->step) break;
       const Value *v = m->main->outputs[j];
-      Tensor *a = run_side_output(shd, j), *r = run_side_output(ref, j);
-      if (!a || !r) {
-        tensor_free(a), tensor_free(r);
-        goto done;
-      }
-      if (m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r->data[0];
-      diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
+      Tensor *a = run_side_output(shd, j), *r = has_ref ? run_side_output(ref, j) : NULL; /* a: rank 0's alone */
+      if (root && (!a || (has_ref && !r))) ok_out = false;
+      if (a && m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r ? r->data[0] : NAN;
+      if (a && r) diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
       tensor_free(a), tensor_free(r);
     }
-    if (m->step && s < steps - 1) run_side_carry(ref), run_side_carry(shd);
-  }
-  if (o->save) {
-    mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
-    bool saved = true;
-    if (!m->step) {
-      Tensor *t = run_side_output(shd, 0);
-      saved = t && save_one(o->save, "output", t);
-      tensor_free(t);
-    } else {
-      for (int k = 0; k < si->nparams && saved; k++) {
-        const StepParam *sp = &si->params[k];
-        if (sp->out_param < 0 || sp->param < 0) continue;
-        Tensor *t = run_side_output(shd, sp->out_param);
-        saved = t && save_one(o->save, m->params[sp->param].path, t);
-        tensor_free(t);
-      }
-      Dim steps_dim = {.name = "step", .size = steps};
-      Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = steps, .data = loss_shd};
-      if (saved) saved = save_one(o->save, "loss", &lt);
+    if (!run_mpi_agree(ok_out)) goto done;
+    if (m->step && s < steps - 1) {
+      if (ref) run_side_carry(ref);
+      run_side_carry(shd);
     }
-    if (!saved) goto done;
   }
   size_t peak = run_side_peak(shd);
   double clock_compute, clock_comm;
   run_side_clock(shd, &clock_compute, &clock_comm);
 
-  int ndev = run_side_devices(shd);
-  double step_s = run_side_seconds(shd) / steps, ref_s = run_side_seconds(ref) / steps;
-  if (o->format == FORMAT_JSON) {
+  int ndev = run_side_devices(shd), ranks = run_side_processes(shd);
+  double step_s = run_side_seconds(shd) / steps, ref_s = ref ? run_side_seconds(ref) / steps : 0;
+  if (!root) {
+    rc = EXIT_OK; /* rank 0's verdict is everyone's (run_mpi_rank_end) */
+  } else if (o->format == FORMAT_JSON) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "devices", ndev);
     cJSON_AddNumberToObject(j, "steps", steps);
-    cJSON_AddBoolToObject(j, "pass", D.pass);
+    if (reference) cJSON_AddBoolToObject(j, "pass", D.pass);
+    else cJSON_AddNullToObject(j, "pass"); /* --no-reference: nothing was compared */
     cJSON_AddNumberToObject(j, "max_abs_err", D.max_abs);
     cJSON_AddNumberToObject(j, "max_rel_err", D.max_rel);
     cJSON *l = cJSON_AddArrayToObject(j, "loss");
@@ -366,6 +481,12 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
     cJSON_AddNumberToObject(j, "atol", D.atol);
     cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    cJSON_AddStringToObject(j, "backend", mpi ? "mpi" : "threads");
+    if (mpi) {
+      cJSON_AddNumberToObject(j, "ranks", ranks);
+      cJSON_AddNumberToObject(j, "threads_per_rank", ndev / (ranks > 0 ? ranks : 1));
+    }
+    cJSON_AddBoolToObject(j, "reference", reference);
     cJSON *c = cJSON_AddObjectToObject(j, "simulated");
     cJSON_AddStringToObject(c, "target", mesh->target->name);
     cJSON_AddNumberToObject(c, "compute_s", clock_compute);
@@ -377,14 +498,24 @@ static int run(const Options *o, Arena *arena, bool build) {
     }
     report_json(j);
   } else {
-    char b[32];
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, ndev,
-           ndev == 1 ? "" : "s", mesh->name);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
-           D.max_rel, D.atol, D.rtol);
-    for (int s = 0; m->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
-           steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    char b[32], where[96];
+    if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", ndev, ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    else snprintf(where, sizeof where, "%d device thread%s", ndev, ndev == 1 ? "" : "s");
+    if (reference) {
+      printf("%s: %s on %s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, where, mesh->name);
+      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
+             D.max_rel, D.atol, D.rtol);
+    } else {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", o->input, where, mesh->name);
+    }
+    for (int s = 0; m->step && s < steps; s++)
+      if (reference) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
+      else printf("  loss step %-4d %.6g\n", s + 1, loss_shd[s]);
+    if (reference)
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
+             steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    else
+      printf("  step time      %.3f ms sharded%s\n", step_s * 1e3, steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
     printf("  compile time   %.1f ms (lowering, O2, JIT)\n", compile_s * 1e3);
     printf("  peak memory    %s per device\n", fmt_bytes(b, sizeof b, (double)peak));
     printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", mesh->target->name,
@@ -394,7 +525,9 @@ static int run(const Options *o, Arena *arena, bool build) {
              report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
     printf("\n");
   }
-  rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  if (root) rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  fflush(stdout); /* the verdict is out before a save that may fail */
+  if (o->save && !run_mpi_agree(save_all(o, m, shd, loss_shd, steps))) rc = EXIT_PROGRAM_ERROR;
 done:
   sim_report_free(&sim);
   run_side_close(ref);
@@ -413,12 +546,31 @@ int cmd_run(const Options *o) {
   arena_init(&arena);
   int rc = run(o, &arena, false);
   arena_free(&arena);
-  return rc;
+  return run_mpi_rank_end(rc); /* under mpirun: rank 0's status for every rank, MPI ended */
 }
 
-/* ---- build: an object from the module, a description of the slots, linked with the runtime ---- */
+/* ---- build: an object from the module, a description of the slots, linked with the runtime ----
+ *
+ * Nothing the user typed reaches a shell or the generated source unescaped: the C compiler is
+ * started with an argument vector (outfile_spawn_wait: no shell), every string written into the
+ * generated C goes through c_string, and the intermediate files live in a private directory made
+ * by mkdtemp in $TMPDIR (default /tmp), removed on every exit path and by SIGINT, SIGTERM and SIGHUP
+ * (outfile.h), so `-o keep` never touches keep.o. The executable is linked there too, then written
+ * to -o as every output is (outfile_open: beside it, then renamed). */
 
-static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g, const IrModule *m) {
+/* s as a C string literal: quotes, backslashes, '?' (trigraphs: gcc's -std=c11 has them) and every
+ * byte outside printable ASCII escaped (three-digit octal, so a following digit cannot join). */
+static void c_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\' || *p == '?') fprintf(f, "\\%c", *p);
+    else if (*p >= 0x20 && *p < 0x7f) fputc(*p, f);
+    else fprintf(f, "\\%03o", *p);
+  }
+  fputc('"', f);
+}
+
+static void slot_desc(FILE *f, const Value *v, const RunGen *g, const IrModule *m) {
   fprintf(f, "  {.dtype = %d, .rank = %d, .global = {", v->type.dtype == DT_BF16 ? 1 : v->type.dtype == DT_F16 ? 2 : v->type.dtype == DT_I32 ? 3 : 0,
           v->type.rank);
   for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)v->type.dims[d]->size);
@@ -437,48 +589,27 @@ static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL; /* the stages holding it; storage order */
   if (pi) fprintf(f, ", .place = %uu, .stacked = %d", (unsigned)run_value_place(m, v), v->type.rank > 0 && v->type.dims[0] == pi->stack_dim);
   fprintf(f, "},\n");
-  (void)mesh;
 }
 
-static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program, const SimReport *sim) {
-  char err[512], obj[4200], csrc[4200], cmd[16384];
-  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
-    const Op *ring = NULL;
-    for (const Op *op = m->main->first; op && !ring; op = op->next)
-      if (op->ring) ring = op;
-    diag_error(ring ? ring->loc : (SrcLoc){0},
-               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
-               "`shardc run` runs it");
-    return false;
-  }
-  snprintf(obj, sizeof obj, "%s.o", o->output);
-  snprintf(csrc, sizeof csrc, "%s.main.c", o->output);
-  if (!lower_emit_object(lw, obj, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "build: %s", err);
-    return false;
-  }
-  FILE *f = fopen(csrc, "w");
-  if (!f) {
-    diag_error((SrcLoc){0}, "build: cannot write %s", csrc);
-    return false;
-  }
+/* The C file holding the program's RtProgram and main(). */
+static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mesh *mesh, const RunGen *gin, const RunGen *gpar,
+                         DType program, const SimReport *sim, const Value **pval) {
   const IrFunc *mf = m->main;
-  const Value **pval = calloc((size_t)m->nparams + 1, sizeof *pval);
-  for (const Op *op = mf->first; op; op = op->next)
-    if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
-  fprintf(f, "/* generated by shardc build from %s: the slots of its lowered program (shardrt.h, RtProgram) */\n", o->input);
-  fprintf(f, "#include \"shardrt.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  fprintf(f, "/* generated by shardc build: the slots of a lowered program (shardrt.h, RtProgram); its source is\n"
+             "   program.name below */\n");
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0; /* main: rt_mpi_main (shardrt_mpi.h), for mpirun */
+  fprintf(f, "#include \"%s\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
+          mpi ? "shardrt_mpi.h" : "shardrt.h");
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
-  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], mesh, &gin[i], m);
+  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], &gin[i], m);
   for (int i = 0; i < m->nparams; i++) {
-    if (pval[i]) slot_desc(f, pval[i], mesh, &gpar[i], m);
+    if (pval[i]) slot_desc(f, pval[i], &gpar[i], m);
     else { /* a param main does not read: whole everywhere */
       Value v = {.type = m->params[i].type};
-      slot_desc(f, &v, mesh, &gpar[i], m);
+      slot_desc(f, &v, &gpar[i], m);
     }
   }
-  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], mesh, NULL, m);
+  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], NULL, m);
   fprintf(f, "};\nstatic const int carry[] = {");
   int ncarry = 0;
   const StepInfo *si = m->step;
@@ -491,15 +622,23 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   fprintf(f, "-1};\n");
   double atol, rtol;
   tolerance(program != DT_F32 ? program : DT_F32, &atol, &rtol);
-  fprintf(f, "static const RtProgram program = {.name = \"%s\", .mesh = \"%s\", .naxes = %d, .axis_size = {", o->input, mesh->name, mesh->naxes);
+  fprintf(f, "static const RtProgram program = {.name = ");
+  c_string(f, o->input);
+  fprintf(f, ", .mesh = ");
+  c_string(f, mesh->name);
+  fprintf(f, ", .naxes = %d, .axis_size = {", mesh->naxes);
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "%d, ", mesh->axes[a].size);
   fprintf(f, "}, .axis_name = {");
-  for (int a = 0; a < mesh->naxes; a++) fprintf(f, "\"%s\", ", mesh->axes[a].name);
+  for (int a = 0; a < mesh->naxes; a++) {
+    c_string(f, mesh->axes[a].name);
+    fprintf(f, ", ");
+  }
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
-             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n"
-             "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n",
-          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed,
-          mesh->target->name, sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
+             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n  .target = ",
+          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed);
+  c_string(f, mesh->target->name);
+  fprintf(f, ", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n", sim ? sim->compute_s : -1,
+          sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   if (pi) { /* run_host.c's placement and storage order, for launch.c */
     fprintf(f, "/* a pipeline: %d stages */\n", pi->stages);
@@ -507,24 +646,156 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
             pi->stages, pi->nstage_axes, pi->chunks, (long long)pi->chunk_layers);
     for (int k = 0; k < pi->nstage_axes; k++) fprintf(f, "  q->stage_axes[%d] = %d;\n", k, pi->stage_axes[k]);
     fprintf(f, "  return q;\n}\n");
-    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return rt_launch_main(argc, argv, pipelined(&q)); }\n");
+    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return %s(argc, argv, pipelined(&q)); }\n",
+            mpi ? "rt_mpi_main" : "rt_launch_main");
   } else
-    fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
-  free(pval);
-  if (fclose(f) != 0) {
-    diag_error((SrcLoc){0}, "build: cannot write %s", csrc);
+    fprintf(f, "int main(int argc, char **argv) { return %s(argc, argv, &program); }\n", mpi ? "rt_mpi_main" : "rt_launch_main");
+}
+
+/* The private directory of build's intermediate files and their paths. */
+typedef struct BuildDir {
+  char dir[4096], obj[4200], csrc[4200], exe[4200];
+} BuildDir;
+
+static bool build_dir_make(BuildDir *b, char *err, size_t n) {
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  int len = snprintf(b->dir, sizeof b->dir, "%s/shardc-build.XXXXXX", tmp);
+  if (len < 0 || (size_t)len >= sizeof b->dir) {
+    snprintf(err, n, "$TMPDIR is too long");
     return false;
   }
-  snprintf(cmd, sizeof cmd, "cc -O1 -std=c11 -I'%s' -o '%s' '%s' '%s' '%s' %s -lpthread -lm", SHARDC_RUNTIME_INCLUDE, o->output, csrc, obj,
-           SHARDC_RUNTIME_LIB, SHARDC_RUNTIME_LINK);
-  int rc = system(cmd);
-  remove(obj);
-  remove(csrc);
-  if (rc != 0) {
-    diag_error((SrcLoc){0}, "build: linking failed: %s", cmd);
+  if (!mkdtemp(b->dir)) {
+    snprintf(err, n, "cannot make a directory in '%s' ($TMPDIR): %s", tmp, strerror(errno));
     return false;
   }
+  outfile_track(b->dir, true);
+  snprintf(b->obj, sizeof b->obj, "%s/program.o", b->dir);
+  snprintf(b->csrc, sizeof b->csrc, "%s/main.c", b->dir);
+  snprintf(b->exe, sizeof b->exe, "%s/program", b->dir);
+  outfile_track(b->obj, false);
+  outfile_track(b->csrc, false);
+  outfile_track(b->exe, false);
   return true;
+}
+
+static void build_dir_remove(BuildDir *b) {
+  const char *files[] = {b->obj, b->csrc, b->exe};
+  for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+    unlink(files[i]);
+    outfile_untrack(files[i]);
+  }
+  rmdir(b->dir);
+  outfile_untrack(b->dir);
+}
+
+/* A new intermediate file in the private directory (an error printed on failure). */
+static FILE *build_file(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    diag_error((SrcLoc){0}, "build: cannot write %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  return f;
+}
+
+/* Closes it, every write checked (an error printed). */
+static bool build_file_close(FILE *f, const char *path) {
+  errno = 0;
+  bool ok = fflush(f) == 0 && !ferror(f);
+  int e = errno ? errno : EIO;
+  if (fclose(f) != 0 && ok) ok = false, e = errno;
+  if (!ok) diag_error((SrcLoc){0}, "build: cannot write %s: %s", path, strerror(e));
+  return ok;
+}
+
+/* The linked executable at from, copied to -o (outfile_open: beside it, then renamed). */
+static bool copy_out(const char *from, const char *to, char *err, size_t n) {
+  FILE *in = fopen(from, "rb");
+  if (!in) {
+    snprintf(err, n, "cannot read the linked executable: %s", strerror(errno));
+    return false;
+  }
+  OutFile *out = outfile_open(to, OUTFILE_EXECUTABLE, err, n);
+  if (!out) {
+    fclose(in);
+    return false;
+  }
+  char buf[65536];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, got, outfile_stream(out));
+  bool ok = !ferror(in);
+  fclose(in);
+  if (!ok) {
+    snprintf(err, n, "cannot read the linked executable");
+    outfile_discard(out);
+    return false;
+  }
+  return outfile_commit(out, err, n);
+}
+
+static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
+                             const RunGen *gpar, DType program, const SimReport *sim) {
+  char err[700];
+  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
+    const Op *ring = NULL;
+    for (const Op *op = m->main->first; op && !ring; op = op->next)
+      if (op->ring) ring = op;
+    diag_error(ring ? ring->loc : (SrcLoc){0},
+               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
+               "`shardc run` runs it");
+    return false;
+  }
+  BuildDir b;
+  if (!build_dir_make(&b, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "build: %s", err);
+    return false;
+  }
+  FILE *f = build_file(b.obj);
+  bool ok = f && lower_emit_object(lw, f, err, sizeof err);
+  if (f && !ok) diag_error((SrcLoc){0}, "build: %s", err);
+  if (f && !build_file_close(f, b.obj)) ok = false;
+  f = ok ? build_file(b.csrc) : NULL;
+  if (f) {
+    const Value **pval = calloc((size_t)m->nparams + 1, sizeof *pval);
+    for (const Op *op = m->main->first; pval && op; op = op->next)
+      if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
+    if (pval) write_main_c(f, o, m, mesh, gin, gpar, program, sim, pval);
+    else diag_error((SrcLoc){0}, "build: out of memory");
+    if (!build_file_close(f, b.csrc) || !pval) ok = false;
+    free(pval);
+  } else {
+    ok = false;
+  }
+  if (ok) { /* no shell: each argument is one string, whatever it holds */
+    char *argv[32] = {"cc", "-O1", "-std=c11", "-I", SHARDC_RUNTIME_INCLUDE, "-o", b.exe, b.csrc, b.obj};
+    int n = 9;
+#ifdef SHARDC_HAVE_MPI
+    char mpi_libs[] = SHARDC_MPI_LINK; /* --backend mpi: the backend, then MPI's libraries, "|" between */
+    if (o->backend && strcmp(o->backend, "mpi") == 0) {
+      argv[n++] = SHARDC_RUNTIME_MPI_LIB;
+      for (char *t = strtok(mpi_libs, "|"); t && n < 24; t = strtok(NULL, "|")) argv[n++] = t;
+    }
+#endif
+    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = SHARDC_DNNL_LIB;
+    if (*SHARDC_DNNL_THREADING_LIB) argv[n++] = SHARDC_DNNL_THREADING_LIB; /* oneDNN's OpenMP runtime (libgomp) */
+    argv[n++] = "-lpthread", argv[n++] = "-lm";
+    if (*SHARDC_RUNTIME_SANITIZE) argv[n++] = SHARDC_RUNTIME_SANITIZE;
+    argv[n] = NULL;
+    int status = outfile_spawn_wait(argv, err, sizeof err);
+    if (status != 0) {
+      if (status > 0) diag_error((SrcLoc){0}, "build: linking failed: cc exited with status %d (its messages are above)", status);
+      else diag_error((SrcLoc){0}, "build: linking failed: %s", err);
+      ok = false;
+    }
+  }
+  if (ok && !copy_out(b.exe, o->output, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "build: %s", err);
+    ok = false;
+  }
+  build_dir_remove(&b);
+  return ok;
 }
 
 int cmd_build(const Options *o) {

@@ -24,7 +24,8 @@ typedef struct Options {
   const char *argv0;
   const char *command;     /* "parse", "check", ... */
   const char *input;       /* the .shard file */
-  DimOption *dims;       /* -D, in command-line order (a later one for the same dim wins) */
+  DimOption *dims;         /* -D, in command-line order (a dim given twice has the same size twice:
+                              two sizes are a usage error) */
   int ndims;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */
@@ -48,6 +49,11 @@ typedef struct Options {
   const char *load;        /* --load DIR */
   const char *save;        /* --save DIR */
   const char *backend;     /* --backend threads|mpi */
+  int threads_per_rank;    /* --threads-per-rank T (mpi; 0: 1) */
+  const char *hostfile;    /* --hostfile FILE (run --backend mpi) */
+  bool no_reference;       /* --no-reference: the one-device program neither run nor compared */
+  int argc;                /* the command line as given (run --backend mpi starts it again under mpirun) */
+  char **argv;
 } Options;
 
 /* Subcommands. Those without a function yet are listed in the table with NULL and answer

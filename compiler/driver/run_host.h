@@ -45,6 +45,7 @@ size_t run_side_peak(const RunSide *s);
  * seconds, averaged over the devices (each pipeline stage's devices run that stage's share). */
 void run_side_clock(const RunSide *s, double *compute_s, double *comm_s);     /* the largest per-device peak of rt_alloc'd bytes */
 int run_side_devices(const RunSide *s);
+int run_side_processes(const RunSide *s); /* MPI ranks running it (1 under threads) */
 /* Under a pipeline (m->pipeline), the stages holding value v of main (PLACE_*: its op's Op.place,
  * a pipeline result's PipeInfo.result_place); PLACE_ALL otherwise. */
 uint8_t run_value_place(const IrModule *m, const Value *v);
