@@ -365,10 +365,14 @@ static int run(const Options *o, Arena *arena, bool build) {
   bool simulated = ok && sim_program(p, m, &sim_opts, &sim);
   char err[512];
   double t_lower = rt_seconds();
-  if (ok && !lower_finish(lw, err, sizeof err)) {
+  /* run: through the on-disk object cache (not for build and --emit-llvm, which want the optimised module) */
+  bool cached = ok && !build && !o->emit_llvm && !o->no_cache, hit = false;
+  char warn[1400];
+  if (ok && !(cached ? lower_finish_cached(lw, &hit, warn, sizeof warn, err, sizeof err) : lower_finish(lw, err, sizeof err))) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
+  if (cached && warn[0]) fprintf(stderr, "shardc: warning: %s\n", warn);
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
     else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
@@ -397,8 +401,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   double compile_s = rt_seconds() - t0;
   if (getenv("SHARDC_RUN_TIMING")) /* where compile time goes: lowering, verify + O2, JIT */
-    fprintf(stderr, "run: lowering %.1f ms, O2 %.1f ms, JIT %.1f ms\n", (t_lower - t0) * 1e3, (t_o2 - t_lower) * 1e3,
-            (rt_seconds() - t_o2) * 1e3);
+    fprintf(stderr, "run: lowering %.1f ms, O2%s %.1f ms, JIT %.1f ms%s\n", (t_lower - t0) * 1e3, cached ? " + code generation" : "",
+            (t_o2 - t_lower) * 1e3, (rt_seconds() - t_o2) * 1e3, !cached ? "" : hit ? " (object from the cache)" : " (object cached)");
   if (!ok) {
     sim_report_free(&sim);
     lower_free(lw);
