@@ -25,6 +25,7 @@
 static int reps = 5;
 static int smoke = 0;
 static int engines_only = 0;
+static const char *engine_shapes = NULL; /* --shapes S: only the engine shapes whose name holds S */
 
 static double best(double a, double b) { return a < b ? a : b; }
 
@@ -246,6 +247,12 @@ static void bench_gemm_engines(void) {
   };
   int ns = sizeof shapes / sizeof *shapes;
   if (smoke) shapes[0] = (EngineShape){48, 32, 40, 2, 0, 1, "smoke", {0}, 0, 0, 0}, ns = 1;
+  if (engine_shapes) { /* keep the shapes whose name holds the string, in order */
+    int kept = 0;
+    for (int i = 0; i < ns; i++)
+      if (strstr(shapes[i].where, engine_shapes)) shapes[kept++] = shapes[i];
+    ns = kept;
+  }
   const RtCpu *cpu = rt_cpu();
   printf("gemm engines: GFLOP/s, one device thread, best of 3-25 reps in thread CPU time; oneDNN %s, ISA %s, bf16 units %s%s\n",
          cpu->dnnl_version, cpu->dnnl_isa, cpu->bf16_native ? "yes" : "no", cpu->amx ? " (AMX)" : "");
@@ -402,8 +409,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--smoke")) smoke = 1, reps = 1;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--engines")) engines_only = 1;
+    else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) engine_shapes = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_runtime [--smoke] [--reps N] [--engines]\n");
+      fprintf(stderr, "usage: bench_runtime [--smoke] [--reps N] [--engines] [--shapes NAME]\n");
       return 2;
     }
   }
