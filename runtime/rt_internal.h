@@ -208,7 +208,17 @@ void rtdnnl_counts(const Runtime *rt, uint64_t *created, uint64_t *hits);
  * the CPU's best version picked when the program loads (function multiversioning: the CPU is
  * detected at run time, never assumed from the build machine). The files holding them are
  * compiled at -O3 (runtime/CMakeLists.txt): GCC's -O2 vectorises only the cheapest loops. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RT_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RT_SANITIZED 1
+#endif
+/* Not under the sanitizers: the clones' resolvers run while the dynamic loader relocates the
+ * program, before the sanitizer's runtime is up, and their instrumentation crashes there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(RT_SANITIZED)
 #define RT_VECTOR __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define RT_VECTOR
