@@ -236,7 +236,7 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   if (lw->obj) { /* compiled already (lower_finish_cached): the JIT links the object; it owns it now */
     e = LLVMOrcLLJITAddObjectFile(jit, main, lw->obj);
     lw->obj = NULL;
-    if (e) return jit_error(e, "adding the compiled object to the JIT", err, errn);
+    if (e) return jit_error(e, "adding the compiled object to the JIT (from the cache? --no-cache compiles afresh)", err, errn);
     return lookup_all(jit, names, n, fns, err, errn);
   }
   /* the module moves into the JIT (lower_free then drops our reference to its context) */
