@@ -172,7 +172,17 @@ static dnnl_data_type_t dnnl_type(RtDtype t) {
   return t == RT_BF16 ? dnnl_bf16 : t == RT_F16 ? dnnl_f16 : dnnl_f32;
 }
 
+/* oneDNN reports its generated kernels to VTune by default, which dlopens VTune's collector
+ * (libJitPI.so) at the first kernel: a library load in the middle of a run, for a profiler shardc
+ * does not use (and one ThreadSanitizer's library suppressions trip over). Off unless the user asks
+ * for it with oneDNN's own ONEDNN_JIT_PROFILE / DNNL_JIT_PROFILE. */
+static pthread_once_t profiling_once = PTHREAD_ONCE_INIT;
+static void profiling_off(void) {
+  if (!getenv("ONEDNN_JIT_PROFILE") && !getenv("DNNL_JIT_PROFILE")) dnnl_set_jit_profiling_flags(0);
+}
+
 int rtdnnl_open(Runtime *rt) {
+  pthread_once(&profiling_once, profiling_off);
   RtDnnl *d = calloc(1, sizeof *d);
   if (!d) return RT_E_NOMEM;
   pthread_mutex_init(&d->lock, NULL);
