@@ -302,6 +302,34 @@ float rt_random_float(uint64_t seed, uint64_t tensor, uint64_t index, float lo, 
 /* Uniform integer in [lo, hi), hi > lo: lo + ((bits >> 32) * (hi - lo) >> 32). */
 int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo, int32_t hi);
 
+/* Storage orders: storage position p of a dim holds logical position rt_order_logical(o, p).
+ *   RT_ORDER_NATURAL      p itself.
+ *   RT_ORDER_ZIGZAG       a causal ring's balance over n devices: the dim is cut into 2n chunks of
+ *                         `chunk`, and storage block b (2 chunk long: device b's) holds chunks b and
+ *                         2n-1-b, so every device keeps as many unmasked pairs.
+ *   RT_ORDER_INTERLEAVED  a pipeline's stacked dim under interleaved(v) over n stages, chunks of
+ *                         `chunk` layers: stage-major, storage row (s v + c) chunk + j holds the
+ *                         model's layer (c n + s) chunk + j (stage s's chunks c = 0..v-1).
+ * The one definition of both orders: the compiler (compiler/shard/devprog.c), the runtime's ring
+ * kernel and its block placement all call it. Every field an int64_t, so the lowering emits an
+ * RtOrder as a constant. */
+enum { RT_ORDER_NATURAL, RT_ORDER_ZIGZAG, RT_ORDER_INTERLEAVED };
+typedef struct RtOrder {
+  int64_t kind, n, v, chunk;
+} RtOrder;
+static inline int64_t rt_order_logical(const RtOrder *o, int64_t p) {
+  if (!o || o->chunk <= 0) return p;
+  if (o->kind == RT_ORDER_ZIGZAG && o->n >= 2) {
+    int64_t c = o->chunk, b = p / (2 * c), r = p % (2 * c);
+    return (r < c ? b : 2 * o->n - 1 - b) * c + r % c;
+  }
+  if (o->kind == RT_ORDER_INTERLEAVED && o->v > 1 && o->n > 0) {
+    int64_t g = p / o->chunk, j = p % o->chunk, stage = g / o->v, c = g % o->v;
+    return (c * o->n + stage) * o->chunk + j;
+  }
+  return p;
+}
+
 /* A block of a row-major tensor: `shape` elements from `start` along each of the global dims. */
 typedef struct RtBlock {
   int ndims;

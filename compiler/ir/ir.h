@@ -424,6 +424,8 @@ struct Op {
   CollSpec *coll;       /* collectives: what the runtime call does; NULL before localize */
   PipeInfo *pipe;       /* OP_PIPELINE */
   uint8_t place;        /* PLACE_*: the stages that run it (an op of main once a pipeline exists) */
+  /* the device program (shard/devprog.h): what the op is on the devices; NULL before it is built */
+  struct DevOp *dev;
 };
 
 /* Which part of a train step an op belongs to (Op.phase; step.c sets it). A stacked loop's ops
@@ -478,6 +480,7 @@ typedef struct IrModule {
   } plan_choice;
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
+  struct DevModule *dev; /* the device program (shard/devprog.h), built last; NULL before */
 } IrModule;
 
 /* ---- building ---- */
@@ -538,4 +541,8 @@ int ir_fuse_attention(IrModule *m);
 
 /* Stable text dump, for tests and `--emit-ir`. */
 void ir_print(FILE *out, const IrModule *m);
+/* The same, with hook(out, op) printing what a later stage states about each op after its own facts
+ * (shard/devprog.c: the device program's groups, blocks and rings). */
+typedef void (*IrPrintHook)(FILE *out, const Op *op);
+void ir_print_with(FILE *out, const IrModule *m, IrPrintHook hook);
 #endif
