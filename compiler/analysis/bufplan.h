@@ -67,5 +67,10 @@ void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out);
  * suggestions' search rescales them for a changed layout, fitsearch.h). */
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out);
 
+/* Annotates the device program with the plan: each DevValue.buffer (once; the plan is built in
+ * dm's arena). What the lowering allocates by. */
+struct DevModule;
+void bufplan_annotate(struct DevModule *dm);
+
 const char *bufplan_class_name(BufClass c); /* "params", "grads", "optimizer", "activations", "temporaries" */
 #endif

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devprog.h"
 #include "interp.h"
 #include "localize.h"
 #include "report.h"
@@ -159,7 +160,7 @@ static const char *fmt_bytes(char *buf, size_t n, double b) {
   return buf;
 }
 
-static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
+static bool build_executable(const Options *o, Arena *arena, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
                              const RunGen *gpar, DType program, const SimReport *sim);
 
 /* build: `shardc build FILE -o EXE` stops after lowering and writes the executable instead. */
@@ -248,7 +249,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
-    else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
+    else ok = build_executable(o, arena, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
     sim_report_free(&sim);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
@@ -366,6 +367,32 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
     cJSON_AddNumberToObject(j, "atol", D.atol);
     cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    /* what ran: the collectives (language.md's explain entries: kind, axes, bytes per device, count) */
+    RunExecuted *ex = NULL;
+    int exdev[64], nexdev = 0, nex = run_side_executed(shd, &ex, exdev, &nexdev);
+    cJSON *e = cJSON_AddArrayToObject(j, "executed");
+    static const char *const kinds[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute"};
+    for (int i = 0; i < nex; i++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "kind", ex[i].kind >= 0 && ex[i].kind < 5 ? kinds[ex[i].kind] : "?");
+      cJSON *ax = cJSON_AddArrayToObject(x, "axes");
+      for (int a = 0; a < mesh->naxes; a++)
+        if (ex[i].axes >> a & 1u) cJSON_AddItemToArray(ax, cJSON_CreateString(mesh->axes[a].name));
+      cJSON_AddNumberToObject(x, "bytes_per_device", ex[i].bytes_per_device);
+      cJSON_AddNumberToObject(x, "count", ex[i].count);
+      cJSON_AddItemToArray(e, x);
+    }
+    cJSON *ma = cJSON_AddArrayToObject(j, "mesh_axes");
+    for (int a = 0; a < mesh->naxes; a++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "name", mesh->axes[a].name);
+      cJSON_AddNumberToObject(x, "size", mesh->axes[a].size);
+      cJSON_AddItemToArray(ma, x);
+    }
+    cJSON *ed = cJSON_AddArrayToObject(j, "executed_devices");
+    for (int i = 0; i < nexdev; i++) cJSON_AddItemToArray(ed, cJSON_CreateNumber(exdev[i]));
+    if (nex < 0) cJSON_AddStringToObject(j, "executed_error", "the runtime lost count (out of host memory)");
+    free(ex);
     cJSON *c = cJSON_AddObjectToObject(j, "simulated");
     cJSON_AddStringToObject(c, "target", mesh->target->name);
     cJSON_AddNumberToObject(c, "compute_s", clock_compute);
@@ -418,40 +445,54 @@ int cmd_run(const Options *o) {
 
 /* ---- build: an object from the module, a description of the slots, linked with the runtime ---- */
 
-static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g, const IrModule *m) {
-  fprintf(f, "  {.dtype = %d, .rank = %d, .global = {", v->type.dtype == DT_BF16 ? 1 : v->type.dtype == DT_F16 ? 2 : v->type.dtype == DT_I32 ? 3 : 0,
-          v->type.rank);
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)v->type.dims[d]->size);
-  fprintf(f, "}, .local = {");
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)(v->local[d] ? v->local[d] : v->type.dims[d]->size));
-  fprintf(f, "}, .axes = {");
-  for (int d = 0; d < v->type.rank; d++) {
-    fprintf(f, "{");
-    for (int k = 0; k < v->sharding.naxes[d]; k++) fprintf(f, "%d, ", v->sharding.axes[d][k]);
-    fprintf(f, "}, ");
+/* An RtPlace as C: its arrays (NAME_start, NAME_holds, NAME_take) printed first; its initializer. */
+static const char *place_c(FILE *f, Arena *a, const char *name, const RtPlace *pl) {
+  const char *start = "NULL", *holds = "NULL", *take = "NULL";
+  if (pl->start && pl->rank > 0) {
+    fprintf(f, "static const int64_t %s_start[] = {", name);
+    for (int64_t i = 0; i < (int64_t)pl->ndev * pl->rank; i++) fprintf(f, "%lld,", (long long)pl->start[i]);
+    fprintf(f, "};\n");
+    start = arena_printf(a, "%s_start", name);
   }
-  fprintf(f, "}, .naxes = {");
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%d, ", v->sharding.naxes[d]);
-  fprintf(f, "}, .partial = %uu", (unsigned)v->sharding.partial);
-  if (g) fprintf(f, ", .key = %lluull, .lo = %.17g, .hi = %.17g", (unsigned long long)g->key, g->lo, g->hi);
-  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL; /* the stages holding it; storage order */
-  if (pi) fprintf(f, ", .place = %uu, .stacked = %d", (unsigned)run_value_place(m, v), v->type.rank > 0 && v->type.dims[0] == pi->stack_dim);
-  fprintf(f, "},\n");
-  (void)mesh;
+  const uint8_t *arr[2] = {pl->holds, pl->take};
+  const char **out[2] = {&holds, &take};
+  for (int k = 0; k < 2; k++) {
+    if (!arr[k]) continue;
+    fprintf(f, "static const uint8_t %s_%s[] = {", name, k ? "take" : "holds");
+    for (int i = 0; i < pl->ndev; i++) fprintf(f, "%d,", arr[k][i]);
+    fprintf(f, "};\n");
+    *out[k] = arena_printf(a, "%s_%s", name, k ? "take" : "holds");
+  }
+  const char *t = arena_printf(a, "{.dtype = %d, .rank = %d, .ndev = %d, .partial = %d, .global = {", pl->dtype, pl->rank, pl->ndev, pl->partial);
+  for (int d = 0; d < pl->rank; d++) t = arena_printf(a, "%s%lld,", t, (long long)pl->global[d]);
+  t = arena_printf(a, "%s}, .local = {", t);
+  for (int d = 0; d < pl->rank; d++) t = arena_printf(a, "%s%lld,", t, (long long)pl->local[d]);
+  t = arena_printf(a, "%s}, .order = {", t);
+  for (int d = 0; d < pl->rank; d++)
+    t = arena_printf(a, "%s{%lld, %lld, %lld, %lld},", t, (long long)pl->order[d].kind, (long long)pl->order[d].n, (long long)pl->order[d].v,
+                     (long long)pl->order[d].chunk);
+  return arena_printf(a, "%s}, .start = %s, .holds = %s, .take = %s}", t, start, holds, take);
 }
 
-static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
+/* Slot k's description: its placements in both programs (the device program's, devprog_place) and
+ * how its values are made; the arrays printed, the initializer into init[k]. v NULL: a param main
+ * does not read (whole on every device). */
+static void slot_desc(FILE *f, Arena *a, int k, const Value *v, const TensorType *t, const IrModule *m, const RunGen *g,
+                      const char **init) {
+  RtPlace sharded, whole;
+  Value tmp = {.type = *t};
+  devprog_place(v ? m->dev : NULL, a, v ? v : &tmp, &sharded);
+  if (!v) sharded.ndev = m->dev ? m->dev->ndev : 1;
+  devprog_place(NULL, a, v ? v : &tmp, &whole);
+  const char *ps = place_c(f, a, arena_printf(a, "slot%d", k), &sharded), *pw = place_c(f, a, arena_printf(a, "slot%dw", k), &whole);
+  init[k] = arena_printf(a, "  {.sharded = %s,\n   .whole = %s", ps, pw);
+  if (g) init[k] = arena_printf(a, "%s, .key = %lluull, .lo = %.17g, .hi = %.17g", init[k], (unsigned long long)g->key, g->lo, g->hi);
+  init[k] = arena_printf(a, "%s},\n", init[k]);
+}
+
+static bool build_executable(const Options *o, Arena *arena, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
                              const RunGen *gpar, DType program, const SimReport *sim) {
   char err[512], obj[4200], csrc[4200], cmd[16384];
-  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
-    const Op *ring = NULL;
-    for (const Op *op = m->main->first; op && !ring; op = op->next)
-      if (op->ring) ring = op;
-    diag_error(ring ? ring->loc : (SrcLoc){0},
-               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
-               "`shardc run` runs it");
-    return false;
-  }
   snprintf(obj, sizeof obj, "%s.o", o->output);
   snprintf(csrc, sizeof csrc, "%s.main.c", o->output);
   if (!lower_emit_object(lw, obj, err, sizeof err)) {
@@ -468,17 +509,15 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   for (const Op *op = mf->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
   fprintf(f, "/* generated by shardc build from %s: the slots of its lowered program (shardrt.h, RtProgram) */\n", o->input);
-  fprintf(f, "#include \"shardrt.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  fprintf(f, "#include <stddef.h>\n#include \"shardrt.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  int nslots = mf->ninputs + m->nparams + mf->noutputs;
+  const char **init = ARENA_ARRAY(arena, const char *, nslots + 1);
+  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, arena, i, mf->inputs[i], &mf->inputs[i]->type, m, &gin[i], init);
+  for (int i = 0; i < m->nparams; i++) slot_desc(f, arena, mf->ninputs + i, pval[i], &m->params[i].type, m, &gpar[i], init);
+  for (int j = 0; j < mf->noutputs; j++)
+    slot_desc(f, arena, mf->ninputs + m->nparams + j, mf->outputs[j], &mf->outputs[j]->type, m, NULL, init);
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
-  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], mesh, &gin[i], m);
-  for (int i = 0; i < m->nparams; i++) {
-    if (pval[i]) slot_desc(f, pval[i], mesh, &gpar[i], m);
-    else { /* a param main does not read: whole everywhere */
-      Value v = {.type = m->params[i].type};
-      slot_desc(f, &v, mesh, &gpar[i], m);
-    }
-  }
-  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], mesh, NULL, m);
+  for (int k = 0; k < nslots; k++) fputs(init[k], f);
   fprintf(f, "};\nstatic const int carry[] = {");
   int ncarry = 0;
   const StepInfo *si = m->step;
@@ -489,6 +528,11 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
       if (pairs[j][0] >= 0 && pairs[j][1] >= 0) fprintf(f, "%d, %d, ", pairs[j][0], pairs[j][1]), ncarry++;
   }
   fprintf(f, "-1};\n");
+  int32_t rec[64]; /* the devices of record for what ran: one per stage, or device 0 */
+  int nrec = devprog_record_devices(m->dev, rec, 64);
+  fprintf(f, "static const int32_t executed[] = {");
+  for (int r = 0; r < nrec; r++) fprintf(f, "%d, ", rec[r]);
+  fprintf(f, "};\n");
   double atol, rtol;
   tolerance(program != DT_F32 ? program : DT_F32, &atol, &rtol);
   fprintf(f, "static const RtProgram program = {.name = \"%s\", .mesh = \"%s\", .naxes = %d, .axis_size = {", o->input, mesh->name, mesh->naxes);
@@ -497,19 +541,11 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "\"%s\", ", mesh->axes[a].name);
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
              "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n"
-             "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n",
+             "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g,\n"
+             "  .nexecuted = (int)(sizeof executed / sizeof executed[0]), .executed = executed};\n",
           mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed,
           mesh->target->name, sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
-  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
-  if (pi) { /* run_host.c's placement and storage order, for launch.c */
-    fprintf(f, "/* a pipeline: %d stages */\n", pi->stages);
-    fprintf(f, "static const RtProgram *pipelined(RtProgram *q) {\n  q->stages = %d, q->nstage_axes = %d, q->chunks = %d, q->chunk_layers = %lld;\n",
-            pi->stages, pi->nstage_axes, pi->chunks, (long long)pi->chunk_layers);
-    for (int k = 0; k < pi->nstage_axes; k++) fprintf(f, "  q->stage_axes[%d] = %d;\n", k, pi->stage_axes[k]);
-    fprintf(f, "  return q;\n}\n");
-    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return rt_launch_main(argc, argv, pipelined(&q)); }\n");
-  } else
-    fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
+  fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
   free(pval);
   if (fclose(f) != 0) {
     diag_error((SrcLoc){0}, "build: cannot write %s", csrc);

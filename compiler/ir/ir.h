@@ -465,8 +465,8 @@ typedef struct IrModule {
   struct Zigzag {       /* a causal ring's load balance (partition.c): dims `dims` (the query and
                            key sequence) sharded over `axes` are stored in zigzag order: split into
                            2n chunks, device i holds chunks i and 2n-1-i; every tensor with them
-                           keeps that order (the interpreter permutes inputs and outputs, causal
-                           masks read the logical index) */
+                           keeps that order (the device program's RT_ORDER_ZIGZAG: inputs and
+                           outputs are placed in it, causal masks read the logical index) */
     const struct Dim *dims[2];
     uint16_t axes;      /* 0: none */
     int n;
@@ -523,10 +523,6 @@ char *tensor_type_format(char *buf, size_t n, const TensorType *t);
 char *sharding_format(char *buf, size_t n, const TensorType *t, const Sharding *s, const Mesh *m);
 int64_t sharding_local_extent(const TensorType *t, const Sharding *s, const Mesh *m, int dim);
 int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh *m);
-/* The logical index of storage position p along d under m's zigzag order (IrModule.zigzag): a dim
- * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
- * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
-int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
 /* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, a step's
  * labels): the data-parallel axes. */
 uint16_t ir_batch_axes(const IrModule *m);

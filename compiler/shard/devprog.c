@@ -184,8 +184,76 @@ RtOrder dev_dim_order(const DevModule *dm, const Dim *d, int pos) {
   return o;
 }
 
+int64_t dev_chunk_row0(const DevModule *dm, int g) {
+  const PipeInfo *pi = dm->m->pipeline ? dm->m->pipeline->pipe : NULL;
+  if (!pi) return 0;
+  int64_t Lc = pi->chunk_layers, V = pi->chunks;
+  if (!dm->mesh) return g * Lc;
+  RtOrder o = dev_dim_order(dm, pi->stack_dim, 0);
+  for (int64_t s = 0; s < pi->stages; s++)
+    for (int64_t c = 0; c < V; c++)
+      if (rt_order_logical(&o, (s * V + c) * Lc) == g * Lc) return c * Lc;
+  return -1;
+}
+
 int64_t dev_value_logical(const DevModule *dm, const Value *v, int dim, int64_t p) {
   return rt_order_logical(&dev_value(dm, v)->order[dim], p);
+}
+
+/* ---- what the host and the runtime are given ---- */
+
+int devprog_rt_dtype(DType dt) {
+  switch (dt) {
+  case DT_F32: return RT_F32;
+  case DT_BF16: return RT_BF16;
+  case DT_F16: return RT_F16;
+  case DT_I32: return RT_I32;
+  default: return -1;
+  }
+}
+
+void devprog_place(DevModule *dm, Arena *a, const Value *v, RtPlace *out) {
+  memset(out, 0, sizeof *out);
+  out->dtype = devprog_rt_dtype(v->type.dtype);
+  out->rank = v->type.rank;
+  out->ndev = dm ? dm->ndev : 1;
+  for (int d = 0; d < v->type.rank; d++) out->global[d] = out->local[d] = v->type.dims[d]->size;
+  if (!dm || !dm->mesh) return;
+  const DevValue *x = dev_value(dm, v);
+  int64_t *start = ARENA_ARRAY(a, int64_t, (size_t)dm->ndev * (size_t)(v->type.rank > 0 ? v->type.rank : 1));
+  uint8_t *holds = ARENA_ARRAY(a, uint8_t, dm->ndev), *take = ARENA_ARRAY(a, uint8_t, dm->ndev);
+  uint16_t used = v->sharding.partial, all = 0;
+  for (int d = 0; d < v->type.rank; d++) {
+    out->local[d] = x->local[d];
+    out->order[d] = x->order[d];
+    if (x->groups[d]) used |= x->groups[d]->mask;
+  }
+  for (int ax = 0; ax < dm->mesh->naxes; ax++) all |= (uint16_t)(1u << ax);
+  const DevGroups *rep = dev_groups_mask(dm, all & ~used); /* the devices holding copies of one block */
+  for (int64_t dev = 0; dev < dm->ndev; dev++) {
+    for (int d = 0; d < v->type.rank; d++) start[dev * v->type.rank + d] = dev_block_start(x->groups[d], dev, x->local[d]);
+    holds[dev] = dev_runs_on(dm, x->place, dev);
+  }
+  for (int64_t dev = 0; dev < dm->ndev; dev++) {
+    const int32_t *grp = &rep->members[rep->group_of[dev] * rep->size];
+    int first = -1;
+    for (int r = 0; r < rep->size && first < 0; r++)
+      if (holds[grp[r]]) first = grp[r];
+    take[dev] = first == dev;
+  }
+  out->partial = v->sharding.partial != 0 && (dev_groups_mask(dm, v->sharding.partial)->size > 1);
+  out->start = start, out->holds = holds, out->take = take;
+}
+
+int devprog_record_devices(const DevModule *dm, int32_t *out, int max) {
+  if (!dm || !dm->pipe || max < 1) {
+    if (max >= 1) out[0] = 0;
+    return max >= 1 ? 1 : 0;
+  }
+  const DevGroups *g = dm->pipe->stages;
+  int n = g->size < max ? g->size : max;
+  for (int r = 0; r < n; r++) out[r] = g->members[g->group_of[0] * g->size + r];
+  return n;
 }
 
 /* ---- building ---- */
@@ -266,14 +334,17 @@ static void build_coll(Build *B, DevOp *o) {
 /* A bucket's members (Op.bucket, adjacent but for the casts and views that feed them) run as one
  * collective at the last of them, over the last member's groups: nothing between the first and the
  * last may read a member's result, and the members agree on kind, dtype and the set of axes (each
- * member's parts place its blocks by their own groups' ranks). */
+ * member's parts place its blocks by their own groups' ranks). Members placed on other stages than
+ * the others (bucketing ran before the pipeline split: a final norm's gradient on the last stage
+ * beside the layers' on every stage) are a bucket of their own: what runs on a stage is one
+ * collective of the members placed there. */
 static void build_buckets(Build *B, const IrFunc *f) {
   for (const Op *op = f->first; op && !B->failed; op = op->next) {
     if (!op->dev || !op->dev->coll || !op->bucket || op->dev->coll->lead || op->dev->coll->members) continue;
     VEC(const Op *) mem = {0};
     const Op *last = op;
     for (const Op *o = op; o; o = o->next)
-      if (o->bucket == op->bucket && o->dev && o->dev->coll) {
+      if (o->bucket == op->bucket && o->dev && o->dev->coll && o->dev->runs == op->dev->runs) {
         VEC_PUSH(B->dm->arena, mem, o);
         last = o;
       }
@@ -318,9 +389,10 @@ static bool build_ring(Build *B, DevOp *o) {
   for (int a = 0; a < dm->mesh->naxes; a++)
     if ((op->ring >> a & 1) && dm->mesh->axes[a].size > 1) want |= (uint16_t)(1u << a);
   if (r->groups->mask != want) return fail(B, op, "a ring whose key dim is sharded over other axes than the ring's");
-  r->steps = r->groups->size - 1;
-  r->step_bytes = value_bytes(dm, k) + value_bytes(dm, v);
-  if (op->kind == OP_ATTENTION_GRAD) r->step_bytes *= 2;
+  r->k_bytes = value_bytes(dm, k), r->v_bytes = value_bytes(dm, v);
+  CollCost step;
+  r->steps = cost_ring(dm->mesh, r->groups->mask, r->k_bytes, r->v_bytes, op->kind == OP_ATTENTION_GRAD, true, &step);
+  r->step_bytes = step.bytes_per_device;
   r->carries = op->kind == OP_ATTENTION || op->index == 0;
   r->qorder = dev_dim_order(dm, op->dims[2], -1);
   r->korder = dev_dim_order(dm, op->dims[1], -1);
@@ -366,7 +438,7 @@ static void build_func(Build *B, const IrFunc *f, uint8_t place_all) {
   build_buckets(B, f);
 }
 
-DevModule *devprog_new(Arena *a, const IrModule *m, const Mesh *mesh) {
+DevModule *devprog_bare(Arena *a, const IrModule *m, const Mesh *mesh) {
   DevModule *dm = ARENA_NEW(a, DevModule);
   dm->arena = a;
   dm->m = m;
@@ -382,6 +454,11 @@ DevModule *devprog_new(Arena *a, const IrModule *m, const Mesh *mesh) {
     dm->pipe->stages = dev_groups(dm, pi->stage_axes, pi->nstage_axes);
     dm->pipe->split = pi->send_split ? dev_groups_mask(dm, pi->send_split) : NULL;
   }
+  return dm;
+}
+
+static DevModule *build(Arena *a, IrModule *m, const Mesh *mesh) {
+  DevModule *dm = devprog_bare(a, m, mesh);
   Build B = {.dm = dm};
   if (m->main) build_func(&B, m->main, PLACE_ALL);
   return B.failed ? NULL : dm;
@@ -389,7 +466,7 @@ DevModule *devprog_new(Arena *a, const IrModule *m, const Mesh *mesh) {
 
 bool devprog_build(IrModule *m, const Mesh *mesh) {
   if (!m || !m->main) return true;
-  m->dev = devprog_new(m->arena, m, mesh);
+  m->dev = build(m->arena, m, mesh);
   return m->dev != NULL;
 }
 

@@ -83,9 +83,10 @@ typedef struct DevColl {
 typedef struct DevRing {
   const DevGroups *groups;   /* the ring: the key dim's axes in the order its tuple lists them; the
                                 key block of rank r is storage block r */
-  int steps;                 /* n - 1 CollectivePermute steps */
+  int steps;                 /* n - 1 CollectivePermute steps (cost_ring) */
+  double k_bytes, v_bytes;   /* the device's K and V blocks */
   double step_bytes;         /* what each step moves per device: the K and V blocks (and, in the
-                                backward, their gradients) */
+                                backward, their gradients; cost_ring) */
   bool carries;              /* the op that runs the ring (the forward, or the backward's dq) */
   RtOrder qorder, korder;    /* the query's and the key's storage orders */
 } DevRing;
@@ -123,8 +124,9 @@ typedef struct DevModule {
  * error (a module whose facts disagree: a bucket whose members cannot run as one collective, a ring
  * whose key dim is not sharded over exactly its axes). */
 bool devprog_build(IrModule *m, const Mesh *mesh);
-/* The same, into a DevModule of the caller's (the interpreter's, for a module it may not change). */
-DevModule *devprog_new(Arena *a, const IrModule *m, const Mesh *mesh);
+/* A device program with no values or ops yet: its interner, stages and orders (the interpreter's, for
+ * a module without one: it reads blocks off the shardings it checks). */
+DevModule *devprog_bare(Arena *a, const IrModule *m, const Mesh *mesh);
 
 /* The groups over an ordered tuple of mesh axes (axes of one device are dropped; the empty tuple is
  * a group of one), interned. */
@@ -161,6 +163,26 @@ int64_t dev_value_logical(const DevModule *dm, const Value *v, int dim, int64_t 
 /* The storage order of dim d in dm's program (every value with that dim keeps it; its position in
  * the value matters for the interleaved order, which is a stacked value's leading dim only). */
 RtOrder dev_dim_order(const DevModule *dm, const Dim *d, int pos);
+
+/* The first row, among the rows its stage holds, of model chunk g (0 .. p V - 1) of the pipeline's
+ * stacked dim, found through its storage order (the one-device program: g Lc). */
+int64_t dev_chunk_row0(const DevModule *dm, int g);
+
+/* ---- what the host and the runtime are given ---- */
+
+/* The RtDtype of a dtype, -1 for one the runtime lacks (f8, i8). */
+int devprog_rt_dtype(DType dt);
+/* How value v of main is placed on the devices (the runtime's block placement, shardrt.h's RtPlace):
+ * each device's block start, the devices holding it (its stages), which copy of each block is read
+ * back (the first device in rank order of its group over the axes v is replicated over that holds
+ * it), each dim's storage order. dm NULL: the one-device program (the whole tensor on device 0). The
+ * arrays are dm's arena's (or a's). */
+void devprog_place(DevModule *dm, Arena *a, const Value *v, RtPlace *out);
+
+/* The devices whose view of what ran (the runtime's executed collectives) a run reports: one device
+ * of each pipeline stage (device 0's stage group, in stage order), or device 0 alone; at most max
+ * into out. Returns how many. */
+int devprog_record_devices(const DevModule *dm, int32_t *out, int max);
 
 /* The DevValue of v. */
 static inline const DevValue *dev_value(const DevModule *dm, const Value *v) { return &dm->values[v->id]; }

@@ -22,9 +22,6 @@
  * params used outside the layers, a schedule that does not fit the shape). */
 bool stages_module(IrModule *m, const Program *p);
 
-/* The stage of device `dev` (0 .. p-1) along pi's stage axes, on mesh. */
-int stages_of_device(const PipeInfo *pi, const Mesh *mesh, int64_t dev);
-
-/* Does an op placed `place` run on stage s of p? */
-bool stages_runs_on(uint8_t place, int s, int p);
+/* Which devices run what a stage holds, and which stage a device is: the device program's
+ * (devprog.h: dev_stage_runs, dev_stage). */
 #endif

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devprog.h"
 #include "diag.h"
 #include "opcost.h"
 #include "partition.h"
@@ -261,7 +262,7 @@ static Sub *sub_for(Sim *S, const IrFunc *f, const Op *op, int region);
 static int sub_index(const Sim *S, const Sub *sb);
 
 static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
-  return !(S->pi && f == S->m->main && stage >= 0) || stages_runs_on(op->place, stage, S->pi->stages);
+  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(op->place, stage, S->pi->stages);
 }
 
 /* Tasks the unrolled body of f would add (loops at their trips; a pipeline is never inside). */
