@@ -24,7 +24,8 @@ typedef struct Options {
   const char *argv0;
   const char *command;     /* "parse", "check", ... */
   const char *input;       /* the .shard file */
-  DimOption *dims;       /* -D, in command-line order (a later one for the same dim wins) */
+  DimOption *dims;         /* -D, in command-line order (a dim given twice has the same size twice:
+                              two sizes are a usage error) */
   int ndims;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */
@@ -58,6 +59,7 @@ int cmd_explain(const Options *o);   /* explain.c */
 int cmd_sim(const Options *o);       /* cmd_sim.c */
 int cmd_run(const Options *o);       /* cmd_run.c */
 int cmd_build(const Options *o);     /* cmd_run.c */
+int cmd_import(const Options *o);    /* cmd_import.c: FILE is a Hugging Face config.json */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check
