@@ -5,6 +5,7 @@
  * naming the device, the collective and its axes, then hands the call to the backend (backend.h),
  * keeps the device's statistics and counts what it executed (rt_executed). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -267,6 +268,56 @@ int rt_permute_pairs(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *i
 int rt_barrier(RtDevice *dev, const RtGroups *g) {
   RtCall c = {.kind = RT_COLL_BARRIER, .dtype = RT_F32};
   return collective(dev, g, &c);
+}
+
+int rt_permute_shift_start(RtDevice *dev, const RtGroups *G, RtDtype dt, const void *in, void *out, int64_t count, int shift,
+                           RtRequest **req) {
+  if (!dev) return RT_E_ARG;
+  if (!req) return rtrun_fail(dev, RT_E_ARG, "rt_permute_shift_start: no place for the request");
+  *req = NULL;
+  if (rtrun_stopped(dev->rt)) return RT_E_STOPPED;
+  RtRequest *r = calloc(1, sizeof *r);
+  if (!r) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for a permute request");
+  r->c = (RtCall){.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
+  int rc = rtgroup_lookup(dev, G, rtrun_coll_name(r->c.kind), &r->g);
+  if (!rc) rc = check_args(dev, &r->g, &r->c);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  const RtBackend *b = dev->rt->backend;
+  double t0 = rt_seconds();
+  atomic_store(&dev->where, RT_WHERE(r->c.kind, r->g.mask, -1));
+  if (b->permute_start) {
+    rc = b->permute_start(dev, &r->g, &r->c, r);
+  } else {
+    rc = b->permute(dev, &r->g, &r->c);
+    r->done = 1, r->rc = rc;
+  }
+  atomic_store(&dev->where, 0);
+  dev->ncoll++;
+  dev->coll_seconds += rt_seconds() - t0;
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  rtrun_count(dev, r->c.kind, r->g.mask, sent_bytes(&r->c, r->g.size));
+  *req = r;
+  return RT_OK;
+}
+
+int rt_wait(RtDevice *dev, RtRequest *r) {
+  if (!dev || !r) return RT_E_ARG;
+  int rc = r->rc;
+  if (!r->done) {
+    double t0 = rt_seconds();
+    atomic_store(&dev->where, RT_WHERE(r->c.kind, r->g.mask, -1));
+    rc = dev->rt->backend->wait_request(dev, r);
+    atomic_store(&dev->where, 0);
+    dev->coll_seconds += rt_seconds() - t0;
+  }
+  free(r);
+  return rc;
 }
 
 /* ---- point to point ---- */

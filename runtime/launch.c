@@ -8,7 +8,12 @@
  *
  * Its options are parsed as shardc parses them (args.c: the whole value, in range, or exit 2), and
  * every host allocation is checked: a failure is an error naming what was being allocated (exit 1),
- * never a crash. SHARDC_FAIL_HOST_ALLOC=N (tests) makes the Nth host allocation fail. */
+ * never a crash. SHARDC_FAIL_HOST_ALLOC=N (tests) makes the Nth host allocation fail.
+ *
+ * Under MPI (an executable built with --backend mpi, main rt_mpi_main: shardrt_mpi.h) every rank
+ * runs this with its own devices: it places their blocks only, rank 0 alone runs the one-device
+ * program, gets the outputs' blocks from the others (rt_fetch_to_root), compares and prints, and
+ * the ranks agree after each step that can fail on one of them (rt_processes_agree). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -51,7 +56,7 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   for (int a = 0; a < c.naxes; a++) c.axis_size[a] = p->axis_size[a], c.axis_name[a] = p->axis_name[a];
   int rc = rt_open(&c, &s->rt);
   if (rc != RT_OK) {
-    fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", s->rt ? rt_errmsg(s->rt) : "out of memory");
     return rc;
   }
   s->ndev = rt_device_count(s->rt);
@@ -59,25 +64,33 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   if (!(s->slots = host_calloc((size_t)s->ndev, sizeof *s->slots, "the devices' slot tables"))) return RT_E_NOMEM;
   for (int d = 0; d < s->ndev; d++)
     if (!(s->slots[d] = host_calloc((size_t)nslots + 1, sizeof(void *), "a device's slot table"))) return RT_E_NOMEM;
-  /* inputs and params, generated per global index (the runtime's block placement) */
-  for (int d = 0; d < s->ndev; d++)
-    for (int i = 0; i < p->nin + p->nparams; i++) {
+  /* inputs and params, generated per global index (the runtime's block placement), each process its
+   * own devices' (under MPI) */
+  bool placed = true;
+  char msg[1024] = ""; /* every process placed its blocks, or all stop with the first one's message */
+  for (int d = 0; d < s->ndev && placed; d++)
+    for (int i = 0; i < p->nin + p->nparams && placed; i++) {
       const RtSlotDesc *sd = &p->slots[i];
       const RtPlace *pl = placement(s, i);
-      if (!rt_place_holds(pl, d)) continue;
+      if (!rt_place_holds(pl, d) || !rt_device_local(s->rt, d)) continue;
       int64_t n = rt_place_elements(pl);
       void *buf;
-      if ((rc = rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)pl->dtype), "input", &buf)) != RT_OK) {
-        fprintf(stderr, "error: %s\n", rt_errmsg(s->rt));
-        return rc;
+      if (rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)pl->dtype), "input", &buf) != RT_OK) {
+        placed = false;
+        snprintf(msg, sizeof msg, "%s", rt_errmsg(s->rt));
+        break;
       }
       s->slots[d][i] = buf;
-      rc = rt_place_fill(pl, d, buf, NULL, p->seed, sd->key, sd->lo, sd->hi);
-      if (rc != RT_OK) {
-        fprintf(stderr, "error: making input slot %d: %s\n", i, rt_status_name(rc));
-        return rc;
+      int frc = rt_place_fill(pl, d, buf, NULL, p->seed, sd->key, sd->lo, sd->hi);
+      if (frc != RT_OK) {
+        placed = false;
+        snprintf(msg, sizeof msg, "making input slot %d: %s", i, rt_status_name(frc));
       }
     }
+  if (!rt_processes_agree(s->rt, placed, msg, sizeof msg)) {
+    if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", msg);
+    return RT_E_NOMEM;
+  }
   return RT_OK;
 }
 
@@ -96,7 +109,8 @@ static int side_step(Side *s) {
   double t0 = rt_seconds();
   int rc = rt_run(s->rt, s->sharded ? p->device : p->reference, s->slots);
   s->seconds += rt_seconds() - t0;
-  if (rc != RT_OK) fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
+  if (rc != RT_OK && rt_process_rank(s->rt) == 0)
+    fprintf(stderr, "error: the %s program failed: %s\n", s->sharded ? "sharded" : "one-device", rt_errmsg(s->rt));
   return rc;
 }
 
@@ -115,16 +129,31 @@ static void side_carry(Side *s) {
   }
 }
 
-/* Output j, whole: each block once, partial sums added (the runtime's block placement, read back). */
+/* Output j, whole: each block once, partial sums added (the runtime's block placement, read back).
+ * Under MPI on rank 0 (the others take part, and get NULL). */
 static double *assemble(const Side *s, int j) {
   const RtProgram *p = s->p;
   int slot = p->nin + p->nparams + j;
   const RtPlace *pl = placement(s, slot);
   int64_t n = 1;
   for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
-  double *g = host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole output of the sharded run" : "a whole output of the one-device run");
-  if (!g) return NULL;
-  for (int d = 0; d < s->ndev; d++) rt_place_gather(pl, d, s->slots[d][slot], g);
+  double *g = rt_process_rank(s->rt) != 0 ? NULL /* under MPI rank 0 assembles */
+              : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole output of the sharded run" : "a whole output of the one-device run");
+  if (!g && rt_process_count(s->rt) == 1) return NULL; /* else it still takes part in the fetches */
+  size_t bytes = (size_t)rt_place_elements(pl) * rt_dtype_size((RtDtype)pl->dtype);
+  for (int d = 0; d < s->ndev; d++) {
+    if (!rt_place_holds(pl, d) || (pl->take && !pl->take[d])) continue; /* every process skips the same */
+    /* under MPI the block comes to rank 0 (every rank makes the same calls) */
+    void *scratch = g && !rt_device_local(s->rt, d) ? host_calloc(bytes, 1, "a block from another rank") : NULL;
+    if (g && !rt_device_local(s->rt, d) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
+    const void *buf = rt_fetch_to_root(s->rt, d, s->slots[d][slot], bytes, scratch);
+    if (buf && g) rt_place_gather(pl, d, buf, g);
+    free(scratch);
+  }
+  if (rt_process_rank(s->rt) != 0) { /* rank 0 holds the whole value */
+    free(g);
+    return NULL;
+  }
   return g;
 }
 
@@ -142,26 +171,34 @@ static const char *seconds_text(char *buf, size_t n, double s) {
 static void usage(FILE *f, const char *argv0, const RtProgram *p) {
   int ndev = 1;
   for (int a = 0; a < p->naxes; a++) ndev *= p->axis_size[a];
+  bool mpi = p->backend == RT_BACKEND_MPI;
   fprintf(f,
-          "usage: %s [--steps N] [--seed N] [--timeout S] [--hbm BYTES] [--format text|json]\n"
-          "Runs %s (built by shardc build) sharded on %d device threads (mesh %s) and on one device,\n"
+          "usage: %s%s [--steps N] [--seed N] [--timeout S] [--hbm BYTES] [--format text|json]\n"
+          "       [--no-reference]%s\n"
+          "Runs %s (built by shardc build) sharded on %d %s (mesh %s) and on one device,\n"
           "compares their outputs and prints PASS or FAIL, as `shardc run` does.\n\n"
           "  --steps N           %s to run and compare, 1 to %d (default 1)\n"
           "  --seed N            the seed inputs and params are made from (default %llu, the build's)\n"
           "  --timeout S         a collective's longest wait in seconds, at most 1e6 (default 60)\n"
           "  --hbm BYTES         cap each device's memory at BYTES (default: no cap)\n"
           "  --format text|json  the report's form (default text)\n"
+          "  --no-reference      do not run the one-device program (nor compare)\n"
+          "%s"
           "  --help              this text\n"
           "Each option also takes its value as --opt=VALUE.\n"
           "exit status: 0 PASS, 1 FAIL or an error, 2 a usage error\n",
-          argv0, p->name, ndev, p->mesh, p->step ? "train steps" : "runs of the function (on the same inputs)", RT_MAX_STEPS,
-          (unsigned long long)p->seed);
+          mpi ? "mpirun -np RANKS " : "", argv0, mpi ? " [--threads-per-rank T]" : "", p->name, ndev,
+          mpi ? "devices, one MPI rank each or T device threads per rank," : "device threads", p->mesh,
+          p->step ? "train steps" : "runs of the function (on the same inputs)", RT_MAX_STEPS, (unsigned long long)p->seed,
+          mpi ? "  --threads-per-rank T device threads in each rank: RANKS = devices / T (default 1)\n" : "");
 }
 
 typedef struct LaunchArgs {
   int steps;
   uint64_t seed;
   int json;
+  int no_reference;
+  int threads_per_rank; /* mpi */
   RtConfig cfg;
 } LaunchArgs;
 
@@ -175,13 +212,17 @@ static int bad_arg(const char *argv0, const char *opt, const char *v, const char
 /* -1 when the options are good, else the exit status (--help: 0; a usage error: 2). */
 static int parse_args(int argc, char **argv, const RtProgram *p, LaunchArgs *a) {
   const char *argv0 = argc > 0 ? argv[0] : "program";
-  *a = (LaunchArgs){.steps = 1, .seed = p->seed};
+  *a = (LaunchArgs){.steps = 1, .seed = p->seed, .threads_per_rank = 1};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout, argv0, p);
       return 0;
     }
-    static const char *const opts[] = {"--steps", "--seed", "--timeout", "--hbm", "--format"};
+    if (!strcmp(argv[i], "--no-reference")) {
+      a->no_reference = 1;
+      continue;
+    }
+    static const char *const opts[] = {"--steps", "--seed", "--timeout", "--hbm", "--format", "--threads-per-rank"};
     const char *opt = NULL, *v = NULL;
     for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !v; k++)
       if ((v = rt_arg_value(argc, argv, &i, opts[k]))) opt = opts[k];
@@ -202,6 +243,10 @@ static int parse_args(int argc, char **argv, const RtProgram *p, LaunchArgs *a) 
       a->cfg.mem_cap = (size_t)x;
     } else if (!strcmp(opt, "--timeout")) {
       if (!rt_arg_seconds(v, &a->cfg.timeout_s)) return bad_arg(argv0, opt, v, "seconds > 0 (at most 1e6)");
+    } else if (!strcmp(opt, "--threads-per-rank")) {
+      if (p->backend != RT_BACKEND_MPI) return bad_arg(argv0, opt, v, "nothing: an option of executables built with --backend mpi");
+      if (!rt_arg_uint(v, 1, RT_DEFAULT_MAX_DEVICES, &x)) return bad_arg(argv0, opt, v, "an integer from 1 to 64");
+      a->threads_per_rank = (int)x;
     } else if (!strcmp(v, "text") || !strcmp(v, "json")) {
       a->json = !strcmp(v, "json");
     } else {
@@ -220,25 +265,38 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
   RtProgram q = *prog; /* with the seed of the command line */
   q.seed = args.seed;
   const RtProgram *p = &q;
-  int steps = args.steps, json = args.json;
+  int steps = args.steps, json = args.json, no_reference = args.no_reference;
+  bool mpi = p->backend == RT_BACKEND_MPI;
   RtConfig cfg = args.cfg;
   Side ref = {0}, shd = {0};
   int status = 1;
   double *loss = host_calloc((size_t)steps, sizeof(double), "the sharded run's losses"),
          *loss_ref = host_calloc((size_t)steps, sizeof(double), "the one-device run's losses");
   double max_abs = 0, max_rel = 0;
-  bool pass = true;
+  bool pass = true, root = true, has_ref = false;
+  char msg[1024] = "";
   if (!loss || !loss_ref) goto done;
-  if (side_open(&ref, p, false, &cfg) != RT_OK || side_open(&shd, p, true, &cfg) != RT_OK) goto done;
+  /* The sharded side first: under MPI its rt_open checks the job's size before any work. Every
+   * rank runs it; rank 0 alone runs the one-device program, compares and prints. */
+  RtConfig cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = args.threads_per_rank;
+  if (side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
+  root = rt_process_rank(shd.rt) == 0, has_ref = root && !no_reference;
+  bool ok = !has_ref || side_open(&ref, p, false, &cfg) == RT_OK;
+  if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
   for (int s = 0; s < steps; s++) {
-    if (side_step(&ref) != RT_OK || side_step(&shd) != RT_OK) goto done;
+    ok = !has_ref || side_step(&ref) == RT_OK;
+    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg) || side_step(&shd) != RT_OK) goto done;
+    ok = true;
     for (int j = 0; j < p->nout; j++) {
       if ((s < steps - 1) && !(p->step && j == 0)) continue;
       const RtPlace *pl = &p->slots[p->nin + p->nparams + j].whole;
-      double *a = assemble(&shd, j), *r = assemble(&ref, j), scale = 0, worst = 0;
-      if (!a || !r) { /* out of host memory: said by assemble */
+      double *a = assemble(&shd, j), *r = has_ref ? assemble(&ref, j) : NULL, scale = 0, worst = 0;
+      if (root && (!a || (has_ref && !r))) ok = false; /* out of host memory: said by assemble */
+      if (a && p->step && j == 0) loss[s] = a[0], loss_ref[s] = r ? r[0] : NAN;
+      if (!a || !r) { /* not rank 0, or nothing to compare with */
         free(a), free(r);
-        goto done;
+        continue;
       }
       int64_t n = 1;
       for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
@@ -252,10 +310,13 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
       }
       max_abs = fmax(max_abs, worst);
       max_rel = fmax(max_rel, scale > 0 ? worst / scale : worst);
-      if (p->step && j == 0) loss[s] = a[0], loss_ref[s] = r[0];
       free(a), free(r);
     }
-    if (p->step && s < steps - 1) side_carry(&ref), side_carry(&shd);
+    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
+    if (p->step && s < steps - 1) {
+      if (has_ref) side_carry(&ref);
+      side_carry(&shd);
+    }
   }
   size_t peak = 0;
   double clock[2] = {0, 0}; /* the simulated clock, averaged over the devices */
@@ -265,23 +326,30 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     if (st.mem_peak > peak) peak = st.mem_peak;
     clock[0] += st.sim_compute_s / shd.ndev, clock[1] += st.sim_comm_s / shd.ndev;
   }
-  if (json) {
+  int ranks = rt_process_count(shd.rt);
+  char where[96];
+  if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", shd.ndev, shd.ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+  else snprintf(where, sizeof where, "%d device thread%s", shd.ndev, shd.ndev == 1 ? "" : "s");
+  if (!root) {
+    /* rank 0 reports; rt_mpi_main gives every rank its status */
+  } else if (json) {
     printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
-           pass ? "true" : "false", max_abs, max_rel);
+           no_reference ? "null" : pass ? "true" : "false", max_abs, max_rel);
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
     printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
     /* what ran (rt_executed): averaged over the program's devices of record, as run reports it */
     static const char *const kinds[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute"};
-    printf(", \"executed\": [");
     int nrep = p->nexecuted > 0 ? p->nexecuted : 1, printed = 0;
     RtExecuted seen[256];
     double count[256];
     int nseen = 0;
-    for (int r = 0; r < nrep; r++) {
+    bool known = true; /* under MPI a device of another process: its counts are not here */
+    for (int r = 0; r < nrep && known; r++) {
       int d = p->nexecuted > 0 ? p->executed[r] : 0;
       RtExecuted ex[256];
       int k = rt_executed(shd.rt, d, ex, 256);
+      if (k < 0) known = false;
       for (int i = 0; i < k && i < 256; i++) {
         int j = 0;
         while (j < nseen && !(seen[j].kind == ex[i].kind && seen[j].axes == ex[i].axes && seen[j].bytes_per_device == ex[i].bytes_per_device)) j++;
@@ -289,26 +357,38 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
         if (j < nseen) count[j] += (double)ex[i].count / nrep;
       }
     }
-    for (int i = 0; i < nseen; i++) {
+    printf(", \"executed\": %s", known ? "[" : "null");
+    for (int i = 0; known && i < nseen; i++) {
       printf("%s{\"kind\": \"%s\", \"axes\": [", printed++ ? ", " : "", seen[i].kind >= 0 && seen[i].kind < 5 ? kinds[seen[i].kind] : "?");
       for (int a = 0, first = 1; a < p->naxes; a++)
         if (seen[i].axes >> a & 1u) printf("%s\"%s\"", first ? "" : ", ", p->axis_name[a]), first = 0;
       printf("], \"bytes_per_device\": %.17g, \"count\": %.17g}", seen[i].bytes_per_device, count[i]);
     }
-    printf("]");
+    if (known) printf("]");
+    printf(", \"backend\": \"%s\"", mpi ? "mpi" : "threads");
+    if (mpi) printf(", \"ranks\": %d, \"threads_per_rank\": %d", ranks, args.threads_per_rank);
+    printf(", \"reference\": %s", no_reference ? "false" : "true");
     printf(", \"simulated\": {\"target\": \"%s\", \"compute_s\": %.17g, \"comm_s\": %.17g", p->target, clock[0], clock[1]);
     if (p->sim_step_s >= 0)
       printf(", \"sim_compute_s\": %.17g, \"sim_comm_s\": %.17g, \"sim_step_time_s\": %.17g", p->sim_compute_s,
              p->sim_comm_s, p->sim_step_s);
     printf("}}\n");
   } else {
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, shd.ndev, shd.ndev == 1 ? "" : "s",
-           p->mesh);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
-           max_rel, p->atol, p->rtol);
-    for (int s = 0; p->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
-           steps > 1 ? " (mean of the steps)" : "");
+    if (no_reference) {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", p->name, where, p->mesh);
+    } else {
+      printf("%s: %s on %s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, where, p->mesh);
+      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
+             max_rel, p->atol, p->rtol);
+    }
+    for (int s = 0; p->step && s < steps; s++)
+      if (no_reference) printf("  loss step %-4d %.6g\n", s + 1, loss[s]);
+      else printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss[s], loss_ref[s]);
+    if (no_reference)
+      printf("  step time      %.3f ms sharded%s\n", shd.seconds / steps * 1e3, steps > 1 ? " (mean of the steps)" : "");
+    else
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", shd.seconds / steps * 1e3, ref.seconds / steps * 1e3,
+             steps > 1 ? " (mean of the steps)" : "");
     printf("  compile time   0 ms (built ahead of time)\n");
     printf("  peak memory    %zu bytes per device\n", peak);
     char a[32], b[32];

@@ -43,9 +43,21 @@ static bool place(RunSide *s, int k, int dev, const Tensor *g, const RunGen *gen
  * runtime's block placement, read back). */
 static double *assemble(const RunSide *s, const Value *v, int slot) {
   int64_t n = tensor_type_elements(&v->type);
-  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
-  for (int dev = 0; g && dev < s->ndev; dev++) rt_place_gather(&s->place[slot], dev, s->slots[dev][slot], g);
-  return g;
+  bool root = rt_process_rank(s->rt) == 0; /* under MPI rank 0 assembles, the others send their blocks */
+  double *g = root ? calloc((size_t)(n > 0 ? n : 1), sizeof *g) : NULL;
+  if (!g && rt_process_count(s->rt) == 1) return NULL;
+  const RtPlace *pl = &s->place[slot];
+  size_t bytes = (size_t)rt_place_elements(pl) * rt_dtype_size((RtDtype)pl->dtype);
+  for (int dev = 0; dev < s->ndev; dev++) {
+    if (!rt_place_holds(pl, dev) || (pl->take && !pl->take[dev])) continue; /* every process skips the same */
+    /* under MPI the block comes to rank 0 (every rank makes the same calls) */
+    void *scratch = g && !rt_device_local(s->rt, dev) ? malloc(bytes ? bytes : 1) : NULL;
+    if (g && !rt_device_local(s->rt, dev) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
+    const void *buf = rt_fetch_to_root(s->rt, dev, s->slots[dev][slot], bytes, scratch);
+    if (buf && g) rt_place_gather(pl, dev, buf, g);
+    free(scratch);
+  }
+  return g; /* NULL but on rank 0 */
 }
 
 RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const RtConfig *cfg, char *err, size_t n) {
@@ -110,25 +122,34 @@ void run_side_close(RunSide *s) {
   free(s);
 }
 
+static bool run_side_fill_local(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin,
+                                const RunGen *gpar, uint64_t seed);
+
 bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin, const RunGen *gpar,
                    uint64_t seed, char *err, size_t n) {
+  bool ok = run_side_fill_local(s, inputs, params, gin, gpar, seed);
+  snprintf(err, n, "%s", ok ? "" : rt_errmsg(s->rt));
+  return rt_processes_agree(s->rt, ok, err, n); /* under MPI: every rank placed its blocks */
+}
+
+/* This process's devices only (under MPI, a rank makes its own blocks alone). */
+static bool run_side_fill_local(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin,
+                                const RunGen *gpar, uint64_t seed) {
   for (int dev = 0; dev < s->ndev; dev++) {
+    if (!rt_device_local(s->rt, dev)) continue;
     for (int i = 0; i < s->nin; i++) {
       const Value *v = s->m->main->inputs[i];
       int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
       if (rt_place_holds(&s->place[slot], dev) &&
           !place(s, slot, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input"))
-        goto fail;
+        return false;
     }
     for (int p = 0; p < s->nparams; p++)
       if (s->pval[p] && rt_place_holds(&s->place[s->nin + p], dev) &&
           !place(s, s->nin + p, dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
-        goto fail;
+        return false;
   }
   return true;
-fail:
-  snprintf(err, n, "%s", rt_errmsg(s->rt));
-  return false;
 }
 
 void run_side_carry(RunSide *s) {
@@ -218,6 +239,7 @@ void run_side_perturb(RunSide *s, int j, double delta) {
 
 double run_side_seconds(const RunSide *s) { return s->seconds; }
 int run_side_devices(const RunSide *s) { return s->ndev; }
+int run_side_processes(const RunSide *s) { return rt_process_count(s->rt); }
 
 int run_side_executed(const RunSide *s, RunExecuted **out, int *devices, int *ndevices) {
   int32_t rec[64];

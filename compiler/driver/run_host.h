@@ -57,6 +57,7 @@ typedef struct RunExecuted {
   double count;
 } RunExecuted;
 int run_side_executed(const RunSide *s, RunExecuted **out, int *devices, int *ndevices);
+int run_side_processes(const RunSide *s); /* MPI ranks running it (1 under threads) */
 /* Under a pipeline (m->pipeline), the stages holding value v of main (PLACE_*: its op's Op.place,
  * a pipeline result's PipeInfo.result_place); PLACE_ALL otherwise. */
 uint8_t run_value_place(const IrModule *m, const Value *v);
