@@ -203,6 +203,7 @@ static void test_all_reduce_group_mpi(void) {
   Runtime *rt;
   int rc = mpi_open(&cfg, &rt);
   UT_CHECK(rc == RT_OK, "%s", rt_errmsg(rt));
+  make_subset(); /* the subset of (y)'s replica groups, on this mesh (test_collectives.c's) */
   GroupAR g;
   memset(&g, 0, sizeof g);
   rc = rt_run(rt, group_device, &g); /* test_collectives.c's */

@@ -7,6 +7,7 @@ find_program(EXECUTED_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(EXECUTED_PYTHON3)
   set(EXEC_CHECK ${EXECUTED_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/native/executed_vs_explain.py $<TARGET_FILE:shardc>)
   set(EXEC_MLP -D batch=8 -D seq=16 -D embed=64 -D hidden=128)
+  set(EXEC_LM_NOBATCH -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
   set(EXEC_LM -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
   set(EXEC_PIPE -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=4)
   foreach(layout fsdp_tp dp fsdp tp)
@@ -30,7 +31,7 @@ if(EXECUTED_PYTHON3)
            COMMAND ${EXEC_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${EXEC_LM} -D kv_heads=2 --entry llama.forward
                    --mesh "h100[data: 2, model: 2]")
   add_test(NAME executed.gpt3_175b.ptd_nostage
-           COMMAND ${EXEC_CHECK} ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${EXEC_LM} -D batch=256 --mesh "h100[data: 2, model: 2]")
+           COMMAND ${EXEC_CHECK} ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${EXEC_LM_NOBATCH} -D batch=256 --mesh "h100[data: 2, model: 2]")
   add_test(NAME executed.gpt3_175b.ptd
            COMMAND ${EXEC_CHECK} ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${EXEC_PIPE} -D batch=256 --mesh "h100[data: 1, stage: 2, model: 2]")
   foreach(layout pp_tp_sp pp_tp pp_fsdp_tp_sp)
@@ -46,7 +47,7 @@ if(EXECUTED_PYTHON3)
            COMMAND ${EXEC_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${EXEC_LM} -D kv_heads=2 --entry llama.forward
                    --mesh "h100[data: 1, ctx: 4, model: 1]")
   add_test(NAME executed.mixtral_8x7b.dp_ep_tp
-           COMMAND ${EXEC_CHECK} --gap route-density ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${EXEC_LM} -D batch=16 -D kv_heads=2 -D expert=4 -D cap=4
+           COMMAND ${EXEC_CHECK} --gap route-density ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${EXEC_LM_NOBATCH} -D batch=16 -D kv_heads=2 -D expert=4 -D cap=4
                    --mesh "h100[data: 1, ep: 2, model: 2]")
   add_test(NAME executed.pipe.interleaved
            COMMAND ${EXEC_CHECK} ${CMAKE_CURRENT_LIST_DIR}/native/pipe/pipe_interleaved.shard --layout pp --mesh "h100[data: 1, stage: 2, model: 2]")
