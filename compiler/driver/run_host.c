@@ -157,7 +157,7 @@ void run_side_carry(RunSide *s) {
   for (int dev = 0; dev < s->ndev; dev++) {
     RtDevice *d = rt_device(s->rt, dev);
     void **sl = s->slots[dev];
-    bool *kept = calloc((size_t)s->nout + 1, sizeof(bool));
+    bool *kept = mem_calloc((size_t)s->nout + 1, sizeof(bool), "the step's carried outputs");
     for (int k = 0; si && k < si->nparams; k++) {
       const StepParam *sp = &si->params[k];
       int pairs[4][2] = {{sp->param >= 0 ? s->nin + sp->param : -1, sp->out_param}, {sp->in_master, sp->out_master}, {sp->in_m, sp->out_m}, {sp->in_v, sp->out_v}};
