@@ -739,11 +739,13 @@ static const char *pipeline_stack_name(const Explain *E, const PipeInfo *pi) {
   return "?";
 }
 
-/* Stage s's layers: "9-17", or under interleaving each chunk's ("2-3, 10-11"). */
+/* Stage s's layers: "9-17", or under interleaving each chunk's ("2-3, 10-11"): the logical rows
+ * its storage rows hold (the device program's storage order of the stacked dim). */
 static const char *stage_layers(const Explain *E, const PipeInfo *pi, int s) {
   const char *t = "";
+  RtOrder o = E->m->dev ? dev_dim_order(E->m->dev, pi->stack_dim, 0) : (RtOrder){.kind = RT_ORDER_NATURAL};
   for (int c = 0; c < pi->chunks; c++) {
-    int64_t a = ((int64_t)c * pi->stages + s) * pi->chunk_layers;
+    int64_t a = rt_order_logical(&o, ((int64_t)s * pi->chunks + c) * pi->chunk_layers);
     t = arena_printf(E->a, "%s%s%lld-%lld", t, c ? ", " : "", (long long)a, (long long)(a + pi->chunk_layers - 1));
   }
   return t;
