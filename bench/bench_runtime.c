@@ -22,6 +22,16 @@
 
 #include "shardrt.h"
 
+/* The replica groups over (x) on a one-axis mesh of n devices: one group, rank = device. */
+static const RtGroups *bench_x_groups(int n) {
+  static RtGroups g;
+  static int32_t idx[4096], zero[4096];
+  for (int d = 0; d < n && d < 4096; d++) idx[d] = d, zero[d] = 0;
+  g = (RtGroups){.naxes = 1, .axes = {0}, .ngroups = 1, .size = n, .members = idx, .group_of = zero, .rank_of = idx, .text = "(x)"};
+  return &g;
+}
+static const RtGroups *bench_groups; /* the open runtime's */
+
 static int reps = 5;
 static int smoke = 0;
 static int engines_only = 0;
@@ -106,6 +116,7 @@ static void bench_gemm(void) {
   RtConfig cfg = {0}; /* one device */
   Runtime *rt;
   check(rt_open(&cfg, &rt), rt);
+    bench_groups = bench_x_groups(rt_device_count(rt));
   printf("gemm: rt_gemm vs cblas_sgemm, one device thread, OpenBLAS at 1 thread, best of %d\n", reps);
   printf("  %-28s %12s %12s %8s\n", "shape (m x n x k, batch)", "direct", "rt_gemm", "ratio");
   for (int i = 0; i < ncases; i++) {
@@ -287,11 +298,10 @@ typedef struct ArBench {
 static int ar_device(RtDevice *dev, void *arg) {
   ArBench *b = arg;
   int d = rt_device_index(dev), rc = RT_OK;
-  static const int x[1] = {0};
   for (int r = 0; r <= reps && !rc; r++) {
-    if ((rc = rt_barrier(dev, x, 1))) break;
+    if ((rc = rt_barrier(dev, bench_groups))) break;
     double t0 = rt_seconds();
-    rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, b->in[d], b->out[d], (int64_t)b->count);
+    rc = rt_all_reduce(dev, bench_groups, RT_F32, RT_SUM, b->in[d], b->out[d], (int64_t)b->count);
     double t = rt_seconds() - t0;
     /* the slowest device decides when the result is everywhere: barrier, then device 0 reads */
     if (!rc && r && d == 0) b->best = best(b->best, t);
@@ -330,6 +340,7 @@ static void bench_all_reduce(void) {
     RtConfig cfg = {.naxes = 1, .axis_size = {n}, .axis_name = {"x"}};
     Runtime *rt;
     check(rt_open(&cfg, &rt), rt);
+    bench_groups = bench_x_groups(rt_device_count(rt));
     for (int s = 0; s < nsizes; s++) {
       ArBench b = {.count = sizes[s] / 4, .best = 1e30};
       for (int d = 0; d < n; d++) {
@@ -361,10 +372,9 @@ typedef struct BarBench {
 
 static int bar_device(RtDevice *dev, void *arg) {
   BarBench *b = arg;
-  static const int x[1] = {0};
-  int rc = rt_barrier(dev, x, 1);
+  int rc = rt_barrier(dev, bench_groups);
   double t0 = rt_seconds();
-  for (int i = 0; i < b->iters && !rc; i++) rc = rt_barrier(dev, x, 1);
+  for (int i = 0; i < b->iters && !rc; i++) rc = rt_barrier(dev, bench_groups);
   if (rt_device_index(dev) == 0) b->seconds = rt_seconds() - t0;
   return rc;
 }
@@ -387,6 +397,7 @@ static void bench_barrier(void) {
     RtConfig cfg = {.naxes = 1, .axis_size = {n}, .axis_name = {"x"}};
     Runtime *rt;
     check(rt_open(&cfg, &rt), rt);
+    bench_groups = bench_x_groups(rt_device_count(rt));
     double t_rt = 1e30, t_p = 1e30;
     for (int r = 0; r < reps; r++) {
       BarBench b = {.iters = iters};

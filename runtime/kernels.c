@@ -146,3 +146,21 @@ int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, s
   }
   return RT_OK;
 }
+
+double rtk_get(const void *buf, RtDtype dt, int64_t i) {
+  switch (dt) {
+  case RT_BF16: return rtd_from_bf16(((const uint16_t *)buf)[i]);
+  case RT_F16: return rtd_from_f16(((const uint16_t *)buf)[i]);
+  case RT_I32: return ((const int32_t *)buf)[i];
+  default: return ((const float *)buf)[i];
+  }
+}
+
+void rtk_put(void *buf, RtDtype dt, int64_t i, double v) {
+  switch (dt) {
+  case RT_BF16: ((uint16_t *)buf)[i] = rtd_to_bf16((float)v); break;
+  case RT_F16: ((uint16_t *)buf)[i] = rtd_to_f16((float)v); break;
+  case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  default: ((float *)buf)[i] = (float)v; break;
+  }
+}

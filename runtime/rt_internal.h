@@ -67,6 +67,9 @@ struct RtDevice {
   double spin_s;            /* how long this device spins before sleeping, learnt (sync.c; own thread) */
   uint64_t ncoll;           /* this run's collective calls (own thread only) */
   double coll_seconds;
+  RtExecuted *executed;     /* this run's collectives, aggregated (rt_executed; own thread only) */
+  int nexecuted, cap_executed;
+  bool executed_lost;       /* a count could not be kept (out of host memory) */
   double clock[2];          /* the simulated clock (rt_clock_add; own thread only) */
   _Atomic int line;         /* the source line of the op it runs (rt_at_line; 0: unknown) */
   _Atomic int32_t *line_mirror; /* mpi: the same in the launcher's status file (NULL: none) */
@@ -93,6 +96,7 @@ struct Runtime {
   size_t mem_cap;
   int64_t fail_alloc_nth;
   int fail_alloc_device;
+  bool pack_members;
   double spin_s;    /* the most a waiter spins before it sleeps (sync.c); 0: never spins */
   const struct RtBackend *backend;
   void *backend_state;
@@ -112,22 +116,32 @@ struct Runtime {
   char err[RT_ERR_MAX];    /* its message */
 };
 
-/* A device's group over an ordered axis tuple (collective.c). */
+/* A device's group, looked up in the replica groups the call names (collective.c). */
 typedef struct RtGroup {
+  const RtGroups *G;       /* the replica groups */
+  int group;               /* the device's group in them */
   int naxes;
-  int axes[RT_MAX_AXES];   /* as the caller ordered them */
-  int size;                /* n: the product of their sizes */
-  int rank;                /* the device's rank: its coordinates on axes[] in mixed radix */
+  int axes[RT_MAX_AXES];   /* the groups' axis tuple */
+  int size;                /* n */
+  int rank;                /* the device's rank */
   int base;                /* the member of rank 0 */
-  unsigned mask;           /* the axes larger than 1, as a set: groups with equal masks are disjoint */
+  unsigned mask;           /* the tuple's axes larger than 1, as a set: groups of equal masks (the same
+                              replica groups) are disjoint */
   char text[RT_MAX_AXES * (RT_NAME_MAX + 2) + 4]; /* "(data, model)" */
 } RtGroup;
 
-int rtgroup_member(const Runtime *rt, const RtGroup *g, int rank); /* the device of a rank */
+/* dev's group in G; RT_OK, or a failure naming the call (`what`) when G is malformed or holds no
+ * group of dev's. */
+int rtgroup_lookup(RtDevice *dev, const RtGroups *G, const char *what, RtGroup *g);
+static inline int rtgroup_member(const RtGroup *g, int rank) { return g->G->members[g->group * g->size + rank]; }
+
+/* Counts one collective dev executed (rt_executed): kind, over g, sending `bytes` as explain
+ * defines it. */
+void rtrun_count(RtDevice *dev, RtCollKind kind, unsigned axes, double bytes);
 
 /* One collective call, as the front end (collective.c) checked it; what a backend executes and
  * what the members of a group compare to be sure they made the same call. */
-typedef struct RtColl {
+typedef struct RtCall {
   RtCollKind kind;
   RtDtype dtype;
   RtReduceOp op;
@@ -142,12 +156,30 @@ typedef struct RtColl {
   const int *pairs;
   int npairs;
   int src_of_me;                /* permute: the rank this one receives from, -1 none (front end) */
-} RtColl;
+  /* a program's collective of several members or parts (rt_collective): its description and the
+   * members' buffers, which a backend's `members` op moves directly (in, out unused) */
+  const RtColl *coll;
+  const void *const *ins;
+  void *const *outs;
+} RtCall;
+
+/* ---- collective.c ---- */
+/* rt_collective's call of several members or parts, through the backend's `members`: looked up,
+ * checked, counted as one collective. */
+int rtcall_members(RtDevice *dev, const RtColl *k, const void *const *in, void *const *out);
+
+/* ---- coll.c ---- */
+/* Member m's block shape (a reduce-scatter's result; an all-gather's operand) and whole shape (an
+ * all-gather's result; a reduce-scatter's operand), or false when malformed. */
+bool rtcoll_shapes(const RtCollMember *m, int kind, int64_t *block, int64_t *whole);
+/* Where device dev's block sits in member m's whole tensor, in blocks per dim (its rank in each
+ * part's groups), or false when a part's groups hold no group of dev's. */
+bool rtcoll_position(const RtCollMember *m, int dev, int64_t *pos);
 
 /* A posted permute (rt_permute_shift_start): the checked call, the group, and what the backend
  * keeps until rt_wait. */
 struct RtRequest {
-  RtColl c;
+  RtCall c;
   RtGroup g;
   int done;          /* the transfer already happened (a backend without permute_start) */
   int rc;
@@ -235,5 +267,8 @@ void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, i
 void rtk_copy_box(void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                   const int64_t *shape, int nd, size_t elem);
 void rtk_row_major_strides(const int64_t *shape, int nd, int64_t *stride);
+/* Element i of a buffer of dtype dt as a double, and back (rounded to nearest even; i32 truncated). */
+double rtk_get(const void *buf, RtDtype dt, int64_t i);
+void rtk_put(void *buf, RtDtype dt, int64_t i, double v);
 
 #endif

@@ -158,6 +158,7 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
   rt->mem_cap = cfg->mem_cap;
   rt->fail_alloc_nth = cfg->fail_alloc_nth;
   rt->fail_alloc_device = cfg->fail_alloc_device;
+  rt->pack_members = cfg->pack_members != 0;
   rt->backend = cfg->backend == RT_BACKEND_MPI ? rtrun_mpi_backend : &rt_threads_backend;
   rt->threads_per_rank = cfg->backend == RT_BACKEND_MPI && cfg->threads_per_rank ? cfg->threads_per_rank : 1;
   rt->local_lo = 0, rt->local_hi = rt->ndev; /* the MPI backend's open narrows it */
@@ -213,6 +214,7 @@ void rt_close(Runtime *rt) {
     for (int i = 0; i < rt->ndev; i++) {
       rtmem_release_all(&rt->devices[i]);
       pthread_mutex_destroy(&rt->devices[i].mem.lock);
+      free(rt->devices[i].executed);
     }
     free(rt->devices);
   }
@@ -250,6 +252,36 @@ int rt_stats(const Runtime *rt, int device, RtStats *out) {
   return RT_OK;
 }
 
+/* ---- what ran ---- */
+
+void rtrun_count(RtDevice *dev, RtCollKind kind, unsigned axes, double bytes) {
+  for (int i = 0; i < dev->nexecuted; i++) {
+    RtExecuted *e = &dev->executed[i];
+    if (e->kind == (int32_t)kind && e->axes == axes && e->bytes_per_device == bytes) {
+      e->count++;
+      return;
+    }
+  }
+  if (dev->nexecuted == dev->cap_executed) {
+    int cap = dev->cap_executed ? 2 * dev->cap_executed : 16;
+    RtExecuted *x = realloc(dev->executed, sizeof *x * (size_t)cap);
+    if (!x) { /* out of host memory: rt_executed says the counts are incomplete */
+      dev->executed_lost = true;
+      return;
+    }
+    dev->executed = x, dev->cap_executed = cap;
+  }
+  dev->executed[dev->nexecuted++] = (RtExecuted){.kind = (int32_t)kind, .axes = axes, .bytes_per_device = bytes, .count = 1};
+}
+
+int rt_executed(const Runtime *rt, int device, RtExecuted *out, int n) {
+  if (!rt || !rt->backend || device < 0 || device >= rt->ndev || !rtrun_local(rt, device)) return -1;
+  const RtDevice *d = &rt->devices[device];
+  if (d->executed_lost) return -1;
+  for (int i = 0; out && i < d->nexecuted && i < n; i++) out[i] = d->executed[i];
+  return d->nexecuted;
+}
+
 void rt_clock_add(RtDevice *dev, int stream, double seconds) {
   if (dev && (stream == RT_CLOCK_COMPUTE || stream == RT_CLOCK_COMM)) dev->clock[stream] += seconds;
 }
@@ -271,6 +303,8 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
     atomic_store(&d->where, 0);
     d->ncoll = 0;
     d->coll_seconds = 0;
+    d->nexecuted = 0;
+    d->executed_lost = false;
     d->clock[0] = d->clock[1] = 0;
     atomic_store_explicit(&d->line, 0, memory_order_relaxed);
     d->rc = RT_OK;

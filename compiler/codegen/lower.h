@@ -19,6 +19,11 @@
 
 #include "ir.h"
 
+/* Tests: whether every struct of runtime/rt_api.def, as the lowering lays it out (LLVM's data
+ * layout for this host), has the C compiler's offsets and size (else false, the first difference
+ * in err). */
+bool lower_rt_check_layouts(char *err, size_t n);
+
 /* The LLVM version linked in, "19.1.7". */
 const char *lower_llvm_version(void);
 

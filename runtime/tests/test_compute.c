@@ -626,8 +626,8 @@ static void test_engine_env(void) {
 
 static int stats_device(RtDevice *dev, void *arg) {
   float x = 1, y;
-  int rc = rt_all_reduce(dev, (int[]){0}, 1, RT_F32, RT_SUM, &x, &y, 1);
-  if (!rc) rc = rt_barrier(dev, (int[]){0}, 1);
+  int rc = rt_all_reduce(dev, TG((int[]){0}, 1), RT_F32, RT_SUM, &x, &y, 1);
+  if (!rc) rc = rt_barrier(dev, TG((int[]){0}, 1));
   return rc;
 }
 
