@@ -32,15 +32,22 @@ typedef struct Job {
   double seconds;   /* device 0: per collective */
 } Job;
 
+/* The replica groups over (x) on a one-axis mesh of n devices: one group, rank = device. */
+static RtGroups x_groups;
+static void make_x_groups(int n) {
+  static int32_t idx[4096], zero[4096];
+  for (int d = 0; d < n && d < 4096; d++) idx[d] = d, zero[d] = 0;
+  x_groups = (RtGroups){.naxes = 1, .axes = {0}, .ngroups = 1, .size = n, .members = idx, .group_of = zero, .rank_of = idx, .text = "(x)"};
+}
+
 static int device_fn(RtDevice *dev, void *arg) {
   Job *j = arg;
-  int d = rt_device_index(dev), n = rt_group_size(dev, (int[]){0}, 1), rc;
-  static const int x[1] = {0};
-  if ((rc = rt_barrier(dev, x, 1))) return rc;
+  int d = rt_device_index(dev), n = x_groups.size, rc;
+  if ((rc = rt_barrier(dev, &x_groups))) return rc;
   double t0 = rt_seconds();
   for (int i = 0; i < j->iters && !rc; i++)
-    rc = j->gather ? rt_all_gather(dev, x, 1, RT_F32, j->in[d], j->out[d], 1, j->count / n, 1)
-                   : rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, j->in[d], j->out[d], j->count);
+    rc = j->gather ? rt_all_gather(dev, &x_groups, RT_F32, j->in[d], j->out[d], 1, j->count / n, 1)
+                   : rt_all_reduce(dev, &x_groups, RT_F32, RT_SUM, j->in[d], j->out[d], j->count);
   if (d == 0) j->seconds = (rt_seconds() - t0) / j->iters;
   return rc;
 }
@@ -52,6 +59,12 @@ static double run_rt(RtBackendKind backend, int ndev, int per_rank, int gather, 
     fprintf(stderr, "bench_mpi: %s\n", rt_errmsg(rt));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  if (ndev < 1 || ndev > 4096) {
+    fprintf(stderr, "bench_mpi: %d devices: 1 to 4096\n", ndev);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+  }
+  make_x_groups(ndev);
   Job j = {gather, count, iters, calloc((size_t)ndev, sizeof(float *)), calloc((size_t)ndev, sizeof(float *)), 0};
   for (int d = 0; d < ndev; d++) {
     if (!rt_device_local(rt, d)) continue;

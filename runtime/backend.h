@@ -1,12 +1,12 @@
 /* backend.h: the interface a backend implements: how device threads are started and how their
  * bytes move. The front end (collective.c) has already checked every argument, built the
- * group and the RtColl, and set the device's `where`; a backend only executes.
+ * group and the RtCall, and set the device's `where`; a backend only executes.
  *
  * threads.c is the shared-memory backend: one process, one thread per device. mpi.c runs T devices
  * per MPI rank (docs/runtime.md, "The MPI backend"): `run` starts the rank's devices, the
- * collectives are MPI calls on a communicator per group (made at its first use, keyed by its
- * members in rank order), and `stop` tells the other ranks. Whatever the backend, it must keep the
- * runtime's promises:
+ * collectives are MPI calls on a communicator per replica group the compiler emitted (RtGroups;
+ * made at its first use, keyed by its members in rank order), and `stop` tells the other ranks.
+ * Whatever the backend, it must keep the runtime's promises:
  *   - reductions in rank order (gather the group's blocks, then rtk_reduce), never the
  *     transport's own order, so that results do not depend on the backend or on timing;
  *   - every wait through rtsync_wait or its equivalent: abandoned on stop and after the
@@ -28,18 +28,22 @@ typedef struct RtBackend {
   /* The run stopped (rt->stopped is set): wake every local device that waits. */
   void (*stop)(Runtime *rt);
   /* The five collectives and the barrier, on the calling device. */
-  int (*all_gather)(RtDevice *dev, const RtGroup *g, const RtColl *c);
-  int (*reduce_scatter)(RtDevice *dev, const RtGroup *g, const RtColl *c);
-  int (*all_reduce)(RtDevice *dev, const RtGroup *g, const RtColl *c);
-  int (*all_to_all)(RtDevice *dev, const RtGroup *g, const RtColl *c);
-  int (*permute)(RtDevice *dev, const RtGroup *g, const RtColl *c);
-  int (*barrier)(RtDevice *dev, const RtGroup *g, const RtColl *c);
+  int (*all_gather)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  int (*reduce_scatter)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  int (*all_reduce)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  int (*all_to_all)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  int (*permute)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  int (*barrier)(RtDevice *dev, const RtGroup *g, const RtCall *c);
+  /* Optional: a program's all-gather, reduce-scatter or all-reduce of several members or parts
+   * (c->coll, c->ins, c->outs), each member's blocks moved where its parts put them, in one
+   * rendezvous. NULL: the front end packs the members into one buffer and calls the plain op. */
+  int (*members)(RtDevice *dev, const RtGroup *g, const RtCall *c);
   /* Point to point by device index; send returns once the bytes are copied. */
   int (*send)(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
   int (*recv)(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
   /* Optional. A permute posted now and completed by wait_request (NULL: `permute` runs when it is
    * posted and the wait has nothing to do). */
-  int (*permute_start)(RtDevice *dev, const RtGroup *g, const RtColl *c, RtRequest *req);
+  int (*permute_start)(RtDevice *dev, const RtGroup *g, const RtCall *c, RtRequest *req);
   int (*wait_request)(RtDevice *dev, RtRequest *req);
   /* Optional, for a backend whose devices live in several processes (NULL: one process runs them
    * all): rt_fetch_to_root. */

@@ -1,38 +1,35 @@
 /* collective.c: the collectives' front end, the same whatever the backend. For each call it
- * builds the device's group from the axis tuple (who the members are, in which rank order),
- * checks the arguments (axes, dtype, sizes that divide, buffers that do not overlap), so that a
- * lowering mistake fails here with a message naming the device, the collective and its axes,
- * then hands the call to the backend (backend.h) and keeps the device's statistics.
- *
- * Groups. Devices are numbered major to minor (device = sum of coord x stride, the last axis
- * fastest). The group of a device over the tuple (a1, ..., ak) is the devices equal to it off
- * those axes; rank = its coordinates on a1..ak as a mixed-radix number, a1 most significant. So
- * the same set of axes in another order is the same group with other ranks. */
+ * looks the device's group up in the replica groups the call names (who the members are, in which
+ * rank order: the compiler's, never worked out here), checks the arguments (dtype, sizes that
+ * divide, buffers that do not overlap), so that a lowering mistake fails here with a message
+ * naming the device, the collective and its axes, then hands the call to the backend (backend.h),
+ * keeps the device's statistics and counts what it executed (rt_executed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 
-/* Builds dev's group over the tuple; RT_E_ARG (not recorded) for bad axes. */
-static int group_make(const RtDevice *dev, const int *axes, int naxes, RtGroup *g) {
+int rtgroup_lookup(RtDevice *dev, const RtGroups *G, const char *what, RtGroup *g) {
   const Runtime *rt = dev->rt;
-  if (naxes < 0 || naxes > rt->naxes || (naxes && !axes)) return RT_E_ARG;
-  g->naxes = naxes;
-  g->size = 1;
-  g->rank = 0;
-  g->base = dev->index;
-  g->mask = 0;
+  memset(g, 0, sizeof *g);
+  if (!G || G->naxes < 0 || G->naxes > rt->naxes || G->size < 1 || G->ngroups < 1 || (int64_t)G->ngroups * G->size > rt->ndev ||
+      !G->members || !G->group_of || !G->rank_of)
+    return rtrun_fail(dev, RT_E_ARG, "%s: malformed replica groups", what);
+  int grp = G->group_of[dev->index], rank = G->rank_of[dev->index];
+  if (grp < 0 || grp >= G->ngroups || rank < 0 || rank >= G->size || G->members[(int64_t)grp * G->size + rank] != dev->index)
+    return rtrun_fail(dev, RT_E_ARG, "%s over %s: the replica groups hold no group of this device", what, G->text ? G->text : "(?)");
+  g->G = G;
+  g->group = grp;
+  g->rank = rank;
+  g->size = G->size;
+  g->base = G->members[(int64_t)grp * G->size];
+  g->naxes = G->naxes;
   size_t len = (size_t)snprintf(g->text, sizeof g->text, "(");
-  unsigned seen = 0;
-  for (int k = 0; k < naxes; k++) {
-    int a = axes[k];
-    if (a < 0 || a >= rt->naxes || (seen >> a & 1)) return RT_E_ARG;
-    seen |= 1u << a;
+  for (int k = 0; k < G->naxes; k++) {
+    int a = G->axes[k];
+    if (a < 0 || a >= rt->naxes || (g->mask >> a & 1u)) return rtrun_fail(dev, RT_E_ARG, "%s: malformed replica groups", what);
     g->axes[k] = a;
-    g->size *= rt->axis_size[a];
-    g->rank = g->rank * rt->axis_size[a] + dev->coord[a];
-    g->base -= (int)(dev->coord[a] * rt->axis_stride[a]);
     if (rt->axis_size[a] > 1) g->mask |= 1u << a;
     len += (size_t)snprintf(g->text + len, sizeof g->text - len, "%s%s", k ? ", " : "", rt->axis_name[a]);
   }
@@ -40,31 +37,11 @@ static int group_make(const RtDevice *dev, const int *axes, int naxes, RtGroup *
   return RT_OK;
 }
 
-int rtgroup_member(const Runtime *rt, const RtGroup *g, int rank) {
-  int dev = g->base;
-  for (int k = g->naxes - 1; k >= 0; k--) {
-    int a = g->axes[k];
-    dev += (int)((rank % rt->axis_size[a]) * rt->axis_stride[a]);
-    rank /= rt->axis_size[a];
-  }
-  return dev;
-}
-
-int rt_group_rank(const RtDevice *dev, const int *axes, int naxes) {
-  RtGroup g;
-  return group_make(dev, axes, naxes, &g) ? -1 : g.rank;
-}
-
-int rt_group_size(const RtDevice *dev, const int *axes, int naxes) {
-  RtGroup g;
-  return group_make(dev, axes, naxes, &g) ? -1 : g.size;
-}
-
 /* ---- argument checks ---- */
 
-static int bad(RtDevice *dev, const RtColl *c, const RtGroup *g, const char *fmt, ...)
+static int bad(RtDevice *dev, const RtCall *c, const RtGroup *g, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static int bad(RtDevice *dev, const RtColl *c, const RtGroup *g, const char *fmt, ...) {
+static int bad(RtDevice *dev, const RtCall *c, const RtGroup *g, const char *fmt, ...) {
   char what[512];
   va_list ap;
   va_start(ap, fmt);
@@ -91,7 +68,32 @@ static int64_t box_count(int64_t outer, int64_t extent, int64_t inner, int64_t n
   return c;
 }
 
-static int check_args(RtDevice *dev, const RtGroup *g, RtColl *c) {
+/* A members call (rt_collective through the backend's `members`): every member's buffers and
+ * shapes; bytes: the summed operands (all-reduce, reduce-scatter) or results (all-gather). */
+static int check_members(RtDevice *dev, const RtGroup *g, RtCall *c, double *elems) {
+  const RtColl *k = c->coll;
+  *elems = 0;
+  for (int i = 0; i < k->nmembers; i++) {
+    const RtCollMember *m = &k->members[i];
+    int64_t block[RT_MAX_RANK], whole[RT_MAX_RANK], nb = 1, nw = 1;
+    if (!rtcoll_shapes(m, k->kind, block, whole)) return bad(dev, c, g, "member %d is malformed", i);
+    for (int d = 0; d < m->rank; d++) nb *= block[d], nw *= whole[d];
+    int64_t count = 1;
+    for (int d = 0; d < m->rank; d++) count *= m->shape[d];
+    int64_t parts = 1;
+    for (int p = 0; p < m->nparts; p++) parts *= m->parts[p].groups->size;
+    if (k->kind != RT_ALL_REDUCE && parts != g->size)
+      return bad(dev, c, g, "member %d's parts deal %lld blocks over a group of %d", i, (long long)parts, g->size);
+    if (count && (!c->ins[i] || !c->outs[i])) return bad(dev, c, g, "a NULL buffer");
+    size_t es = rt_dtype_size(c->dtype);
+    size_t inb = (size_t)count * es, outb = (size_t)(k->kind == RT_ALL_GATHER ? nw : k->kind == RT_REDUCE_SCATTER ? nb : count) * es;
+    if (k->kind != RT_ALL_REDUCE && overlap(c->ins[i], inb, c->outs[i], outb)) return bad(dev, c, g, "the input and the output overlap");
+    *elems += (double)(k->kind == RT_ALL_GATHER ? nw : count);
+  }
+  return RT_OK;
+}
+
+static int check_args(RtDevice *dev, const RtGroup *g, RtCall *c) {
   size_t es = rt_dtype_size(c->dtype);
   int n = g->size;
   if (c->kind != RT_COLL_BARRIER && !es) return bad(dev, c, g, "unknown dtype %d", (int)c->dtype);
@@ -166,98 +168,119 @@ static int check_args(RtDevice *dev, const RtGroup *g, RtColl *c) {
 
 /* ---- dispatch ---- */
 
-/* The group and the checked call, or the failure. */
-static int prepare(RtDevice *dev, const int *axes, int naxes, RtColl *c, RtGroup *gp) {
+/* What the device sends for the call, as `explain` defines it (language.md), over n members. */
+static double sent_bytes(const RtCall *c, int n) {
+  double es = (double)rt_dtype_size(c->dtype), f = n > 0 ? (double)(n - 1) / n : 0;
+  switch (c->kind) {
+  case RT_COLL_ALL_GATHER:
+  case RT_COLL_REDUCE_SCATTER: return f * (double)c->outer * (double)c->extent * (double)c->inner * n * es;
+  case RT_COLL_ALL_REDUCE: return 2 * f * (double)c->count * es;
+  case RT_COLL_ALL_TO_ALL: {
+    double e = es;
+    for (int i = 0; i < c->nd; i++) e *= (double)c->shape[i];
+    return f * e;
+  }
+  case RT_COLL_PERMUTE: return (double)c->count * es;
+  default: return 0;
+  }
+}
+
+static int collective(RtDevice *dev, const RtGroups *G, RtCall *c) {
   Runtime *rt = dev->rt;
   if (rtrun_stopped(rt)) return RT_E_STOPPED;
   RtGroup g;
-  if (group_make(dev, axes, naxes, &g)) {
-    char list[64] = "";
-    size_t len = 0;
-    for (int k = 0; axes && k < naxes && k < 8 && len < sizeof list; k++)
-      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? ", " : "", axes[k]);
-    return rtrun_fail(dev, RT_E_ARG, "%s over axes (%s): not distinct axes of this %d-axis mesh",
-                      rtrun_coll_name(c->kind), list, rt->naxes);
-  }
-  *gp = g;
-  return check_args(dev, gp, c);
-}
-
-static int collective(RtDevice *dev, const int *axes, int naxes, RtColl *c) {
-  Runtime *rt = dev->rt;
-  RtGroup g;
-  int rc = prepare(dev, axes, naxes, c, &g);
+  int rc = rtgroup_lookup(dev, G, rtrun_coll_name(c->kind), &g);
+  if (rc) return rc;
+  double member_elems = 0;
+  rc = c->coll ? check_members(dev, &g, c, &member_elems) : check_args(dev, &g, c);
   if (rc) return rc;
 
   double t0 = rt_seconds();
   atomic_store(&dev->where, RT_WHERE(c->kind, g.mask, -1));
   const RtBackend *b = rt->backend;
-  switch (c->kind) {
-  case RT_COLL_ALL_GATHER: rc = b->all_gather(dev, &g, c); break;
-  case RT_COLL_REDUCE_SCATTER: rc = b->reduce_scatter(dev, &g, c); break;
-  case RT_COLL_ALL_REDUCE: rc = b->all_reduce(dev, &g, c); break;
-  case RT_COLL_ALL_TO_ALL: rc = b->all_to_all(dev, &g, c); break;
-  case RT_COLL_PERMUTE: rc = b->permute(dev, &g, c); break;
-  default: rc = b->barrier(dev, &g, c); break;
-  }
+  if (c->coll) rc = b->members(dev, &g, c);
+  else switch (c->kind) {
+    case RT_COLL_ALL_GATHER: rc = b->all_gather(dev, &g, c); break;
+    case RT_COLL_REDUCE_SCATTER: rc = b->reduce_scatter(dev, &g, c); break;
+    case RT_COLL_ALL_REDUCE: rc = b->all_reduce(dev, &g, c); break;
+    case RT_COLL_ALL_TO_ALL: rc = b->all_to_all(dev, &g, c); break;
+    case RT_COLL_PERMUTE: rc = b->permute(dev, &g, c); break;
+    default: rc = b->barrier(dev, &g, c); break;
+    }
   atomic_store(&dev->where, 0);
   dev->ncoll++;
   dev->coll_seconds += rt_seconds() - t0;
+  if (c->coll) { /* the members' summed elements: a count the formula reads as one array */
+    c->count = (int64_t)member_elems;
+    c->outer = c->inner = 1, c->extent = g.size ? (int64_t)member_elems / g.size : 0;
+  }
+  if (rc == RT_OK && c->kind != RT_COLL_BARRIER) rtrun_count(dev, c->kind, g.mask, sent_bytes(c, g.size));
   return rc;
 }
 
-int rt_all_gather(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int64_t outer, int64_t extent, int64_t inner) {
-  RtColl c = {.kind = RT_COLL_ALL_GATHER, .dtype = dt, .in = in, .out = out,
+int rtcall_members(RtDevice *dev, const RtColl *k, const void *const *in, void *const *out) {
+  RtCall c = {.kind = k->kind == RT_ALL_GATHER ? RT_COLL_ALL_GATHER : k->kind == RT_REDUCE_SCATTER ? RT_COLL_REDUCE_SCATTER
+                                                                                                 : RT_COLL_ALL_REDUCE,
+              .dtype = (RtDtype)k->dtype, .op = (RtReduceOp)k->op, .coll = k, .ins = in, .outs = out};
+  return collective(dev, k->groups, &c);
+}
+
+int rt_all_gather(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t outer, int64_t extent,
+                  int64_t inner) {
+  RtCall c = {.kind = RT_COLL_ALL_GATHER, .dtype = dt, .in = in, .out = out, .outer = outer, .extent = extent, .inner = inner};
+  return collective(dev, g, &c);
+}
+
+int rt_reduce_scatter(RtDevice *dev, const RtGroups *g, RtDtype dt, RtReduceOp op, const void *in, void *out,
+                      int64_t outer, int64_t extent, int64_t inner) {
+  RtCall c = {.kind = RT_COLL_REDUCE_SCATTER, .dtype = dt, .op = op, .in = in, .out = out,
               .outer = outer, .extent = extent, .inner = inner};
-  return collective(dev, axes, naxes, &c);
+  return collective(dev, g, &c);
 }
 
-int rt_reduce_scatter(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                      const void *in, void *out, int64_t outer, int64_t extent, int64_t inner) {
-  RtColl c = {.kind = RT_COLL_REDUCE_SCATTER, .dtype = dt, .op = op, .in = in, .out = out,
-              .outer = outer, .extent = extent, .inner = inner};
-  return collective(dev, axes, naxes, &c);
+int rt_all_reduce(RtDevice *dev, const RtGroups *g, RtDtype dt, RtReduceOp op, const void *in, void *out, int64_t count) {
+  RtCall c = {.kind = RT_COLL_ALL_REDUCE, .dtype = dt, .op = op, .in = in, .out = out, .count = count};
+  return collective(dev, g, &c);
 }
 
-int rt_all_reduce(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                  const void *in, void *out, int64_t count) {
-  RtColl c = {.kind = RT_COLL_ALL_REDUCE, .dtype = dt, .op = op, .in = in, .out = out, .count = count};
-  return collective(dev, axes, naxes, &c);
-}
-
-int rt_all_to_all(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int ndims, const int64_t *shape, int split_dim, int concat_dim) {
-  RtColl c = {.kind = RT_COLL_ALL_TO_ALL, .dtype = dt, .in = in, .out = out, .nd = ndims,
+int rt_all_to_all(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int ndims,
+                  const int64_t *shape, int split_dim, int concat_dim) {
+  RtCall c = {.kind = RT_COLL_ALL_TO_ALL, .dtype = dt, .in = in, .out = out, .nd = ndims,
               .split_dim = split_dim, .concat_dim = concat_dim};
   if (ndims >= 1 && ndims <= RT_MAX_RANK && shape) memcpy(c.shape, shape, (size_t)ndims * sizeof *shape);
   else c.nd = shape ? ndims : 0;
-  return collective(dev, axes, naxes, &c);
+  return collective(dev, g, &c);
 }
 
-int rt_permute_shift(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                     int64_t count, int shift) {
-  RtColl c = {.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
-  return collective(dev, axes, naxes, &c);
+int rt_permute_shift(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count, int shift) {
+  RtCall c = {.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
+  return collective(dev, g, &c);
 }
 
-int rt_permute_pairs(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                     int64_t count, const int *pairs, int npairs) {
+int rt_permute_pairs(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count,
+                     const int *pairs, int npairs) {
   static const int none[1] = {0};
-  RtColl c = {.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count,
+  RtCall c = {.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count,
               .pairs = pairs ? pairs : none, .npairs = pairs ? npairs : 0};
-  return collective(dev, axes, naxes, &c);
+  return collective(dev, g, &c);
 }
 
-int rt_permute_shift_start(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                           int64_t count, int shift, RtRequest **req) {
+int rt_barrier(RtDevice *dev, const RtGroups *g) {
+  RtCall c = {.kind = RT_COLL_BARRIER, .dtype = RT_F32};
+  return collective(dev, g, &c);
+}
+
+int rt_permute_shift_start(RtDevice *dev, const RtGroups *G, RtDtype dt, const void *in, void *out, int64_t count, int shift,
+                           RtRequest **req) {
   if (!dev) return RT_E_ARG;
   if (!req) return rtrun_fail(dev, RT_E_ARG, "rt_permute_shift_start: no place for the request");
   *req = NULL;
+  if (rtrun_stopped(dev->rt)) return RT_E_STOPPED;
   RtRequest *r = calloc(1, sizeof *r);
   if (!r) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for a permute request");
-  r->c = (RtColl){.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
-  int rc = prepare(dev, axes, naxes, &r->c, &r->g);
+  r->c = (RtCall){.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
+  int rc = rtgroup_lookup(dev, G, rtrun_coll_name(r->c.kind), &r->g);
+  if (!rc) rc = check_args(dev, &r->g, &r->c);
   if (rc) {
     free(r);
     return rc;
@@ -278,6 +301,7 @@ int rt_permute_shift_start(RtDevice *dev, const int *axes, int naxes, RtDtype dt
     free(r);
     return rc;
   }
+  rtrun_count(dev, r->c.kind, r->g.mask, sent_bytes(&r->c, r->g.size));
   *req = r;
   return RT_OK;
 }
@@ -294,11 +318,6 @@ int rt_wait(RtDevice *dev, RtRequest *r) {
   }
   free(r);
   return rc;
-}
-
-int rt_barrier(RtDevice *dev, const int *axes, int naxes) {
-  RtColl c = {.kind = RT_COLL_BARRIER, .dtype = RT_F32};
-  return collective(dev, axes, naxes, &c);
 }
 
 /* ---- point to point ---- */

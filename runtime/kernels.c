@@ -14,14 +14,21 @@ float rt_bf16_to_f32(uint16_t h) { return rtd_from_bf16(h); }
 uint16_t rt_f32_to_f16(float x) { return rtd_to_f16(x); }
 float rt_f16_to_f32(uint16_t h) { return rtd_from_f16(h); }
 
+RT_VECTOR void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rtd_from_bf16(src[i]);
+}
+
+RT_VECTOR void rtk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rtd_to_bf16(src[i]);
+}
+
 /* ---- f32 tiles ---- */
 
 static void load_tile(float *acc, const void *src, size_t m, RtDtype dt) {
   if (dt == RT_F32) {
     memcpy(acc, src, m * sizeof *acc);
   } else if (dt == RT_BF16) {
-    const uint16_t *s = src;
-    for (size_t i = 0; i < m; i++) acc[i] = rtd_from_bf16(s[i]);
+    rtk_bf16_to_f32(acc, src, m);
   } else {
     const uint16_t *s = src;
     for (size_t i = 0; i < m; i++) acc[i] = rtd_from_f16(s[i]);
@@ -32,8 +39,7 @@ static void store_tile(void *dst, const float *acc, size_t m, RtDtype dt) {
   if (dt == RT_F32) {
     memcpy(dst, acc, m * sizeof *acc);
   } else if (dt == RT_BF16) {
-    uint16_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = rtd_to_bf16(acc[i]);
+    rtk_f32_to_bf16(dst, acc, m);
   } else {
     uint16_t *d = dst;
     for (size_t i = 0; i < m; i++) d[i] = rtd_to_f16(acc[i]);
@@ -123,6 +129,14 @@ int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, s
     memmove(dst, src, count * rt_dtype_size(dst_type));
     return RT_OK;
   }
+  if (dst_type == RT_F32 && src_type == RT_BF16) { /* the buffers do not overlap (shardrt.h) */
+    rtk_bf16_to_f32(dst, src, count);
+    return RT_OK;
+  }
+  if (dst_type == RT_BF16 && src_type == RT_F32) {
+    rtk_f32_to_bf16(dst, src, count);
+    return RT_OK;
+  }
   float acc[TILE];
   size_t ds = rt_dtype_size(dst_type), ss = rt_dtype_size(src_type);
   for (size_t at = 0; at < count; at += TILE) {
@@ -131,4 +145,22 @@ int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, s
     store_tile((char *)dst + at * ds, acc, m, dst_type);
   }
   return RT_OK;
+}
+
+double rtk_get(const void *buf, RtDtype dt, int64_t i) {
+  switch (dt) {
+  case RT_BF16: return rtd_from_bf16(((const uint16_t *)buf)[i]);
+  case RT_F16: return rtd_from_f16(((const uint16_t *)buf)[i]);
+  case RT_I32: return ((const int32_t *)buf)[i];
+  default: return ((const float *)buf)[i];
+  }
+}
+
+void rtk_put(void *buf, RtDtype dt, int64_t i, double v) {
+  switch (dt) {
+  case RT_BF16: ((uint16_t *)buf)[i] = rtd_to_bf16((float)v); break;
+  case RT_F16: ((uint16_t *)buf)[i] = rtd_to_f16((float)v); break;
+  case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  default: ((float *)buf)[i] = (float)v; break;
+  }
 }

@@ -1,6 +1,7 @@
 /* launch.c: rt_launch_main, the host side of a `shardc build` executable. It does what `shardc run`
  * does (compiler/driver/run_host.c, cmd_run.c) from the RtProgram description alone: each device's
- * blocks of the inputs and params generated per global index (rt_random_fill), the per-device
+ * blocks of the inputs and params generated per global index (the block placement, place.c, by the
+ * RtPlace the compiler made from its device program), the per-device
  * program run on one thread per device and the one-device program on one, a train step's state
  * carried from step to step, the outputs reassembled from the blocks and compared
  * (|sharded - one device| <= atol + rtol |one device|), and the same report, text or JSON.
@@ -42,72 +43,10 @@ typedef struct Side {
   double seconds;
 } Side;
 
-static int64_t block_number(const Side *s, const RtSlotDesc *d, int dim, int dev) {
-  int64_t b = 0;
-  RtDevice *dv = rt_device(s->rt, dev);
-  for (int k = 0; k < d->naxes[dim]; k++) {
-    int a = d->axes[dim][k];
-    b = b * s->p->axis_size[a] + rt_device_coord(dv, a);
-  }
-  return b;
-}
-
-static void block_of(const Side *s, const RtSlotDesc *d, int dev, RtBlock *b) {
-  b->ndims = d->rank;
-  for (int i = 0; i < d->rank; i++) {
-    b->global[i] = d->global[i];
-    b->shape[i] = s->sharded ? d->local[i] : d->global[i];
-    b->start[i] = s->sharded ? b->shape[i] * block_number(s, d, i, dev) : 0;
-  }
-}
-
-/* Under a pipeline a slot is held on the stages its place names; the device's stage is its
- * coordinates on the stage axes, mixed radix (as run_host.c). */
-static int stage_of(const Side *s, int dev) {
-  int st = 0;
-  for (int k = 0; k < s->p->nstage_axes; k++)
-    st = st * s->p->axis_size[s->p->stage_axes[k]] + rt_device_coord(rt_device(s->rt, dev), s->p->stage_axes[k]);
-  return st;
-}
-
-static bool on_stage(unsigned place, int st, int p) {
-  return !place || ((place & 1) && st == 0) || ((place & 4) && st == p - 1) || ((place & 2) && st > 0 && st < p - 1);
-}
-
-static bool holds(const Side *s, const RtSlotDesc *d, int dev) {
-  return !s->sharded || !s->p->stages || on_stage(d->place, stage_of(s, dev), s->p->stages);
-}
-
-/* The model's row that storage row st of a stacked dim holds (interleaved(V > 1)), else st. */
-static int64_t model_row(const Side *s, const RtSlotDesc *d, int64_t st) {
-  const RtProgram *p = s->p;
-  if (!s->sharded || !d->stacked || p->chunks <= 1 || p->chunk_layers <= 0) return st;
-  int64_t Lc = p->chunk_layers, g = st / Lc, j = st % Lc, stage = g / p->chunks, c = g % p->chunks;
-  return (c * p->stages + stage) * Lc + j;
-}
-
-static int64_t elems(const RtBlock *b) {
-  int64_t n = 1;
-  for (int i = 0; i < b->ndims; i++) n *= b->shape[i];
-  return n;
-}
-
-static void put(void *buf, int dt, int64_t i, double v) {
-  switch (dt) {
-  case RT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
-  case RT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
-  case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  default: ((float *)buf)[i] = (float)v; break;
-  }
-}
-
-static double get(const void *buf, int dt, int64_t i) {
-  switch (dt) {
-  case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case RT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
-  case RT_I32: return ((const int32_t *)buf)[i];
-  default: return ((const float *)buf)[i];
-  }
+/* A slot's placement on this side: its blocks in the per-device program, or the whole tensor. */
+static const RtPlace *placement(const Side *s, int slot) {
+  const RtSlotDesc *sd = &s->p->slots[slot];
+  return s->sharded ? &sd->sharded : &sd->whole;
 }
 
 static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *base) {
@@ -125,42 +64,29 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   if (!(s->slots = host_calloc((size_t)s->ndev, sizeof *s->slots, "the devices' slot tables"))) return RT_E_NOMEM;
   for (int d = 0; d < s->ndev; d++)
     if (!(s->slots[d] = host_calloc((size_t)nslots + 1, sizeof(void *), "a device's slot table"))) return RT_E_NOMEM;
-  /* inputs and params, generated per global index, each process its own devices' (under MPI) */
+  /* inputs and params, generated per global index (the runtime's block placement), each process its
+   * own devices' (under MPI) */
   bool placed = true;
+  char msg[1024] = ""; /* every process placed its blocks, or all stop with the first one's message */
   for (int d = 0; d < s->ndev && placed; d++)
     for (int i = 0; i < p->nin + p->nparams && placed; i++) {
       const RtSlotDesc *sd = &p->slots[i];
-      if (!holds(s, sd, d) || !rt_device_local(s->rt, d)) continue;
-      RtBlock b;
-      block_of(s, sd, d, &b);
-      int64_t n = elems(&b);
+      const RtPlace *pl = placement(s, i);
+      if (!rt_place_holds(pl, d) || !rt_device_local(s->rt, d)) continue;
+      int64_t n = rt_place_elements(pl);
       void *buf;
-      if (rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)sd->dtype), "input", &buf) != RT_OK) {
+      if (rt_alloc(rt_device(s->rt, d), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)pl->dtype), "input", &buf) != RT_OK) {
         placed = false;
+        snprintf(msg, sizeof msg, "%s", rt_errmsg(s->rt));
         break;
       }
       s->slots[d][i] = buf;
-      rc = RT_OK;
-      if (sd->lo == sd->hi)
-        for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
-      else if (!(s->sharded && sd->stacked && p->chunks > 1))
-        rc = rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
-      else { /* storage order: each local row made as the model's row it holds */
-        int64_t row = b.shape[0] > 0 ? n / b.shape[0] : 0, start = b.start[0];
-        for (int64_t r = 0; r < b.shape[0] && rc == RT_OK; r++) {
-          RtBlock one = b;
-          one.start[0] = model_row(s, sd, start + r), one.shape[0] = 1;
-          rc = rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed,
-                              sd->key, sd->lo, sd->hi);
-        }
-      }
-      if (rc != RT_OK) {
-        fprintf(stderr, "error: making input slot %d: %s\n", i, rt_status_name(rc));
-        return rc;
+      int frc = rt_place_fill(pl, d, buf, NULL, p->seed, sd->key, sd->lo, sd->hi);
+      if (frc != RT_OK) {
+        placed = false;
+        snprintf(msg, sizeof msg, "making input slot %d: %s", i, rt_status_name(frc));
       }
     }
-  char msg[1024]; /* every process placed its blocks, or all stop with the first one's message */
-  snprintf(msg, sizeof msg, "%s", placed ? "" : rt_errmsg(s->rt));
   if (!rt_processes_agree(s->rt, placed, msg, sizeof msg)) {
     if (rt_process_rank(s->rt) == 0) fprintf(stderr, "error: %s\n", msg);
     return RT_E_NOMEM;
@@ -203,52 +129,25 @@ static void side_carry(Side *s) {
   }
 }
 
-/* Output j, whole: each block once (the devices at 0 on the axes it is replicated over), partial
- * sums added. Under MPI on rank 0 (the others take part, and get NULL). */
+/* Output j, whole: each block once, partial sums added (the runtime's block placement, read back).
+ * Under MPI on rank 0 (the others take part, and get NULL). */
 static double *assemble(const Side *s, int j) {
   const RtProgram *p = s->p;
-  const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
+  int slot = p->nin + p->nparams + j;
+  const RtPlace *pl = placement(s, slot);
   int64_t n = 1;
-  for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
+  for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
   double *g = rt_process_rank(s->rt) != 0 ? NULL /* under MPI rank 0 assembles */
               : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole output of the sharded run" : "a whole output of the one-device run");
   if (!g && rt_process_count(s->rt) == 1) return NULL; /* else it still takes part in the fetches */
-  unsigned used = sd->partial;
-  for (int i = 0; s->sharded && i < sd->rank; i++)
-    for (int k = 0; k < sd->naxes[i]; k++) used |= 1u << sd->axes[i][k];
-  unsigned stage_mask = 0;
-  for (int k = 0; k < p->nstage_axes; k++) stage_mask |= 1u << p->stage_axes[k];
-  bool by_stage = s->sharded && p->stages && !(used & stage_mask); /* from the first stage holding it */
-  int first = 0;
-  while (by_stage && first < p->stages - 1 && !on_stage(sd->place, first, p->stages)) first++;
+  size_t bytes = (size_t)rt_place_elements(pl) * rt_dtype_size((RtDtype)pl->dtype);
   for (int d = 0; d < s->ndev; d++) {
-    bool skip = false;
-    for (int a = 0; s->sharded && a < p->naxes; a++)
-      if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, d), a) != 0) skip = true;
-    if (by_stage && stage_of(s, d) != first) skip = true;
-    if (skip || !holds(s, sd, d)) continue;
-    RtBlock b;
-    block_of(s, sd, d, &b);
+    if (!rt_place_holds(pl, d) || (pl->take && !pl->take[d])) continue; /* every process skips the same */
     /* under MPI the block comes to rank 0 (every rank makes the same calls) */
-    size_t bytes = (size_t)elems(&b) * rt_dtype_size((RtDtype)sd->dtype);
     void *scratch = g && !rt_device_local(s->rt, d) ? host_calloc(bytes, 1, "a block from another rank") : NULL;
     if (g && !rt_device_local(s->rt, d) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
-    const void *buf = rt_fetch_to_root(s->rt, d, s->slots[d][p->nin + p->nparams + j], bytes, scratch);
-    if (!buf || !g) {
-      free(scratch);
-      continue;
-    }
-    int64_t idx[RT_MAX_RANK] = {0}, m = elems(&b);
-    for (int64_t li = 0; li < m; li++) {
-      int64_t gi = 0;
-      for (int i = 0; i < b.ndims; i++) gi = gi * b.global[i] + (i == 0 ? model_row(s, sd, b.start[0] + idx[0]) : b.start[i] + idx[i]);
-      double v = get(buf, sd->dtype, li);
-      g[gi] = s->sharded && sd->partial ? g[gi] + v : v;
-      for (int i = b.ndims - 1; i >= 0; i--) {
-        if (++idx[i] < b.shape[i]) break;
-        idx[i] = 0;
-      }
-    }
+    const void *buf = rt_fetch_to_root(s->rt, d, s->slots[d][slot], bytes, scratch);
+    if (buf && g) rt_place_gather(pl, d, buf, g);
     free(scratch);
   }
   if (rt_process_rank(s->rt) != 0) { /* rank 0 holds the whole value */
@@ -391,7 +290,7 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     ok = true;
     for (int j = 0; j < p->nout; j++) {
       if ((s < steps - 1) && !(p->step && j == 0)) continue;
-      const RtSlotDesc *sd = &p->slots[p->nin + p->nparams + j];
+      const RtPlace *pl = &p->slots[p->nin + p->nparams + j].whole;
       double *a = assemble(&shd, j), *r = has_ref ? assemble(&ref, j) : NULL, scale = 0, worst = 0;
       if (root && (!a || (has_ref && !r))) ok = false; /* out of host memory: said by assemble */
       if (a && p->step && j == 0) loss[s] = a[0], loss_ref[s] = r ? r[0] : NAN;
@@ -400,7 +299,7 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
         continue;
       }
       int64_t n = 1;
-      for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
+      for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
       for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(r[e]));
       for (int64_t e = 0; e < n; e++) {
         double d = fabs(a[e] - r[e]);
@@ -439,6 +338,33 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
     printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
+    /* what ran (rt_executed): averaged over the program's devices of record, as run reports it */
+    static const char *const kinds[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute"};
+    int nrep = p->nexecuted > 0 ? p->nexecuted : 1, printed = 0;
+    RtExecuted seen[256];
+    double count[256];
+    int nseen = 0;
+    bool known = true; /* under MPI a device of another process: its counts are not here */
+    for (int r = 0; r < nrep && known; r++) {
+      int d = p->nexecuted > 0 ? p->executed[r] : 0;
+      RtExecuted ex[256];
+      int k = rt_executed(shd.rt, d, ex, 256);
+      if (k < 0) known = false;
+      for (int i = 0; i < k && i < 256; i++) {
+        int j = 0;
+        while (j < nseen && !(seen[j].kind == ex[i].kind && seen[j].axes == ex[i].axes && seen[j].bytes_per_device == ex[i].bytes_per_device)) j++;
+        if (j == nseen && nseen < 256) seen[nseen] = ex[i], count[nseen++] = 0;
+        if (j < nseen) count[j] += (double)ex[i].count / nrep;
+      }
+    }
+    printf(", \"executed\": %s", known ? "[" : "null");
+    for (int i = 0; known && i < nseen; i++) {
+      printf("%s{\"kind\": \"%s\", \"axes\": [", printed++ ? ", " : "", seen[i].kind >= 0 && seen[i].kind < 5 ? kinds[seen[i].kind] : "?");
+      for (int a = 0, first = 1; a < p->naxes; a++)
+        if (seen[i].axes >> a & 1u) printf("%s\"%s\"", first ? "" : ", ", p->axis_name[a]), first = 0;
+      printf("], \"bytes_per_device\": %.17g, \"count\": %.17g}", seen[i].bytes_per_device, count[i]);
+    }
+    if (known) printf("]");
     printf(", \"backend\": \"%s\"", mpi ? "mpi" : "threads");
     if (mpi) printf(", \"ranks\": %d, \"threads_per_rank\": %d", ranks, args.threads_per_rank);
     printf(", \"reference\": %s", no_reference ? "false" : "true");

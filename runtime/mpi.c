@@ -119,7 +119,7 @@ typedef struct Group {
   MPI_Comm comm;          /* over the R ranks (made by the leader at first use; none when R == 1) */
   /* the local meeting (nloc > 1) */
   _Atomic uint32_t arrived, finished, bell, sleepers;
-  const RtColl **slot;    /* [nloc] */
+  const RtCall **slot;    /* [nloc] */
   uint32_t *count;        /* [nloc]: meetings each local member has been to (its own thread) */
   int result;             /* the leader's status, for the others (published by `finished`) */
 } Group;
@@ -403,7 +403,7 @@ static Group *group_get(RtDevice *dev, const RtGroup *g) {
   int n = g->size;
   int *members = malloc((size_t)n * sizeof *members);
   if (!members) return NULL;
-  for (int r = 0; r < n; r++) members[r] = rtgroup_member(rt, g, r);
+  for (int r = 0; r < n; r++) members[r] = rtgroup_member(g, r);
   uint64_t key = hash_ints(members, n, 0xcbf29ce484222325ull ^ (uint64_t)n);
   pthread_mutex_lock(&M->groups_lock);
   Group **head = &M->buckets[key % GROUP_BUCKETS], *G = *head;
@@ -477,12 +477,12 @@ static int group_comm(Mpi *M, Group *G) {
 
 /* ---- step 1: the members meet ---- */
 
-static uint64_t pairs_hash(const RtColl *c) {
+static uint64_t pairs_hash(const RtCall *c) {
   if (!c->pairs) return 0;
   return hash_ints(c->pairs, 2 * c->npairs, 0x9e3779b97f4a7c15ull);
 }
 
-static void make_sig(Sig *s, uint32_t epoch, const Group *G, const RtGroup *g, const RtColl *c, int line) {
+static void make_sig(Sig *s, uint32_t epoch, const Group *G, const RtGroup *g, const RtCall *c, int line) {
   memset(s, 0, sizeof *s);
   s->epoch = epoch, s->what = SIG_CALL, s->group = G->key;
   s->kind = (int32_t)c->kind, s->dtype = (int32_t)c->dtype, s->op = (int32_t)c->op, s->line = line;
@@ -556,7 +556,7 @@ static int fail_timeout(RtDevice *dev, const char *what, const int *missing, int
 }
 
 /* Step 1: RT_OK once every member made this call. */
-static int meet(RtDevice *dev, const RtGroup *g, const Group *G, const RtColl *c) {
+static int meet(RtDevice *dev, const RtGroup *g, const Group *G, const RtCall *c) {
   Runtime *rt = dev->rt;
   Mpi *M = state(rt);
   Local *L = local_of(dev);
@@ -650,7 +650,7 @@ typedef struct Exec {
   Mpi *M;
   Local *L;              /* the leader's */
   Group *G;
-  const RtColl *const *cs; /* the local members' calls, in the order of G->loc */
+  const RtCall *const *cs; /* the local members' calls, in the order of G->loc */
   size_t es;
   MPI_Datatype dt;
 } Exec;
@@ -662,7 +662,7 @@ static int too_large(Exec *X) {
 
 static int x_all_gather(Exec *X) {
   Group *G = X->G;
-  const RtColl *c0 = X->cs[0];
+  const RtCall *c0 = X->cs[0];
   int n = G->n, nl = G->nloc;
   int64_t E = c0->extent * c0->inner, blk = c0->outer * E;
   size_t es = X->es;
@@ -701,7 +701,7 @@ static int x_all_gather(Exec *X) {
 
 static int x_reduce_scatter(Exec *X) {
   Group *G = X->G;
-  const RtColl *c0 = X->cs[0];
+  const RtCall *c0 = X->cs[0];
   int n = G->n, nl = G->nloc, R = G->R;
   int64_t E = c0->extent * c0->inner, OE = c0->outer * E;
   size_t es = X->es;
@@ -760,7 +760,7 @@ static void ar_chunk(int64_t count, int n, int r, size_t es, int64_t *lo, int64_
 
 static int x_all_reduce(Exec *X) {
   Group *G = X->G;
-  const RtColl *c0 = X->cs[0];
+  const RtCall *c0 = X->cs[0];
   int n = G->n, nl = G->nloc, R = G->R;
   int64_t C = c0->count;
   size_t es = X->es;
@@ -870,7 +870,7 @@ static int x_all_reduce(Exec *X) {
 
 static int x_all_to_all(Exec *X) {
   Group *G = X->G;
-  const RtColl *c0 = X->cs[0];
+  const RtCall *c0 = X->cs[0];
   int n = G->n, nl = G->nloc, R = G->R, nd = c0->nd, a = c0->split_dim, b = c0->concat_dim;
   size_t es = X->es;
   int64_t box[RT_MAX_RANK], out_shape[RT_MAX_RANK], in_stride[RT_MAX_RANK], out_stride[RT_MAX_RANK], box_stride[RT_MAX_RANK];
@@ -931,7 +931,7 @@ static int (*const exec_of[RT_COLL_COUNT])(Exec *) = {
     [RT_COLL_ALL_TO_ALL] = x_all_to_all,
 };
 
-static int collective(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int collective(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   Runtime *rt = dev->rt;
   Mpi *M = state(rt);
   if (stopped_at_entry(dev)) return RT_E_STOPPED;
@@ -945,7 +945,7 @@ static int collective(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   }
   int li = 0;
   while (G->loc[li] != g->rank) li++;
-  const RtColl *one[1] = {c};
+  const RtCall *one[1] = {c};
   Exec X = {rt, M, local_of(dev), G, one, rt_dtype_size(c->dtype), elem_type(rt_dtype_size(c->dtype))};
   if (G->nloc == 1) {
     rc = group_comm(M, G);
@@ -976,7 +976,7 @@ static int collective(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   return rc;
 }
 
-static int barrier_mpi(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int barrier_mpi(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   if (stopped_at_entry(dev)) return RT_E_STOPPED;
   Group *G = group_get(dev, g);
   if (!G) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for the group %s", g->text);
@@ -993,7 +993,7 @@ typedef struct PermState {
   int zero;
 } PermState;
 
-static int perm_dst(const RtGroup *g, const RtColl *c) {
+static int perm_dst(const RtGroup *g, const RtCall *c) {
   int n = g->size;
   if (!c->pairs) return (int)((g->rank + ((int64_t)c->shift % n + n)) % n);
   for (int i = 0; i < c->npairs; i++)
@@ -1001,7 +1001,7 @@ static int perm_dst(const RtGroup *g, const RtColl *c) {
   return -1;
 }
 
-static int perm_post(RtDevice *dev, const RtGroup *g, const RtColl *c, PermState *p) {
+static int perm_post(RtDevice *dev, const RtGroup *g, const RtCall *c, PermState *p) {
   Runtime *rt = dev->rt;
   Mpi *M = state(rt);
   if (stopped_at_entry(dev)) return RT_E_STOPPED;
@@ -1037,7 +1037,7 @@ static int perm_post(RtDevice *dev, const RtGroup *g, const RtColl *c, PermState
 }
 
 /* Bounded: every member posted its part. */
-static int perm_finish(RtDevice *dev, const RtColl *c, PermState *p) {
+static int perm_finish(RtDevice *dev, const RtCall *c, PermState *p) {
   Backoff b = {0};
   for (;;) {
     int flag = 0;
@@ -1050,13 +1050,13 @@ static int perm_finish(RtDevice *dev, const RtColl *c, PermState *p) {
   return RT_OK;
 }
 
-static int permute_mpi(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int permute_mpi(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   PermState p;
   int rc = perm_post(dev, g, c, &p);
   return rc ? rc : perm_finish(dev, c, &p);
 }
 
-static int permute_start(RtDevice *dev, const RtGroup *g, const RtColl *c, RtRequest *req) {
+static int permute_start(RtDevice *dev, const RtGroup *g, const RtCall *c, RtRequest *req) {
   PermState *p = malloc(sizeof *p);
   if (!p) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for a permute request");
   int rc = perm_post(dev, g, c, p);

@@ -12,7 +12,7 @@
 
 #include <cblas.h>
 
-#include "shardrt.h"
+#include "rt_internal.h"
 
 enum { AQ, AK, AV, AO, ADO };
 
@@ -41,14 +41,6 @@ static int64_t extent_of(const RtAttn *a, int t) {
   return e + 1;
 }
 
-/* The logical position of storage position p under the zigzag order (ir_zigzag_logical): blocks
- * of 2c, block b holding chunks b and 2n-1-b. */
-static int64_t logical(int64_t n, int64_t c, int64_t p) {
-  if (n < 2 || c <= 0) return p;
-  int64_t b = p / (2 * c), o = p % (2 * c);
-  return (o < c ? b : 2 * n - 1 - b) * c + o % c;
-}
-
 /* Per position of the batch dims, the blocks at hand are copied to f32 and multiplied as GEMMs
  * (OpenBLAS, one thread per device), over tiles of RING_TILE query rows, as nn.c's attention does;
  * the online softmax, the logsumexp and the gradient sums stay in double. */
@@ -61,8 +53,9 @@ typedef struct Ring {
   RtDevice *dev;
   const RtAttn *a;
   const RtRing *R;
-  int axes[RT_MAX_AXES], naxes;
+  RtGroup grp;          /* the device's ring: its group of R->groups */
   int n, rank;
+  bool joint;           /* K and V travel together, one permute a step (the same dtype) */
   int64_t nbatch;
   int64_t *boff;        /* [nbatch][5] */
   int64_t *qpos;        /* [nq]: logical query positions */
@@ -71,24 +64,23 @@ typedef struct Ring {
   float *s, *dp;        /* [tile, nk]: scores, then (unnormalised) probabilities; dout . v */
   float *tmp;           /* [max(tile, nk), max(nh, nv)]: a product before it is added */
   int64_t tile;
-  void *kb[2], *vb[2];  /* the travelling K and V blocks (rt_alloc'd) */
+  void *kb[2], *vb[2];  /* the travelling K and V blocks (rt_alloc'd; joint: kb[i] holds K, then V) */
   int64_t kn, vn;       /* their elements */
 } Ring;
 
 static void ring_free(Ring *g) {
   free(g->boff), free(g->qpos), free(g->kpos);
   free(g->q), free(g->k), free(g->v), free(g->dout), free(g->s), free(g->dp), free(g->tmp);
-  for (int i = 0; i < 2; i++) rt_free(g->dev, g->kb[i]), rt_free(g->dev, g->vb[i]);
+  for (int i = 0; i < 2; i++) rt_free(g->dev, g->kb[i]), rt_free(g->dev, g->joint ? NULL : g->vb[i]);
 }
 
 static int ring_open(Ring *g, RtDevice *dev, const RtAttn *a, const RtRing *R, int64_t q_off, bool need_v) {
   memset(g, 0, sizeof *g);
   g->dev = dev, g->a = a, g->R = R;
-  g->naxes = (int)R->naxes;
-  for (int i = 0; i < g->naxes; i++) g->axes[i] = (int)R->axes[i];
-  g->n = rt_group_size(dev, g->axes, g->naxes);
-  g->rank = rt_group_rank(dev, g->axes, g->naxes);
-  if (g->n < 1 || g->rank < 0) return rt_fail(dev, "ring attention: bad ring axes");
+  int rc0 = rtgroup_lookup(dev, R->groups, "ring attention", &g->grp);
+  if (rc0) return rc0;
+  g->n = g->grp.size, g->rank = g->grp.rank;
+  g->joint = need_v && a->dtype[AK] == a->dtype[AV];
   g->nbatch = 1;
   for (int64_t d = 0; d < a->nb; d++) g->nbatch *= a->extent[d];
   int64_t nq = a->nq > 0 ? a->nq : 1, nk = a->nk > 0 ? a->nk : 1, nh = a->nh > 0 ? a->nh : 1, nv = a->nv > 0 ? a->nv : 1;
@@ -118,12 +110,13 @@ static int ring_open(Ring *g, RtDevice *dev, const RtAttn *a, const RtRing *R, i
       idx[d] = 0;
     }
   }
-  for (int64_t i = 0; i < a->nq; i++) g->qpos[i] = logical(R->zz_n, R->zq_chunk, q_off + i);
+  for (int64_t i = 0; i < a->nq; i++) g->qpos[i] = rt_order_logical(&R->qorder, q_off + i);
   g->kn = extent_of(a, AK), g->vn = extent_of(a, AV);
   size_t kbytes = (size_t)g->kn * rt_dtype_size((RtDtype)a->dtype[AK]), vbytes = (size_t)g->vn * rt_dtype_size((RtDtype)a->dtype[AV]);
   for (int i = 0; g->n > 1 && i < 2; i++) {
-    int rc = rt_alloc(dev, kbytes, "ring attention K block", &g->kb[i]);
-    if (!rc && need_v) rc = rt_alloc(dev, vbytes, "ring attention V block", &g->vb[i]);
+    int rc = rt_alloc(dev, g->joint ? kbytes + vbytes : kbytes, g->joint ? "ring attention K and V block" : "ring attention K block", &g->kb[i]);
+    if (!rc && need_v && !g->joint) rc = rt_alloc(dev, vbytes, "ring attention V block", &g->vb[i]);
+    if (!rc && g->joint) g->vb[i] = (char *)g->kb[i] + kbytes;
     if (rc) return rc;
   }
   return RT_OK;
@@ -132,15 +125,28 @@ static int ring_open(Ring *g, RtDevice *dev, const RtAttn *a, const RtRing *R, i
 /* The block at hand at step j: rank r - j's; its keys' logical positions. */
 static void ring_at(Ring *g, int j) {
   int64_t src = ((g->rank - j) % g->n + g->n) % g->n;
-  for (int64_t x = 0; x < g->a->nk; x++) g->kpos[x] = logical(g->R->zz_n, g->R->zk_chunk, src * g->a->nk + x);
+  for (int64_t x = 0; x < g->a->nk; x++) g->kpos[x] = rt_order_logical(&g->R->korder, src * g->a->nk + x);
 }
 
 /* Passes the block at hand (*k, *v) on and takes the next: +1 round the ring, into the spare
- * buffer (step j writes buffer j % 2; the device's own block is read, never written). */
+ * buffer (step j writes buffer j % 2; the device's own block is read, never written). K and V of
+ * one dtype go as one permute (the step `explain` counts): the own block is first copied into the
+ * other spare buffer, which the next step's block then replaces. */
 static int ring_shift(Ring *g, int j, const void **k, const void **v) {
   const RtAttn *a = g->a;
-  int rc = rt_permute_shift(g->dev, g->axes, g->naxes, (RtDtype)a->dtype[AK], *k, g->kb[j % 2], g->kn, 1);
-  if (!rc && v) rc = rt_permute_shift(g->dev, g->axes, g->naxes, (RtDtype)a->dtype[AV], *v, g->vb[j % 2], g->vn, 1);
+  int rc;
+  if (v && g->joint) {
+    size_t kbytes = (size_t)g->kn * rt_dtype_size((RtDtype)a->dtype[AK]), vbytes = (size_t)g->vn * rt_dtype_size((RtDtype)a->dtype[AV]);
+    void *from = g->kb[(j + 1) % 2];
+    if (*k != from) { /* the own block (step 0): into the spare buffer, K then V */
+      memcpy(from, *k, kbytes);
+      memcpy((char *)from + kbytes, *v, vbytes);
+    }
+    rc = rt_permute_shift(g->dev, g->R->groups, (RtDtype)a->dtype[AK], from, g->kb[j % 2], g->kn + g->vn, 1);
+  } else {
+    rc = rt_permute_shift(g->dev, g->R->groups, (RtDtype)a->dtype[AK], *k, g->kb[j % 2], g->kn, 1);
+    if (!rc && v) rc = rt_permute_shift(g->dev, g->R->groups, (RtDtype)a->dtype[AV], *v, g->vb[j % 2], g->vn, 1);
+  }
   if (rc) return rc;
   *k = g->kb[j % 2];
   if (v) *v = g->vb[j % 2];
@@ -338,7 +344,7 @@ int rt_nn_ring_attention_grad(RtDevice *dev, const RtAttn *a, const RtRing *R, d
     if (j < g.n - 1) rc = ring_shift(&g, j, &kc, which != 2 ? &vc : NULL);
     if (!rc && which != 0 && g.n > 1) { /* the block's gradient goes with it (after the last step: home) */
       double *next = G == gr[0] ? gr[1] : gr[0];
-      rc = rt_permute_shift(dev, g.axes, g.naxes, RT_F32, G, next, gn * 2, 1);
+      rc = rt_permute_shift(dev, R->groups, RT_F32, G, next, gn * 2, 1);
       G = next;
     }
     if (!rc) rc = rt_check(dev);

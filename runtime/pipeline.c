@@ -1,5 +1,7 @@
-/* pipeline.c: a pipeline stage on one device (rt_pipeline), and the AllReduce among some devices
- * of a group that a tied param's first and last stage need (rt_all_reduce_group); shardrt.h.
+/* pipeline.c: a pipeline stage on one device (rt_pipeline), and the AllReduce among the devices of
+ * a subset of groups that a tied param's first and last stage need (rt_all_reduce_group);
+ * shardrt.h. The stages, the peers and the rows of a chunk are the compiler's (RtPipe's stage
+ * groups, each action's row0, which stages hold a result): nothing here works them out.
  *
  * rt_pipeline follows compiler/interp/interp_pipe.c, the semantic contract: the device runs its
  * stage's actions in the schedule's order. A region's inputs are bound from their slots (views into
@@ -15,75 +17,36 @@
 
 #include "rt_internal.h"
 
-int rt_group_member(const RtDevice *dev, const int *axes, int naxes, int rank) {
-  const Runtime *rt = dev->rt;
-  if (naxes < 0 || naxes > rt->naxes || rank < 0) return -1;
-  int64_t d = dev->index;
-  for (int k = 0; k < naxes; k++) {
-    if (axes[k] < 0 || axes[k] >= rt->naxes) return -1;
-    d -= dev->coord[axes[k]] * rt->axis_stride[axes[k]];
-  }
-  for (int k = naxes - 1; k >= 0; k--) {
-    int a = axes[k];
-    d += (rank % rt->axis_size[a]) * rt->axis_stride[a];
-    rank /= rt->axis_size[a];
-  }
-  return rank ? -1 : (int)d;
-}
-
-static double get1(const void *b, RtDtype dt, int64_t i) {
-  switch (dt) {
-  case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)b)[i]);
-  case RT_F16: return rt_f16_to_f32(((const uint16_t *)b)[i]);
-  case RT_I32: return ((const int32_t *)b)[i];
-  default: return ((const float *)b)[i];
-  }
-}
-
-static void put1(void *b, RtDtype dt, int64_t i, double v) {
-  switch (dt) {
-  case RT_BF16: ((uint16_t *)b)[i] = rt_f32_to_bf16((float)v); break;
-  case RT_F16: ((uint16_t *)b)[i] = rt_f32_to_f16((float)v); break;
-  case RT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-  default: ((float *)b)[i] = (float)v; break;
-  }
-}
-
-int rt_all_reduce_group(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                        const int *group, int ngroup, const void *in, void *out, int64_t count) {
-  int rank = rt_group_rank(dev, axes, naxes), me = -1;
-  if (rank < 0) return rtrun_fail(dev, RT_E_ARG, "all_reduce among a group: bad axes");
+int rt_all_reduce_group(RtDevice *dev, const RtGroups *G, RtDtype dt, RtReduceOp op, const void *in, void *out,
+                        int64_t count) {
+  RtGroup g;
+  int rc = rtgroup_lookup(dev, G, "all_reduce among a group", &g);
+  if (rc) return rc;
   size_t esz = rt_dtype_size(dt), bytes = (size_t)count * esz;
-  if (!esz || count < 0 || ngroup < 1 || ngroup > 64) return rtrun_fail(dev, RT_E_ARG, "all_reduce among a group: bad arguments");
-  for (int i = 0; i < ngroup; i++)
-    if (group[i] == rank) me = i;
-  if (me < 0) return rtrun_fail(dev, RT_E_ARG, "all_reduce among a group: rank %d is not in the group", rank);
+  int n = g.size, me = g.rank;
+  if (!esz || count < 0 || n > 64) return rtrun_fail(dev, RT_E_ARG, "all_reduce among a group over %s: bad arguments", g.text);
   void *parts[64] = {0};
-  int rc = RT_OK;
-  for (int i = 0; i < ngroup && rc == RT_OK; i++) { /* send first: sends never block */
-    if (i == me) continue;
-    int peer = rt_group_member(dev, axes, naxes, group[i]);
-    if (peer < 0) rc = rtrun_fail(dev, RT_E_ARG, "all_reduce among a group: rank %d is not in the group's axes", group[i]);
-    else rc = rt_send(dev, peer, RT_TAG_GROUP, in, bytes);
-  }
-  for (int i = 0; i < ngroup && rc == RT_OK; i++) {
+  for (int i = 0; i < n && rc == RT_OK; i++) /* send first: sends never block */
+    if (i != me) rc = rt_send(dev, rtgroup_member(&g, i), RT_TAG_GROUP, in, bytes);
+  for (int i = 0; i < n && rc == RT_OK; i++) {
     if (i == me) continue;
     rc = rt_alloc(dev, bytes ? bytes : 1, "all_reduce group part", &parts[i]);
-    if (rc == RT_OK) rc = rt_recv(dev, rt_group_member(dev, axes, naxes, group[i]), RT_TAG_GROUP, parts[i], bytes);
+    if (rc == RT_OK) rc = rt_recv(dev, rtgroup_member(&g, i), RT_TAG_GROUP, parts[i], bytes);
   }
   if (rc == RT_OK) {
     parts[me] = (void *)in;
     for (int64_t e = 0; e < count; e++) { /* every member sums in the same order */
-      double v = get1(parts[0], dt, e);
-      for (int i = 1; i < ngroup; i++) {
-        double w = get1(parts[i], dt, e);
+      double v = rtk_get(parts[0], dt, e);
+      for (int i = 1; i < n; i++) {
+        double w = rtk_get(parts[i], dt, e);
         v = op == RT_MAX ? (w > v ? w : v) : v + w;
       }
-      put1(out, dt, e, v);
+      rtk_put(out, dt, e, v);
     }
     parts[me] = NULL;
+    rtrun_count(dev, RT_COLL_ALL_REDUCE, g.mask, n > 0 ? 2.0 * (n - 1) / n * (double)bytes : 0);
   }
-  for (int i = 0; i < ngroup; i++)
+  for (int i = 0; i < n; i++)
     if (i != me) rt_free(dev, parts[i]);
   return rc;
 }
@@ -96,6 +59,7 @@ typedef struct Run {
   void *const *ops;
   void **res;
   int stage, G;
+  RtGroup stages;       /* the device's group over the stage axes: its rank is the stage */
   void **mail;          /* [(dir (G + 1) + slot) N + mb] */
   void **saved;         /* [(mb G + g) nsave + k] */
 } Run;
@@ -104,18 +68,7 @@ static int mail_index(const Run *R, int bwd, int slot, int mb) {
   return ((bwd ? R->G + 1 : 0) + slot) * R->p->microbatches + mb;
 }
 
-static bool on_stage(uint8_t place, int s, int p) {
-  if (!place) return true;
-  return ((place & 1) && s == 0) || ((place & 4) && s == p - 1) || ((place & 2) && s > 0 && s < p - 1);
-}
-
-/* The first local row of model chunk g: stage-major storage, the stage's V chunks in order. */
-static int64_t chunk_row0(const Run *R, int g) { return (int64_t)(g / R->p->stages) * R->p->chunk_layers; }
-
-static int peer_device(const Run *R, int stage) {
-  const RtPipe *p = R->p;
-  return rt_group_member(R->dev, p->stage_axes, p->nstage_axes, stage);
-}
+static int peer_device(const Run *R, int stage) { return stage >= 0 && stage < R->stages.size ? rtgroup_member(&R->stages, stage) : -1; }
 
 /* The mailbox slot a region's activation input reads, or its activation output fills. */
 static int act_slot(const Run *R, int r, int g, bool out) {
@@ -123,7 +76,7 @@ static int act_slot(const Run *R, int r, int g, bool out) {
   return r == RT_PR_LAST ? R->G : r == RT_PR_FIRST_BWD ? 0 : r == RT_PR_CHUNK_BWD ? g + 1 : g;
 }
 
-static int run_region(Run *R, int r, int mb, int g) {
+static int run_region(Run *R, int r, int mb, int g, int64_t row0) {
   const RtPipe *p = R->p;
   RtDevice *dev = R->dev;
   if (!p->region[r]) return rtrun_fail(dev, RT_E_ARG, "%s: the schedule runs a region the pipeline lacks", p->where);
@@ -146,7 +99,7 @@ static int run_region(Run *R, int r, int mb, int g) {
     }
     case RT_PIN_CHUNK: {
       char *x = R->ops[sl->index];
-      in[i] = x ? x + chunk_row0(R, g) * p->row_bytes[sl->index] : NULL;
+      in[i] = x ? x + row0 * p->row_bytes[sl->index] : NULL;
       break;
     }
     case RT_PIN_ACT: {
@@ -188,7 +141,7 @@ static int run_region(Run *R, int r, int mb, int g) {
       int64_t off = 0;
       if (r == RT_PR_CHUNK_BWD) { /* into the chunk's rows */
         int64_t row_elems = p->row_bytes[p->nslices + sl->index] / (int64_t)rt_dtype_size(adt);
-        off = chunk_row0(R, g) * row_elems;
+        off = row0 * row_elems;
       }
       if (off + sl->count > p->acc_count[sl->index]) {
         rc = rtrun_fail(dev, RT_E_ARG, "%s: a gradient of %lld elements past accumulator %d's %lld", p->where,
@@ -196,7 +149,7 @@ static int run_region(Run *R, int r, int mb, int g) {
         break;
       }
       for (int64_t e = 0; e < sl->count; e++)
-        put1(a, adt, off + e, get1(a, adt, off + e) + get1(out[j], (RtDtype)sl->dtype, e));
+        rtk_put(a, adt, off + e, rtk_get(a, adt, off + e) + rtk_get(out[j], (RtDtype)sl->dtype, e));
       break;
     }
     case RT_POUT_RESULT:
@@ -240,9 +193,13 @@ static int transfer(Run *R, const RtPipeAction *a) {
   size_t esz = rt_dtype_size(dt), bytes = (size_t)sl->count * esz;
   int tag = k;
   /* the send split: rank r of the split group sends part r; the receivers all-gather the parts */
-  int n = p->nsplit ? rt_group_size(dev, p->split_axes, p->nsplit) : 1;
-  if (n < 1 || sl->count % n) n = 1;
-  int rank = n > 1 ? rt_group_rank(dev, p->split_axes, p->nsplit) : 0;
+  RtGroup split = {.size = 1};
+  if (p->split) {
+    int rc = rtgroup_lookup(dev, p->split, "a pipeline's send split", &split);
+    if (rc) return rc;
+  }
+  int n = split.size, rank = split.rank;
+  if (n < 1 || sl->count % n) n = 1, rank = 0;
   size_t part = bytes / (size_t)n;
   if (a->kind == RT_PA_SEND) {
     void *x = R->mail[k];
@@ -250,13 +207,14 @@ static int transfer(Run *R, const RtPipeAction *a) {
     int rc = rt_send(dev, peer, tag, (char *)x + (size_t)rank * part, part);
     rt_free(dev, x);
     R->mail[k] = NULL;
+    if (rc == RT_OK) rtrun_count(dev, RT_COLL_PERMUTE, R->stages.mask, (double)part); /* a transfer: a permute over the stages */
     return rc;
   }
   void *x = NULL, *tmp = NULL;
   int rc = rt_alloc(dev, bytes ? bytes : 1, a->backward ? "pipeline gradient" : "pipeline activation", &x);
   if (rc == RT_OK && n > 1) rc = rt_alloc(dev, part ? part : 1, "pipeline part", &tmp);
   if (rc == RT_OK) rc = rt_recv(dev, peer, tag, n > 1 ? tmp : x, part);
-  if (rc == RT_OK && n > 1) rc = rt_all_gather(dev, p->split_axes, p->nsplit, dt, tmp, x, 1, sl->count / n, 1);
+  if (rc == RT_OK && n > 1) rc = rt_all_gather(dev, p->split, dt, tmp, x, 1, sl->count / n, 1);
   rt_free(dev, tmp);
   if (rc != RT_OK) {
     rt_free(dev, x);
@@ -269,8 +227,10 @@ static int transfer(Run *R, const RtPipeAction *a) {
 
 int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **results) {
   Run R = {.dev = dev, .p = p, .ops = operands, .res = results, .G = p->stages * p->chunks};
-  R.stage = rt_group_rank(dev, p->stage_axes, p->nstage_axes);
-  if (R.stage < 0 || R.stage >= p->stages) return rtrun_fail(dev, RT_E_ARG, "%s: no stage for this device", p->where);
+  int rc0 = rtgroup_lookup(dev, p->stage_groups, p->where, &R.stages);
+  if (rc0) return rc0;
+  R.stage = R.stages.rank;
+  if (R.stage >= p->stages || R.stages.size != p->stages) return rtrun_fail(dev, RT_E_ARG, "%s: no stage for this device", p->where);
   int64_t nmail = 2 * (int64_t)(R.G + 1) * p->microbatches, nsaved = (int64_t)p->microbatches * R.G * (p->nsave > 0 ? p->nsave : 1);
   R.mail = calloc((size_t)nmail, sizeof(void *));
   R.saved = calloc((size_t)nsaved, sizeof(void *));
@@ -292,7 +252,7 @@ int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **re
     switch (a->kind) {
     case RT_PA_FIRST: case RT_PA_FWD: case RT_PA_LAST: case RT_PA_BWD: case RT_PA_FIRST_BWD:
       last_region = region_of[a->kind];
-      rc = run_region(&R, last_region, a->mb, a->chunk);
+      rc = run_region(&R, last_region, a->mb, a->chunk, a->row0);
       rt_clock_add(dev, RT_CLOCK_COMPUTE, p->clock_acc[last_region]);
       break;
     case RT_PA_SEND:
@@ -309,7 +269,7 @@ int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **re
   free(R.saved);
   /* results only on the stages that hold them */
   for (int k = 0; k < p->nresults; k++)
-    if (rc != RT_OK || (p->result_place && !on_stage(p->result_place[k], R.stage, p->stages))) {
+    if (rc != RT_OK || (p->result_on && !p->result_on[(int64_t)k * p->stages + R.stage])) {
       rt_free(dev, results[k]);
       results[k] = NULL;
     }

@@ -67,6 +67,9 @@ struct RtDevice {
   double spin_s;            /* how long this device spins before sleeping, learnt (sync.c; own thread) */
   uint64_t ncoll;           /* this run's collective calls (own thread only) */
   double coll_seconds;
+  RtExecuted *executed;     /* this run's collectives, aggregated (rt_executed; own thread only) */
+  int nexecuted, cap_executed;
+  bool executed_lost;       /* a count could not be kept (out of host memory) */
   double clock[2];          /* the simulated clock (rt_clock_add; own thread only) */
   _Atomic int line;         /* the source line of the op it runs (rt_at_line; 0: unknown) */
   _Atomic int32_t *line_mirror; /* mpi: the same in the launcher's status file (NULL: none) */
@@ -77,6 +80,10 @@ struct RtDevice {
   _Alignas(64) _Atomic uint32_t *_Atomic sleep_bell;
   _Atomic uint32_t bell;
   _Atomic uint32_t sleepers;
+  /* GEMM (gemm.c, gemm_dnnl.c; own thread only) */
+  int gemm_engine;          /* RtGemmEngine: AUTO or forced */
+  int omp_saved;            /* the thread's OpenMP team size before the run (restored after) */
+  struct RtDnnlDev *dnnl;   /* its oneDNN stream and scratchpad, made at its first oneDNN product */
 };
 
 struct Runtime {
@@ -89,6 +96,7 @@ struct Runtime {
   size_t mem_cap;
   int64_t fail_alloc_nth;
   int fail_alloc_device;
+  bool pack_members;
   double spin_s;    /* the most a waiter spins before it sleeps (sync.c); 0: never spins */
   const struct RtBackend *backend;
   void *backend_state;
@@ -96,6 +104,9 @@ struct Runtime {
   int local_lo, local_hi; /* the devices this process runs: [local_lo, local_hi) */
   int process_rank, process_count;
   RtDevice *devices; /* [ndev] */
+  struct RtDnnl *dnnl;  /* oneDNN's engine and the cache of primitives (gemm_dnnl.c) */
+  int gemm_engine;      /* RtGemmEngine every device starts with (SHARDC_GEMM) */
+  bool gemm_trace;      /* SHARDC_GEMM_TRACE: every product's shape and engine on stderr */
   RtEntry entry;
   void *entry_arg;
 
@@ -105,22 +116,32 @@ struct Runtime {
   char err[RT_ERR_MAX];    /* its message */
 };
 
-/* A device's group over an ordered axis tuple (collective.c). */
+/* A device's group, looked up in the replica groups the call names (collective.c). */
 typedef struct RtGroup {
+  const RtGroups *G;       /* the replica groups */
+  int group;               /* the device's group in them */
   int naxes;
-  int axes[RT_MAX_AXES];   /* as the caller ordered them */
-  int size;                /* n: the product of their sizes */
-  int rank;                /* the device's rank: its coordinates on axes[] in mixed radix */
+  int axes[RT_MAX_AXES];   /* the groups' axis tuple */
+  int size;                /* n */
+  int rank;                /* the device's rank */
   int base;                /* the member of rank 0 */
-  unsigned mask;           /* the axes larger than 1, as a set: groups with equal masks are disjoint */
+  unsigned mask;           /* the tuple's axes larger than 1, as a set: groups of equal masks (the same
+                              replica groups) are disjoint */
   char text[RT_MAX_AXES * (RT_NAME_MAX + 2) + 4]; /* "(data, model)" */
 } RtGroup;
 
-int rtgroup_member(const Runtime *rt, const RtGroup *g, int rank); /* the device of a rank */
+/* dev's group in G; RT_OK, or a failure naming the call (`what`) when G is malformed or holds no
+ * group of dev's. */
+int rtgroup_lookup(RtDevice *dev, const RtGroups *G, const char *what, RtGroup *g);
+static inline int rtgroup_member(const RtGroup *g, int rank) { return g->G->members[g->group * g->size + rank]; }
+
+/* Counts one collective dev executed (rt_executed): kind, over g, sending `bytes` as explain
+ * defines it. */
+void rtrun_count(RtDevice *dev, RtCollKind kind, unsigned axes, double bytes);
 
 /* One collective call, as the front end (collective.c) checked it; what a backend executes and
  * what the members of a group compare to be sure they made the same call. */
-typedef struct RtColl {
+typedef struct RtCall {
   RtCollKind kind;
   RtDtype dtype;
   RtReduceOp op;
@@ -135,12 +156,30 @@ typedef struct RtColl {
   const int *pairs;
   int npairs;
   int src_of_me;                /* permute: the rank this one receives from, -1 none (front end) */
-} RtColl;
+  /* a program's collective of several members or parts (rt_collective): its description and the
+   * members' buffers, which a backend's `members` op moves directly (in, out unused) */
+  const RtColl *coll;
+  const void *const *ins;
+  void *const *outs;
+} RtCall;
+
+/* ---- collective.c ---- */
+/* rt_collective's call of several members or parts, through the backend's `members`: looked up,
+ * checked, counted as one collective. */
+int rtcall_members(RtDevice *dev, const RtColl *k, const void *const *in, void *const *out);
+
+/* ---- coll.c ---- */
+/* Member m's block shape (a reduce-scatter's result; an all-gather's operand) and whole shape (an
+ * all-gather's result; a reduce-scatter's operand), or false when malformed. */
+bool rtcoll_shapes(const RtCollMember *m, int kind, int64_t *block, int64_t *whole);
+/* Where device dev's block sits in member m's whole tensor, in blocks per dim (its rank in each
+ * part's groups), or false when a part's groups hold no group of dev's. */
+bool rtcoll_position(const RtCollMember *m, int dev, int64_t *pos);
 
 /* A posted permute (rt_permute_shift_start): the checked call, the group, and what the backend
  * keeps until rt_wait. */
 struct RtRequest {
-  RtColl c;
+  RtCall c;
   RtGroup g;
   int done;          /* the transfer already happened (a backend without permute_start) */
   int rc;
@@ -186,7 +225,41 @@ void rtsync_wake(RtDevice *dev);
 void rtsync_wake_all(Runtime *rt);
 void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
 
+/* ---- gemm_dnnl.c: oneDNN's matmul ---- */
+int rtdnnl_open(Runtime *rt);   /* the cache (the engine is made at the first product) */
+void rtdnnl_close(Runtime *rt); /* the primitives, the devices' streams and scratchpads */
+/* Around a device's entry function: its OpenMP team size set to 1 (checked), then restored. */
+int rtdnnl_device_begin(RtDevice *dev);
+void rtdnnl_device_end(RtDevice *dev);
+/* g through the cached primitive for its key (made if new). *ran false (and RT_OK) when oneDNN
+ * has no implementation for it: the caller runs it elsewhere. */
+int rtdnnl_gemm(RtDevice *dev, const RtGemm *g, bool *ran);
+void rtdnnl_counts(const Runtime *rt, uint64_t *created, uint64_t *hits);
+
+/* Loops worth vectorising: compiled for AVX-512 (x86-64-v4), AVX2 + FMA (v3) and the baseline,
+ * the CPU's best version picked when the program loads (function multiversioning: the CPU is
+ * detected at run time, never assumed from the build machine). The files holding them are
+ * compiled at -O3 (runtime/CMakeLists.txt): GCC's -O2 vectorises only the cheapest loops. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RT_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RT_SANITIZED 1
+#endif
+/* Not under the sanitizers: the clones' resolvers run while the dynamic loader relocates the
+ * program, before the sanitizer's runtime is up, and their instrumentation crashes there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(RT_SANITIZED)
+#define RT_VECTOR __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RT_VECTOR
+#endif
+
 /* ---- kernels.c ---- */
+/* bf16 <-> f32 over arrays, vectorised (round to nearest even, NaN kept quiet) */
+void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+void rtk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* dst[i] = op over srcs[0..n-1][i] in that order; floats accumulate in f32 and round once. Any
  * src may alias dst elementwise (each element is read before it is written). */
 void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, int n, size_t count);
@@ -194,5 +267,8 @@ void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, i
 void rtk_copy_box(void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                   const int64_t *shape, int nd, size_t elem);
 void rtk_row_major_strides(const int64_t *shape, int nd, int64_t *stride);
+/* Element i of a buffer of dtype dt as a double, and back (rounded to nearest even; i32 truncated). */
+double rtk_get(const void *buf, RtDtype dt, int64_t i);
+void rtk_put(void *buf, RtDtype dt, int64_t i, double v);
 
 #endif

@@ -158,6 +158,7 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
   rt->mem_cap = cfg->mem_cap;
   rt->fail_alloc_nth = cfg->fail_alloc_nth;
   rt->fail_alloc_device = cfg->fail_alloc_device;
+  rt->pack_members = cfg->pack_members != 0;
   rt->backend = cfg->backend == RT_BACKEND_MPI ? rtrun_mpi_backend : &rt_threads_backend;
   rt->threads_per_rank = cfg->backend == RT_BACKEND_MPI && cfg->threads_per_rank ? cfg->threads_per_rank : 1;
   rt->local_lo = 0, rt->local_hi = rt->ndev; /* the MPI backend's open narrows it */
@@ -176,6 +177,24 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
     rtmem_init(&d->mem);
   }
   rtsync_policy(rt);
+  const char *engine = getenv("SHARDC_GEMM"); /* benches and tests: one engine for every product */
+  if (engine && *engine) {
+    int e = -1;
+    for (int i = RT_GEMM_AUTO; i <= RT_GEMM_ONEDNN; i++)
+      if (strcmp(engine, rt_gemm_engine_name((RtGemmEngine)i)) == 0) e = i;
+    if (e < 0) {
+      rt->backend = NULL;
+      return open_error(rt, RT_E_ARG, "SHARDC_GEMM=%s: expected auto, openblas, onednn-f32 or onednn", engine);
+    }
+    rt->gemm_engine = e;
+  }
+  for (int i = 0; i < rt->ndev; i++) rt->devices[i].gemm_engine = rt->gemm_engine;
+  const char *trace = getenv("SHARDC_GEMM_TRACE");
+  rt->gemm_trace = trace && *trace && strcmp(trace, "0") != 0;
+  if ((rc = rtdnnl_open(rt))) {
+    rt->backend = NULL;
+    return open_error(rt, rc, "out of memory for the GEMM cache");
+  }
   const RtBackend *b = rt->backend;
   rc = b->open(rt);
   if (rc) {
@@ -191,9 +210,11 @@ void rt_close(Runtime *rt) {
   if (rt->devices) {
     /* The backend first: it may hold messages on the devices' accounts. */
     if (rt->backend) rt->backend->close(rt);
+    rtdnnl_close(rt);
     for (int i = 0; i < rt->ndev; i++) {
       rtmem_release_all(&rt->devices[i]);
       pthread_mutex_destroy(&rt->devices[i].mem.lock);
+      free(rt->devices[i].executed);
     }
     free(rt->devices);
   }
@@ -207,6 +228,12 @@ int rt_device_count(const Runtime *rt) { return rt && rt->backend ? rt->ndev : 0
 RtDevice *rt_device(Runtime *rt, int index) {
   if (!rt || !rt->backend || index < 0 || index >= rt->ndev) return NULL;
   return &rt->devices[index];
+}
+
+int rt_gemm_cache_stats(const Runtime *rt, uint64_t *created, uint64_t *reused) {
+  if (!rt || !rt->dnnl || !created || !reused) return RT_E_ARG;
+  rtdnnl_counts(rt, created, reused);
+  return RT_OK;
 }
 
 int rt_stats(const Runtime *rt, int device, RtStats *out) {
@@ -223,6 +250,36 @@ int rt_stats(const Runtime *rt, int device, RtStats *out) {
   out->sim_compute_s = d->clock[RT_CLOCK_COMPUTE];
   out->sim_comm_s = d->clock[RT_CLOCK_COMM];
   return RT_OK;
+}
+
+/* ---- what ran ---- */
+
+void rtrun_count(RtDevice *dev, RtCollKind kind, unsigned axes, double bytes) {
+  for (int i = 0; i < dev->nexecuted; i++) {
+    RtExecuted *e = &dev->executed[i];
+    if (e->kind == (int32_t)kind && e->axes == axes && e->bytes_per_device == bytes) {
+      e->count++;
+      return;
+    }
+  }
+  if (dev->nexecuted == dev->cap_executed) {
+    int cap = dev->cap_executed ? 2 * dev->cap_executed : 16;
+    RtExecuted *x = realloc(dev->executed, sizeof *x * (size_t)cap);
+    if (!x) { /* out of host memory: rt_executed says the counts are incomplete */
+      dev->executed_lost = true;
+      return;
+    }
+    dev->executed = x, dev->cap_executed = cap;
+  }
+  dev->executed[dev->nexecuted++] = (RtExecuted){.kind = (int32_t)kind, .axes = axes, .bytes_per_device = bytes, .count = 1};
+}
+
+int rt_executed(const Runtime *rt, int device, RtExecuted *out, int n) {
+  if (!rt || !rt->backend || device < 0 || device >= rt->ndev || !rtrun_local(rt, device)) return -1;
+  const RtDevice *d = &rt->devices[device];
+  if (d->executed_lost) return -1;
+  for (int i = 0; out && i < d->nexecuted && i < n; i++) out[i] = d->executed[i];
+  return d->nexecuted;
 }
 
 void rt_clock_add(RtDevice *dev, int stream, double seconds) {
@@ -246,6 +303,8 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
     atomic_store(&d->where, 0);
     d->ncoll = 0;
     d->coll_seconds = 0;
+    d->nexecuted = 0;
+    d->executed_lost = false;
     d->clock[0] = d->clock[1] = 0;
     atomic_store_explicit(&d->line, 0, memory_order_relaxed);
     d->rc = RT_OK;
@@ -269,7 +328,9 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
 
 void rtrun_device_main(RtDevice *dev) {
   Runtime *rt = dev->rt;
-  int rc = rt->entry(dev, rt->entry_arg);
+  int rc = rtdnnl_device_begin(dev);
+  if (!rc) rc = rt->entry(dev, rt->entry_arg);
+  rtdnnl_device_end(dev);
   dev->rc = rc;
   /* An error the runtime did not see (the entry's own code): record it, so the run stops. */
   if (rc != RT_OK && !rtrun_stopped(rt))

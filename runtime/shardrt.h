@@ -24,6 +24,7 @@
 #ifndef SHARDRT_H
 #define SHARDRT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,6 +97,8 @@ typedef struct RtConfig {
   size_t mem_cap;                       /* bytes per device (the target's HBM); 0: no cap */
   int64_t fail_alloc_nth;               /* tests: the Nth allocation (from 1) on a device fails; 0: none */
   int fail_alloc_device;                /* ... on this device; -1: on every device */
+  int pack_members;                     /* tests: rt_collective packs a bucket's members into one buffer
+                                           even where the backend moves them in place */
   RtBackendKind backend;                /* how devices exchange data */
   int threads_per_rank;                 /* mpi: device threads in each rank (0: 1); ranks = devices / it */
 } RtConfig;
@@ -160,9 +163,6 @@ int rt_device_coord(const RtDevice *dev, int axis); /* -1 for an axis the mesh l
 /* Generated code, before each op: its source line, which failure and timeout messages name
  * ("device 2 [x=2]: line 14: all_reduce over (x) timed out ..."). The device's own thread only. */
 void rt_at_line(RtDevice *dev, int line);
-/* The device's rank in its group over an axis tuple, and the group's size (-1 on bad axes). */
-int rt_group_rank(const RtDevice *dev, const int *axes, int naxes);
-int rt_group_size(const RtDevice *dev, const int *axes, int naxes);
 
 /* Fails this device and stops the run: every device waiting in the runtime wakes and returns
  * RT_E_STOPPED. The message (printf format) should say what failed and where, e.g.
@@ -182,44 +182,62 @@ int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out);
  * bytes before it is safe; freeing twice is undefined, as with free. */
 int rt_free(RtDevice *dev, void *p);
 
+/* ---- replica groups ----
+ * Every collective runs over replica groups the compiler computed (its device program,
+ * compiler/shard/devprog.h; XLA's replica_groups): the devices split into `ngroups` groups of
+ * `size`, each listed in rank order, with each device's group and rank. The groups over an ordered
+ * axis tuple (a1, ..., ak) are the devices equal off the tuple, ranked by their coordinates on
+ * a1..ak read as a mixed-radix number (a1 most significant); `axes` names the tuple (for messages,
+ * and for a backend's bookkeeping: groups over the same axes are the same groups), `text` is
+ * "(a1, a2)". A subset (a tied param's first and last pipeline stage) leaves some devices in no
+ * group (group_of -1). The runtime looks groups up; it never works them out. An MPI backend makes
+ * one communicator per RtGroups: MPI_Comm_split(colour = group_of[me], key = rank_of[me]). */
+typedef struct RtGroups {
+  int32_t naxes;
+  int32_t axes[RT_MAX_AXES];   /* the tuple, major first */
+  int32_t ngroups, size;
+  int32_t subset;              /* nonzero: some devices are in no group */
+  const int32_t *members;      /* [ngroups * size]: group g's rank r at g * size + r */
+  const int32_t *group_of;     /* [devices]: each device's group, -1 in none */
+  const int32_t *rank_of;      /* [devices]: its rank there */
+  const char *text;            /* "(data, model)" */
+} RtGroups;
+
 /* ---- collectives ----
- * `axes` is the ordered axis tuple (naxes of them; naxes 0 is a group of one). Every device of a
- * group must make the same call (kind, dtype, sizes, axes in the same order); a mismatch fails
+ * Every device of a group must make the same call (kind, dtype, sizes, groups); a mismatch fails
  * with RT_E_MISMATCH rather than exchanging garbage. `in` and `out` must not overlap unless
- * stated. Sizes are in elements. */
+ * stated. Sizes are in elements. A device in none of the groups fails (RT_E_ARG). */
 
 /* in: [outer, extent, inner] row-major; out: [outer, n*extent, inner], the group's blocks in rank
  * order along the middle dim. */
-int rt_all_gather(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int64_t outer, int64_t extent, int64_t inner);
+int rt_all_gather(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t outer, int64_t extent,
+                  int64_t inner);
 
 /* in: [outer, n*extent, inner]; out: [outer, extent, inner], rank r keeps the reduction of block
  * r over the group. Float dtypes (and i32, wrapping). */
-int rt_reduce_scatter(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                      const void *in, void *out, int64_t outer, int64_t extent, int64_t inner);
+int rt_reduce_scatter(RtDevice *dev, const RtGroups *g, RtDtype dt, RtReduceOp op, const void *in, void *out,
+                      int64_t outer, int64_t extent, int64_t inner);
 
 /* count elements, reduced over the group; in == out is allowed. */
-int rt_all_reduce(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                  const void *in, void *out, int64_t count);
+int rt_all_reduce(RtDevice *dev, const RtGroups *g, RtDtype dt, RtReduceOp op, const void *in, void *out, int64_t count);
 
 /* in has the row-major shape `shape` (ndims dims). Dim split_dim is cut into n blocks, block j
  * sent to rank j; out has the received blocks concatenated in rank order along concat_dim
  * (out's shape: shape[split_dim] / n there, shape[concat_dim] * n there; the same dim is
  * allowed). */
-int rt_all_to_all(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                  int ndims, const int64_t *shape, int split_dim, int concat_dim);
+int rt_all_to_all(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int ndims,
+                  const int64_t *shape, int split_dim, int concat_dim);
 
 /* Ring shift: rank r sends its count elements to rank (r + shift) mod n and receives from
  * (r - shift) mod n. */
-int rt_permute_shift(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                     int64_t count, int shift);
+int rt_permute_shift(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count, int shift);
 /* Explicit pairs of group ranks, pairs[2i] sends to pairs[2i+1]; each rank sends at most once
  * and receives at most once. A rank that receives nothing gets zeros (as XLA does). */
-int rt_permute_pairs(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                     int64_t count, const int *pairs, int npairs);
+int rt_permute_pairs(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count,
+                     const int *pairs, int npairs);
 
 /* Waits for the whole group. */
-int rt_barrier(RtDevice *dev, const int *axes, int naxes);
+int rt_barrier(RtDevice *dev, const RtGroups *g);
 
 /* A permute that overlaps computation: _start posts the ring shift and returns with *req; the
  * device computes, then rt_wait(dev, req) completes it (out holds the block then; in must stay
@@ -228,8 +246,8 @@ int rt_barrier(RtDevice *dev, const int *axes, int naxes);
  * freed by its wait). Under threads the transfer happens at _start; under mpi, while the device
  * computes (MPI_Isend/MPI_Irecv). */
 typedef struct RtRequest RtRequest;
-int rt_permute_shift_start(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
-                           int64_t count, int shift, RtRequest **req);
+int rt_permute_shift_start(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count,
+                           int shift, RtRequest **req);
 int rt_wait(RtDevice *dev, RtRequest *req);
 
 /* Point to point between any two devices (by index). send copies the bytes and returns at once
@@ -239,18 +257,72 @@ int rt_wait(RtDevice *dev, RtRequest *req);
 int rt_send(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
 int rt_recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
 
-/* The device of rank `rank` in dev's group over the axis tuple (rt_group_rank's numbering), or -1
- * on bad axes or a rank out of range. */
-int rt_group_member(const RtDevice *dev, const int *axes, int naxes, int rank);
-
-/* An AllReduce among some devices of the group over the tuple: those whose rank is one of
- * group[0..ngroup) (a tied param's first and last pipeline stage). Every member sends its count
- * elements to the others (rt_send, tag RT_TAG_GROUP) and sums what it has in the order of group[],
- * in f64, rounded once to dt, so every member ends with the same bits; in == out is allowed. A
- * device outside the group fails (RT_E_ARG). */
+/* An AllReduce among the members of dev's group of a subset (a tied param's first and last
+ * pipeline stage): every member sends its count elements to the others (rt_send, tag
+ * RT_TAG_GROUP) and sums what it has in rank order, in f64, rounded once to dt, so every member
+ * ends with the same bits; in == out is allowed. */
 #define RT_TAG_GROUP 0x7f000000
-int rt_all_reduce_group(RtDevice *dev, const int *axes, int naxes, RtDtype dt, RtReduceOp op,
-                        const int *group, int ngroup, const void *in, void *out, int64_t count);
+int rt_all_reduce_group(RtDevice *dev, const RtGroups *g, RtDtype dt, RtReduceOp op, const void *in, void *out,
+                        int64_t count);
+
+/* ---- one collective of the program: what the generated code calls ----
+ * The lowering emits, per collective of the device program (and per bucket: its members packed
+ * together, docs/passes.md), a constant RtColl and one call of rt_collective with the members'
+ * operand and result buffers. The members' blocks are packed into one buffer, the collective runs
+ * once over c->groups, and each member's blocks are unpacked where its parts put them: along part
+ * p's dim, the block of the device of rank r in c->groups goes to position parts[p].groups's rank
+ * of that device (so a member's own rank order need not be the call's). One member of one part (or
+ * an all-reduce, an all-to-all, a permute of one member) runs in place of the buffers, unpacked.
+ * A subset's all-reduce is rt_all_reduce_group. */
+#define RT_COLL_KINDS(X)              \
+  X(ALL_GATHER, "all_gather")         \
+  X(REDUCE_SCATTER, "reduce_scatter") \
+  X(ALL_REDUCE, "all_reduce")         \
+  X(ALL_TO_ALL, "all_to_all")         \
+  X(PERMUTE, "collective_permute")
+enum {
+#define RT_X(name, text) RT_##name,
+  RT_COLL_KINDS(RT_X)
+#undef RT_X
+};
+typedef struct RtCollPart {
+  int32_t dim;                 /* the member's dim it gathers (all-gather) or scatters (reduce-scatter) */
+  const RtGroups *groups;      /* whose rank places the block along it */
+} RtCollPart;
+typedef struct RtCollMember {
+  int32_t rank;
+  int64_t shape[RT_MAX_RANK];  /* its operand's local shape */
+  int32_t nparts;
+  RtCollPart parts[RT_MAX_RANK];
+} RtCollMember;
+typedef struct RtColl {
+  int32_t kind;                /* RT_ALL_GATHER, ... */
+  int32_t dtype;               /* RtDtype */
+  int32_t op;                  /* RtReduceOp */
+  int32_t shift;               /* a permute's */
+  int32_t split_dim, concat_dim; /* an all-to-all's */
+  const RtGroups *groups;
+  int32_t nmembers;
+  const RtCollMember *members;
+} RtColl;
+int rt_collective(RtDevice *dev, const RtColl *c, const void *const *in, void *const *out);
+
+/* ---- what ran ----
+ * The collectives each device executed in the last run, aggregated: kind (an RT_ALL_GATHER ...),
+ * the axes as a set (bit a: mesh axis a), what the device sends for one of them as `explain`
+ * defines it (language.md: all-gather (n-1)/n x the gathered array, reduce-scatter (n-1)/n x its
+ * input, all-reduce 2(n-1)/n x the array, all-to-all (n-1)/n x the local shard, a permute or a
+ * pipeline transfer the bytes sent), and how many ran. A bucket or a multi-part collective is one;
+ * a ring attention's step moves K and V as one permute. Returns the number of kinds (filling at
+ * most n of them), or -1 when the counts are incomplete (out of host memory) or not in this process
+ * (under MPI, a device another rank runs). */
+typedef struct RtExecuted {
+  int32_t kind;
+  uint32_t axes;
+  double bytes_per_device;
+  int64_t count;
+} RtExecuted;
+int rt_executed(const Runtime *rt, int device, RtExecuted *out, int n);
 
 /* ---- pipelines (pipeline.c): a device runs its stage's actions ----
  * The lowering makes one function per region (what a stage runs per microbatch and chunk: the
@@ -273,17 +345,22 @@ typedef struct RtPipeSlot {
 } RtPipeSlot;
 typedef struct RtPipeAction {
   int32_t kind, backward, mb, chunk, peer; /* ir.h's PipeAction */
+  int64_t row0;                          /* a chunk region's: the chunk's first row among the stacked
+                                            rows the stage holds (their storage order's) */
 } RtPipeAction;
 typedef struct RtPipe {
   int32_t stages, chunks, microbatches;  /* p, V, N */
   int64_t chunk_layers;                  /* Lc */
-  int32_t nstage_axes, stage_axes[RT_MAX_AXES];
-  int32_t nsplit, split_axes[RT_MAX_AXES]; /* the send split (Megatron): each sends 1/n, the receiver all-gathers */
+  const RtGroups *stage_groups;          /* over the stage axes: a device's rank is its stage, its peer on
+                                            stage s the member of rank s of its group */
+  const RtGroups *split;                 /* the send split (Megatron): each member sends 1/n, the receivers
+                                            all-gather; NULL: none */
   int32_t nslices, ncarried, noperands, nresults, nsave;
   const int64_t *row_bytes;              /* per operand: bytes of one row of its leading dim */
   const int32_t *acc_dtype;              /* per carried result: RtDtype */
   const int64_t *acc_count;              /* ... elements on this device */
-  const uint8_t *result_place;           /* per result: bits 1 first, 2 middle, 4 last stage; 0 all */
+  const uint8_t *result_on;              /* [nresults * stages]: 1 where stage s holds result k (k * stages + s);
+                                            NULL: every stage holds every result */
   RtRegionFn region[RT_PR_COUNT];        /* NULL: none */
   int32_t nin[RT_PR_COUNT], nout[RT_PR_COUNT];
   const RtPipeSlot *in[RT_PR_COUNT], *out[RT_PR_COUNT];
@@ -302,9 +379,11 @@ int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **re
 
 /* ---- compute helpers ---- */
 
-/* C = alpha op(A) op(B) + beta C, row-major, OpenBLAS's sgemm underneath. bf16 and f16 operands
- * are converted to f32 around the product (through rt_alloc'd scratch), C rounded once.
- * Leading dims and batch strides are in elements; batch 0 or 1 is one product. */
+/* C = alpha op(A) op(B) + beta C, row-major, products accumulated in f32 and C rounded once to
+ * its dtype. Leading dims and batch strides are in elements; batch 0 or 1 is one product; a
+ * stride of 0 shares that operand across the batch. The engine (OpenBLAS's sgemm or oneDNN's
+ * matmul, bf16 natively where the CPU has it, else bf16 and f16 widened to f32 through rt_alloc'd
+ * scratch) is chosen per shape by a measured rule (gemm.c, docs/runtime.md "GEMM engines"). */
 typedef struct RtGemm {
   RtDtype a_type, b_type, c_type; /* RT_F32, RT_BF16 or RT_F16 */
   int trans_a, trans_b;           /* nonzero: op(X) = X transposed */
@@ -319,6 +398,33 @@ typedef struct RtGemm {
   float alpha, beta;
 } RtGemm;
 int rt_gemm(RtDevice *dev, const RtGemm *g);
+
+/* The engine of a device's products: RT_GEMM_AUTO is gemm.c's rule; the others force one (benches,
+ * tests; SHARDC_GEMM=auto|openblas|onednn-f32|onednn sets every device's at rt_open).
+ * RT_GEMM_ONEDNN_F32 widens bf16 and f16 operands as OpenBLAS does; RT_GEMM_ONEDNN takes them as
+ * they are (emulated where the CPU has no bf16 units). A product oneDNN has no implementation
+ * for runs on OpenBLAS. The device's own thread, or the host between runs. */
+typedef enum { RT_GEMM_AUTO, RT_GEMM_OPENBLAS, RT_GEMM_ONEDNN_F32, RT_GEMM_ONEDNN } RtGemmEngine;
+int rt_gemm_engine(RtDevice *dev, RtGemmEngine e);
+/* What the rule picks for g on this CPU (the engine AUTO runs, before any fallback). */
+RtGemmEngine rt_gemm_choice(const RtGemm *g);
+const char *rt_gemm_engine_name(RtGemmEngine e);
+/* oneDNN primitives this runtime created, and products that reused one (created once per shape). */
+int rt_gemm_cache_stats(const Runtime *rt, uint64_t *created, uint64_t *reused);
+/* The OpenMP team size a oneDNN product would use on the calling thread (1 on a device thread). */
+int rt_gemm_threads(void);
+
+/* The CPU, detected at run time (cpuid, and oneDNN's own ISA query, which ONEDNN_MAX_CPU_ISA can
+ * lower): what the GEMM rule decides on. */
+enum { RT_CPU_AVX512F = 1, RT_CPU_AVX512_BF16 = 2, RT_CPU_AVX512_FP16 = 4, RT_CPU_AMX_TILE = 8, RT_CPU_AMX_BF16 = 16 };
+typedef struct RtCpu {
+  unsigned features;      /* RT_CPU_* from cpuid */
+  bool bf16_native;       /* oneDNN runs bf16 products on AVX512-BF16 or AMX units */
+  bool amx;               /* ... on AMX tiles */
+  const char *dnnl_isa;   /* oneDNN's effective ISA, "avx512_core_vnni" */
+  char dnnl_version[16];  /* "2.6.3" */
+} RtCpu;
+const RtCpu *rt_cpu(void);
 
 /* Conversions, round to nearest even; NaN stays NaN, overflow goes to infinity. */
 uint16_t rt_f32_to_bf16(float x);
@@ -339,6 +445,34 @@ float rt_random_float(uint64_t seed, uint64_t tensor, uint64_t index, float lo, 
 /* Uniform integer in [lo, hi), hi > lo: lo + ((bits >> 32) * (hi - lo) >> 32). */
 int32_t rt_random_int(uint64_t seed, uint64_t tensor, uint64_t index, int32_t lo, int32_t hi);
 
+/* Storage orders: storage position p of a dim holds logical position rt_order_logical(o, p).
+ *   RT_ORDER_NATURAL      p itself.
+ *   RT_ORDER_ZIGZAG       a causal ring's balance over n devices: the dim is cut into 2n chunks of
+ *                         `chunk`, and storage block b (2 chunk long: device b's) holds chunks b and
+ *                         2n-1-b, so every device keeps as many unmasked pairs.
+ *   RT_ORDER_INTERLEAVED  a pipeline's stacked dim under interleaved(v) over n stages, chunks of
+ *                         `chunk` layers: stage-major, storage row (s v + c) chunk + j holds the
+ *                         model's layer (c n + s) chunk + j (stage s's chunks c = 0..v-1).
+ * The one definition of both orders: the compiler (compiler/shard/devprog.c), the runtime's ring
+ * kernel and its block placement all call it. Every field an int64_t, so the lowering emits an
+ * RtOrder as a constant. */
+enum { RT_ORDER_NATURAL, RT_ORDER_ZIGZAG, RT_ORDER_INTERLEAVED };
+typedef struct RtOrder {
+  int64_t kind, n, v, chunk;
+} RtOrder;
+static inline int64_t rt_order_logical(const RtOrder *o, int64_t p) {
+  if (!o || o->chunk <= 0) return p;
+  if (o->kind == RT_ORDER_ZIGZAG && o->n >= 2) {
+    int64_t c = o->chunk, b = p / (2 * c), r = p % (2 * c);
+    return (r < c ? b : 2 * o->n - 1 - b) * c + r % c;
+  }
+  if (o->kind == RT_ORDER_INTERLEAVED && o->v > 1 && o->n > 0) {
+    int64_t g = p / o->chunk, j = p % o->chunk, stage = g / o->v, c = g % o->v;
+    return (c * o->n + stage) * o->chunk + j;
+  }
+  return p;
+}
+
 /* A block of a row-major tensor: `shape` elements from `start` along each of the global dims. */
 typedef struct RtBlock {
   int ndims;
@@ -350,6 +484,34 @@ typedef struct RtBlock {
  * uniform in [lo, hi) rounded to dt, i32 uniform integers in [lo, hi). */
 int rt_random_fill(void *out, RtDtype dt, const RtBlock *block, uint64_t seed, uint64_t tensor, double lo,
                    double hi);
+
+/* ---- block placement (place.c): a whole tensor's blocks onto the devices, and back ----
+ * What `shardc run` and a built executable do with a program's inputs, params and outputs, from a
+ * description the compiler makes from its device program (compiler/shard/devprog.h). Device d's
+ * block is `local` elements from start[d] along each dim, in storage positions; storage position q
+ * of dim k holds logical position rt_order_logical(&order[k], q). */
+typedef struct RtPlace {
+  int32_t dtype;             /* RtDtype */
+  int32_t rank;
+  int32_t ndev;
+  int32_t partial;           /* nonzero: the blocks are partial sums (rt_place_gather adds them) */
+  int64_t global[RT_MAX_RANK];
+  int64_t local[RT_MAX_RANK];
+  RtOrder order[RT_MAX_RANK];
+  const int64_t *start;      /* [ndev * rank]: device d's block starts; NULL: 0 */
+  const uint8_t *holds;      /* [ndev]: whether device d holds a block (a pipeline's stages); NULL: all */
+  const uint8_t *take;       /* [ndev]: whether rt_place_gather reads device d's block (one copy of each
+                                block, every summand of a partial sum); NULL: all */
+} RtPlace;
+int64_t rt_place_elements(const RtPlace *p); /* of one block */
+bool rt_place_holds(const RtPlace *p, int dev);
+/* Fills out (device dev's block, row-major, p->dtype) from `global` (the whole tensor, row-major in
+ * logical order) or, global NULL, with the values rt_random_fill gives each global index (seed, key,
+ * lo, hi; lo == hi: that constant). */
+int rt_place_fill(const RtPlace *p, int dev, void *out, const double *global, uint64_t seed, uint64_t key, double lo,
+                  double hi);
+/* Writes (partial: adds) device dev's block into `global` where p->take reads it; nothing elsewhere. */
+int rt_place_gather(const RtPlace *p, int dev, const void *block, double *global);
 
 /* ---- neural-network kernels (nn.c), for the ops shardc lowers to calls ----
  * They match the reference interpreter's semantics (docs/interpreter.md): f32 storage or bf16/f16 at
@@ -433,18 +595,16 @@ int rt_nn_attention(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off,
 int rt_nn_attention_grad(RtDevice *dev, const RtAttn *a, double scale, int64_t q_off, int64_t k_off, const void *q,
                          const void *k, const void *v, const void *o, const void *dout, void *dq, void *dk, void *dv);
 
-/* Ring attention (context parallelism; nn_ring.c): the key dim is split over the ring, the group
- * over `axes` (in that order): rank r holds key block r (keys r * nk .. r * nk + nk - 1, storage
- * positions), and q, o, do this device's query block (from q_off). The K/V blocks travel the
- * ring by rt_permute_shift(+1), n - 1 steps, block r - j (mod n) at hand at step j, merged by
- * online softmax (running row max and sum). zz_n > 0: the query and key dims are stored in zigzag
- * order over zz_n ring devices (chunks of zq_chunk and zk_chunk; storage block b holds chunks b
- * and 2 zz_n - 1 - b) and the causal mask compares logical positions. Every field an int64_t so
- * the lowering emits it as a constant array. */
+/* Ring attention (context parallelism; nn_ring.c): the key dim is split over the ring, `groups`
+ * (the device program's: over the key dim's axes in their tuple's order): rank r holds key block r
+ * (keys r * nk .. r * nk + nk - 1, storage positions), and q, o, do this device's query block
+ * (from q_off). The K/V blocks travel the ring by rt_permute_shift(+1), n - 1 steps (K and V of
+ * one dtype as one permute), block r - j (mod n) at hand at step j, merged by online softmax
+ * (running row max and sum). The causal mask compares the logical positions the query's and the
+ * keys' storage positions hold (qorder, korder: a causal ring's zigzag order). */
 typedef struct RtRing {
-  int64_t naxes;
-  int64_t axes[RT_MAX_AXES];
-  int64_t zz_n, zq_chunk, zk_chunk;
+  const RtGroups *groups;
+  RtOrder qorder, korder;
 } RtRing;
 int rt_nn_ring_attention(RtDevice *dev, const RtAttn *a, const RtRing *ring, double scale, int64_t q_off, const void *q,
                          const void *k, const void *v, void *o);
@@ -460,18 +620,10 @@ int rt_nn_ring_attention_grad(RtDevice *dev, const RtAttn *a, const RtRing *ring
  * A built executable holds the program lowered twice (for the mesh and for one device) and this
  * description of its slots; rt_launch_main runs both as `shardc run` does and prints its report. */
 typedef struct RtSlotDesc {
-  int dtype;                        /* RtDtype */
-  int rank;
-  int64_t global[RT_MAX_RANK];
-  int64_t local[RT_MAX_RANK];       /* the per-device program's local extents */
-  int8_t axes[RT_MAX_RANK][4];      /* per dim the axes sharding it, major first */
-  int naxes[RT_MAX_RANK];
-  unsigned partial;                 /* outputs: axes over which the blocks are partial sums */
+  RtPlace sharded;                  /* its blocks in the per-device program (the device program's) */
+  RtPlace whole;                    /* ... in the one-device program: the whole tensor on device 0 */
   uint64_t key;                     /* inputs and params: rt_random_fill's tensor key */
   double lo, hi;                    /* ... its range (lo == hi: that constant) */
-  unsigned place;                   /* under a pipeline: the stages holding it (1 first, 2 middle, 4
-                                       last; 0 every device) */
-  int stacked;                      /* dim 0 is the pipeline's stacked dim (interleaved: storage order) */
 } RtSlotDesc;
 
 typedef struct RtProgram {
@@ -491,10 +643,8 @@ typedef struct RtProgram {
   uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
   const char *target;               /* the mesh's target, whose model the simulated clock keeps */
   double sim_compute_s, sim_comm_s, sim_step_s; /* `shardc sim`'s figures for the program (-1: none) */
-  int stages;                       /* a pipeline's p (0: none), its stage axes (major first), */
-  int nstage_axes, stage_axes[RT_MAX_AXES];
-  int chunks;                       /* V, and Lc: a stacked dim is held in storage order when V > 1 */
-  int64_t chunk_layers;
+  int nexecuted;                    /* the devices whose executed collectives the JSON report gives (their */
+  const int32_t *executed;          /* counts averaged: one device of each pipeline stage, or device 0) */
   int backend;                      /* RtBackendKind: RT_BACKEND_MPI in an executable built with
                                        --backend mpi (its main is rt_mpi_main, shardrt_mpi.h) */
 } RtProgram;

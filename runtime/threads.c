@@ -41,7 +41,7 @@
 #define DIRECT_ALL_REDUCE_BYTES (64 * 1024) /* up to this, every rank reduces the whole buffer */
 
 typedef struct Slot {
-  RtColl c;
+  RtCall c;
   int naxes;
   int axes[RT_MAX_AXES];
 } Slot;
@@ -99,7 +99,7 @@ static int member_gone(void *p) {
   ArriveWait *w = p;
   Runtime *rt = w->dev->rt;
   for (int r = 0; r < w->g->size; r++) {
-    int m = rtgroup_member(rt, w->g, r);
+    int m = rtgroup_member(w->g, r);
     if (atomic_load(&rt->devices[m].done)) {
       w->gone = m;
       return RT_E_MISMATCH;
@@ -115,7 +115,7 @@ static void missing_members(const RtDevice *dev, const RtGroup *g, RtCollKind ki
   int listed = 0, more = 0;
   buf[0] = 0;
   for (int r = 0; r < g->size; r++) {
-    int m = rtgroup_member(rt, g, r);
+    int m = rtgroup_member(g, r);
     uint64_t where = atomic_load(&rt->devices[m].where);
     if (m == dev->index || where == RT_WHERE(kind, g->mask, -1)) continue;
     if (listed == 3) {
@@ -170,10 +170,21 @@ static int group_barrier(RtDevice *dev, const RtGroup *g, RtCollKind kind, bool 
 /* ---- the rendezvous ---- */
 
 static bool same_call(const Slot *a, const Slot *b) {
-  const RtColl *x = &a->c, *y = &b->c;
+  const RtCall *x = &a->c, *y = &b->c;
   if (x->kind != y->kind || x->dtype != y->dtype || a->naxes != b->naxes ||
       memcmp(a->axes, b->axes, (size_t)a->naxes * sizeof *a->axes))
     return false;
+  if (x->coll || y->coll) { /* rt_collective: the same description (the program's one constant, or equal) */
+    const RtColl *p = x->coll, *q = y->coll;
+    if (!p || !q || p->kind != q->kind || p->op != q->op || p->nmembers != q->nmembers) return false;
+    for (int i = 0; i < p->nmembers; i++) {
+      const RtCollMember *a = &p->members[i], *b = &q->members[i];
+      if (a->rank != b->rank || a->nparts != b->nparts || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank)) return false;
+      for (int k = 0; k < a->nparts; k++)
+        if (a->parts[k].dim != b->parts[k].dim || a->parts[k].groups->size != b->parts[k].groups->size) return false;
+    }
+    return true;
+  }
   switch (x->kind) {
   case RT_COLL_ALL_GATHER:
   case RT_COLL_REDUCE_SCATTER:
@@ -192,11 +203,15 @@ static bool same_call(const Slot *a, const Slot *b) {
 
 /* "all_gather over (x) of f32 [2, 3, 4]" */
 static void call_text(const Runtime *rt, const Slot *s, char *buf, size_t n) {
-  const RtColl *c = &s->c;
+  const RtCall *c = &s->c;
   size_t len = (size_t)snprintf(buf, n, "%s over (", rtrun_coll_name(c->kind));
   for (int k = 0; k < s->naxes && len < n; k++)
     len += (size_t)snprintf(buf + len, n - len, "%s%s", k ? ", " : "", rt->axis_name[s->axes[k]]);
   if (len >= n) return;
+  if (c->coll) {
+    snprintf(buf + len, n - len, ") of %d %s member%s", c->coll->nmembers, rt_dtype_name(c->dtype), c->coll->nmembers == 1 ? "" : "s");
+    return;
+  }
   switch (c->kind) {
   case RT_COLL_ALL_GATHER:
   case RT_COLL_REDUCE_SCATTER:
@@ -221,7 +236,7 @@ static void call_text(const Runtime *rt, const Slot *s, char *buf, size_t n) {
  * leave barrier (except rt_barrier). Otherwise the status, and nothing is owed: a group that
  * did not meet read nothing, and in a group that met with a mismatch every member sees one
  * (whoever differs from someone), so none of them reads a peer's buffer. */
-static int enter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int enter(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   Runtime *rt = dev->rt;
   Threads *T = state(rt);
   Slot *mine = &T->slots[dev->index];
@@ -234,7 +249,7 @@ static int enter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   int rc = group_barrier(dev, g, c->kind, true);
   if (rc) return rc;
   for (int r = 0; r < g->size; r++) {
-    int m = rtgroup_member(rt, g, r);
+    int m = rtgroup_member(g, r);
     if (m == dev->index) continue;
     uint64_t theirs = atomic_load(&T->sig[m]);
     /* A signature for another barrier means the peer has left this one: it was an rt_barrier. */
@@ -253,12 +268,12 @@ static int enter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
 static void leave(RtDevice *dev, const RtGroup *g, RtCollKind kind) { group_barrier(dev, g, kind, false); }
 
 static const Slot *peer(const RtDevice *dev, const RtGroup *g, int rank) {
-  return &state(dev->rt)->slots[rtgroup_member(dev->rt, g, rank)];
+  return &state(dev->rt)->slots[rtgroup_member(g, rank)];
 }
 
 /* ---- the collectives ---- */
 
-static int all_gather(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int all_gather(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   int rc = enter(dev, g, c);
   if (rc) return rc;
   size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner) * es;
@@ -272,7 +287,7 @@ static int all_gather(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   return RT_OK;
 }
 
-static int reduce_scatter(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int reduce_scatter(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   int rc = enter(dev, g, c);
   if (rc) return rc;
   size_t es = rt_dtype_size(c->dtype), block = (size_t)(c->extent * c->inner);
@@ -295,7 +310,7 @@ static void chunk(int64_t count, int n, int r, size_t es, int64_t *lo, int64_t *
   *hi = *lo + per < count ? *lo + per : count;
 }
 
-static int all_reduce(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int all_reduce(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   int rc = enter(dev, g, c);
   if (rc) return rc;
   size_t es = rt_dtype_size(c->dtype);
@@ -326,7 +341,7 @@ static int all_reduce(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   return RT_OK;
 }
 
-static int all_to_all(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int all_to_all(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   int rc = enter(dev, g, c);
   if (rc) return rc;
   int n = g->size, nd = c->nd, a = c->split_dim, b = c->concat_dim;
@@ -347,7 +362,7 @@ static int all_to_all(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   return RT_OK;
 }
 
-static int permute(RtDevice *dev, const RtGroup *g, const RtColl *c) {
+static int permute(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   int rc = enter(dev, g, c);
   if (rc) return rc;
   size_t bytes = (size_t)c->count * rt_dtype_size(c->dtype);
@@ -357,8 +372,90 @@ static int permute(RtDevice *dev, const RtGroup *g, const RtColl *c) {
   return RT_OK;
 }
 
+/* A program's collective of several members or parts (rt_collective), each member's blocks read
+ * from the peers' own member buffers and put where its parts say: no packed copy. */
+static int members(RtDevice *dev, const RtGroup *g, const RtCall *c) {
+  int rc = enter(dev, g, c);
+  if (rc) return rc;
+  const RtColl *k = c->coll;
+  size_t es = rt_dtype_size(c->dtype);
+  int n = g->size;
+  int64_t block[RT_MAX_RANK], whole[RT_MAX_RANK], pos[RT_MAX_RANK], bs[RT_MAX_RANK], ws[RT_MAX_RANK];
+  const void *srcs[RT_HARD_MAX_DEVICES];
+  if (k->kind == RT_ALL_GATHER) {
+    for (int r = 0; r < n; r++) {
+      int e = rtgroup_member(g, r);
+      const Slot *p = &state(dev->rt)->slots[e];
+      for (int i = 0; i < k->nmembers; i++) {
+        const RtCollMember *m = &k->members[i];
+        rtcoll_shapes(m, k->kind, block, whole);
+        rtcoll_position(m, e, pos);
+        rtk_row_major_strides(block, m->rank, bs);
+        rtk_row_major_strides(whole, m->rank, ws);
+        int64_t off = 0;
+        for (int d = 0; d < m->rank; d++) off += pos[d] * block[d] * ws[d];
+        rtk_copy_box((char *)c->outs[i] + (size_t)off * es, ws, p->c.ins[i], bs, block, m->rank, es);
+      }
+    }
+  } else if (k->kind == RT_REDUCE_SCATTER) {
+    for (int i = 0; i < k->nmembers; i++) { /* my block of every peer's operand, row by row */
+      const RtCollMember *m = &k->members[i];
+      rtcoll_shapes(m, k->kind, block, whole);
+      rtcoll_position(m, dev->index, pos);
+      rtk_row_major_strides(whole, m->rank, ws);
+      int last = m->rank - 1;
+      int64_t run = m->rank ? block[last] : 1, rows = 1, idx[RT_MAX_RANK] = {0};
+      for (int d = 0; d < last; d++) rows *= block[d];
+      for (int64_t row = 0; row < rows; row++) {
+        int64_t off = 0;
+        for (int d = 0; d < m->rank; d++) off += (pos[d] * block[d] + (d < last ? idx[d] : 0)) * ws[d];
+        for (int r = 0; r < n; r++) srcs[r] = (const char *)state(dev->rt)->slots[rtgroup_member(g, r)].c.ins[i] + (size_t)off * es;
+        rtk_reduce(c->dtype, c->op, (char *)c->outs[i] + (size_t)(row * run) * es, srcs, n, (size_t)run);
+        for (int d = last - 1; d >= 0; d--) {
+          if (++idx[d] < block[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+  } else { /* all-reduce: every member as all_reduce does one buffer, one barrier between the phases */
+    bool in_place = false;
+    int64_t total = 0;
+    for (int i = 0; i < k->nmembers; i++) {
+      int64_t count = 1;
+      for (int d = 0; d < k->members[i].rank; d++) count *= k->members[i].shape[d];
+      total += count;
+      for (int r = 0; r < n; r++) in_place |= peer(dev, g, r)->c.ins[i] == peer(dev, g, r)->c.outs[i];
+    }
+    bool direct = !in_place && (size_t)total * es <= DIRECT_ALL_REDUCE_BYTES;
+    for (int phase = 0; phase < (direct ? 1 : 2); phase++) {
+      if (phase == 1) group_barrier(dev, g, c->kind, false);
+      for (int i = 0; i < k->nmembers; i++) {
+        int64_t count = 1, lo, hi;
+        for (int d = 0; d < k->members[i].rank; d++) count *= k->members[i].shape[d];
+        if (direct) {
+          for (int r = 0; r < n; r++) srcs[r] = peer(dev, g, r)->c.ins[i];
+          rtk_reduce(c->dtype, c->op, c->outs[i], srcs, n, (size_t)count);
+        } else if (phase == 0) {
+          chunk(count, n, g->rank, es, &lo, &hi);
+          for (int r = 0; r < n; r++) srcs[r] = (const char *)peer(dev, g, r)->c.ins[i] + (size_t)lo * es;
+          rtk_reduce(c->dtype, c->op, (char *)c->outs[i] + (size_t)lo * es, srcs, n, (size_t)(hi - lo));
+        } else {
+          for (int r = 0; r < n; r++) {
+            if (r == g->rank) continue;
+            chunk(count, n, r, es, &lo, &hi);
+            memcpy((char *)c->outs[i] + (size_t)lo * es, (const char *)peer(dev, g, r)->c.outs[i] + (size_t)lo * es,
+                   (size_t)(hi - lo) * es);
+          }
+        }
+      }
+    }
+  }
+  leave(dev, g, c->kind);
+  return RT_OK;
+}
+
 /* One round: a barrier lends no buffer, so no peer needs it to stay. */
-static int barrier(RtDevice *dev, const RtGroup *g, const RtColl *c) { return enter(dev, g, c); }
+static int barrier(RtDevice *dev, const RtGroup *g, const RtCall *c) { return enter(dev, g, c); }
 
 /* ---- point to point ---- */
 
@@ -539,6 +636,7 @@ const RtBackend rt_threads_backend = {
     .all_to_all = all_to_all,
     .permute = permute,
     .barrier = barrier,
+    .members = members,
     .send = send,
     .recv = recv,
 };

@@ -10,6 +10,7 @@
 
 #include "bufplan.h"
 #include "checked.h"
+#include "devprog.h"
 #include "route.h"
 #include "stages.h"
 #include "step.h"
@@ -449,7 +450,7 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
   live_tree_init(W->a, &tree, &lv, nres > 0 ? nres : 1);
   int k = 0;
   for (const Op *op = f->first; op; op = op->next, k++) {
-    if (main_fn && pi && !stages_runs_on(op->place, W->stage, pi->stages)) continue;
+    if (main_fn && pi && !dev_stage_runs(op->place, W->stage, pi->stages)) continue;
     for (int r = 0; r < op->nresults; r++) {
       int32_t x = find(W, op->results[r]->id);
       if (W->external[x] || W->alive[x]) continue;
@@ -472,12 +473,13 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       walk_pipeline(W, op, &inner);
       has_inner = true;
     }
-    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
-      /* ring attention: while it runs, the block arriving beside the one at hand (K and V; the
-       * backward also their gradients' travelling sums): never more than two K/V blocks */
-      int64_t blk = sat_add(W->bytes[op->operands[1]->id], W->bytes[op->operands[2]->id]);
+    const DevRing *dring = op->dev ? op->dev->ring : NULL;
+    if (dring && dring->carries) {
+      /* ring attention: while it runs, the block arriving beside the one at hand (the device
+       * program's step: K and V; the backward also their gradients' travelling sums): never more
+       * than two K/V blocks */
       Peak ring = {0};
-      ring.at.c[BUF_TEMP] = op->kind == OP_ATTENTION_GRAD ? sat_add(blk, blk) : blk;
+      ring.at.c[BUF_TEMP] = dring->steps ? (int64_t)dring->step_bytes : 0;
       ring.op = op; /* (no value of the program holds it: it is in no list of the largest buffers) */
       consider(W, out, &live, &lv, &tree, &ring, op, 0);
     }
@@ -515,6 +517,14 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
 
 void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out) {
   bufplan_build_live(a, m, p, false, out);
+}
+
+void bufplan_annotate(DevModule *dm) {
+  if (!dm || dm->buffers) return;
+  BufPlan bp;
+  bufplan_build(dm->arena, dm->m, NULL, &bp);
+  for (int i = 0; i <= dm->nvalues && i < bp.nvalues; i++) dm->values[i].buffer = bp.buffer[i];
+  dm->buffers = true;
 }
 
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out) {

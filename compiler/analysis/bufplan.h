@@ -70,6 +70,11 @@ extern bool bufplan_walk_every_run;
  * suggestions' search rescales them for a changed layout, fitsearch.h). */
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out);
 
+/* Annotates the device program with the plan: each DevValue.buffer (once; the plan is built in
+ * dm's arena). What the lowering allocates by. */
+struct DevModule;
+void bufplan_annotate(struct DevModule *dm);
+
 /* op's result is a view of its operand's buffer (renames, splits, merges, a cast to the same dtype,
  * a transpose keeping the dim order, a slice of the leading dim alone): no copy, no traffic. */
 bool bufplan_is_view(const Op *op);

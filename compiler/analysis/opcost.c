@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "devprog.h"
 #include "opcost.h"
 #include "route.h"
 
@@ -83,12 +84,12 @@ void opcost(const Op *op, bool local, OpCost *out) {
       if (op->kind == OP_ATTENTION || op->index == 0) out->flops = qk + pv;
       else if (op->index == 1) out->flops = qk;
       else out->flops = pv + qk, out->recompute_flops = qk;
-      /* ring attention: the local query block meets every key block, one per step of the ring */
-      int kd = tensor_type_find(&k->type, op->dims[1]);
-      if (op->ring && local && kd >= 0 && k->local[kd] > 0) {
-        double steps = (double)k->type.dims[kd]->size / (double)k->local[kd];
-        out->flops *= steps;
-        out->recompute_flops *= steps;
+      /* ring attention: the local query block meets every key block, one per device of the ring
+       * (the device program's DevRing) */
+      const DevRing *ring = op->dev ? op->dev->ring : NULL;
+      if (ring && local) {
+        out->flops *= ring->groups->size;
+        out->recompute_flops *= ring->groups->size;
       }
     }
     return;
@@ -132,13 +133,15 @@ void step_flops(const IrModule *m, StepFlops *out) {
 }
 
 double opcost_ring_pairs(const IrModule *m, const Op *op, int rank) {
+  (void)m;
   if (!op->ring || !op->flag || op->ndims < 3 || op->noperands < 1) return 0;
   const Value *q = op->operands[0];
   int qd = tensor_type_find(&q->type, op->dims[2]);
   if (qd < 0 || q->local[qd] <= 0) return 0;
   int64_t block = q->local[qd];
   double pairs = 0;
-  for (int64_t p = rank * block; p < (rank + 1) * block; p++) pairs += 1 + (double)ir_zigzag_logical(m, op->dims[2], p);
+  const RtOrder *o = op->dev && op->dev->ring ? &op->dev->ring->qorder : NULL; /* the device program's */
+  for (int64_t p = rank * block; p < (rank + 1) * block; p++) pairs += 1 + (double)rt_order_logical(o, p);
   return pairs;
 }
 

@@ -53,7 +53,7 @@ double step_compute_seconds(const IrModule *m, const Mesh *mesh);
 double opcost_region_runs(const PipeInfo *pi, int region, bool global);
 /* A causal ring attention's work on the device at ring rank `rank`: the (query, key) position
  * pairs its query block keeps unmasked, sum over its storage positions p of 1 + the logical index
- * of p (ir_zigzag_logical); 0 for any other op. Under the zigzag order every rank's is the same. */
+ * of p (the device program's query order, DevRing.qorder); 0 for any other op. Under the zigzag order every rank's is the same. */
 double opcost_ring_pairs(const IrModule *m, const Op *op, int rank);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include "diag.h"
 #include "bucket.h"
+#include "devprog.h"
 #include "localize.h"
 #include "partition.h"
 #include "pipeline.h"
@@ -65,6 +66,7 @@ static bool passes(IrModule *m, const Program *p, int before) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the pipelined IR does not verify");
     return false;
   }
+  if (!devprog_build(m, p->mesh)) return false;
   return true;
 }
 

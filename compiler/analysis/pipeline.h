@@ -34,6 +34,8 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
  *              collective's runtime facts (shard/localize.h)
  *   stages     a pipelined step's per-stage regions, transfers and schedule, and where each op
  *              of main runs (shard/stages.h)
+ *   devprog    the device program: replica groups, blocks, storage orders, each op's devices,
+ *              collectives and rings (shard/devprog.h)
  * Errors are reported (located); returns false after any. Running it again on a module it has
  * run on does nothing. */
 bool pipeline_run(IrModule *m, const Program *p);

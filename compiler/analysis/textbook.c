@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "bucket.h"
+#include "devprog.h"
 #include "route.h"
 #include "schedule.h"
 #include "step.h"
@@ -37,15 +38,11 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
     if (op->phase == PHASE_FORWARD && ir_route_contract(op, NULL) == CONTRACT_DISPATCH && !c->ep_slot_bytes)
       c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
-    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) {
-      int n = 1;
-      for (int a = 0; a < mesh->naxes; a++)
-        if (op->ring >> a & 1) n *= mesh->axes[a].size;
+    const DevRing *ring = op->dev ? op->dev->ring : NULL; /* the device program's */
+    if (ring && ring->carries) {
       c->ring |= op->ring;
-      c->ring_steps += n - 1;
-      if (op->kind == OP_ATTENTION)
-        c->ring_bytes = (double)sharding_local_bytes(&op->operands[1]->type, &op->operands[1]->sharding, mesh) +
-                        (double)sharding_local_bytes(&op->operands[2]->type, &op->operands[2]->sharding, mesh);
+      c->ring_steps += ring->steps;
+      if (op->kind == OP_ATTENTION) c->ring_bytes = ring->k_bytes + ring->v_bytes;
     }
     int k = kind_index(op->kind);
     if (k < 0 || k >= CENSUS_KINDS) continue;

@@ -39,15 +39,7 @@ static int64_t elements(const Lower *L, const Value *v) {
   return n;
 }
 
-int lower_rt_dtype(DType dt) {
-  switch (dt) {
-  case DT_F32: return 0;
-  case DT_BF16: return 1;
-  case DT_F16: return 2;
-  case DT_I32: return 3;
-  default: return -1;
-  }
-}
+int lower_rt_dtype(DType dt) { return devprog_rt_dtype(dt); }
 
 static LLVMValueRef ci64(Lower *L, int64_t v) { return LLVMConstInt(L->i64, (unsigned long long)v, 1); }
 static LLVMValueRef ci32(Lower *L, int v) { return LLVMConstInt(L->i32, (unsigned long long)(int64_t)v, 1); }
@@ -59,13 +51,6 @@ static bool fail(Lower *L, const Op *op, const char *fmt, const char *what) {
   diag_error(op->loc, "run: %s", msg);
   L->failed = true;
   return false;
-}
-
-LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, int n, LLVMValueRef *vals) {
-  LLVMTypeRef ft = LLVMFunctionType(ret, args, (unsigned)n, 0);
-  LLVMValueRef f = LLVMGetNamedFunction(L->M, name);
-  if (!f) f = LLVMAddFunction(L->M, name, ft);
-  return LLVMBuildCall2(L->B, ft, f, vals, (unsigned)n, "");
 }
 
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n) {
@@ -86,20 +71,6 @@ void lower_check_rc(Lower *L, LLVMValueRef rc) {
 }
 
 static LLVMValueRef cstr(Lower *L, const char *s) { return LLVMBuildGlobalStringPtr(L->B, s, "str"); }
-
-/* A constant i32 array (collective axes, pairs) as a private global. */
-static LLVMValueRef const_ints(Lower *L, const int *v, int n) {
-  LLVMValueRef *e = malloc(sizeof(LLVMValueRef) * (size_t)(n > 0 ? n : 1));
-  for (int i = 0; i < n; i++) e[i] = ci32(L, v[i]);
-  LLVMTypeRef at = LLVMArrayType2(L->i32, (uint64_t)(n > 0 ? n : 1));
-  if (n == 0) e[0] = ci32(L, 0);
-  LLVMValueRef g = LLVMAddGlobal(L->M, at, "axes");
-  LLVMSetInitializer(g, LLVMConstArray2(L->i32, e, (uint64_t)(n > 0 ? n : 1)));
-  LLVMSetGlobalConstant(g, 1);
-  LLVMSetLinkage(g, LLVMPrivateLinkage);
-  free(e);
-  return g;
-}
 
 static LLVMValueRef gep(Lower *L, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef off) {
   return LLVMBuildInBoundsGEP2(L->B, t, base, &off, 1, "");
@@ -252,9 +223,8 @@ static LLVMValueRef alloc_buffer(Lower *L, const Value *v, int64_t bytes) {
   char name[128];
   if (v->name) snprintf(name, sizeof name, "%s", v->name);
   else snprintf(name, sizeof name, "%%%d", v->id);
-  LLVMTypeRef at[4] = {L->ptr, L->i64, L->ptr, L->ptr};
   LLVMValueRef av[4] = {L->dev, ci64(L, bytes > 0 ? bytes : 1), cstr(L, name), slot};
-  lower_check_rc(L, lower_call(L, "rt_alloc", L->i32, at, 4, av));
+  lower_check_rc(L, lower_rt(L, RTFN_rt_alloc, av, 4));
   return LLVMBuildLoad2(L->B, L->ptr, slot, v->name ? v->name : "");
 }
 
@@ -284,11 +254,12 @@ static void view_of(Lower *L, const Value *v, const Value *of) {
   L->root[v->id] = L->root[of->id];
 }
 
-static void free_root(Lower *L, int id) {
-  LLVMTypeRef at[2] = {L->ptr, L->ptr};
-  LLVMValueRef av[2] = {L->dev, L->buf[id]};
-  lower_call(L, "rt_free", L->i32, at, 2, av);
+static void free_ptr(Lower *L, LLVMValueRef p) {
+  LLVMValueRef av[2] = {L->dev, p};
+  lower_rt(L, RTFN_rt_free, av, 2);
 }
+
+static void free_root(Lower *L, int id) { free_ptr(L, L->buf[id]); }
 
 /* ---- elementwise ---- */
 
@@ -411,21 +382,28 @@ static void copy_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vct
   LLVMBuildStore(L->B, v, gep(L, st, c->t[0].base, offs[0]));
 }
 
-static LLVMValueRef group_rank(Lower *L, const int8_t *axes, int n) {
-  int a[MAX_AXES_PER_DIM];
-  for (int i = 0; i < n; i++) a[i] = axes[i];
-  LLVMTypeRef at[3] = {L->ptr, L->ptr, L->i32};
-  LLVMValueRef av[3] = {L->dev, const_ints(L, a, n), ci32(L, n)};
-  return LLVMBuildSExt(L->B, lower_call(L, "rt_group_rank", L->i32, at, 3, av), L->i64, "");
+/* A value per device (an i64, or a flag: an i1) as a constant table read at the device's index. */
+static LLVMValueRef per_device(Lower *L, const int64_t *v, const char *name) {
+  LLVMValueRef g = lower_rt_array(L, RT_KIND_I64, v, L->m->dev->ndev, name);
+  return LLVMBuildLoad2(L->B, L->i64, gep(L, L->i64, g, L->devidx), name);
 }
 
-/* The device's offset of op->offs' entry for dim d (0 when none; global runs: 0). */
+LLVMValueRef lower_per_device_flag(Lower *L, const uint8_t *v, const char *name) {
+  LLVMValueRef g = lower_rt_array(L, RT_KIND_I8, v, L->m->dev->ndev, name);
+  LLVMValueRef at = LLVMBuildLoad2(L->B, L->i8, gep(L, L->i8, g, L->devidx), name);
+  return LLVMBuildICmp(L->B, LLVMIntNE, at, LLVMConstInt(L->i8, 0, 0), "");
+}
+
+/* The device's start of op's block along dim d (the device program's offsets: dev_op_offset, a
+ * table over the devices); 0 when the op reads none there, and in a global run. */
 static LLVMValueRef dim_offset(Lower *L, const Op *op, const Dim *d) {
-  if (!L->mesh) return ci64(L, 0);
-  for (int i = 0; i < op->noffs; i++)
-    if (op->offs[i].dim == d && op->offs[i].naxes > 0)
-      return LLVMBuildMul(L->B, group_rank(L, op->offs[i].axes, op->offs[i].naxes), ci64(L, op->offs[i].extent), "");
-  return ci64(L, 0);
+  const DevOp *o = op->dev;
+  bool any = false;
+  for (int i = 0; L->mesh && o && i < o->noffs; i++) any |= o->offs[i].dim == d && o->offs[i].groups && o->offs[i].groups->size > 1;
+  if (!any) return ci64(L, 0);
+  int64_t *t = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
+  for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) t[dev] = dev_op_offset(o, d, dev);
+  return per_device(L, t, "offset");
 }
 
 /* The loop nest over res's dims for an op that writes res from one tensor x read along them:
@@ -442,17 +420,20 @@ static bool lower_copy(Lower *L, const Op *op) {
   NestTensor t[2];
   int64_t ext[MAX_RANK];
   nest_pair(L, res, x, t, ext);
-  if (op->kind == OP_SLICE) {
+  if (op->kind == OP_SLICE && L->mesh && op->dev) { /* the block's start within the operand's */
     int64_t st[MAX_RANK];
     strides_of(L, x, st);
-    LLVMValueRef off = ci64(L, 0);
-    for (int i = 0; i < op->noffs; i++) {
-      int p = tensor_type_find(&x->type, op->offs[i].dim);
-      if (p < 0 || !op->offs[i].naxes) continue;
-      LLVMValueRef o = LLVMBuildMul(L->B, group_rank(L, op->offs[i].axes, op->offs[i].naxes), ci64(L, op->offs[i].extent * st[p]), "");
-      off = LLVMBuildAdd(L->B, off, o, "");
-    }
-    t[1].off0 = off;
+    int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
+    bool any = false;
+    for (int64_t dev = 0; dev < L->m->dev->ndev; dev++)
+      for (int i = 0; i < op->dev->noffs; i++) {
+        const DevOffset *o = &op->dev->offs[i];
+        int p = tensor_type_find(&x->type, o->dim);
+        if (p < 0 || !o->groups || o->groups->size <= 1) continue;
+        tab[dev] += dev_block_start(o->groups, dev, o->extent) * st[p];
+        any = true;
+      }
+    t[1].off0 = any ? per_device(L, tab, "slice_offset") : ci64(L, 0);
   }
   MapCtx c = {.op = op, .t = t, .n = 1};
   lower_nest(L, res->type.rank, ext, t, 2, copy_body, &c);
@@ -477,7 +458,9 @@ static void causal_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *v
 
 static bool lower_causal(Lower *L, const Op *op) {
   const Value *res = op->results[0], *x = op->operands[0];
-  if (L->m->zigzag.axes) return fail(L, op, "%s over a zigzag-ordered ring is not lowered yet", "causal");
+  if (L->mesh && (dev_dim_order(L->m->dev, op->dims[0], -1).kind != RT_ORDER_NATURAL ||
+                  dev_dim_order(L->m->dev, op->dims[1], -1).kind != RT_ORDER_NATURAL))
+    return fail(L, op, "%s over a zigzag-ordered sequence is not lowered yet", "causal");
   new_buffer(L, res);
   NestTensor t[2];
   int64_t ext[MAX_RANK];
@@ -602,7 +585,6 @@ static LLVMValueRef copy_ordered(Lower *L, const Value *v, const Group *x, const
   return buf;
 }
 
-static LLVMValueRef gemm_field(Lower *L, LLVMValueRef g, int i) { return LLVMBuildStructGEP2(L->B, L->gemm_t, g, (unsigned)i, ""); }
 
 static bool lower_contract(Lower *L, const Op *op) {
   const Value *res = op->results[0], *a = op->operands[0], *b = op->operands[1];
@@ -644,18 +626,21 @@ static bool lower_contract(Lower *L, const Op *op) {
   bool c_direct = laid_out(res, &B, &M, &N);
   if (!c_direct) pc = alloc_buffer(L, res, B.size * M.size * N.size * dtype_bytes(res->type.dtype)), free_c = pc;
 
-  LLVMValueRef g = entry_alloca(L, L->gemm_t, "gemm");
-  LLVMValueRef f[20] = {
-      ci32(L, lower_rt_dtype(a->type.dtype)), ci32(L, lower_rt_dtype(b->type.dtype)), ci32(L, lower_rt_dtype(res->type.dtype)),
-      ci32(L, ta), ci32(L, tb), ci64(L, M.size), ci64(L, N.size), ci64(L, K.size), ci64(L, B.size),
-      pa, ci64(L, ta ? M.size : K.size), ci64(L, M.size * K.size),
-      pb, ci64(L, tb ? K.size : N.size), ci64(L, K.size * N.size),
-      pc, ci64(L, N.size), ci64(L, M.size * N.size),
-      cf32(L, 1), cf32(L, 0)};
-  for (int i = 0; i < 20; i++) LLVMBuildStore(L->B, f[i], gemm_field(L, g, i));
-  LLVMTypeRef at[2] = {L->ptr, L->ptr};
+  LLVMValueRef g = entry_alloca(L, lower_rt_type(L, RTS_RtGemm), "gemm");
+  struct {
+    int field;
+    LLVMValueRef v;
+  } f[] = {{RTF_RtGemm_a_type, ci32(L, lower_rt_dtype(a->type.dtype))}, {RTF_RtGemm_b_type, ci32(L, lower_rt_dtype(b->type.dtype))},
+           {RTF_RtGemm_c_type, ci32(L, lower_rt_dtype(res->type.dtype))}, {RTF_RtGemm_trans_a, ci32(L, ta)},
+           {RTF_RtGemm_trans_b, ci32(L, tb)}, {RTF_RtGemm_m, ci64(L, M.size)}, {RTF_RtGemm_n, ci64(L, N.size)},
+           {RTF_RtGemm_k, ci64(L, K.size)}, {RTF_RtGemm_batch, ci64(L, B.size)}, {RTF_RtGemm_a, pa},
+           {RTF_RtGemm_lda, ci64(L, ta ? M.size : K.size)}, {RTF_RtGemm_stride_a, ci64(L, M.size * K.size)}, {RTF_RtGemm_b, pb},
+           {RTF_RtGemm_ldb, ci64(L, tb ? K.size : N.size)}, {RTF_RtGemm_stride_b, ci64(L, K.size * N.size)}, {RTF_RtGemm_c, pc},
+           {RTF_RtGemm_ldc, ci64(L, N.size)}, {RTF_RtGemm_stride_c, ci64(L, M.size * N.size)}, {RTF_RtGemm_alpha, cf32(L, 1)},
+           {RTF_RtGemm_beta, cf32(L, 0)}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) LLVMBuildStore(L->B, f[i].v, lower_rt_field(L, RTS_RtGemm, f[i].field, g));
   LLVMValueRef av[2] = {L->dev, g};
-  lower_check_rc(L, lower_call(L, "rt_gemm", L->i32, at, 2, av));
+  lower_check_rc(L, lower_rt(L, RTFN_rt_gemm, av, 2));
   if (!c_direct) {
     /* from [B, M, N] into the result's order */
     Dim *dims[MAX_RANK];
@@ -675,11 +660,7 @@ static bool lower_contract(Lower *L, const Op *op) {
   }
   LLVMValueRef frees[3] = {free_a, free_b, free_c};
   for (int i = 0; i < 3; i++)
-    if (frees[i]) {
-      LLVMTypeRef ft[2] = {L->ptr, L->ptr};
-      LLVMValueRef fv[2] = {L->dev, frees[i]};
-      lower_call(L, "rt_free", L->i32, ft, 2, fv);
-    }
+    if (frees[i]) free_ptr(L, frees[i]);
   return true;
 }
 
@@ -715,13 +696,10 @@ static bool lower_route_grad(Lower *L, const Op *op) {
 
 /* ---- collectives ---- */
 
-static LLVMValueRef axes_array(Lower *L, const int8_t *axes, int n, int *out) {
-  int a[MAX_MESH_AXES];
-  for (int i = 0; i < n; i++) a[i] = axes[i];
-  if (out) memcpy(out, a, sizeof(int) * (size_t)n);
-  return const_ints(L, a, n);
-}
-
+/* A collective of the device program (its DevColl): one call of rt_collective with a constant
+ * RtColl, each member's operand's local shape and its parts (the dim, the groups whose rank places
+ * the block). A bucket runs at its last member with every member's buffers (devprog.h: nothing
+ * between reads a member's result); a member before the last only makes its result's buffer. */
 static bool lower_collective(Lower *L, const Op *op) {
   const Value *res = op->results[0], *x = op->operands[0];
   int dt = lower_rt_dtype(x->type.dtype);
@@ -730,108 +708,53 @@ static bool lower_collective(Lower *L, const Op *op) {
     view_of(L, res, x);
     return true;
   }
-  const CollSpec *cs = op->coll;
-  if (!cs) return fail(L, op, "%s has no CollSpec (not localised)", ir_op_name(op->kind));
-  if (cs->ngroup && op->kind != OP_ALL_REDUCE) return fail(L, op, "%s among some devices of its axes is not lowered yet", ir_op_name(op->kind));
+  const DevColl *c = op->dev ? op->dev->coll : NULL;
+  if (!c) return fail(L, op, "%s outside the device program", ir_op_name(op->kind));
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
-  int esz = dtype_bytes(x->type.dtype);
-  LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
-  switch (op->kind) { /* kept: each collective its runtime call */
-  case OP_ALL_REDUCE: {
-    int8_t ax[MAX_MESH_AXES];
-    int n = 0;
-    for (int a = 0; a < L->mesh->naxes; a++)
-      if (op->axes >> a & 1) ax[n++] = (int8_t)a;
-    new_buffer(L, res);
-    if (cs->ngroup) return lower_all_reduce_group(L, op, ax, n, axes_array(L, ax, n, NULL));
-    LLVMTypeRef at[8] = {P, P, I32, I32, I32, P, P, I64};
-    LLVMValueRef av[8] = {L->dev, axes_array(L, ax, n, NULL), ci32(L, n), ci32(L, dt), ci32(L, op->reduce_max ? 1 : 0),
-                          L->buf[x->id], L->buf[res->id], ci64(L, elements(L, x))};
-    lower_check_rc(L, lower_call(L, "rt_all_reduce", I32, at, 8, av));
-    return true;
-  }
-  case OP_ALL_GATHER:
-  case OP_REDUCE_SCATTER: {
-    bool gather = op->kind == OP_ALL_GATHER;
-    /* one runtime call per part, each over its axes; the tensor between them has the extents of
-     * the parts done so far */
-    int64_t ext[MAX_RANK];
-    for (int d = 0; d < x->type.rank; d++) ext[d] = extent(L, x, d);
-    if (cs->nparts == 0) return fail(L, op, "%s without dims", ir_op_name(op->kind));
-    LLVMValueRef cur = L->buf[x->id], prev_tmp = NULL;
-    for (int p = 0; p < cs->nparts; p++) {
-      const CollDim *cd = &cs->parts[p];
-      int d = cd->dim;
-      int64_t group = 1;
-      for (int k = 0; k < cd->naxes; k++) group *= L->mesh->axes[cd->axes[k]].size;
-      int64_t outer = 1, inner = 1, total = 1;
-      for (int i = 0; i < d; i++) outer *= ext[i];
-      for (int i = d + 1; i < x->type.rank; i++) inner *= ext[i];
-      int64_t small = gather ? ext[d] : ext[d] / group;
-      ext[d] = gather ? ext[d] * group : small;
-      for (int i = 0; i < x->type.rank; i++) total *= ext[i];
-      LLVMValueRef out;
-      bool last = p == cs->nparts - 1;
-      if (last) {
-        new_buffer(L, res);
-        out = L->buf[res->id];
-      } else out = alloc_buffer(L, res, total * esz);
-      if (gather) {
-        LLVMTypeRef at[9] = {P, P, I32, I32, P, P, I64, I64, I64};
-        LLVMValueRef av[9] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), cur, out,
-                              ci64(L, outer), ci64(L, small), ci64(L, inner)};
-        lower_check_rc(L, lower_call(L, "rt_all_gather", I32, at, 9, av));
-      } else {
-        LLVMTypeRef at[10] = {P, P, I32, I32, I32, P, P, I64, I64, I64};
-        LLVMValueRef av[10] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), ci32(L, 0), cur, out,
-                               ci64(L, outer), ci64(L, small), ci64(L, inner)};
-        lower_check_rc(L, lower_call(L, "rt_reduce_scatter", I32, at, 10, av));
-      }
-      if (prev_tmp) {
-        LLVMTypeRef ft[2] = {P, P};
-        LLVMValueRef fv[2] = {L->dev, prev_tmp};
-        lower_call(L, "rt_free", I32, ft, 2, fv);
-      }
-      prev_tmp = last ? NULL : out;
-      cur = out;
+  new_buffer(L, res);
+  if (c->lead) return true; /* runs in its bucket's last member */
+  const Op *self[1] = {op};
+  const Op *const *mem = c->members ? c->members : self;
+  int n = c->members ? c->nmembers : 1;
+  RtCollMember *m = ARENA_ARRAY(&L->lw->arena, RtCollMember, n);
+  RtColl rc = {.kind = c->kind == COLL_ALL_GATHER ? RT_ALL_GATHER : c->kind == COLL_REDUCE_SCATTER ? RT_REDUCE_SCATTER
+                       : c->kind == COLL_ALL_REDUCE ? RT_ALL_REDUCE : c->kind == COLL_ALL_TO_ALL ? RT_ALL_TO_ALL : RT_PERMUTE,
+               .dtype = dt, .op = c->reduce_max ? RT_MAX : RT_SUM, .shift = c->shift, .nmembers = n, .members = m};
+  lower_rt_groups(L, c->groups);
+  rc.groups = (const RtGroups *)(const void *)c->groups; /* a key: lower_rt_groups bound it */
+  for (int i = 0; i < n; i++) {
+    const Value *xi = mem[i]->operands[0];
+    const DevColl *ci = mem[i]->dev->coll;
+    m[i].rank = xi->type.rank;
+    for (int d = 0; d < xi->type.rank; d++) m[i].shape[d] = extent(L, xi, d);
+    if (c->kind != COLL_ALL_GATHER && c->kind != COLL_REDUCE_SCATTER) continue;
+    if (ci->nparts == 0) return fail(L, op, "%s without dims", ir_op_name(op->kind));
+    m[i].nparts = ci->nparts;
+    for (int p = 0; p < ci->nparts; p++) {
+      lower_rt_groups(L, ci->parts[p].groups);
+      m[i].parts[p] = (RtCollPart){.dim = ci->parts[p].dim, .groups = (const RtGroups *)(const void *)ci->parts[p].groups};
     }
-    return true;
   }
-  case OP_ALL_TO_ALL: {
-    if (cs->nparts != 2) return fail(L, op, "%s without its two dims", "all_to_all");
-    const CollDim *sp = &cs->parts[0], *cc = &cs->parts[1];
-    int split = tensor_type_find(&x->type, res->type.dims[sp->dim]);
-    int concat = cc->dim;
+  if (c->kind == COLL_ALL_TO_ALL) {
+    if (c->nparts != 2) return fail(L, op, "%s without its two dims", "all_to_all");
+    int split = tensor_type_find(&x->type, res->type.dims[c->parts[0].dim]);
     if (split < 0 || res->type.rank != x->type.rank) return fail(L, op, "%s whose result reorders dims is not lowered yet", "all_to_all");
     for (int i = 0; i < x->type.rank; i++)
       if (x->type.dims[i] != res->type.dims[i]) return fail(L, op, "%s whose result reorders dims is not lowered yet", "all_to_all");
-    int64_t shape[MAX_RANK];
-    for (int i = 0; i < x->type.rank; i++) shape[i] = extent(L, x, i);
-    LLVMValueRef sg = LLVMAddGlobal(L->M, LLVMArrayType2(L->i64, (uint64_t)x->type.rank), "shape");
-    LLVMValueRef se[MAX_RANK];
-    for (int i = 0; i < x->type.rank; i++) se[i] = ci64(L, shape[i]);
-    LLVMSetInitializer(sg, LLVMConstArray2(L->i64, se, (uint64_t)x->type.rank));
-    LLVMSetGlobalConstant(sg, 1);
-    LLVMSetLinkage(sg, LLVMPrivateLinkage);
-    new_buffer(L, res);
-    LLVMTypeRef at[10] = {P, P, I32, I32, P, P, I32, P, I32, I32};
-    LLVMValueRef av[10] = {L->dev, axes_array(L, sp->axes, sp->naxes, NULL), ci32(L, sp->naxes), ci32(L, dt), L->buf[x->id], L->buf[res->id],
-                           ci32(L, x->type.rank), sg, ci32(L, split), ci32(L, concat)};
-    lower_check_rc(L, lower_call(L, "rt_all_to_all", I32, at, 10, av));
-    return true;
+    rc.split_dim = split, rc.concat_dim = c->parts[1].dim;
   }
-  case OP_PERMUTE: {
-    if (cs->nparts < 1) return fail(L, op, "%s without its axes", "collective_permute");
-    const CollDim *cd = &cs->parts[0];
-    new_buffer(L, res);
-    LLVMTypeRef at[8] = {P, P, I32, I32, P, P, I64, I32};
-    LLVMValueRef av[8] = {L->dev, axes_array(L, cd->axes, cd->naxes, NULL), ci32(L, cd->naxes), ci32(L, dt), L->buf[x->id], L->buf[res->id],
-                          ci64(L, elements(L, x)), ci32(L, cs->shift)};
-    lower_check_rc(L, lower_call(L, "rt_permute_shift", I32, at, 8, av));
-    return true;
+  lower_rt_bind(L, m, lower_rt_consts(L, RTS_RtCollMember, m, n, "coll_members"));
+  LLVMValueRef desc = lower_rt_const(L, RTS_RtColl, &rc, "coll");
+  LLVMValueRef ins = entry_alloca(L, LLVMArrayType2(L->ptr, (uint64_t)n), "coll_in");
+  LLVMValueRef outs = entry_alloca(L, LLVMArrayType2(L->ptr, (uint64_t)n), "coll_out");
+  for (int i = 0; i < n; i++) {
+    LLVMValueRef k = ci64(L, i);
+    LLVMBuildStore(L->B, L->buf[mem[i]->operands[0]->id], LLVMBuildInBoundsGEP2(L->B, L->ptr, ins, &k, 1, ""));
+    LLVMBuildStore(L->B, L->buf[mem[i]->results[0]->id], LLVMBuildInBoundsGEP2(L->B, L->ptr, outs, &k, 1, ""));
   }
-  default: return fail(L, op, "%s is not lowered yet", ir_op_name(op->kind));
-  }
+  LLVMValueRef av[4] = {L->dev, desc, ins, outs};
+  lower_check_rc(L, lower_rt(L, RTFN_rt_collective, av, 4));
+  return true;
 }
 
 /* ---- ops ---- */
@@ -907,8 +830,8 @@ static bool lower_op(Lower *L, const Op *op) {
       int64_t st[MAX_RANK];
       strides_of(L, x, st);
       view_of(L, res, x);
-      if (op->kind == OP_SLICE && L->mesh && op->offs[0].naxes) {
-        LLVMValueRef rows = LLVMBuildMul(L->B, group_rank(L, op->offs[0].axes, op->offs[0].naxes), ci64(L, op->offs[0].extent), "");
+      if (op->kind == OP_SLICE && L->mesh) {
+        LLVMValueRef rows = dim_offset(L, op, x->type.dims[0]);
         LLVMValueRef off = LLVMBuildMul(L->B, rows, ci64(L, st[0] * dtype_bytes(x->type.dtype)), "");
         L->buf[res->id] = gep(L, L->i8, L->buf[x->id], off);
       }
@@ -953,9 +876,8 @@ static void clock_op(Lower *L, const Op *op) {
   if (!L->mesh || !L->lw->clock) return;
   double s = sim_costs_op_seconds(L->lw->clock, op);
   if (s <= 0) return;
-  LLVMTypeRef args[3] = {L->ptr, L->i32, L->f64};
   LLVMValueRef vals[3] = {L->dev, ci32(L, ir_op_is_collective(op->kind) ? 1 : 0), LLVMConstReal(L->f64, s)};
-  lower_call(L, "rt_clock_add", LLVMVoidTypeInContext(L->C), args, 3, vals);
+  lower_rt(L, RTFN_rt_clock_add, vals, 3);
 }
 
 /* The device program tells the runtime each op's source line (rt_at_line) before running it, when
@@ -964,9 +886,8 @@ static void clock_op(Lower *L, const Op *op) {
 static void line_op(Lower *L, const Op *op) {
   if (!L->mesh || op->loc.line <= 0 || op->loc.line == L->line) return;
   L->line = op->loc.line;
-  LLVMTypeRef args[2] = {L->ptr, L->i32};
   LLVMValueRef vals[2] = {L->dev, ci32(L, op->loc.line)};
-  lower_call(L, "rt_at_line", LLVMVoidTypeInContext(L->C), args, 2, vals);
+  lower_rt(L, RTFN_rt_at_line, vals, 2);
 }
 
 static bool lower_op_clocked(Lower *L, const Op *op) {
@@ -1077,6 +998,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       for (int q = p + 1; q < nops; q++)
         if (order[q] == c) evalpos[p] = evalpos[q];
     }
+    /* a bucket's member reads its operand where the bucket runs (its last member) */
+    const Op *lead = L->mesh && op->dev && op->dev->coll ? op->dev->coll->lead : NULL;
+    for (int q = p + 1; lead && q < nops; q++)
+      if (order[q] == lead) evalpos[p] = evalpos[q];
   }
   /* each value's last read (a fused op's operands are read in its consumer's nest); outputs stay */
   int *lastread = malloc(sizeof(int) * (size_t)nv);
@@ -1118,7 +1043,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
-    bool placed = L->stage && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
+    bool placed = L->mesh && L->m->pipeline && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
     if (!(placed ? lower_pipe_guarded(L, op, lower_op_clocked) : lower_op_clocked(L, op)) || L->failed) {
       ok = false;
       break;
@@ -1211,11 +1136,7 @@ static void loop_trip(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vct
     if (L->root[y->id] == b->inputs[op->nslices + j]->id) continue; /* unchanged */
     LLVMValueRef src = j < 64 && tmp[j] ? tmp[j] : L->buf[y->id];
     LLVMBuildMemMove(L->B, c->carried[j], 1, src, 1, ci64(L, value_bytes(L, y)));
-    if (j < 64 && tmp[j]) {
-      LLVMTypeRef ft[2] = {L->ptr, L->ptr};
-      LLVMValueRef fv[2] = {L->dev, tmp[j]};
-      lower_call(L, "rt_free", L->i32, ft, 2, fv);
-    }
+    if (j < 64 && tmp[j]) free_ptr(L, tmp[j]);
   }
   free_region(L, b);
 }
@@ -1262,10 +1183,6 @@ static void init_types(Lower *L) {
   L->f32 = LLVMFloatTypeInContext(C);
   L->f64 = LLVMDoubleTypeInContext(C);
   L->ptr = LLVMPointerTypeInContext(C, 0);
-  /* RtGemm (shardrt.h), natural alignment as C lays it out */
-  LLVMTypeRef g[20] = {L->i32, L->i32, L->i32, L->i32, L->i32, L->i64, L->i64, L->i64, L->i64, L->ptr, L->i64, L->i64,
-                       L->ptr, L->i64, L->i64, L->ptr, L->i64, L->i64, L->f32, L->f32};
-  L->gemm_t = LLVMStructTypeInContext(C, g, 20, 0);
 }
 
 void lower_set_clock(Lowered *lw, const SimCosts *costs) {
@@ -1279,14 +1196,17 @@ Lowered *lower_new(void) {
   lw->tsc = tsc;
   lw->C = LLVMOrcThreadSafeContextGetContext(tsc);
   lw->M = LLVMModuleCreateWithNameInContext("shardc", lw->C);
+  arena_init(&lw->arena);
   return lw;
 }
 
 void lower_free(Lowered *lw) {
   if (!lw) return;
   if (lw->jit) LLVMOrcDisposeLLJIT(lw->jit); /* the functions it made are gone after this */
+  if (lw->obj) LLVMDisposeMemoryBuffer(lw->obj);
   if (!lw->consumed) LLVMDisposeModule(lw->M);
   LLVMOrcDisposeThreadSafeContext(lw->tsc);
+  arena_free(&lw->arena);
   free(lw);
 }
 
@@ -1317,8 +1237,8 @@ static bool output_updates_input(const Lower *L, int j) {
 
 bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char *name) {
   Lower L = {.lw = lw, .C = lw->C, .M = lw->M, .m = m, .mesh = mesh, .fname = name};
-  if (mesh && !m->localized) {
-    diag_error(m->entry ? m->entry->loc : (SrcLoc){0}, "run: the program was not localised");
+  if (mesh && (!m->localized || !m->dev || m->dev->mesh != mesh)) {
+    diag_error(m->entry ? m->entry->loc : (SrcLoc){0}, "run: the program has no device program for this mesh");
     return false;
   }
   if (m->pipeline && !mesh) {
@@ -1334,13 +1254,8 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(L.C, L.fn, "entry");
   LLVMPositionBuilderAtEnd(L.B, entry);
   L.dev = LLVMGetParam(L.fn, 0);
-  LLVMValueRef idx;
-  {
-    LLVMTypeRef t = L.ptr;
-    LLVMValueRef d = L.dev;
-    idx = LLVMBuildSExt(L.B, lower_call(&L, "rt_device_index", L.i32, &t, 1, &d), L.i64, "");
-  }
-  L.slots = LLVMBuildLoad2(L.B, L.ptr, gep(&L, L.ptr, LLVMGetParam(L.fn, 1), idx), "slots");
+  L.devidx = LLVMBuildSExt(L.B, lower_rt(&L, RTFN_rt_device_index, &L.dev, 1), L.i64, "");
+  L.slots = LLVMBuildLoad2(L.B, L.ptr, gep(&L, L.ptr, LLVMGetParam(L.fn, 1), L.devidx), "slots");
   L.buf = calloc((size_t)m->nvalues + 1, sizeof *L.buf);
   L.root = calloc((size_t)m->nvalues + 1, sizeof *L.root);
   L.owned = calloc((size_t)m->nvalues + 1, sizeof *L.owned);
@@ -1350,13 +1265,15 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   L.val = calloc((size_t)m->nvalues + 1, sizeof *L.val);
   for (int i = 0; i <= m->nvalues; i++) L.share[i] = -1;
   index_values(&L, m->main);
-  /* buffers by the plan `check` reports (bufplan.h): its views, in-place results and updates */
+  /* buffers by the plan `check` reports (bufplan.h), as it annotates the device program (the mesh's,
+   * or the one-device program's made here): its views, in-place results and updates */
   Arena pa;
   arena_init(&pa);
-  BufPlan bp;
-  bufplan_build(&pa, m, NULL, &bp);
-  L.plan = getenv("SHARDC_NO_BUFPLAN") || bp.nvalues < m->nvalues + 1 ? NULL : bp.buffer;
-  if (m->pipeline) lower_pipe_stage(&L);
+  DevModule *dm = mesh ? m->dev : devprog_bare(&pa, m, NULL);
+  bufplan_annotate(dm);
+  int32_t *plan = malloc(sizeof *plan * ((size_t)m->nvalues + 1));
+  for (int i = 0; i <= m->nvalues; i++) plan[i] = dm->values[i].buffer;
+  L.plan = getenv("SHARDC_NO_BUFPLAN") ? NULL : plan;
   const IrFunc *f = m->main;
   bool ok = lower_region(&L, f);
   if (ok) {
@@ -1373,7 +1290,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
       }
       if (shared) {
         int64_t bytes = elements(&L, v) * dtype_bytes(v->type.dtype);
-        if (L.stage) p = lower_pipe_copy(&L, v, p, bytes); /* a value some stages lack */
+        if (mesh && m->pipeline) p = lower_pipe_copy(&L, v, p, bytes); /* a value some stages lack */
         else {
           LLVMValueRef nb = alloc_buffer(&L, v, bytes);
           LLVMBuildMemCpy(L.B, nb, 64, p, 64, ci64(&L, bytes));
@@ -1392,6 +1309,7 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
   free(L.share);
   free(L.dest);
   free(L.val);
+  free(plan);
   arena_free(&pa);
   LLVMDisposeBuilder(L.B);
   if (!ok) LLVMDeleteFunction(L.fn);

@@ -5,7 +5,37 @@
 
 #include <llvm-c/Core.h>
 
+#include "devprog.h"
 #include "lower.h"
+#include "rt_api.h"
+
+/* runtime/rt_api.def as enums: the entry points (RTFN_rt_alloc, ...), the structs (RTS_RtPipe, ...)
+ * and each struct's fields by position (RTF_RtPipe_stages, ...), which are also their LLVM element
+ * numbers. */
+enum {
+#define RT_FN(name, ...) RTFN_##name,
+#include "rt_api.def"
+  RTFN__COUNT
+};
+enum {
+#define RT_STRUCT(S) RTS_##S,
+#include "rt_api.def"
+  RTS__COUNT
+};
+#define RT_STRUCT(S) enum {
+#define RT_END(S) RTF_##S##__COUNT };
+#define RT_FIELD(S, f, t) RTF_##S##_##f,
+#define RT_ARRAY(S, f, t, n) RTF_##S##_##f,
+#define RT_ARRAY2(S, f, t, n, m) RTF_##S##_##f,
+#define RT_NEST(S, f, T) RTF_##S##_##f,
+#define RT_NESTS(S, f, T, n) RTF_##S##_##f,
+#include "rt_api.def"
+
+/* A host object standing for an LLVM value in a constant struct (lower_rt_bind). */
+typedef struct LowerBinding {
+  const void *key;
+  LLVMValueRef value;
+} LowerBinding;
 
 struct Lowered {
   LLVMContextRef C;
@@ -14,7 +44,11 @@ struct Lowered {
   bool finished;
   bool consumed;        /* handed to the JIT */
   void *jit;            /* the LLJIT (LLVMOrcLLJITRef) holding the compiled code, disposed with it */
+  void *obj;            /* lower_finish_cached: the compiled object (LLVMMemoryBufferRef) lower_jit loads */
   const SimCosts *clock; /* lower_set_clock */
+  Arena arena;          /* host arrays that constants are made from (their addresses are keys) */
+  LowerBinding *bound;  /* lower_rt_bind's, for the module */
+  int nbound, cap_bound;
 };
 
 /* One tensor a loop nest reads or writes: its buffer, dtype and per-nest-dim strides (elements). */
@@ -30,7 +64,7 @@ typedef struct Lower {
   LLVMContextRef C;
   LLVMModuleRef M;
   LLVMBuilderRef B;
-  LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, gemm_t;
+  LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
   LLVMValueRef fn, dev, slots;
   const IrModule *m;
   const Mesh *mesh;     /* NULL: global */
@@ -47,16 +81,31 @@ typedef struct Lower {
   LLVMValueRef *dest;   /* per value id: where its op writes it (a loop body's stacked output: its row) */
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
-  LLVMValueRef stage;   /* a pipelined main: the device's stage (i32); NULL otherwise */
+  LLVMValueRef devidx;  /* the device's index (i64): per-device tables (offsets, stages) are read at it */
   int line;             /* the source line the device was last told (rt_at_line), 0: none yet */
 } Lower;
+
+/* lower_rt.c: the runtime's interface from runtime/rt_api.def. A call of entry point fn (RTFN_*),
+ * its arguments checked against the table; struct s's LLVM type (RTS_*) and a pointer to its field
+ * (RTF_*) in a struct at p; a private constant global made from the C struct *c of that type (or
+ * n of them, or an array of n scalars of an RT_KIND), its pointers resolved through lower_rt_bind
+ * (key: the host object the C struct points to; NULL stays NULL); the constant RtGroups of a
+ * device program's groups (bound to g). */
+LLVMValueRef lower_rt(Lower *L, int fn, LLVMValueRef *args, int n);
+LLVMTypeRef lower_rt_type(Lower *L, int s);
+LLVMValueRef lower_rt_field(Lower *L, int s, int field, LLVMValueRef p);
+void lower_rt_bind(Lower *L, const void *key, LLVMValueRef v);
+LLVMValueRef lower_rt_bound(Lower *L, const void *key);
+LLVMValueRef lower_rt_const(Lower *L, int s, const void *c, const char *name);
+LLVMValueRef lower_rt_consts(Lower *L, int s, const void *c, int n, const char *name);
+LLVMValueRef lower_rt_array(Lower *L, int kind, const void *v, int n, const char *name);
+LLVMValueRef lower_rt_groups(Lower *L, const DevGroups *g);
 
 /* Loop nests (lower.c). */
 typedef void (*NestBody)(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *ctx);
 void lower_nest(Lower *L, int nd, const int64_t *ext, NestTensor *t, int nt, NestBody body, void *ctx);
 LLVMValueRef lower_load(Lower *L, const NestTensor *t, LLVMValueRef off);   /* as f32 (i32 for ints) */
 void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v);
-LLVMValueRef lower_call(Lower *L, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, int n, LLVMValueRef *vals);
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n);
 void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function unless it is 0 */
 
@@ -84,15 +133,15 @@ int64_t lower_value_bytes(const Lower *L, const Value *v);
 int lower_rt_dtype(DType dt);   /* RtDtype, -1 for one the runtime lacks */
 void lower_types(Lower *L);
 
+/* lower.c: whether this device's entry of a per-device flag table (the device program's) is set. */
+LLVMValueRef lower_per_device_flag(Lower *L, const uint8_t *v, const char *name);
+
 /* lower_pipe.c: pipelines (OP_PIPELINE) and the placement of main's ops on stages (Op.place). */
-void lower_pipe_stage(Lower *L);                      /* sets L->stage in a pipelined main */
 bool lower_pipe_guarded(Lower *L, const Op *op, bool (*one)(Lower *L, const Op *op)); /* op on its stages only */
 LLVMValueRef lower_pipe_copy(Lower *L, const Value *v, LLVMValueRef p, int64_t bytes); /* NULL stays NULL */
 bool lower_pipeline(Lower *L, const Op *op);
-bool lower_all_reduce_group(Lower *L, const Op *op, const int8_t *axes, int naxes, LLVMValueRef axes_arr);
 
-/* lower_ring.c: a ring attention (Op.ring) as a call into runtime/nn_ring.c, given its RtAttn
- * (attn[0..nattn), the key extent the device's block) and the query block's offset. */
-#define RT_RING_WORDS 12 /* RtRing (shardrt.h): naxes, axes[8], zz_n, zq_chunk, zk_chunk */
-bool lower_ring_attention(Lower *L, const Op *op, const int64_t *attn, int nattn, LLVMValueRef q_off);
+/* lower_ring.c: a ring attention (its DevRing) as a call into runtime/nn_ring.c, given its RtAttn
+ * constant (the key extent the device's block) and the query block's offset. */
+bool lower_ring_attention(Lower *L, const Op *op, LLVMValueRef attn, LLVMValueRef q_off);
 #endif

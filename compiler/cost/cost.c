@@ -585,3 +585,13 @@ double cost_fsdp_tp_threshold(const Mesh *m, uint16_t fsdp_axes, uint16_t tp_axe
   double ax = cost_comm_intensity(m, fsdp_axes, ideal), ay = cost_comm_intensity(m, tp_axes, ideal);
   return 4 * ax * ay / ffw;
 }
+
+int cost_ring(const Mesh *m, uint16_t axes, double k_bytes, double v_bytes, bool backward, bool ideal, CollCost *step) {
+  int n = 1;
+  for (int a = 0; m && a < m->naxes; a++)
+    if (axes >> a & 1) n *= m->axes[a].size;
+  double bytes = (k_bytes + v_bytes) * (backward ? 2 : 1);
+  cost_collective(m, COLL_PERMUTE, axes, bytes, ideal, step);
+  if (step && n < 2) memset(step, 0, sizeof *step);
+  return n > 1 ? n - 1 : 0;
+}

@@ -67,6 +67,14 @@ typedef struct CollCost {
   bool latency_bound;      /* latency_s exceeds bandwidth_s */
 } CollCost;
 
+/* Ring attention's communication (language.md, Context parallelism): over the ring's axes (n
+ * devices), n - 1 CollectivePermute steps, each moving the device's K and V blocks (k_bytes +
+ * v_bytes), and in the backward their gradients too (twice that). Returns the steps (n - 1, 0 off
+ * a ring); *step (may be NULL) is one step's cost (cost_collective of the step's bytes). The one
+ * formula of the ring's cost: partitioning charges it, the device program records it (DevRing),
+ * explain lists it, the simulator overlaps it with the attention, the textbook rows count it. */
+int cost_ring(const Mesh *m, uint16_t axes, double k_bytes, double v_bytes, bool backward, bool ideal, CollCost *step);
+
 /* The time of one collective of `kind` over the mesh axes in `axes_mask` (bit a = m->axes[a]; bits
  * beyond m->naxes and axes of size 1 are ignored), which language.md makes ONE collective whatever
  * the number of axes. `bytes` is per device, after any sharding over axes outside the group:

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devprog.h"
 #include "fitsearch.h"
 #include "report.h"
 #include "memory.h"
@@ -358,7 +359,7 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
     if (r.recompute_flops > 0) fprintf(out, " (model %.4g + recomputation %.4g)", r.model_flops_per_step, r.recompute_flops);
     fputc('\n', out);
     if (o->shardings) print_shardings(out, arena, p, m);
-    if (o->emit_ir) ir_print(out, m);
+    if (o->emit_ir) devprog_print(out, m);
     if (r.nlargest > 0) fprintf(out, "largest buffers per device at the peak:\n");
     for (int i = 0; i < r.nlargest; i++) {
       memory_format_bytes(b, sizeof b, (double)r.largest[i].bytes);

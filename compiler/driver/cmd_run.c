@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devprog.h"
 #include "interp.h"
 #include "localize.h"
 #include "report.h"
@@ -365,10 +366,14 @@ static int run(const Options *o, Arena *arena, bool build) {
   bool simulated = ok && sim_program(p, m, &sim_opts, &sim);
   char err[512];
   double t_lower = rt_seconds();
-  if (ok && !lower_finish(lw, err, sizeof err)) {
+  /* run: through the on-disk object cache (not for build and --emit-llvm, which want the optimised module) */
+  bool cached = ok && !build && !o->emit_llvm && !o->no_cache, hit = false;
+  char warn[1400];
+  if (ok && !(cached ? lower_finish_cached(lw, &hit, warn, sizeof warn, err, sizeof err) : lower_finish(lw, err, sizeof err))) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
+  if (cached && warn[0]) fprintf(stderr, "shardc: warning: %s\n", warn);
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
     else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
@@ -397,8 +402,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   double compile_s = rt_seconds() - t0;
   if (getenv("SHARDC_RUN_TIMING")) /* where compile time goes: lowering, verify + O2, JIT */
-    fprintf(stderr, "run: lowering %.1f ms, O2 %.1f ms, JIT %.1f ms\n", (t_lower - t0) * 1e3, (t_o2 - t_lower) * 1e3,
-            (rt_seconds() - t_o2) * 1e3);
+    fprintf(stderr, "run: lowering %.1f ms, O2%s %.1f ms, JIT %.1f ms%s\n", (t_lower - t0) * 1e3, cached ? " + code generation" : "",
+            (t_o2 - t_lower) * 1e3, (rt_seconds() - t_o2) * 1e3, !cached ? "" : hit ? " (object from the cache)" : " (object cached)");
   if (!ok) {
     sim_report_free(&sim);
     lower_free(lw);
@@ -481,6 +486,34 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
     cJSON_AddNumberToObject(j, "atol", D.atol);
     cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    /* what ran: the collectives (language.md's explain entries: kind, axes, bytes per device, count) */
+    RunExecuted *ex = NULL;
+    int exdev[64], nexdev = 0, nex = run_side_executed(shd, &ex, exdev, &nexdev);
+    cJSON *e = cJSON_AddArrayToObject(j, "executed");
+    static const char *const kinds[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute"};
+    for (int i = 0; i < nex; i++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "kind", ex[i].kind >= 0 && ex[i].kind < 5 ? kinds[ex[i].kind] : "?");
+      cJSON *ax = cJSON_AddArrayToObject(x, "axes");
+      for (int a = 0; a < mesh->naxes; a++)
+        if (ex[i].axes >> a & 1u) cJSON_AddItemToArray(ax, cJSON_CreateString(mesh->axes[a].name));
+      cJSON_AddNumberToObject(x, "bytes_per_device", ex[i].bytes_per_device);
+      cJSON_AddNumberToObject(x, "count", ex[i].count);
+      cJSON_AddItemToArray(e, x);
+    }
+    cJSON *ma = cJSON_AddArrayToObject(j, "mesh_axes");
+    for (int a = 0; a < mesh->naxes; a++) {
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "name", mesh->axes[a].name);
+      cJSON_AddNumberToObject(x, "size", mesh->axes[a].size);
+      cJSON_AddItemToArray(ma, x);
+    }
+    cJSON *ed = cJSON_AddArrayToObject(j, "executed_devices");
+    for (int i = 0; i < nexdev; i++) cJSON_AddItemToArray(ed, cJSON_CreateNumber(exdev[i]));
+    if (nex < 0)
+      cJSON_AddStringToObject(j, "executed_error", mpi && ranks > 1 ? "a device of record runs in another MPI rank (each rank counts its own devices)"
+                                                                    : "the runtime lost count (out of host memory)");
+    free(ex);
     cJSON_AddStringToObject(j, "backend", mpi ? "mpi" : "threads");
     if (mpi) {
       cJSON_AddNumberToObject(j, "ranks", ranks);
@@ -570,25 +603,49 @@ static void c_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void slot_desc(FILE *f, const Value *v, const RunGen *g, const IrModule *m) {
-  fprintf(f, "  {.dtype = %d, .rank = %d, .global = {", v->type.dtype == DT_BF16 ? 1 : v->type.dtype == DT_F16 ? 2 : v->type.dtype == DT_I32 ? 3 : 0,
-          v->type.rank);
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)v->type.dims[d]->size);
-  fprintf(f, "}, .local = {");
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)(v->local[d] ? v->local[d] : v->type.dims[d]->size));
-  fprintf(f, "}, .axes = {");
-  for (int d = 0; d < v->type.rank; d++) {
-    fprintf(f, "{");
-    for (int k = 0; k < v->sharding.naxes[d]; k++) fprintf(f, "%d, ", v->sharding.axes[d][k]);
-    fprintf(f, "}, ");
+/* An RtPlace as C: its arrays (NAME_start, NAME_holds, NAME_take) printed first; its initializer. */
+static const char *place_c(FILE *f, Arena *a, const char *name, const RtPlace *pl) {
+  const char *start = "NULL", *holds = "NULL", *take = "NULL";
+  if (pl->start && pl->rank > 0) {
+    fprintf(f, "static const int64_t %s_start[] = {", name);
+    for (int64_t i = 0; i < (int64_t)pl->ndev * pl->rank; i++) fprintf(f, "%lld,", (long long)pl->start[i]);
+    fprintf(f, "};\n");
+    start = arena_printf(a, "%s_start", name);
   }
-  fprintf(f, "}, .naxes = {");
-  for (int d = 0; d < v->type.rank; d++) fprintf(f, "%d, ", v->sharding.naxes[d]);
-  fprintf(f, "}, .partial = %uu", (unsigned)v->sharding.partial);
-  if (g) fprintf(f, ", .key = %lluull, .lo = %.17g, .hi = %.17g", (unsigned long long)g->key, g->lo, g->hi);
-  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL; /* the stages holding it; storage order */
-  if (pi) fprintf(f, ", .place = %uu, .stacked = %d", (unsigned)run_value_place(m, v), v->type.rank > 0 && v->type.dims[0] == pi->stack_dim);
-  fprintf(f, "},\n");
+  const uint8_t *arr[2] = {pl->holds, pl->take};
+  const char **out[2] = {&holds, &take};
+  for (int k = 0; k < 2; k++) {
+    if (!arr[k]) continue;
+    fprintf(f, "static const uint8_t %s_%s[] = {", name, k ? "take" : "holds");
+    for (int i = 0; i < pl->ndev; i++) fprintf(f, "%d,", arr[k][i]);
+    fprintf(f, "};\n");
+    *out[k] = arena_printf(a, "%s_%s", name, k ? "take" : "holds");
+  }
+  const char *t = arena_printf(a, "{.dtype = %d, .rank = %d, .ndev = %d, .partial = %d, .global = {", pl->dtype, pl->rank, pl->ndev, pl->partial);
+  for (int d = 0; d < pl->rank; d++) t = arena_printf(a, "%s%lld,", t, (long long)pl->global[d]);
+  t = arena_printf(a, "%s}, .local = {", t);
+  for (int d = 0; d < pl->rank; d++) t = arena_printf(a, "%s%lld,", t, (long long)pl->local[d]);
+  t = arena_printf(a, "%s}, .order = {", t);
+  for (int d = 0; d < pl->rank; d++)
+    t = arena_printf(a, "%s{%lld, %lld, %lld, %lld},", t, (long long)pl->order[d].kind, (long long)pl->order[d].n, (long long)pl->order[d].v,
+                     (long long)pl->order[d].chunk);
+  return arena_printf(a, "%s}, .start = %s, .holds = %s, .take = %s}", t, start, holds, take);
+}
+
+/* Slot k's description: its placements in both programs (the device program's, devprog_place) and
+ * how its values are made; the arrays printed, the initializer into init[k]. v NULL: a param main
+ * does not read (whole on every device). */
+static void slot_desc(FILE *f, Arena *a, int k, const Value *v, const TensorType *t, const IrModule *m, const RunGen *g,
+                      const char **init) {
+  RtPlace sharded, whole;
+  Value tmp = {.type = *t};
+  devprog_place(v ? m->dev : NULL, a, v ? v : &tmp, &sharded);
+  if (!v) sharded.ndev = m->dev ? m->dev->ndev : 1;
+  devprog_place(NULL, a, v ? v : &tmp, &whole);
+  const char *ps = place_c(f, a, arena_printf(a, "slot%d", k), &sharded), *pw = place_c(f, a, arena_printf(a, "slot%dw", k), &whole);
+  init[k] = arena_printf(a, "  {.sharded = %s,\n   .whole = %s", ps, pw);
+  if (g) init[k] = arena_printf(a, "%s, .key = %lluull, .lo = %.17g, .hi = %.17g", init[k], (unsigned long long)g->key, g->lo, g->hi);
+  init[k] = arena_printf(a, "%s},\n", init[k]);
 }
 
 /* The C file holding the program's RtProgram and main(). */
@@ -598,18 +655,19 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
   fprintf(f, "/* generated by shardc build: the slots of a lowered program (shardrt.h, RtProgram); its source is\n"
              "   program.name below */\n");
   bool mpi = o->backend && strcmp(o->backend, "mpi") == 0; /* main: rt_mpi_main (shardrt_mpi.h), for mpirun */
-  fprintf(f, "#include \"%s\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
+  fprintf(f, "#include <stddef.h>\n#include \"%s\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
           mpi ? "shardrt_mpi.h" : "shardrt.h");
+  Arena arena; /* the slots' descriptions (the device program's RtPlace, devprog_place) */
+  arena_init(&arena);
+  int nslots = mf->ninputs + m->nparams + mf->noutputs;
+  const char **init = ARENA_ARRAY(&arena, const char *, nslots + 1);
+  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, &arena, i, mf->inputs[i], &mf->inputs[i]->type, m, &gin[i], init);
+  for (int i = 0; i < m->nparams; i++) slot_desc(f, &arena, mf->ninputs + i, pval[i], &m->params[i].type, m, &gpar[i], init);
+  for (int j = 0; j < mf->noutputs; j++)
+    slot_desc(f, &arena, mf->ninputs + m->nparams + j, mf->outputs[j], &mf->outputs[j]->type, m, NULL, init);
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
-  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], &gin[i], m);
-  for (int i = 0; i < m->nparams; i++) {
-    if (pval[i]) slot_desc(f, pval[i], &gpar[i], m);
-    else { /* a param main does not read: whole everywhere */
-      Value v = {.type = m->params[i].type};
-      slot_desc(f, &v, &gpar[i], m);
-    }
-  }
-  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], NULL, m);
+  for (int k = 0; k < nslots; k++) fputs(init[k], f);
+  arena_free(&arena);
   fprintf(f, "};\nstatic const int carry[] = {");
   int ncarry = 0;
   const StepInfo *si = m->step;
@@ -620,6 +678,11 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
       if (pairs[j][0] >= 0 && pairs[j][1] >= 0) fprintf(f, "%d, %d, ", pairs[j][0], pairs[j][1]), ncarry++;
   }
   fprintf(f, "-1};\n");
+  int32_t rec[64]; /* the devices of record for what ran: one per stage, or device 0 */
+  int nrec = devprog_record_devices(m->dev, rec, 64);
+  fprintf(f, "static const int32_t executed[] = {");
+  for (int r = 0; r < nrec; r++) fprintf(f, "%d, ", rec[r]);
+  fprintf(f, "};\n");
   double atol, rtol;
   tolerance(program != DT_F32 ? program : DT_F32, &atol, &rtol);
   fprintf(f, "static const RtProgram program = {.name = ");
@@ -637,19 +700,10 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
              "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n  .target = ",
           mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed);
   c_string(f, mesh->target->name);
-  fprintf(f, ", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n", sim ? sim->compute_s : -1,
-          sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
-  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
-  if (pi) { /* run_host.c's placement and storage order, for launch.c */
-    fprintf(f, "/* a pipeline: %d stages */\n", pi->stages);
-    fprintf(f, "static const RtProgram *pipelined(RtProgram *q) {\n  q->stages = %d, q->nstage_axes = %d, q->chunks = %d, q->chunk_layers = %lld;\n",
-            pi->stages, pi->nstage_axes, pi->chunks, (long long)pi->chunk_layers);
-    for (int k = 0; k < pi->nstage_axes; k++) fprintf(f, "  q->stage_axes[%d] = %d;\n", k, pi->stage_axes[k]);
-    fprintf(f, "  return q;\n}\n");
-    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return %s(argc, argv, pipelined(&q)); }\n",
-            mpi ? "rt_mpi_main" : "rt_launch_main");
-  } else
-    fprintf(f, "int main(int argc, char **argv) { return %s(argc, argv, &program); }\n", mpi ? "rt_mpi_main" : "rt_launch_main");
+  fprintf(f, ", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g,\n"
+             "  .nexecuted = (int)(sizeof executed / sizeof executed[0]), .executed = executed};\n",
+          sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
+  fprintf(f, "int main(int argc, char **argv) { return %s(argc, argv, &program); }\n", mpi ? "rt_mpi_main" : "rt_launch_main");
 }
 
 /* The private directory of build's intermediate files and their paths. */
@@ -738,15 +792,6 @@ static bool copy_out(const char *from, const char *to, char *err, size_t n) {
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
                              const RunGen *gpar, DType program, const SimReport *sim) {
   char err[700];
-  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
-    const Op *ring = NULL;
-    for (const Op *op = m->main->first; op && !ring; op = op->next)
-      if (op->ring) ring = op;
-    diag_error(ring ? ring->loc : (SrcLoc){0},
-               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
-               "`shardc run` runs it");
-    return false;
-  }
   BuildDir b;
   if (!build_dir_make(&b, err, sizeof err)) {
     diag_error((SrcLoc){0}, "build: %s", err);
@@ -778,7 +823,9 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
       for (char *t = strtok(mpi_libs, "|"); t && n < 24; t = strtok(NULL, "|")) argv[n++] = t;
     }
 #endif
-    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = "-lpthread", argv[n++] = "-lm";
+    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = SHARDC_DNNL_LIB;
+    if (*SHARDC_DNNL_THREADING_LIB) argv[n++] = SHARDC_DNNL_THREADING_LIB; /* oneDNN's OpenMP runtime (libgomp) */
+    argv[n++] = "-lpthread", argv[n++] = "-lm";
     if (*SHARDC_RUNTIME_SANITIZE) argv[n++] = SHARDC_RUNTIME_SANITIZE;
     argv[n] = NULL;
     int status = outfile_spawn_wait(argv, err, sizeof err);

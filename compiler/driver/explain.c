@@ -18,6 +18,7 @@
 
 #include "bucket.h"
 #include "check.h"
+#include "devprog.h"
 #include "explain_show.h"
 #include "explain_textbook.h"
 #include "report.h"
@@ -229,15 +230,15 @@ static const char *member_name(const Op *o) {
   return o->operands[0]->name ? o->operands[0]->name : "a value";
 }
 
-/* A bucket starting at `first`: one run of its members' summed bytes, and who they are. */
-static void bucket_figures(Explain *E, const Op *first, CollRow *r) {
-  double bytes = 0;
+/* A bucket of the device program (its lead's DevColl): one run of its members' summed bytes, and
+ * who they are. */
+static void bucket_figures(Explain *E, const DevColl *bk, CollRow *r) {
+  const Op *first = bk->members[0];
+  double bytes = bk->bytes;
   char *names = "";
   int n = 0;
-  for (const Op *o = first; o; o = o->next) {
-    if (o->bucket != first->bucket) continue;
-    const Value *v = o->kind == OP_ALL_GATHER ? o->results[0] : o->operands[0];
-    bytes += (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+  for (int i = 0; i < bk->nmembers; i++) {
+    const Op *o = bk->members[i];
     names = arena_printf(E->a, "%s%s%s %s", names, n ? ", " : "", member_name(o), sharding_text(E, o->results[0]));
     n++;
   }
@@ -264,7 +265,7 @@ static const char *place_text(uint8_t place) {
 static double place_fraction(const Explain *E, uint8_t place) {
   if (!E->pipe || !place) return 1;
   int n = 0;
-  for (int s = 0; s < E->pipe->stages; s++) n += stages_runs_on(place, s, E->pipe->stages);
+  for (int s = 0; s < E->pipe->stages; s++) n += dev_stage_runs(place, s, E->pipe->stages);
   return (double)n / E->pipe->stages;
 }
 
@@ -343,15 +344,15 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
 /* A ring attention's ring (language.md: one collective_permute entry for the forward ring, K and V
  * together, one for the backward's, K, V and their gradients), n - 1 steps per run. */
 static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_layer, const char *stages) {
-  int n = (int)sharding_axes_product(E->mesh, op->ring);
-  const Value *k = op->operands[1], *v = op->operands[2];
-  double block = (double)sharding_local_bytes(&k->type, &k->sharding, E->mesh) +
-                 (double)sharding_local_bytes(&v->type, &v->sharding, E->mesh);
-  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
-  CollRow r = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = op->ring, .phase = op->phase, .loc = op->loc,
+  const DevRing *ring = op->dev ? op->dev->ring : NULL; /* the device program's ring (its groups, steps, bytes) */
+  if (!ring) return;
+  int n = ring->groups->size;
+  const Value *k = op->operands[1];
+  double block = ring->step_bytes;
+  CollRow r = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = ring->groups->mask, .phase = op->phase, .loc = op->loc,
                .reason = op->reason, .x = k, .y = k, .stages = stages, .in_layer = in_layer, .region = E->region};
-  r.count = mult * (n - 1);
-  cost_collective(E->mesh, COLL_PERMUTE, op->ring, block, true, &r.cost);
+  r.count = mult * ring->steps;
+  cost_ring(E->mesh, ring->groups->mask, ring->k_bytes, ring->v_bytes, op->kind == OP_ATTENTION_GRAD, true, &r.cost);
   r.members = arena_printf(E->a, "%s (%s a step)", op->kind == OP_ATTENTION ? "K and V" : "K, V and their gradients",
                            fmt_bytes(E->a, block));
   if (op->kind == OP_ATTENTION) { /* the other form, for the program at hand */
@@ -360,7 +361,7 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
     double ob = (double)sharding_local_bytes(&o->type, &o->sharding, E->mesh);
     CollCost a2a;
     double t = 0, bytes = 0;
-    double moved[4] = {qb, block / 2, block / 2, ob};
+    double moved[4] = {qb, ring->k_bytes, ring->v_bytes, ob};
     for (int i = 0; i < 4; i++) {
       cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
       t += a2a.time_s, bytes += a2a.bytes_per_device;
@@ -380,18 +381,17 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
 static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in_layer, double frac,
                     const char *stages) {
   const Target *t = E->mesh->target;
-  VEC(int) counted = {0}; /* the buckets of f counted (with their first member) */
   for (const Op *op = f->first; op; op = op->next) {
     double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
     const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
     if (ir_op_is_collective(op->kind)) {
-      bool seen = false;
-      for (int i = 0; op->bucket && i < counted.len; i++) seen |= counted.data[i] == op->bucket;
-      if (seen) continue; /* counted with its bucket's first member */
-      if (op->bucket) VEC_PUSH(E->a, counted, op->bucket);
+      /* a bucket of the device program (devprog.h): listed once, at its first member */
+      const DevColl *dc = op->dev ? op->dev->coll : NULL;
+      const DevColl *bk = dc && dc->lead ? dc->lead->dev->coll : dc && dc->members ? dc : NULL;
+      if (bk && bk->members[0] != op) continue;
       CollRow r = {.op = op, .depth = depth, .stages = where_runs, .region = E->region};
       coll_figures(E, op, mult * fr, &r);
-      if (op->bucket) bucket_figures(E, op, &r);
+      if (bk) bucket_figures(E, bk, &r);
       r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
@@ -741,11 +741,13 @@ static const char *pipeline_stack_name(const Explain *E, const PipeInfo *pi) {
   return "?";
 }
 
-/* Stage s's layers: "9-17", or under interleaving each chunk's ("2-3, 10-11"). */
+/* Stage s's layers: "9-17", or under interleaving each chunk's ("2-3, 10-11"): the logical rows
+ * its storage rows hold (the device program's storage order of the stacked dim). */
 static const char *stage_layers(const Explain *E, const PipeInfo *pi, int s) {
   const char *t = "";
+  RtOrder o = E->m->dev ? dev_dim_order(E->m->dev, pi->stack_dim, 0) : (RtOrder){.kind = RT_ORDER_NATURAL};
   for (int c = 0; c < pi->chunks; c++) {
-    int64_t a = ((int64_t)c * pi->stages + s) * pi->chunk_layers;
+    int64_t a = rt_order_logical(&o, ((int64_t)s * pi->chunks + c) * pi->chunk_layers);
     t = arena_printf(E->a, "%s%s%lld-%lld", t, c ? ", " : "", (long long)a, (long long)(a + pi->chunk_layers - 1));
   }
   return t;

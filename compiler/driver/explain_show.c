@@ -1,15 +1,15 @@
 /* explain_show.c: `explain --show NAME`, a value's blocks drawn over the devices (explain_show.h).
  *
- * Each device's block is read off the value's sharding: along a dim sharded over axes (a1, ..., ak)
- * the device holds block number b = its coordinates on a1..ak read as a mixed-radix number, a1
- * most significant (docs/passes.md, Localisation), rows [b B, (b + 1) B) of B = size / (the axes'
- * product), or under a zigzag order (context parallelism) the logical rows those storage rows
- * hold. Devices are walked once, in order, so each cell's list is built as runs ("0-3, 8-11"). */
+ * Each device's block is the device program's (devprog.h): along a dim dealt over groups G the
+ * device holds block number b = its rank in G, rows [b B, (b + 1) B) of B = size / G's size in
+ * storage order, that is the logical rows its storage order (a ring's zigzag, an interleaved
+ * pipeline's stacked rows) puts there. Devices are walked once, in order, so each cell's list is built as runs ("0-3, 8-11"). */
 #include "explain_show.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "devprog.h"
 #include "partition.h"
 #include "suggest.h"
 
@@ -110,6 +110,7 @@ typedef struct Cell {
 typedef struct Grid {
   const Value *v;
   const Mesh *mesh;
+  const DevModule *dm;
   int sd[MAX_RANK];          /* the sharded dims, in the value's order */
   int nsd;
   int64_t blocks[MAX_RANK];  /* per dim: its axes' product */
@@ -145,25 +146,19 @@ static void cell_end(Cell *c) {
   if (c->cut) snprintf(c->label + c->len, sizeof c->label - (size_t)c->len, ", ... (%lld devices)", (long long)c->count);
 }
 
-/* Device dev's block along dim d of v: its coordinates on d's axes, the first most significant. */
+/* Device dev's block along dim d of v: its rank in the groups the device program deals the dim's
+ * blocks over. */
 static int64_t device_block(const Grid *g, int d, int64_t dev) {
-  const Sharding *s = &g->v->sharding;
-  int64_t b = 0;
-  for (int k = 0; k < s->naxes[d]; k++) {
-    const MeshAxis *ax = &g->mesh->axes[s->axes[d][k]];
-    int64_t stride = 1;
-    for (int a = s->axes[d][k] + 1; a < g->mesh->naxes; a++) stride *= g->mesh->axes[a].size;
-    b = b * ax->size + (dev / stride) % ax->size;
-  }
-  return b;
+  const DevGroups *gr = dev_value(g->dm, g->v)->groups[d];
+  return gr ? gr->rank_of[dev] : 0;
 }
 
-static void grid_build(Arena *a, Grid *g, const Value *v, const Mesh *mesh) {
+static void grid_build(Arena *a, Grid *g, const DevModule *dm, const Value *v, const Mesh *mesh) {
   memset(g, 0, sizeof *g);
-  g->v = v, g->mesh = mesh;
+  g->v = v, g->mesh = mesh, g->dm = dm;
   for (int d = 0; d < v->type.rank; d++) {
-    int64_t n = 1;
-    for (int k = 0; k < v->sharding.naxes[d]; k++) n *= mesh->axes[v->sharding.axes[d][k]].size;
+    const DevGroups *gr = dev_value(dm, v)->groups[d];
+    int64_t n = gr ? gr->size : 1;
     g->blocks[d] = n;
     if (n > 1) g->sd[g->nsd++] = d;
   }
@@ -181,20 +176,19 @@ static void grid_build(Arena *a, Grid *g, const Value *v, const Mesh *mesh) {
   for (int i = 0; i < g->drows * g->dcols; i++) cell_end(&g->cells[i]);
 }
 
-/* Block b of dim d as rows of the global value: "0:256", or under a zigzag order the logical
- * pieces its storage rows hold ("0:64,448:512"). */
+/* Block b of dim d as rows of the global value: "0:256", or under a storage order (a ring's zigzag,
+ * an interleaved pipeline's stacked rows) the logical pieces its storage rows hold ("0:64,448:512"). */
 static const char *block_range(Arena *a, const IrModule *m, const Grid *g, int d, int64_t b) {
+  (void)m;
   const Dim *dim = g->v->type.dims[d];
   int64_t size = dim->size, B = size / g->blocks[d], lo = b * B;
   int64_t step = B;
-  if (m->zigzag.axes && m->zigzag.n >= 2 && (dim == m->zigzag.dims[0] || dim == m->zigzag.dims[1])) {
-    int64_t c = size / (2 * m->zigzag.n);
-    if (c > 0 && B % c == 0) step = c;
-  }
+  const RtOrder *o = &dev_value(g->dm, g->v)->order[d];
+  if (o->kind != RT_ORDER_NATURAL && o->chunk > 0 && B % o->chunk == 0) step = o->chunk;
   const char *t = "";
   int64_t start = -1, end = -1;
   for (int64_t p = lo; p < lo + B; p += step) {
-    int64_t l = ir_zigzag_logical(m, dim, p);
+    int64_t l = rt_order_logical(o, p);
     if (l == end) {
       end = l + step;
       continue;
@@ -250,7 +244,7 @@ static void put_centered(FILE *out, const char *s, int width) {
 void explain_show_text(FILE *out, Arena *a, const IrModule *m, const Program *p, const char *name, const Value *v) {
   const Mesh *mesh = p->mesh;
   Grid g;
-  grid_build(a, &g, v, mesh);
+  grid_build(a, &g, m->dev, v, mesh);
   const char *axes = "";
   for (int i = 0; i < mesh->naxes; i++)
     axes = arena_printf(a, "%s%s%s: %d", axes, i ? ", " : "", mesh->axes[i].name, mesh->axes[i].size);
@@ -330,7 +324,7 @@ void explain_show_text(FILE *out, Arena *a, const IrModule *m, const Program *p,
 cJSON *explain_show_json(Arena *a, const IrModule *m, const Program *p, const char *name, const Value *v) {
   const Mesh *mesh = p->mesh;
   Grid g;
-  grid_build(a, &g, v, mesh);
+  grid_build(a, &g, m->dev, v, mesh);
   cJSON *o = cJSON_CreateObject();
   char sh[512];
   sharding_format(sh, sizeof sh, &v->type, &v->sharding, mesh);

@@ -5,31 +5,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "localize.h"
+#include "devprog.h"
 #include "run_host.h"
-#include "stages.h"
 #include "step.h"
 
-static void put_elem(void *buf, DType dt, int64_t i, double v) {
-  switch (dt) {
-  case DT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
-  case DT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
-  case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  default: ((float *)buf)[i] = (float)v; break;
-  }
-}
-
-static double get_elem(const void *buf, DType dt, int64_t i) {
-  switch (dt) {
-  case DT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
-  case DT_I32: return ((const int32_t *)buf)[i];
-  default: return ((const float *)buf)[i];
-  }
-}
-
 /* One side of the comparison: a runtime, the module's view (mesh NULL: global), per device its
- * slots (inputs, params, outputs). */
+ * slots (inputs, params, outputs), and per slot how its value is placed on the devices (the device
+ * program's description, which the runtime's block placement follows: shardrt.h's RtPlace). */
 struct RunSide {
   const IrModule *m;
   const Mesh *mesh;
@@ -38,260 +20,43 @@ struct RunSide {
   int nin, nparams, nout, nslots;
   void ***slots;
   const Value **pval;   /* per param: main's OP_PARAM value (its sharding), or NULL */
+  RtPlace *place;       /* per slot */
+  Arena arena;          /* the placements' arrays */
   RtEntry fn;
   double seconds;       /* summed over the steps' runs */
 };
 
-/* Under a pipeline a value of main is held only on the stages its op runs on (Op.place; a
- * pipeline result: PipeInfo.result_place); the stage of a device is its coordinates on the stage
- * axes, mixed radix. */
-static const PipeInfo *pipe_of(const RunSide *s) {
-  return s->mesh && s->m->pipeline ? s->m->pipeline->pipe : NULL;
-}
-
-static int stage_of(const RunSide *s, int dev) {
-  const PipeInfo *pi = pipe_of(s);
-  int st = 0;
-  for (int k = 0; pi && k < pi->nstage_axes; k++)
-    st = st * s->mesh->axes[pi->stage_axes[k]].size + rt_device_coord(rt_device(s->rt, dev), pi->stage_axes[k]);
-  return st;
-}
-
 uint8_t run_value_place(const IrModule *m, const Value *v) {
-  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
-  const Op *d = v->def;
-  if (!pi || !d) return PLACE_ALL;
-  if (d->kind == OP_PIPELINE) {
-    for (int k = 0; k < d->nresults; k++)
-      if (d->results[k] == v) return pi->result_place ? pi->result_place[k] : PLACE_ALL;
-    return PLACE_ALL;
-  }
-  return d->place;
+  return m->dev && m->dev->mesh ? dev_value(m->dev, v)->place : PLACE_ALL;
 }
 
-static uint8_t place_of(const RunSide *s, const Value *v) { return pipe_of(s) ? run_value_place(s->m, v) : PLACE_ALL; }
-
-static bool holds(const RunSide *s, const Value *v, int dev) {
-  const PipeInfo *pi = pipe_of(s);
-  return !pi || stages_runs_on(place_of(s, v), stage_of(s, dev), pi->stages);
+/* Puts dev's block of slot k's value into a new buffer on dev: cut from the whole tensor g, or
+ * generated (the runtime's block placement). */
+static bool place(RunSide *s, int k, int dev, const Tensor *g, const RunGen *gen, uint64_t seed, void **out, const char *name) {
+  const RtPlace *pl = &s->place[k];
+  int64_t n = rt_place_elements(pl);
+  if (rt_alloc(rt_device(s->rt, dev), (size_t)(n > 0 ? n : 1) * rt_dtype_size((RtDtype)pl->dtype), name, out) != RT_OK) return false;
+  return rt_place_fill(pl, dev, *out, g ? g->data : NULL, seed, gen ? gen->key : 0, gen ? gen->lo : 0, gen ? gen->hi : 0) == RT_OK;
 }
 
-/* Under interleaved(V > 1) a stacked dim is held in storage order (stage-major: stage s's rows are
- * its chunks c = 0..V-1, the model's layer chunks c p + s; ir.h): the model's row of each storage
- * row of v, or NULL when v's rows are in model order. The caller frees it. */
-static int64_t *storage_rows(const RunSide *s, const Value *v) {
-  const PipeInfo *pi = pipe_of(s);
-  if (!pi || pi->chunks <= 1 || v->type.rank < 1 || v->type.dims[0] != pi->stack_dim) return NULL;
-  int64_t n = v->type.dims[0]->size, Lc = pi->chunk_layers, V = pi->chunks, p = pi->stages;
-  /* not NULL on failure: NULL means model order, which would place the rows wrongly */
-  int64_t *rows = mem_calloc((size_t)(n > 0 ? n : 1), sizeof *rows, "a stacked value's storage order");
-  for (int64_t st = 0; st < n; st++) {
-    int64_t g = st / Lc, j = st % Lc, stage = g / V, c = g % V;
-    rows[st] = (c * p + stage) * Lc + j;
-  }
-  return rows;
-}
-
-static int64_t local_extent(const RunSide *s, const Value *v, int d) { return s->mesh ? v->local[d] : v->type.dims[d]->size; }
-
-/* dev's block of v: start and shape per dim. */
-static void block_of(const RunSide *s, const Value *v, int dev, int64_t *start, int64_t *shape) {
-  for (int d = 0; d < v->type.rank; d++) {
-    shape[d] = local_extent(s, v, d);
-    start[d] = s->mesh ? shape[d] * localize_block_number(s->mesh, v->sharding.axes[d], v->sharding.naxes[d], dev) : 0;
-  }
-}
-
-static int64_t block_elems(const TensorType *t, const int64_t *shape) {
-  int64_t n = 1;
-  for (int d = 0; d < t->rank; d++) n *= shape[d];
-  return n;
-}
-
-/* The logical index of storage position p along d: a causal ring's zigzag order (IrModule.zigzag)
- * on the sharded side, as the interpreter stores its blocks (interp_zigzag_permute); p itself on
- * one device. */
-static int64_t logical(const RunSide *s, const Dim *d, int64_t p) { return s->mesh ? ir_zigzag_logical(s->m, d, p) : p; }
-
-static bool zigzag_dim(const RunSide *s, const Dim *d) {
-  const struct Zigzag *z = &s->m->zigzag;
-  return s->mesh && z->axes && z->n >= 2 && (d == z->dims[0] || d == z->dims[1]);
-}
-
-/* Visits the elements of a block: gi the global row-major index (of the logical positions), li
- * the local one; rows (or NULL) maps a row of dim 0 to the global row it holds (storage_rows). */
-static void for_block_rows(const RunSide *s, const TensorType *t, const int64_t *start, const int64_t *shape, const int64_t *rows,
-                           void (*fn)(void *, int64_t, int64_t), void *ctx) {
-  int64_t n = block_elems(t, shape);
-  int64_t idx[MAX_RANK] = {0};
-  for (int64_t li = 0; li < n; li++) {
-    int64_t gi = 0;
-    for (int d = 0; d < t->rank; d++)
-      gi = gi * t->dims[d]->size + (d == 0 && rows ? rows[start[0] + idx[0]] : logical(s, t->dims[d], start[d] + idx[d]));
-    fn(ctx, gi, li);
-    for (int d = t->rank - 1; d >= 0; d--) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
-typedef struct CopyCtx {
-  void *buf;
-  DType dt;
-  double *global;
-  bool add;
-} CopyCtx;
-
-static void scatter_elem(void *vc, int64_t gi, int64_t li) {
-  CopyCtx *c = vc;
-  put_elem(c->buf, c->dt, li, c->global[gi]);
-}
-
-static void gather_elem(void *vc, int64_t gi, int64_t li) {
-  CopyCtx *c = vc;
-  double v = get_elem(c->buf, c->dt, li);
-  c->global[gi] = c->add ? c->global[gi] + v : v;
-}
-
-static RtDtype rt_dt(DType dt) {
-  switch (dt) {
-  case DT_BF16: return RT_BF16;
-  case DT_F16: return RT_F16;
-  case DT_I32: return RT_I32;
-  default: return RT_F32;
-  }
-}
-
-/* A generated block under the zigzag order: the values of the logical positions its storage
- * positions hold, made one storage row at a time along the zigzag dims (each a block of one logical
- * row for rt_random_fill) and copied into place. */
-static bool place_zigzag(const RunSide *s, const Value *v, const int64_t *start, const int64_t *shape, const RunGen *gen,
-                         uint64_t seed, void *out) {
-  const TensorType *t = &v->type;
-  size_t eb = (size_t)dtype_bytes(t->dtype);
-  int64_t lstride[MAX_RANK], sub[MAX_RANK], zi[MAX_RANK] = {0}, n = 1;
-  bool zdim[MAX_RANK];
-  for (int d = t->rank - 1; d >= 0; d--) {
-    lstride[d] = n;
-    n *= shape[d];
-    zdim[d] = zigzag_dim(s, t->dims[d]);
-    sub[d] = zdim[d] ? 1 : shape[d];
-  }
-  int64_t subn = block_elems(t, sub);
-  char *tmp = malloc((size_t)(subn > 0 ? subn : 1) * eb);
-  if (!tmp) return false;
-  bool ok = true;
-  for (bool done = n <= 0; ok && !done;) { /* zi: the storage row along each zigzag dim */
-    RtBlock b = {.ndims = t->rank};
-    for (int d = 0; d < t->rank; d++) {
-      b.global[d] = t->dims[d]->size, b.shape[d] = sub[d];
-      b.start[d] = zdim[d] ? logical(s, t->dims[d], start[d] + zi[d]) : start[d];
-    }
-    ok = rt_random_fill(tmp, rt_dt(t->dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
-    int64_t idx[MAX_RANK] = {0};
-    for (int64_t e = 0; ok && e < subn; e++) {
-      int64_t li = 0;
-      for (int d = 0; d < t->rank; d++) li += (zdim[d] ? zi[d] : idx[d]) * lstride[d];
-      memcpy((char *)out + (size_t)li * eb, tmp + (size_t)e * eb, eb);
-      for (int d = t->rank - 1; d >= 0; d--) {
-        if (++idx[d] < sub[d]) break;
-        idx[d] = 0;
-      }
-    }
-    done = true;
-    for (int d = t->rank - 1; d >= 0; d--) {
-      if (!zdim[d]) continue;
-      if (++zi[d] < shape[d]) {
-        done = false;
-        break;
-      }
-      zi[d] = 0;
-    }
-  }
-  free(tmp);
-  return ok;
-}
-
-/* Puts dev's block of v into a new buffer on dev: cut from the whole tensor g, or generated. */
-static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const RunGen *gen, uint64_t seed, void **out,
-                  const char *name) {
-  int64_t start[MAX_RANK], shape[MAX_RANK];
-  block_of(s, v, dev, start, shape);
-  int64_t n = block_elems(&v->type, shape);
-  if (rt_alloc(rt_device(s->rt, dev), (size_t)(n > 0 ? n : 1) * (size_t)dtype_bytes(v->type.dtype), name, out) != RT_OK) return false;
-  int64_t *rows = storage_rows(s, v);
-  if (g) {
-    CopyCtx c = {.buf = *out, .dt = v->type.dtype, .global = g->data};
-    for_block_rows(s, &v->type, start, shape, rows, scatter_elem, &c);
-    free(rows);
-    return true;
-  }
-  if (gen->lo == gen->hi) { /* a constant */
-    for (int64_t i = 0; i < n; i++) put_elem(*out, v->type.dtype, i, gen->lo);
-    free(rows);
-    return true;
-  }
-  bool zz = false;
-  for (int d = 0; d < v->type.rank; d++) zz |= zigzag_dim(s, v->type.dims[d]);
-  if (zz) {
-    free(rows);
-    return place_zigzag(s, v, start, shape, gen, seed, *out);
-  }
-  RtBlock b = {.ndims = v->type.rank};
-  for (int d = 0; d < v->type.rank; d++) b.global[d] = v->type.dims[d]->size, b.start[d] = start[d], b.shape[d] = shape[d];
-  if (!rows) return rt_random_fill(*out, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
-  /* storage order: each local row made as the model's row it holds */
-  int64_t row = shape[0] > 0 ? n / shape[0] : 0;
-  bool ok = true;
-  for (int64_t r = 0; ok && r < shape[0]; r++) {
-    b.start[0] = rows[start[0] + r], b.shape[0] = 1;
-    char *dst = (char *)*out + (size_t)(r * row) * (size_t)dtype_bytes(v->type.dtype);
-    ok = rt_random_fill(dst, rt_dt(v->type.dtype), &b, seed, gen->key, gen->lo, gen->hi) == RT_OK;
-  }
-  free(rows);
-  return ok;
-}
-
-/* The whole value of output v from the devices' blocks: each block position once (from the devices
- * at coordinate 0 on the axes v is replicated over), partial sums added. */
+/* The whole value of output j from the devices' blocks (each block once, partial sums added: the
+ * runtime's block placement, read back). */
 static double *assemble(const RunSide *s, const Value *v, int slot) {
   int64_t n = tensor_type_elements(&v->type);
   bool root = rt_process_rank(s->rt) == 0; /* under MPI rank 0 assembles, the others send their blocks */
   double *g = root ? calloc((size_t)(n > 0 ? n : 1), sizeof *g) : NULL;
   if (!g && rt_process_count(s->rt) == 1) return NULL;
-  uint16_t used = v->sharding.partial;
-  for (int d = 0; s->mesh && d < v->type.rank; d++)
-    for (int k = 0; k < v->sharding.naxes[d]; k++) used |= (uint16_t)(1u << v->sharding.axes[d][k]);
-  const PipeInfo *pi = pipe_of(s);
-  uint16_t stage_mask = 0;
-  for (int k = 0; pi && k < pi->nstage_axes; k++) stage_mask |= (uint16_t)(1u << pi->stage_axes[k]);
-  int first = -1; /* a value replicated over the stages: from the first stage holding it */
-  for (int st = 0; pi && st < pi->stages && first < 0; st++)
-    if (stages_runs_on(place_of(s, v), st, pi->stages)) first = st;
-  bool by_stage = pi && !(used & stage_mask);
-  int64_t *rows = storage_rows(s, v);
+  const RtPlace *pl = &s->place[slot];
+  size_t bytes = (size_t)rt_place_elements(pl) * rt_dtype_size((RtDtype)pl->dtype);
   for (int dev = 0; dev < s->ndev; dev++) {
-    if (s->mesh) {
-      bool skip = false;
-      for (int a = 0; a < s->mesh->naxes; a++)
-        if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, dev), a) != 0) skip = true;
-      if (by_stage && stage_of(s, dev) != first) skip = true;
-      if (!holds(s, v, dev)) skip = true;
-      if (skip) continue;
-    }
-    int64_t start[MAX_RANK], shape[MAX_RANK];
-    block_of(s, v, dev, start, shape);
+    if (!rt_place_holds(pl, dev) || (pl->take && !pl->take[dev])) continue; /* every process skips the same */
     /* under MPI the block comes to rank 0 (every rank makes the same calls) */
-    size_t bytes = (size_t)block_elems(&v->type, shape) * (size_t)dtype_bytes(v->type.dtype);
     void *scratch = g && !rt_device_local(s->rt, dev) ? malloc(bytes ? bytes : 1) : NULL;
     if (g && !rt_device_local(s->rt, dev) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
     const void *buf = rt_fetch_to_root(s->rt, dev, s->slots[dev][slot], bytes, scratch);
-    CopyCtx c = {.buf = (void *)buf, .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
-    if (buf && g) for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
+    if (buf && g) rt_place_gather(pl, dev, buf, g);
     free(scratch);
   }
-  free(rows);
   return g; /* NULL but on rank 0 */
 }
 
@@ -328,6 +93,22 @@ RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const Rt
   }
   for (const Op *op = m->main->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < s->nparams) s->pval[op->index] = op->results[0];
+  arena_init(&s->arena);
+  s->place = ARENA_ARRAY(&s->arena, RtPlace, s->nslots + 1);
+  DevModule *dm = mesh ? m->dev : NULL;
+  if (mesh && (!dm || dm->mesh != mesh)) {
+    snprintf(err, n, "the program has no device program for mesh %s", mesh->name ? mesh->name : "?");
+    run_side_close(s);
+    return NULL;
+  }
+  for (int i = 0; i < s->nin; i++) { /* by slot: the OP_INPUT's index */
+    const Value *v = m->main->inputs[i];
+    int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
+    if (slot >= 0 && slot < s->nin) devprog_place(dm, &s->arena, v, &s->place[slot]);
+  }
+  for (int p = 0; p < s->nparams; p++)
+    if (s->pval[p]) devprog_place(dm, &s->arena, s->pval[p], &s->place[s->nin + p]);
+  for (int j = 0; j < s->nout; j++) devprog_place(dm, &s->arena, m->main->outputs[j], &s->place[s->nin + s->nparams + j]);
   return s;
 }
 
@@ -337,6 +118,7 @@ void run_side_close(RunSide *s) {
   for (int d = 0; s->slots && d < s->ndev; d++) free(s->slots[d]);
   free(s->slots);
   free(s->pval);
+  if (s->place) arena_free(&s->arena);
   free(s);
 }
 
@@ -358,10 +140,13 @@ static bool run_side_fill_local(RunSide *s, Tensor *const *inputs, Tensor *const
     for (int i = 0; i < s->nin; i++) {
       const Value *v = s->m->main->inputs[i];
       int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
-      if (holds(s, v, dev) && !place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) return false;
+      if (rt_place_holds(&s->place[slot], dev) &&
+          !place(s, slot, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input"))
+        return false;
     }
     for (int p = 0; p < s->nparams; p++)
-      if (s->pval[p] && holds(s, s->pval[p], dev) && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
+      if (s->pval[p] && rt_place_holds(&s->place[s->nin + p], dev) &&
+          !place(s, s->nin + p, dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
         return false;
   }
   return true;
@@ -438,15 +223,54 @@ Tensor *run_side_output(RunSide *s, int j) {
 }
 
 void run_side_perturb(RunSide *s, int j, double delta) {
-  const Value *v = s->m->main->outputs[j];
+  RtDtype dt = (RtDtype)s->place[s->nin + s->nparams + j].dtype;
   void *b = NULL; /* the first device holding it */
   for (int d = 0; d < s->ndev && !b; d++) b = s->slots[d][s->nin + s->nparams + j];
-  if (b) put_elem(b, v->type.dtype, 0, get_elem(b, v->type.dtype, 0) + delta);
+  if (!b) return;
+  if (dt == RT_I32) {
+    *(int32_t *)b += (int32_t)delta;
+    return;
+  }
+  float x;
+  rt_convert(&x, RT_F32, b, dt, 1);
+  x = (float)(x + delta);
+  rt_convert(b, dt, &x, RT_F32, 1);
 }
 
 double run_side_seconds(const RunSide *s) { return s->seconds; }
 int run_side_devices(const RunSide *s) { return s->ndev; }
 int run_side_processes(const RunSide *s) { return rt_process_count(s->rt); }
+
+int run_side_executed(const RunSide *s, RunExecuted **out, int *devices, int *ndevices) {
+  int32_t rec[64];
+  int nrep = devprog_record_devices(s->mesh ? s->m->dev : NULL, rec, 64);
+  for (int r = 0; r < nrep; r++) devices[r] = rec[r];
+  *ndevices = nrep;
+  RunExecuted *list = NULL;
+  int n = 0;
+  for (int r = 0; r < nrep; r++) {
+    int k = rt_executed(s->rt, devices[r], NULL, 0);
+    if (k < 0) {
+      free(list);
+      *out = NULL;
+      return -1;
+    }
+    RtExecuted *ex = calloc((size_t)k + 1, sizeof *ex);
+    rt_executed(s->rt, devices[r], ex, k);
+    for (int i = 0; i < k; i++) {
+      int j = 0;
+      while (j < n && !(list[j].kind == ex[i].kind && list[j].axes == ex[i].axes && list[j].bytes_per_device == ex[i].bytes_per_device)) j++;
+      if (j == n) {
+        list = realloc(list, sizeof *list * (size_t)(n + 1));
+        list[n++] = (RunExecuted){.kind = ex[i].kind, .axes = ex[i].axes, .bytes_per_device = ex[i].bytes_per_device};
+      }
+      list[j].count += (double)ex[i].count / nrep;
+    }
+    free(ex);
+  }
+  *out = list;
+  return n;
+}
 
 void run_side_clock(const RunSide *s, double *compute_s, double *comm_s) {
   double c = 0, k = 0;

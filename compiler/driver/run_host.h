@@ -45,6 +45,18 @@ size_t run_side_peak(const RunSide *s);
  * seconds, averaged over the devices (each pipeline stage's devices run that stage's share). */
 void run_side_clock(const RunSide *s, double *compute_s, double *comm_s);     /* the largest per-device peak of rt_alloc'd bytes */
 int run_side_devices(const RunSide *s);
+/* What ran (rt_executed): the collectives of the last run, aggregated by kind, axes (a set: bit a
+ * is mesh axis a) and bytes per device as explain defines them, as one device saw them: device 0,
+ * or under a pipeline one device of each stage (the devices of device 0's stage group), their
+ * counts averaged over the stages as explain counts a step's collectives. devices[] gets which
+ * (at most 64); returns how many kinds, -1 when the runtime lost count. The caller frees *out. */
+typedef struct RunExecuted {
+  int kind;             /* RT_ALL_GATHER, ... */
+  uint32_t axes;
+  double bytes_per_device;
+  double count;
+} RunExecuted;
+int run_side_executed(const RunSide *s, RunExecuted **out, int *devices, int *ndevices);
 int run_side_processes(const RunSide *s); /* MPI ranks running it (1 under threads) */
 /* Under a pipeline (m->pipeline), the stages holding value v of main (PLACE_*: its op's Op.place,
  * a pipeline result's PipeInfo.result_place); PLACE_ALL otherwise. */

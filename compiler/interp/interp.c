@@ -209,12 +209,9 @@ bool interp_setup(Interp *I, const IrModule *m, const Mesh *mesh, const InterpOp
   I->vals = calloc((size_t)I->ndev, sizeof *I->vals);
   I->active = calloc((size_t)I->ndev, sizeof *I->active);
   if (!I->vals || !I->active) return interp_fail(I, NULL, "out of memory");
-  if (I->spmd && m->pipeline && m->pipeline->pipe) {
-    I->pipe = m->pipeline->pipe;
-    I->stage = calloc((size_t)I->ndev, sizeof(int));
-    if (!I->stage) return interp_fail(I, NULL, "out of memory");
-    for (int d = 0; d < I->ndev; d++) I->stage[d] = stages_of_device(I->pipe, mesh, d);
-  }
+  arena_init(&I->dev_arena);
+  I->dev = m->dev && m->dev->mesh == mesh ? m->dev : devprog_bare(&I->dev_arena, m, mesh);
+  if (I->spmd && m->pipeline && m->pipeline->pipe) I->pipe = m->pipeline->pipe;
   for (int d = 0; d < I->ndev; d++) {
     I->active[d] = true;
     I->vals[d] = calloc((size_t)(I->nvalues > 0 ? I->nvalues : 1), sizeof(Tensor *));
@@ -231,37 +228,38 @@ void interp_teardown(Interp *I) {
   }
   free(I->vals);
   free(I->active);
-  free(I->stage);
-  I->stage = NULL;
+  arena_free(&I->dev_arena);
+  I->dev = NULL;
   I->vals = NULL;
   I->active = NULL;
 }
 
 /* Every OP_INPUT / OP_PARAM of main takes its whole tensor (checked against the value's type),
  * cut to each device's block in an SPMD run, rounded to the options' precision. */
-/* ---- a causal ring's zigzag order (IrModule.zigzag, ir_zigzag_logical) ---- */
+/* ---- storage orders (the device program's: dev_dim_order) ---- */
 int64_t interp_logical_index(const Interp *I, const Dim *d, int64_t p) {
-  return I->spmd ? ir_zigzag_logical(I->m, d, p) : p;
+  if (!I->spmd) return p;
+  RtOrder o = dev_dim_order(I->dev, d, -1);
+  return rt_order_logical(&o, p);
 }
 
-Tensor *interp_zigzag_permute(const Interp *I, const Tensor *t, bool to_storage) {
+Tensor *interp_storage_permute(const Interp *I, const Tensor *t, bool to_storage) {
   Tensor *r = tensor_copy(t);
-  const struct Zigzag *z = &I->m->zigzag;
-  if (!r || !I->spmd || !z->axes) return r;
+  if (!r || !I->spmd) return r;
   for (int ax = 0; ax < t->type.rank; ax++) {
-    const Dim *d = t->type.dims[ax];
-    if (d != z->dims[0] && d != z->dims[1]) continue;
-    /* along dim ax: storage position p holds logical position interp_logical_index(p) */
+    RtOrder o = dev_dim_order(I->dev, t->type.dims[ax], ax);
+    if (o.kind == RT_ORDER_NATURAL) continue;
+    /* along dim ax: storage position p holds logical position rt_order_logical(p) */
     Tensor *src = tensor_copy(r);
     if (!src) return tensor_free(r), NULL;
     int64_t inner = 1, outer = 1, len = t->shape[ax];
     for (int i = ax + 1; i < t->type.rank; i++) inner *= t->shape[i];
     for (int i = 0; i < ax; i++) outer *= t->shape[i];
-    for (int64_t o = 0; o < outer; o++)
+    for (int64_t o2 = 0; o2 < outer; o2++)
       for (int64_t p = 0; p < len; p++) {
-        int64_t l = interp_logical_index(I, d, p);
+        int64_t l = rt_order_logical(&o, p);
         int64_t to = to_storage ? p : l, from = to_storage ? l : p;
-        memcpy(r->data + (o * len + to) * inner, src->data + (o * len + from) * inner, sizeof(double) * (size_t)inner);
+        memcpy(r->data + (o2 * len + to) * inner, src->data + (o2 * len + from) * inner, sizeof(double) * (size_t)inner);
       }
     tensor_free(src);
   }
@@ -291,11 +289,9 @@ bool interp_bind(Interp *I, Tensor *const *inputs, Tensor *const *params) {
       if (I->spmd) {
         int64_t st[MAX_RANK], sh[MAX_RANK];
         if (!spmd_block(I, op, v, d, st, sh)) return false;
-        Tensor *ws = interp_pipe_permute(I->pipe, w, true); /* an interleaved pipeline's storage order */
-        Tensor *wz = ws ? interp_zigzag_permute(I, ws, true) : NULL; /* a causal ring's */
-        t = wz ? iop_slice(wz, st, sh) : NULL;
+        Tensor *ws = interp_storage_permute(I, w, true); /* a ring's zigzag, an interleaved pipeline's rows */
+        t = ws ? iop_slice(ws, st, sh) : NULL;
         tensor_free(ws);
-        tensor_free(wz);
       } else {
         t = tensor_copy(w);
       }
@@ -440,7 +436,7 @@ static bool eval_func(Interp *I, const IrFunc *f) {
       continue;
     }
     /* an op of main placed on some pipeline stages runs on their devices alone */
-    for (int d = 0; d < I->ndev; d++) I->active[d] = stages_runs_on(op->place, I->stage[d], I->pipe->stages);
+    for (int d = 0; d < I->ndev; d++) I->active[d] = dev_runs_on(I->dev, op->place, d);
     bool ok = eval_op(I, op);
     for (int d = 0; d < I->ndev; d++) I->active[d] = true;
     if (!ok) return false;

@@ -8,6 +8,7 @@
 #ifndef SHARDC_INTERP_INT_H
 #define SHARDC_INTERP_INT_H
 
+#include "devprog.h"
 #include "interp.h"
 
 #define NORM_EPS 1e-5   /* rmsnorm and layernorm (partition.c's statistics form uses the same) */
@@ -24,9 +25,12 @@ typedef struct Interp {
   int nvalues;
   Tensor ***vals;       /* [device][value id]: the device's block of the value, or NULL */
   bool *active;         /* [device]: evaluates ops now (false: another pipeline stage's turn) */
+  /* the device program (devprog.h): the module's, or (a module without one: a hand-made test's) a
+   * bare one of the interpreter's for its groups, blocks, stages and orders */
+  DevModule *dev;
+  Arena dev_arena;
   /* pipelines (interp_pipe.c) */
   const PipeInfo *pipe; /* the module's pipeline (m->pipeline), or NULL */
-  int *stage;           /* [device]: its stage along the pipeline's stage axes */
   /* the block of its result the op being evaluated must make (SPMD: its result's sharding on the
    * device; the dims an op makes of its own -- a broadcast's, onehot's, take_grad's rows -- are
    * made only there); want_set false: whole */
@@ -61,11 +65,13 @@ typedef struct RingBlocks {
 /* interp_ops.c: one device's ring attention (interp_spmd.c gathers the blocks). */
 Tensor *iop_ring_attention(Interp *I, const Op *op, const RingBlocks *R);
 
-/* The logical index of storage position p along d: a causal ring's zigzag order (IrModule.zigzag)
- * in an SPMD run, p itself otherwise. */
+/* The logical index of storage position p along d (the device program's storage order of d: a
+ * causal ring's zigzag) in an SPMD run, p itself otherwise. */
 int64_t interp_logical_index(const Interp *I, const Dim *d, int64_t p);
-/* A whole tensor into (to_storage) or out of the zigzag order along those dims (a copy). */
-Tensor *interp_zigzag_permute(const Interp *I, const Tensor *t, bool to_storage);
+/* A whole tensor (a main input or output) into (to_storage) or out of the device program's storage
+ * orders along each of its dims (dev_dim_order: a causal ring's zigzag, an interleaved pipeline's
+ * stacked rows); a copy, a plain one in a global run. */
+Tensor *interp_storage_permute(const Interp *I, const Tensor *t, bool to_storage);
 
 /* interp_ops.c: op (not a loop, input, param or collective) on blocks x[0..noperands); the
  * result's blocks follow from the operands'. NULL after an error. */
@@ -82,10 +88,6 @@ bool spmd_loop_check(Interp *I, const Op *op);   /* the loop's shardings agree w
 /* interp_pipe.c: an OP_PIPELINE, its stages in the schedule's order; the walk of a function
  * (interp.c), which it runs each region with. */
 bool interp_pipeline(Interp *I, const Op *op);
-/* A copy of t (a main input or output, global) with its stacked dim moved to the pipeline's storage
- * order (to_storage) or back: only when the pipeline interleaves V > 1 chunks and t leads with its
- * stacked dim; else a plain copy. */
-Tensor *interp_pipe_permute(const PipeInfo *pi, const Tensor *t, bool to_storage);
 bool interp_eval_func(Interp *I, const IrFunc *f);
 /* The block of v that device dev holds under v's sharding (false with an error if a sharded dim
  * does not divide, or an input or param is partial). */

@@ -8,13 +8,12 @@
  * region that reads it (a send moves it to the same device of the peer stage), residuals to the
  * stage's store, gradients added (in f32) into the accumulators, which are the pipeline's
  * results. A global run is the same with one device playing every stage. The stacked dim of a
- * pipeline over V > 1 chunks is held in storage order (stage-major; ir.h): bind and reassemble
- * permute it (interp_pipe_permute). */
+ * pipeline over V > 1 chunks is held in storage order (stage-major; the device program's
+ * RT_ORDER_INTERLEAVED): bind and reassemble permute it (interp_storage_permute). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "interp_int.h"
-#include "stages.h"
 
 typedef struct PipeRun {
   Interp *I;
@@ -33,23 +32,15 @@ static int mail_index(const PipeRun *P, bool bwd, int slot, int mb) {
 }
 
 static bool on_stage(const PipeRun *P, int d, int s) {
-  return !P->I->spmd || P->I->stage[d] == s;
+  return !P->I->spmd || dev_stage(P->I->dev, d) == s;
 }
 
-/* The device of stage `s` with the same coordinates as d on every other axis. */
+/* The device of stage `s` with the same coordinates as d on every other axis: its stage group's
+ * member of rank s. */
 static int peer_device(const PipeRun *P, int d, int s) {
   if (!P->I->spmd) return d;
-  const Mesh *m = P->I->mesh;
-  int64_t dev = d, stage = s;
-  for (int k = P->pi->nstage_axes - 1; k >= 0; k--) {
-    int a = P->pi->stage_axes[k];
-    int64_t stride = 1;
-    for (int b = a + 1; b < m->naxes; b++) stride *= m->axes[b].size;
-    int64_t c = (dev / stride) % m->axes[a].size;
-    dev += ((stage % m->axes[a].size) - c) * stride;
-    stage /= m->axes[a].size;
-  }
-  return (int)dev;
+  const DevGroups *g = P->I->dev->pipe->stages;
+  return g->members[g->group_of[d] * g->size + s];
 }
 
 /* Rows [r0, r0 + n) of stacked tensor t, as a tensor of type ty (the chunk dim in front). */
@@ -68,12 +59,8 @@ static Tensor *chunk_rows(const Tensor *t, const TensorType *ty, int64_t r0, int
   return r;
 }
 
-/* The local rows of model chunk g on its stage: stage-major storage, the stage's V chunks in order. */
-static int64_t chunk_row0(const PipeRun *P, int g) {
-  int64_t local_chunk = g / P->pi->stages;
-  if (!P->I->spmd) return (int64_t)g * P->pi->chunk_layers; /* global: model order */
-  return local_chunk * P->pi->chunk_layers;
-}
+/* The local rows of model chunk g on its stage (the device program's storage order). */
+static int64_t chunk_row0(const PipeRun *P, int g) { return dev_chunk_row0(P->I->dev, g); }
 
 static void add_into(Interp *I, Tensor *acc, const Tensor *g, int64_t row0) {
   int64_t off = row0 * (acc->type.rank > 0 && acc->shape[0] > 0 ? acc->n / acc->shape[0] : 0);
@@ -251,7 +238,7 @@ bool interp_pipeline(Interp *I, const Op *op) {
   /* results: the accumulators (a forward's results) on the stages that hold them */
   for (int d = 0; d < P.nd; d++) {
     for (int k = 0; k < op->nresults; k++) {
-      bool here = !I->spmd || !pi->result_place || stages_runs_on(pi->result_place[k], I->stage[d], p);
+      bool here = !I->spmd || !pi->result_place || dev_runs_on(I->dev, pi->result_place[k], d);
       if (ok && here && P.acc[d][k]) interp_set(I, d, op->results[k], P.acc[d][k]);
       else tensor_free(P.acc[d][k]);
     }
@@ -267,24 +254,4 @@ bool interp_pipeline(Interp *I, const Op *op) {
   free(was);
   if (ok) I->st->ops++;
   return ok;
-}
-
-/* Global row l of a stacked dim over p stages x V chunks x Lc layers, and the storage row that
- * holds it: l = (c p + s) Lc + j is row (s V + c) Lc + j. */
-static int64_t storage_row(const PipeInfo *pi, int64_t l) {
-  int64_t Lc = pi->chunk_layers, g = l / Lc, j = l % Lc;
-  int64_t c = g / pi->stages, s = g % pi->stages;
-  return (s * pi->chunks + c) * Lc + j;
-}
-
-Tensor *interp_pipe_permute(const PipeInfo *pi, const Tensor *t, bool to_storage) {
-  Tensor *r = tensor_copy(t);
-  if (!r || !pi || pi->chunks <= 1 || t->type.rank < 1 || t->type.dims[0] != pi->stack_dim) return r;
-  int64_t rows = t->shape[0], row = rows > 0 ? t->n / rows : 0;
-  for (int64_t l = 0; l < rows; l++) {
-    int64_t st = storage_row(pi, l);
-    if (to_storage) memcpy(r->data + st * row, t->data + l * row, sizeof(double) * (size_t)row);
-    else memcpy(r->data + l * row, t->data + st * row, sizeof(double) * (size_t)row);
-  }
-  return r;
 }

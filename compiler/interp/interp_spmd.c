@@ -37,20 +37,9 @@
 #include <string.h>
 
 #include "interp_int.h"
-#include "localize.h"
 #include "partition.h"
 
 /* ---- devices and axes ---- */
-
-static int64_t axis_stride(const Mesh *m, int a) {
-  int64_t s = 1;
-  for (int b = a + 1; b < m->naxes; b++) s *= m->axes[b].size;
-  return s;
-}
-
-static int coord(const Interp *I, int dev, int a) {
-  return (int)((dev / axis_stride(I->mesh, a)) % I->mesh->axes[a].size);
-}
 
 /* Axes of size 1 change nothing: masks drop them before any comparison. */
 static uint16_t real_axes(const Interp *I, uint16_t mask) {
@@ -122,24 +111,32 @@ static bool valid_sharding(Interp *I, const Op *op, const Value *v) {
   return true;
 }
 
+/* The block of a value of type t under sharding s on device dev: the device program's (its groups
+ * per dim, dev_sharding_block), once the dims are checked to divide. */
 static bool block_under(Interp *I, const Op *op, const TensorType *t, const Sharding *s, int dev, int64_t *start,
                         int64_t *shape) {
   for (int i = 0; i < t->rank; i++) {
-    int64_t nb = 1, bi = 0;
+    int64_t nb = 1;
     for (int k = 0; k < s->naxes[i] && k < MAX_AXES_PER_DIM; k++) {
       int a = s->axes[i][k];
       if (a < 0 || a >= I->mesh->naxes) return interp_fail(I, op, "axis #%d is not an axis of the mesh", a);
       nb *= I->mesh->axes[a].size;
-      bi = bi * I->mesh->axes[a].size + coord(I, dev, a);
     }
     int64_t size = t->dims[i]->size;
     if (nb < 1 || size % nb)
       return interp_fail(I, op, "dim %s (%lld) does not divide into %lld blocks", t->dims[i]->name, (long long)size,
                          (long long)nb);
-    shape[i] = size / nb;
-    start[i] = bi * shape[i];
   }
+  dev_sharding_block(I->dev, t, s, dev, start, shape);
   return true;
+}
+
+/* The device program's groups over a set of axes; whether devices a and b are in one of them. */
+static const DevGroups *groups_of(const Interp *I, uint16_t axes) { return dev_groups_mask(I->dev, axes); }
+
+static bool same_group(const Interp *I, int a, int b, uint16_t axes) {
+  const DevGroups *g = groups_of(I, axes);
+  return g->group_of[a] == g->group_of[b];
 }
 
 bool spmd_block(Interp *I, const Op *op, const Value *v, int dev, int64_t *start, int64_t *shape) {
@@ -353,14 +350,15 @@ static Tensor *slice_to_result(Interp *I, const Op *op, Tensor *x, const int64_t
   return need ? iop_slice(x, st, sh) : x;
 }
 
-/* The offsets localisation wrote (Op.offs) are the blocks this device holds: each one's global
- * start (an OP_SLICE's: within its operand's block) and extent, against the blocks the run
- * tracks. The lowering computes global indices from these alone. */
+/* The device program's offsets (DevOp.offs, from localisation's Op.offs) are the blocks this device
+ * holds: each one's global start (an OP_SLICE's: within its operand's block) and extent, against
+ * the blocks the run tracks. The lowering computes global indices from these alone. */
 static bool check_offsets(Interp *I, const Op *op, int dev, Tensor *const *x, const int64_t *rs, const int64_t *rsh) {
   const TensorType *rt = &op->results[0]->type;
-  for (int k = 0; k < op->noffs; k++) {
-    const DimIndex *di = &op->offs[k];
-    int64_t off = di->extent * localize_block_number(I->mesh, di->axes, di->naxes, dev);
+  if (!op->dev && op->noffs) return interp_fail(I, op, "offsets outside a device program");
+  for (int k = 0; op->dev && k < op->dev->noffs; k++) {
+    const DevOffset *di = &op->dev->offs[k];
+    int64_t off = dev_block_start(di->groups, dev, di->extent);
     int64_t start = -1, ext = -1;
     int p = tensor_type_find(rt, di->dim);
     if (op->kind == OP_SLICE) {
@@ -385,28 +383,18 @@ static bool check_offsets(Interp *I, const Op *op, int dev, Tensor *const *x, co
   return true;
 }
 
-static bool same_group(const Interp *I, int a, int b, uint16_t axes);
-
 /* ---- ring attention ----
  *
- * Each device's ring: the devices of its group along Op.ring (same coordinates elsewhere), by
- * their rank on the ring's axes (mixed radix, the first axis most significant); the block that
- * reaches device r at step j is that of rank r - j (mod n), as a +1 CollectivePermute passes
- * them. The kernel (interp_ops.c's iop_ring_attention) merges them. */
-static int ring_rank(const Interp *I, int dev, uint16_t axes) {
-  int r = 0;
-  for (int a = 0; a < I->mesh->naxes; a++)
-    if (axes >> a & 1) r = r * I->mesh->axes[a].size + coord(I, dev, a);
-  return r;
-}
-
+ * Each device's ring: its group of the device program's ring (DevRing: over the key dim's axes, in
+ * their tuple's order), by rank; the block that reaches device r at step j is that of rank r - j
+ * (mod n), as a +1 CollectivePermute passes them. The kernel (interp_ops.c's iop_ring_attention)
+ * merges them. */
 static bool spmd_ring(Interp *I, const Op *op) {
-  uint16_t A = real_axes(I, op->ring);
   const Value *res = op->results[0];
   if (!valid_sharding(I, op, res)) return false;
-  int n = 1;
-  for (int a = 0; a < I->mesh->naxes; a++)
-    if (A >> a & 1) n *= I->mesh->axes[a].size;
+  if (!op->dev || !op->dev->ring) return interp_fail(I, op, "a ring attention outside a device program");
+  const DevGroups *G = op->dev->ring->groups;
+  int n = G->size;
   bool bwd = op->kind == OP_ATTENTION_GRAD;
   if (op->noperands < (bwd ? 5 : 3)) return interp_fail(I, op, "ring attention with %d operands", op->noperands);
   Tensor **q = calloc((size_t)n, sizeof *q), **k = calloc((size_t)n, sizeof *k), **v = calloc((size_t)n, sizeof *v);
@@ -416,9 +404,8 @@ static bool spmd_ring(Interp *I, const Op *op) {
   if (!ok) interp_fail(I, op, "out of memory");
   for (int d = 0; ok && d < I->ndev; d++) {
     if (!I->active[d]) continue;
-    for (int e = 0; e < I->ndev; e++)
-      if (same_group(I, d, e, A)) by_rank[ring_rank(I, e, A)] = e;
-    int r = ring_rank(I, d, A);
+    for (int r = 0; r < n; r++) by_rank[r] = G->members[G->group_of[d] * n + r];
+    int r = G->rank_of[d];
     for (int j = 0; j < n && ok; j++) {
       int src = by_rank[((r - j) % n + n) % n];
       q[j] = interp_val(I, src, op->operands[0]);
@@ -562,23 +549,12 @@ bool spmd_op(Interp *I, const Op *op) {
 
 /* ---- collectives ---- */
 
-/* Devices in dev's group: the same coordinates on every axis outside `axes`. */
-static bool same_group(const Interp *I, int a, int b, uint16_t axes) {
-  for (int x = 0; x < I->mesh->naxes; x++)
-    if (!(axes >> x & 1) && coord(I, a, x) != coord(I, b, x)) return false;
-  return true;
-}
-
-/* A collective with a group (a tied param's first and last stage) reduces among the devices whose
- * index along its axes is in the group; every device runs it only where the op is placed. */
+/* A collective with a group (a tied param's first and last stage) reduces among the devices of its
+ * subset groups (the device program's); every device runs it only where the op is placed. */
 static bool in_coll_group(const Interp *I, const Op *op, uint16_t A, int e) {
   if (!op->coll || !op->coll->ngroup) return true;
-  int64_t j = 0;
-  for (int a = 0; a < I->mesh->naxes; a++)
-    if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, e, a);
-  for (int g = 0; g < op->coll->ngroup; g++)
-    if (op->coll->group[g] == j) return true;
-  return false;
+  const DevGroups *g = dev_groups_subset(I->dev, groups_of(I, A), op->coll->group, op->coll->ngroup);
+  return g->group_of[e] >= 0;
 }
 
 /* Applies x onto r where their blocks overlap: copy (mode 0), add (1), max (2); marks covered. */
@@ -646,8 +622,8 @@ static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
   }
 }
 
-/* A ring shift by one over A: the device at index j along A (mixed radix, mesh order) receives
- * from index j - 1. */
+/* A ring shift by one over A: the device of rank j in its group over A (the device program's, mesh
+ * order) receives from rank j - 1. */
 static bool permute(Interp *I, const Op *op, uint16_t A) {
   const Value *x = op->operands[0], *res = op->results[0];
   if (op->coll_period > 0) return interp_fail(I, op, "a pipeline transfer outside its pipeline op");
@@ -655,18 +631,10 @@ static bool permute(Interp *I, const Op *op, uint16_t A) {
   Tensor **out = calloc((size_t)nd, sizeof *out);
   if (!out) return interp_fail(I, op, "out of memory");
   bool ok = true;
+  const DevGroups *g = groups_of(I, A);
   for (int d = 0; d < nd && ok; d++) {
     if (!I->active[d]) continue;
-    int64_t j = 0, n = 1;
-    for (int a = 0; a < I->mesh->naxes; a++)
-      if (A >> a & 1) j = j * I->mesh->axes[a].size + coord(I, d, a), n *= I->mesh->axes[a].size;
-    int64_t from = (j + n - 1) % n, src = d;
-    for (int a = I->mesh->naxes - 1; a >= 0; a--) {
-      if (!(A >> a & 1)) continue;
-      int size = I->mesh->axes[a].size;
-      src += ((from % size) - coord(I, d, a)) * axis_stride(I->mesh, a);
-      from /= size;
-    }
+    int n = g->size, src = g->members[g->group_of[d] * n + (g->rank_of[d] + n - 1) % n];
     Tensor *v = interp_val(I, (int)src, x);
     if (!v || !I->active[src]) ok = interp_fail(I, op, "device %lld has no operand to send", (long long)src);
     else out[d] = tensor_copy(v);
@@ -818,9 +786,7 @@ bool interp_run_spmd(const IrModule *m, const Mesh *mesh, const InterpOptions *o
   bool ok = interp_setup(&I, m, mesh, o, st) && interp_bind(&I, inputs, params) && interp_exec(&I);
   for (int i = 0; ok && i < m->main->noutputs; i++) {
     Tensor *st = reassemble(&I, m->main->outputs[i]);
-    Tensor *lt = st ? interp_pipe_permute(I.pipe, st, false) : NULL; /* back from storage order */
-    outputs[i] = lt ? interp_zigzag_permute(&I, lt, false) : NULL;
-    tensor_free(lt);
+    outputs[i] = st ? interp_storage_permute(&I, st, false) : NULL; /* back from storage order */
     tensor_free(st);
     ok = outputs[i] != NULL;
   }

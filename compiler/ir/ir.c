@@ -481,16 +481,6 @@ bool ir_verify(const IrModule *m, FILE *err) {
   return v.problems == 0;
 }
 
-int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p) {
-  const struct Zigzag *z = &m->zigzag;
-  if (!z->axes || z->n < 2 || (d != z->dims[0] && d != z->dims[1])) return p;
-  int64_t c = d->size / (2 * z->n);
-  if (c <= 0) return p;
-  int64_t b = p / (2 * c), o = p % (2 * c);
-  int64_t chunk = o < c ? b : 2 * z->n - 1 - b;
-  return chunk * c + o % c;
-}
-
 uint16_t ir_batch_axes(const IrModule *m) {
   uint16_t ax = 0;
   for (int i = 0; m && m->main && i < m->main->ninputs; i++) {

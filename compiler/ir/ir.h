@@ -380,6 +380,8 @@ struct Op {
   CollSpec *coll;       /* collectives: what the runtime call does; NULL before localize */
   PipeInfo *pipe;       /* OP_PIPELINE */
   uint8_t place;        /* PLACE_*: the stages that run it (an op of main once a pipeline exists) */
+  /* the device program (shard/devprog.h): what the op is on the devices; NULL before it is built */
+  struct DevOp *dev;
 };
 
 /* Which part of a train step an op belongs to (Op.phase; step.c sets it). A stacked loop's ops
@@ -419,8 +421,8 @@ typedef struct IrModule {
   struct Zigzag {       /* a causal ring's load balance (partition.c): dims `dims` (the query and
                            key sequence) sharded over `axes` are stored in zigzag order: split into
                            2n chunks, device i holds chunks i and 2n-1-i; every tensor with them
-                           keeps that order (the interpreter permutes inputs and outputs, causal
-                           masks read the logical index) */
+                           keeps that order (the device program's RT_ORDER_ZIGZAG: inputs and
+                           outputs are placed in it, causal masks read the logical index) */
     const struct Dim *dims[2];
     uint16_t axes;      /* 0: none */
     int n;
@@ -439,6 +441,7 @@ typedef struct IrModule {
   } weigh;
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
+  struct DevModule *dev; /* the device program (shard/devprog.h), built last; NULL before */
 } IrModule;
 
 /* ---- building ---- */
@@ -481,10 +484,6 @@ char *tensor_type_format(char *buf, size_t n, const TensorType *t);
 char *sharding_format(char *buf, size_t n, const TensorType *t, const Sharding *s, const Mesh *m);
 int64_t sharding_local_extent(const TensorType *t, const Sharding *s, const Mesh *m, int dim);
 int64_t sharding_local_bytes(const TensorType *t, const Sharding *s, const Mesh *m);
-/* The logical index of storage position p along d under m's zigzag order (IrModule.zigzag): a dim
- * of size S over n ring devices is cut into 2n chunks of c = S / 2n, and storage block b (device
- * b's, 2c long) holds chunks b and 2n-1-b. p itself for every other dim. */
-int64_t ir_zigzag_logical(const IrModule *m, const Dim *d, int64_t p);
 /* The axes sharding a dim named `batch` in any of main's inputs (the entry's arguments, a step's
  * labels): the data-parallel axes. */
 uint16_t ir_batch_axes(const IrModule *m);
@@ -499,4 +498,8 @@ int ir_fuse_attention(IrModule *m);
 
 /* Stable text dump, for tests and `--emit-ir`. */
 void ir_print(FILE *out, const IrModule *m);
+/* The same, with hook(out, op) printing what a later stage states about each op after its own facts
+ * (shard/devprog.c: the device program's groups, blocks and rings). */
+typedef void (*IrPrintHook)(FILE *out, const Op *op);
+void ir_print_with(FILE *out, const IrModule *m, IrPrintHook hook);
 #endif

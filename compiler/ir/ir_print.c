@@ -81,6 +81,8 @@ static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+/* ir_print_with's per-op hook: what a later stage states about the op (the device program). */
+static IrPrintHook print_hook;
 static void print_action(FILE *out, const PipeAction *a) {
   static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
   fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb, a->chunk);
@@ -139,6 +141,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
     if (op->coll->ngroup) fprintf(out, " group {%d, %d}", op->coll->group[0], op->coll->group[1]);
   }
   if (op->bucket) fprintf(out, " bucket %d", op->bucket);
+  if (print_hook) print_hook(out, op);
 }
 
 static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
@@ -353,6 +356,12 @@ static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth)
   if (f->noutputs) fputc(' ', out);
   print_refs(out, f->outputs, 0, f->noutputs);
   fputc('\n', out);
+}
+
+void ir_print_with(FILE *out, const IrModule *m, IrPrintHook hook) {
+  print_hook = hook;
+  ir_print(out, m);
+  print_hook = NULL;
 }
 
 void ir_print(FILE *out, const IrModule *m) {

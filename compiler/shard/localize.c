@@ -74,17 +74,6 @@ int64_t localize_extent(const Mesh *mesh, const TensorType *t, const Sharding *s
   return n > 0 ? size / n : size;
 }
 
-int64_t localize_block_number(const Mesh *mesh, const int8_t *axes, int n, int64_t dev) {
-  int64_t b = 0;
-  for (int i = 0; i < n; i++) {
-    int a = axes[i];
-    int64_t stride = 1;
-    for (int j = a + 1; j < mesh->naxes; j++) stride *= mesh->axes[j].size;
-    b = b * mesh->axes[a].size + (dev / stride) % mesh->axes[a].size;
-  }
-  return b;
-}
-
 static void set_local(const Loc *L, Value *v) {
   for (int i = 0; i < v->type.rank; i++) v->local[i] = localize_extent(L->mesh, &v->type, &v->sharding, i);
 }
@@ -309,17 +298,7 @@ static void localize_facts(Loc *L, Op *op) {
       add_off_of(L, op, op->operands[0], op->dims[2], 2);
       add_off_of(L, op, op->operands[1], op->dims[1], 2);
     }
-    if (op->ring) { /* the ring: a permute's spec over its axes (the key block arriving at step j is
-                       the one of the device j places back along it) */
-      CollSpec *c = ARENA_NEW(L->m->arena, CollSpec);
-      int8_t a[MAX_AXES_PER_DIM];
-      int n = 0;
-      for (int ax = 0; ax < L->mesh->naxes && n < MAX_AXES_PER_DIM; ax++)
-        if ((op->ring >> ax & 1) && L->mesh->axes[ax].size > 1) a[n++] = (int8_t)ax;
-      coll_part(L, c, -1, a, n);
-      c->shift = 1;
-      op->coll = c;
-    }
+    /* a ring's group and order are the device program's (devprog.h: DevRing, the key dim's tuple) */
     break;
   case OP_TAKE:
     if (op->operands[0]->type.rank > 0) add_off(L, op, dim_index_of(L, op->operands[0], 0), 1);

@@ -27,10 +27,6 @@ bool localize_module(IrModule *m, const Program *p);
 /* The local extent of dim `pos` of v under sharding s on mesh (the global size when mesh is NULL). */
 int64_t localize_extent(const Mesh *mesh, const TensorType *t, const Sharding *s, int pos);
 
-/* A device's block number over axes[0..n) (its coordinates read mixed-radix, the first most
- * significant), for the device numbered `dev` (major to minor over the mesh's axes). */
-int64_t localize_block_number(const Mesh *mesh, const int8_t *axes, int n, int64_t dev);
-
 /* Counts, for a test, what localisation left implicit: ops with an in_shard, collectives without a
  * CollSpec, values without local extents, means without a divisor. 0 on a localised module. */
 int localize_count_implicit(const IrModule *m);

@@ -1168,10 +1168,10 @@ static void ring_attention(Walk *W, Op *op, double mult) {
   bool carries = op->kind == OP_ATTENTION || op->index == 0; /* the op that carries the ring's cost */
   if (carries) {
     const Value *k = op->operands[1], *v = op->operands[2];
-    double block = (double)sharding_local_bytes(&k->type, &pl->req[1], W->mesh) +
-                   (double)sharding_local_bytes(&v->type, &pl->req[2], W->mesh);
-    if (op->kind == OP_ATTENTION_GRAD) block *= 2;
-    charge(W, (n - 1) * cost_collective(W->mesh, COLL_PERMUTE, ring, block, true, NULL), 1, mult);
+    CollCost step;
+    int steps = cost_ring(W->mesh, ring, (double)sharding_local_bytes(&k->type, &pl->req[1], W->mesh),
+                          (double)sharding_local_bytes(&v->type, &pl->req[2], W->mesh), op->kind == OP_ATTENTION_GRAD, true, &step);
+    charge(W, steps * step.time_s, 1, mult);
   }
   if (!W->apply) return;
   op->ring = ring;

@@ -532,11 +532,11 @@ static bool ring_by_layout(const Program *p, const Op *op, uint16_t ring) {
  * K, V and their gradients (the three gradient ops are one kernel: dk and dv add nothing). */
 static double ring_seconds(const Mesh *m, const Op *op, const Sharding *const *opnd, uint16_t ring) {
   if (op->kind == OP_ATTENTION_GRAD && op->index != 0) return 0;
-  int n = (int)sharding_axes_product(m, ring);
   const Value *k = op->operands[1], *v = op->operands[2];
-  double block = (double)sharding_local_bytes(&k->type, opnd[1], m) + (double)sharding_local_bytes(&v->type, opnd[2], m);
-  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
-  return (n - 1) * cost_collective(m, COLL_PERMUTE, ring, block, true, NULL);
+  CollCost step; /* cost.h's ring: the one formula (partition.c, explain and the simulator call it too) */
+  int steps = cost_ring(m, ring, (double)sharding_local_bytes(&k->type, opnd[1], m), (double)sharding_local_bytes(&v->type, opnd[2], m),
+                        op->kind == OP_ATTENTION_GRAD, true, &step);
+  return steps * step.time_s;
 }
 
 static double reshard_bytes(const Reshard *rs) {

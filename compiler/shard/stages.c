@@ -609,17 +609,6 @@ static Op *find_pipelined(const Mesh *mesh, IrFunc *f, bool reverse, IrFunc **in
   return NULL;
 }
 
-int stages_of_device(const PipeInfo *pi, const Mesh *mesh, int64_t dev) {
-  return (int)localize_block_number(mesh, pi->stage_axes, pi->nstage_axes, dev);
-}
-
-bool stages_runs_on(uint8_t place, int s, int p) {
-  if (place == PLACE_ALL) return true;
-  if (s == 0) return place & PLACE_FIRST;
-  if (s == p - 1) return place & PLACE_LAST;
-  return place & PLACE_MID;
-}
-
 /* A forward alone: main's ops (inputs and params apart) move into a body whose inputs stand for
  * main's inputs and params, so that the split below treats it as a step's microbatch body. */
 static IrFunc *wrap_forward(St *S) {

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "bufplan.h"
+#include "devprog.h"
 #include "opcost.h"
 #include "route.h"
 #include "sim.h"
@@ -144,19 +145,17 @@ double sim_collective_seconds(const Mesh *mesh, const Op *op, bool ideal, CollCo
                                ideal, out);
 }
 
-/* Ring attention (Op.ring): n steps, each the attention of one K/V block (1/n of the op's
- * compute) while the next block arrives: the first step's compute, then n - 1 steps of whichever
- * is longer, the block's compute or its CollectivePermute (K and V; the backward also their
- * gradients). */
+/* Ring attention (the device program's DevRing): n steps, each the attention of one K/V block (1/n
+ * of the op's compute) while the next block arrives: the first step's compute, then n - 1 steps of
+ * whichever is longer, the block's compute or its CollectivePermute (cost_ring: K and V; the
+ * backward also their gradients). */
 static double ring_seconds(const Mesh *mesh, const Op *op, double compute, bool ideal) {
-  int n = 1;
-  for (int a = 0; a < mesh->naxes; a++)
-    if (op->ring >> a & 1) n *= mesh->axes[a].size;
-  if (n < 2 || op->noperands < 3) return compute;
-  double block = sim_value_bytes(op->operands[1]) + sim_value_bytes(op->operands[2]);
-  if (op->kind == OP_ATTENTION_GRAD) block *= 2;
-  double step = cost_collective(mesh, COLL_PERMUTE, op->ring, block, ideal, NULL), c = compute / n;
-  return c + (n - 1) * (c > step ? c : step);
+  const DevRing *ring = op->dev ? op->dev->ring : NULL;
+  if (!ring || ring->steps < 1) return compute;
+  CollCost step;
+  int steps = cost_ring(mesh, ring->groups->mask, ring->k_bytes, ring->v_bytes, op->kind == OP_ATTENTION_GRAD, ideal, &step);
+  double c = compute / (steps + 1);
+  return c + steps * (c > step.time_s ? c : step.time_s);
 }
 
 /* ---- the kernels of a module ---- */
@@ -272,10 +271,10 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
         continue;
       }
     }
-    if (ir_op_is_collective(op->kind) && op->bucket) { /* a bucket (bucket.h): one collective of the sum */
-      const Op *first = NULL;
-      for (const Op *o = f->first; o != op && !first; o = o->next)
-        if (o->bucket == op->bucket) first = o;
+    const DevColl *dc = ir_op_is_collective(op->kind) && op->dev ? op->dev->coll : NULL;
+    const DevColl *bk = dc && dc->lead ? dc->lead->dev->coll : dc && dc->members ? dc : NULL;
+    if (bk) { /* a bucket of the device program (devprog.h): one collective of the sum */
+      const Op *first = bk->members[0] != op ? bk->members[0] : NULL;
       if (first) {
         int idx = c->kernel_of[first->results[0]->id];
         SimKernel *k = &c->kernels[idx];

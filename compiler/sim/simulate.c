@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devprog.h"
 #include "diag.h"
 #include "opcost.h"
 #include "outfile.h"
@@ -717,7 +718,7 @@ static double extrapolate(double a, double b, double m) { return a + m * (b - a)
 static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc);
 
 static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
-  return !(S->pi && f == S->m->main && stage >= 0) || stages_runs_on(op->place, stage, S->pi->stages);
+  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(op->place, stage, S->pi->stages);
 }
 
 /* The period of a loop's timeline in iterations: a pipeline's permute inside it moves once every

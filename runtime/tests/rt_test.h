@@ -70,6 +70,78 @@ static inline int test_group(const RtConfig *c, int dev, const int *tuple, int n
   return n;
 }
 
+/* Replica groups (RtGroups) for the runtime's calls, made here from test_group's brute-force groups
+ * over the mesh of the runtime opened last (rt_open is wrapped to record it; the tests open one at
+ * a time), numbered by their lowest device; cached per tuple, kept to the end. A tuple naming an
+ * axis the mesh lacks, or one twice, gives NULL (the runtime must refuse it). */
+#include <pthread.h>
+static RtConfig test_current_mesh;
+static inline int test_rt_open(const RtConfig *cfg, Runtime **out) {
+  test_current_mesh = *cfg;
+  return rt_open(cfg, out);
+}
+#define rt_open test_rt_open
+
+typedef struct TestGroupsEntry {
+  RtConfig mesh;
+  int tuple[RT_MAX_AXES], ntuple;
+  RtGroups *g;
+} TestGroupsEntry;
+
+static inline const RtGroups *test_groups(const int *tuple, int ntuple) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static TestGroupsEntry *cache;
+  static int ncache;
+  const RtConfig *c = &test_current_mesh;
+  if (ntuple < 0 || ntuple > c->naxes) return NULL;
+  for (int k = 0; k < ntuple; k++) {
+    if (tuple[k] < 0 || tuple[k] >= c->naxes) return NULL;
+    for (int j = 0; j < k; j++)
+      if (tuple[j] == tuple[k]) return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  RtGroups *found = NULL;
+  for (int i = 0; i < ncache && !found; i++) {
+    TestGroupsEntry *e = &cache[i];
+    if (e->mesh.naxes == c->naxes && !memcmp(e->mesh.axis_size, c->axis_size, sizeof c->axis_size) && e->ntuple == ntuple &&
+        !memcmp(e->tuple, tuple, sizeof(int) * (size_t)ntuple))
+      found = e->g;
+  }
+  if (!found) {
+    int nd = test_devices(c), members[4096], rank = 0;
+    RtGroups *g = calloc(1, sizeof *g);
+    int32_t *mem = calloc((size_t)nd, sizeof(int32_t)), *gof = malloc(sizeof(int32_t) * (size_t)nd),
+            *rof = malloc(sizeof(int32_t) * (size_t)nd);
+    char *text = calloc(1, 64);
+    for (int d = 0; d < nd; d++) gof[d] = -1;
+    g->naxes = ntuple;
+    for (int k = 0; k < ntuple; k++) g->axes[k] = tuple[k];
+    for (int d = 0; d < nd; d++) {
+      if (gof[d] >= 0) continue; /* a new group: d is its lowest device */
+      int n = test_group(c, d, tuple, ntuple, members, &rank), id = g->ngroups++;
+      g->size = n;
+      for (int r = 0; r < n; r++) {
+        mem[id * n + r] = members[r];
+        gof[members[r]] = id;
+        rof[members[r]] = r;
+      }
+    }
+    size_t len = (size_t)snprintf(text, 64, "(");
+    for (int k = 0; k < ntuple; k++) len += (size_t)snprintf(text + len, 64 - len, "%s%s", k ? ", " : "", test_axis_names[tuple[k]]);
+    snprintf(text + len, 64 - len, ")");
+    g->members = mem, g->group_of = gof, g->rank_of = rof, g->text = text;
+    cache = realloc(cache, sizeof *cache * (size_t)(ncache + 1));
+    cache[ncache].mesh = *c;
+    cache[ncache].ntuple = ntuple;
+    memcpy(cache[ncache].tuple, tuple, sizeof(int) * (size_t)ntuple);
+    cache[ncache++].g = g;
+    found = g;
+  }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+#define TG(...) test_groups(__VA_ARGS__)
+
 /* Rounds x to p significant bits, exponents down to emin (below: the subnormal quantum), ties
  * to even; past fmax, infinity. */
 static inline double ref_round(double x, int p, int emin, double fmax) {

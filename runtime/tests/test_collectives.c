@@ -122,24 +122,24 @@ static int device_ops(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev), rc;
   const int *t = k->tuple, nt = k->ntuple;
   RtDtype dt = k->dt;
-  if ((rc = rt_all_gather(dev, t, nt, dt, k->in[OP_AG][d], k->out[OP_AG][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
-  if ((rc = rt_reduce_scatter(dev, t, nt, dt, RT_SUM, k->in[OP_RS_SUM][d], k->out[OP_RS_SUM][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
-  if ((rc = rt_reduce_scatter(dev, t, nt, dt, RT_MAX, k->in[OP_RS_MAX][d], k->out[OP_RS_MAX][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
-  if ((rc = rt_all_reduce(dev, t, nt, dt, RT_SUM, k->in[OP_AR_SUM][d], k->out[OP_AR_SUM][d], AR_SMALL))) return rc;
-  if ((rc = rt_all_reduce(dev, t, nt, dt, RT_MAX, k->in[OP_AR_MAX][d], k->out[OP_AR_MAX][d], AR_SMALL))) return rc;
-  if ((rc = rt_all_reduce(dev, t, nt, dt, RT_SUM, k->in[OP_AR_BIG][d], k->out[OP_AR_BIG][d], AR_BIG))) return rc;
+  if ((rc = rt_all_gather(dev, TG(t, nt), dt, k->in[OP_AG][d], k->out[OP_AG][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
+  if ((rc = rt_reduce_scatter(dev, TG(t, nt), dt, RT_SUM, k->in[OP_RS_SUM][d], k->out[OP_RS_SUM][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
+  if ((rc = rt_reduce_scatter(dev, TG(t, nt), dt, RT_MAX, k->in[OP_RS_MAX][d], k->out[OP_RS_MAX][d], AG_OUTER, AG_EXTENT, AG_INNER))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(t, nt), dt, RT_SUM, k->in[OP_AR_SUM][d], k->out[OP_AR_SUM][d], AR_SMALL))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(t, nt), dt, RT_MAX, k->in[OP_AR_MAX][d], k->out[OP_AR_MAX][d], AR_SMALL))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(t, nt), dt, RT_SUM, k->in[OP_AR_BIG][d], k->out[OP_AR_BIG][d], AR_BIG))) return rc;
   /* in place: the output buffer holds a copy of the input */
   memcpy(k->out[OP_AR_INPLACE][d], k->in[OP_AR_INPLACE][d], (size_t)(AR_BIG + 1) * rt_dtype_size(dt));
-  if ((rc = rt_all_reduce(dev, t, nt, dt, RT_SUM, k->out[OP_AR_INPLACE][d], k->out[OP_AR_INPLACE][d], AR_BIG + 1))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(t, nt), dt, RT_SUM, k->out[OP_AR_INPLACE][d], k->out[OP_AR_INPLACE][d], AR_BIG + 1))) return rc;
   for (int w = 0; w < 9; w++) {
     int64_t shape[3];
     int split, concat;
     a2a_shapes(w, k->n, shape, &split, &concat);
-    if ((rc = rt_all_to_all(dev, t, nt, dt, k->in[OP_A2A + w][d], k->out[OP_A2A + w][d], 3, shape, split, concat))) return rc;
+    if ((rc = rt_all_to_all(dev, TG(t, nt), dt, k->in[OP_A2A + w][d], k->out[OP_A2A + w][d], 3, shape, split, concat))) return rc;
   }
-  if ((rc = rt_permute_shift(dev, t, nt, dt, k->in[OP_PERM][d], k->out[OP_PERM][d], PERM_COUNT, 1))) return rc;
-  if ((rc = rt_permute_shift(dev, t, nt, dt, k->in[OP_PERM_BACK][d], k->out[OP_PERM_BACK][d], PERM_COUNT, -2))) return rc;
-  return rt_permute_pairs(dev, t, nt, dt, k->in[OP_PAIRS][d], k->out[OP_PAIRS][d], PERM_COUNT, k->pairs, k->npairs);
+  if ((rc = rt_permute_shift(dev, TG(t, nt), dt, k->in[OP_PERM][d], k->out[OP_PERM][d], PERM_COUNT, 1))) return rc;
+  if ((rc = rt_permute_shift(dev, TG(t, nt), dt, k->in[OP_PERM_BACK][d], k->out[OP_PERM_BACK][d], PERM_COUNT, -2))) return rc;
+  return rt_permute_pairs(dev, TG(t, nt), dt, k->in[OP_PAIRS][d], k->out[OP_PAIRS][d], PERM_COUNT, k->pairs, k->npairs);
 }
 
 /* ---- checking ---- */
@@ -306,11 +306,11 @@ static int det_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev), rc;
   static const int tuple[2] = {2, 0}; /* (z, x): out of mesh order */
   jitter(r->run, d, 0);
-  if ((rc = rt_all_reduce(dev, tuple, 2, RT_F32, RT_SUM, r->in[d], r->big[d], DET_BIG))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(tuple, 2), RT_F32, RT_SUM, r->in[d], r->big[d], DET_BIG))) return rc;
   jitter(r->run, d, 1);
-  if ((rc = rt_all_reduce(dev, tuple, 2, RT_F32, RT_SUM, r->in[d], r->small[d], DET_SMALL))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(tuple, 2), RT_F32, RT_SUM, r->in[d], r->small[d], DET_SMALL))) return rc;
   jitter(r->run, d, 2);
-  return rt_reduce_scatter(dev, tuple, 2, RT_BF16, RT_SUM, r->in16[d], r->rs16[d], 1, DET_SMALL, 1);
+  return rt_reduce_scatter(dev, TG(tuple, 2), RT_BF16, RT_SUM, r->in16[d], r->rs16[d], 1, DET_SMALL, 1);
 }
 
 static void test_determinism(void) {
@@ -483,29 +483,43 @@ typedef struct GroupAR {
   int rc_outside;
 } GroupAR;
 
-/* Mesh [x: 2, y: 4]: over y, ranks 0 and 3 reduce (devices 0, 3 and 4, 7); the others do not call
- * it, except device 1, which calls it and must fail alone... so it runs in a second run. */
+/* Mesh [x: 2, y: 4]: over y, ranks 0 and 3 reduce (devices 0, 3 and 4, 7): the subset of the (y)
+ * groups made of ranks 0 and 3; the others do not call it, except device 1, which calls it and
+ * must fail alone... so it runs in a second run. */
+static RtGroups group_subset;
+static int32_t subset_members[4], subset_group[8], subset_rank[8];
+
+static void make_subset(void) {
+  const RtGroups *y = TG((int[]){1}, 1); /* the brute-force groups, then ranks 0 and 3 of each */
+  group_subset = *y;
+  group_subset.size = 2, group_subset.subset = 1, group_subset.text = "(y) ranks {0, 3}";
+  for (int d = 0; d < 8; d++) subset_group[d] = subset_rank[d] = -1;
+  for (int g = 0; g < y->ngroups; g++)
+    for (int r = 0; r < 2; r++) {
+      int d = y->members[g * y->size + (r ? 3 : 0)];
+      subset_members[g * 2 + r] = d, subset_group[d] = g, subset_rank[d] = r;
+    }
+  group_subset.members = subset_members, group_subset.group_of = subset_group, group_subset.rank_of = subset_rank;
+}
+
 static int group_device(RtDevice *dev, void *arg) {
   GroupAR *g = arg;
   int d = rt_device_index(dev), rc;
-  static const int y[1] = {1}, grp[2] = {0, 3};
-  g->member[d] = rt_group_member(dev, y, 1, 3);
-  int r = rt_group_rank(dev, y, 1);
-  if (r != 0 && r != 3) return RT_OK;
+  g->member[d] = subset_group[d] >= 0;
+  if (!g->member[d]) return RT_OK;
   float in[5];
   uint16_t bin[5];
   for (int i = 0; i < 5; i++) in[i] = (float)(d * 10 + i) + 0.25f, bin[i] = rt_f32_to_bf16((float)(d + i) * 0.1f);
-  if ((rc = rt_all_reduce_group(dev, y, 1, RT_F32, RT_SUM, grp, 2, in, g->out[d], 5))) return rc;
+  if ((rc = rt_all_reduce_group(dev, &group_subset, RT_F32, RT_SUM, in, g->out[d], 5))) return rc;
   memcpy(g->bout[d], bin, sizeof bin);
-  return rt_all_reduce_group(dev, y, 1, RT_BF16, RT_SUM, grp, 2, g->bout[d], g->bout[d], 5); /* in place */
+  return rt_all_reduce_group(dev, &group_subset, RT_BF16, RT_SUM, g->bout[d], g->bout[d], 5); /* in place */
 }
 
 static int group_outside(RtDevice *dev, void *arg) {
   GroupAR *g = arg;
-  static const int y[1] = {1}, grp[2] = {0, 3};
   float x = 1;
   if (rt_device_index(dev) != 1) return RT_OK;
-  g->rc_outside = rt_all_reduce_group(dev, y, 1, RT_F32, RT_SUM, grp, 2, &x, &x, 1);
+  g->rc_outside = rt_all_reduce_group(dev, &group_subset, RT_F32, RT_SUM, &x, &x, 1);
   return g->rc_outside;
 }
 
@@ -514,6 +528,7 @@ static void test_all_reduce_group(void) {
   RtConfig cfg = test_mesh(2, (int[]){2, 4});
   Runtime *rt;
   rt_open(&cfg, &rt);
+  make_subset();
   GroupAR g;
   memset(&g, 0, sizeof g);
   int rc = rt_run(rt, group_device, &g);
@@ -531,14 +546,15 @@ static void test_all_reduce_group(void) {
     }
   }
   for (int d = 0; d < 8; d++)
-    UT_CHECK(g.member[d] == (d / 4) * 4 + 3, "device %d: rank 3 of its (y) group is device %d", d, g.member[d]);
+    UT_CHECK(g.member[d] == (d % 4 == 0 || d % 4 == 3), "device %d: in the subset %d", d, g.member[d]);
   for (int d = 0; d < 8; d++)
     if (d % 4 == 1 || d % 4 == 2)
       for (int i = 0; i < 5; i++) UT_CHECK(g.out[d][i] == 0, "device %d (outside the group) was written", d);
   rt_close(rt);
   rt_open(&cfg, &rt);
   rc = rt_run(rt, group_outside, &g);
-  UT_CHECK(rc == RT_E_ARG && contains(rt_errmsg(rt), "not in the group"), "a device outside the group: rc %d, %s", rc, rt_errmsg(rt));
+  UT_CHECK(rc == RT_E_ARG && contains(rt_errmsg(rt), "no group of this device"), "a device outside the group: rc %d, %s", rc,
+           rt_errmsg(rt));
   rt_close(rt);
   ut_end();
 }
@@ -577,20 +593,20 @@ static int pipeline_device(RtDevice *dev, void *arg) {
   static const RtPipeSlot in_last[] = {{RT_PIN_ACT, 0, RT_F32, 4}}, out_last[] = {{RT_POUT_ACC, 0, RT_F32, 4}};
   static const int64_t rows[3] = {16, 16, 16}, acc_count[1] = {4};
   static const int32_t acc_dtype[1] = {RT_F32}, first_action[3] = {0, 9, 18};
-  static const uint8_t place[1] = {4};
+  static const uint8_t on[2] = {0, 1}; /* the result: on stage 1 alone */
   static const RtPipeAction acts[18] = {
-      {RT_PA_FIRST, 0, 0, 0, 0}, {RT_PA_FWD, 0, 0, 0, 0}, {RT_PA_SEND, 0, 0, 1, 1},
-      {RT_PA_FIRST, 0, 1, 0, 0}, {RT_PA_FWD, 0, 1, 0, 0}, {RT_PA_SEND, 0, 1, 1, 1},
-      {RT_PA_FIRST, 0, 2, 0, 0}, {RT_PA_FWD, 0, 2, 0, 0}, {RT_PA_SEND, 0, 2, 1, 1},
-      {RT_PA_RECV, 0, 0, 1, 0}, {RT_PA_FWD, 0, 0, 1, 0}, {RT_PA_LAST, 0, 0, 1, 0},
-      {RT_PA_RECV, 0, 1, 1, 0}, {RT_PA_FWD, 0, 1, 1, 0}, {RT_PA_LAST, 0, 1, 1, 0},
-      {RT_PA_RECV, 0, 2, 1, 0}, {RT_PA_FWD, 0, 2, 1, 0}, {RT_PA_LAST, 0, 2, 1, 0}};
-  static const RtPipe P = {.stages = 2, .chunks = 1, .microbatches = 3, .chunk_layers = 1, .nstage_axes = 1, .stage_axes = {0},
-                           .nsplit = 1, .split_axes = {1}, .nslices = 1, .ncarried = 1, .noperands = 3, .nresults = 1, .nsave = 1,
-                           .row_bytes = rows, .acc_dtype = acc_dtype, .acc_count = acc_count, .result_place = place,
-                           .region = {pr_first, pr_fwd, pr_last}, .nin = {1, 2, 1}, .nout = {1, 1, 1},
-                           .in = {in_first, in_fwd, in_last}, .out = {out_act, out_act, out_last}, .actions = acts,
-                           .first_action = first_action, .where = "test"};
+      {RT_PA_FIRST, 0, 0, 0, 0, 0}, {RT_PA_FWD, 0, 0, 0, 0, 0}, {RT_PA_SEND, 0, 0, 1, 1, 0},
+      {RT_PA_FIRST, 0, 1, 0, 0, 0}, {RT_PA_FWD, 0, 1, 0, 0, 0}, {RT_PA_SEND, 0, 1, 1, 1, 0},
+      {RT_PA_FIRST, 0, 2, 0, 0, 0}, {RT_PA_FWD, 0, 2, 0, 0, 0}, {RT_PA_SEND, 0, 2, 1, 1, 0},
+      {RT_PA_RECV, 0, 0, 1, 0, 0}, {RT_PA_FWD, 0, 0, 1, 0, 0}, {RT_PA_LAST, 0, 0, 1, 0, 0},
+      {RT_PA_RECV, 0, 1, 1, 0, 0}, {RT_PA_FWD, 0, 1, 1, 0, 0}, {RT_PA_LAST, 0, 1, 1, 0, 0},
+      {RT_PA_RECV, 0, 2, 1, 0, 0}, {RT_PA_FWD, 0, 2, 1, 0, 0}, {RT_PA_LAST, 0, 2, 1, 0, 0}};
+  const RtPipe P = {.stages = 2, .chunks = 1, .microbatches = 3, .chunk_layers = 1, .stage_groups = TG((int[]){0}, 1),
+                    .split = TG((int[]){1}, 1), .nslices = 1, .ncarried = 1, .noperands = 3, .nresults = 1, .nsave = 1,
+                    .row_bytes = rows, .acc_dtype = acc_dtype, .acc_count = acc_count, .result_on = on,
+                    .region = {pr_first, pr_fwd, pr_last}, .nin = {1, 2, 1}, .nout = {1, 1, 1},
+                    .in = {in_first, in_fwd, in_last}, .out = {out_act, out_act, out_last}, .actions = acts,
+                    .first_action = first_action, .where = "test"};
   int d = rt_device_index(dev), s = rt_device_coord(dev, 0);
   float x[3][4], acc[4] = {0}, w[4];
   for (int mb = 0; mb < 3; mb++)
@@ -642,7 +658,7 @@ static int ring_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev);
   int32_t mine = d, got = -1;
   static const int yx[2] = {1, 0};
-  int rc = rt_permute_shift(dev, yx, 2, RT_I32, &mine, &got, 1, r->shift);
+  int rc = rt_permute_shift(dev, TG(yx, 2), RT_I32, &mine, &got, 1, r->shift);
   r->got[d] = got;
   return rc;
 }
@@ -679,9 +695,9 @@ static int nan_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev);
   float in[3] = {(float)d, d == 2 ? NAN : (float)-d, 1};
   static const int x[1] = {0};
-  int rc = rt_all_reduce(dev, x, 1, RT_F32, RT_MAX, in, out + 3 * d, 3);
-  if (!rc) rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, in, 0);
-  if (!rc) rc = rt_all_gather(dev, x, 1, RT_F32, in, out, 3, 0, 2);
+  int rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_MAX, in, out + 3 * d, 3);
+  if (!rc) rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, in, 0);
+  if (!rc) rc = rt_all_gather(dev, TG(x, 1), RT_F32, in, out, 3, 0, 2);
   return rc;
 }
 
@@ -712,13 +728,13 @@ static int mismatch_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev);
   float in[24] = {0}, out[96];
   static const int x[1] = {0};
-  if (d != 1) return rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 24);
+  if (d != 1) return rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 24);
   switch (m->variant) {
-  case 0: return rt_all_gather(dev, x, 1, RT_F32, in, out, 1, 24, 1);
-  case 1: return rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 23);
-  case 2: return rt_all_reduce(dev, x, 1, RT_BF16, RT_SUM, in, out, 24);
-  case 3: return rt_all_reduce(dev, x, 1, RT_F32, RT_MAX, in, out, 24);
-  default: return rt_barrier(dev, x, 1); /* one round: it may leave before the others look */
+  case 0: return rt_all_gather(dev, TG(x, 1), RT_F32, in, out, 1, 24, 1);
+  case 1: return rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 23);
+  case 2: return rt_all_reduce(dev, TG(x, 1), RT_BF16, RT_SUM, in, out, 24);
+  case 3: return rt_all_reduce(dev, TG(x, 1), RT_F32, RT_MAX, in, out, 24);
+  default: return rt_barrier(dev, TG(x, 1)); /* one round: it may leave before the others look */
   }
 }
 
@@ -726,8 +742,8 @@ static int mismatch_device(RtDevice *dev, void *arg) {
 static int mismatch_at_barrier(RtDevice *dev, void *arg) {
   float in[4] = {0}, out[4];
   static const int x[1] = {0};
-  if (rt_device_index(dev) == 1) return rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 4);
-  return rt_barrier(dev, x, 1);
+  if (rt_device_index(dev) == 1) return rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 4);
+  return rt_barrier(dev, TG(x, 1));
 }
 
 static void test_mismatch(void) {
@@ -762,11 +778,11 @@ static int interleave_device(RtDevice *dev, void *arg) {
   static const int x[1] = {0}, y[1] = {1}, xy[2] = {0, 1};
   for (int it = 0; it < 50 && !rc; it++) {
     int32_t v = d * 100 + it, sum = -1, gathered[2] = {-1, -1};
-    if ((rc = rt_barrier(dev, x, 1))) break;
-    if ((rc = rt_all_reduce(dev, x, 1, RT_I32, RT_SUM, &v, &sum, 1))) break;
-    if ((rc = rt_barrier(dev, xy, 2)) || (rc = rt_barrier(dev, x, 1))) break;
-    if ((rc = rt_all_gather(dev, y, 1, RT_I32, &v, gathered, 1, 1, 1))) break;
-    if ((rc = rt_barrier(dev, y, 1))) break;
+    if ((rc = rt_barrier(dev, TG(x, 1)))) break;
+    if ((rc = rt_all_reduce(dev, TG(x, 1), RT_I32, RT_SUM, &v, &sum, 1))) break;
+    if ((rc = rt_barrier(dev, TG(xy, 2))) || (rc = rt_barrier(dev, TG(x, 1)))) break;
+    if ((rc = rt_all_gather(dev, TG(y, 1), RT_I32, &v, gathered, 1, 1, 1))) break;
+    if ((rc = rt_barrier(dev, TG(y, 1)))) break;
     /* mesh [x: 3, y: 2]: device = 2x + y */
     int y0 = d % 2, want_sum = 0;
     for (int xx = 0; xx < 3; xx++) want_sum += (2 * xx + y0) * 100 + it;
@@ -788,30 +804,83 @@ static void test_barriers_interleaved(void) {
   ut_end();
 }
 
-/* ---- group queries ---- */
+/* ---- rt_collective: one call of the program's, a bucket's members packed ----
+ * Mesh [x: 2, y: 3]. all_gather of two members: m0 [2, 3] gathered along dim 0 over (x) and dim 1
+ * over (y) (a two-part gather), m1 [3] along dim 0 over (y, x); reduce_scatter of m0 [4, 6] over
+ * (x) on dim 0 and (y) on dim 1; all_reduce of members of 5 and 7 elements; the call's groups
+ * (x, y). Each device's block values are d * 100 + i (exact in f32: the sums are too); expected
+ * blocks from the brute-force groups. Then rt_executed: one of each kind, of the summed bytes. */
+typedef struct Packed {
+  float ag0[6][36], ag1[6][18], rs[6][4], ar0[6][5], ar1[6][7];
+} Packed;
 
-static int rank_device(RtDevice *dev, void *arg) {
-  int *ranks = arg;
-  static const int zx[2] = {2, 0};
+static int packed_device(RtDevice *dev, void *arg) {
+  Packed *p = arg;
   int d = rt_device_index(dev);
-  ranks[2 * d] = rt_group_rank(dev, zx, 2);
-  ranks[2 * d + 1] = rt_group_size(dev, zx, 2);
-  return RT_OK;
+  static const int x[1] = {0}, y[1] = {1}, yx[2] = {1, 0}, xy[2] = {0, 1};
+  RtCollMember ag[2] = {{.rank = 2, .shape = {2, 3}, .nparts = 2, .parts = {{0, TG(x, 1)}, {1, TG(y, 1)}}},
+                        {.rank = 1, .shape = {3}, .nparts = 1, .parts = {{0, TG(yx, 2)}}}};
+  RtCollMember rs[1] = {{.rank = 2, .shape = {4, 6}, .nparts = 2, .parts = {{0, TG(x, 1)}, {1, TG(y, 1)}}}};
+  RtCollMember ar[2] = {{.rank = 1, .shape = {5}}, {.rank = 1, .shape = {7}}};
+  RtColl cag = {.kind = RT_ALL_GATHER, .dtype = RT_F32, .groups = TG(xy, 2), .nmembers = 2, .members = ag};
+  RtColl crs = {.kind = RT_REDUCE_SCATTER, .dtype = RT_F32, .op = RT_SUM, .groups = TG(xy, 2), .nmembers = 1, .members = rs};
+  RtColl car = {.kind = RT_ALL_REDUCE, .dtype = RT_F32, .op = RT_SUM, .groups = TG(xy, 2), .nmembers = 2, .members = ar};
+  float a0[6], a1[3], r0[24], s0[5], s1[7];
+  for (int i = 0; i < 6; i++) a0[i] = (float)(d * 100 + i);
+  for (int i = 0; i < 3; i++) a1[i] = (float)(d * 100 + i);
+  for (int i = 0; i < 24; i++) r0[i] = (float)(d * 100 + i);
+  for (int i = 0; i < 5; i++) s0[i] = (float)(d * 100 + i);
+  for (int i = 0; i < 7; i++) s1[i] = (float)(d * 100 + i);
+  int rc = rt_collective(dev, &cag, (const void *[]){a0, a1}, (void *[]){p->ag0[d], p->ag1[d]});
+  if (!rc) rc = rt_collective(dev, &crs, (const void *[]){r0}, (void *[]){p->rs[d]});
+  if (!rc) rc = rt_collective(dev, &car, (const void *[]){s0, s1}, (void *[]){p->ar0[d], p->ar1[d]});
+  return rc;
 }
 
-static void test_group_rank(void) {
-  ut_begin("rt_group_rank and rt_group_size agree with the brute-force groups");
-  RtConfig cfg = test_mesh(3, (int[]){2, 3, 2});
+static void test_collective_packed(bool pack) {
+  ut_begin(pack ? "rt_collective, the members packed into one buffer (RtConfig.pack_members): the same blocks"
+                : "rt_collective: a bucket's members in one collective, each member's blocks where its parts put them");
+  RtConfig cfg = test_mesh(2, (int[]){2, 3});
+  cfg.pack_members = pack;
   Runtime *rt;
   rt_open(&cfg, &rt);
-  int ranks[24];
-  rt_run(rt, rank_device, ranks);
-  for (int d = 0; d < 12; d++) {
-    int members[12], rank = -1;
-    int n = test_group(&cfg, d, (int[]){2, 0}, 2, members, &rank);
-    UT_CHECK(ranks[2 * d] == rank && ranks[2 * d + 1] == n, "device %d: rank %d of %d, want %d of %d", d,
-             ranks[2 * d], ranks[2 * d + 1], rank, n);
+  Packed p;
+  memset(&p, 0, sizeof p);
+  int rc = rt_run(rt, packed_device, &p);
+  UT_CHECK(rc == RT_OK, "rt_run: %s", rt_errmsg(rt));
+  int members[6], rx = -1, ry = -1, ryx = -1;
+  for (int d = 0; d < 6; d++) {
+    bool ok = true;
+    for (int e = 0; e < 6; e++) { /* device e's blocks, where its coordinates put them */
+      test_group(&cfg, e, (int[]){0}, 1, members, &rx);
+      test_group(&cfg, e, (int[]){1}, 1, members, &ry);
+      test_group(&cfg, e, (int[]){1, 0}, 2, members, &ryx);
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) ok &= p.ag0[d][(rx * 2 + i) * 9 + ry * 3 + j] == (float)(e * 100 + i * 3 + j);
+      for (int i = 0; i < 3; i++) ok &= p.ag1[d][ryx * 3 + i] == (float)(e * 100 + i);
+    }
+    UT_CHECK(ok, "device %d: the gathered members", d);
+    test_group(&cfg, d, (int[]){0}, 1, members, &rx);
+    test_group(&cfg, d, (int[]){1}, 1, members, &ry);
+    for (int i = 0; i < 2; i++) /* my block [2, 2] at (rx, ry) of [4, 6], summed over the 6 devices */
+      for (int j = 0; j < 2; j++) {
+        double want = 0;
+        for (int e = 0; e < 6; e++) want += e * 100 + (rx * 2 + i) * 6 + ry * 2 + j;
+        UT_CHECK(p.rs[d][i * 2 + j] == (float)want, "device %d: reduce_scatter [%d, %d] %g, want %g", d, i, j, p.rs[d][i * 2 + j], want);
+      }
+    for (int i = 0; i < 5; i++) UT_CHECK(p.ar0[d][i] == (float)(1500 + 6 * i), "device %d: all_reduce member 0 [%d]", d, i);
+    for (int i = 0; i < 7; i++) UT_CHECK(p.ar1[d][i] == (float)(1500 + 6 * i), "device %d: all_reduce member 1 [%d]", d, i);
   }
+  /* what ran: one all_gather of (36 + 18) f32 gathered, (n-1)/n of it: 5/6 x 216 = 180 bytes; one
+   * reduce_scatter of a 24-element input: 5/6 x 96 = 80; one all_reduce of 12: 2 x 5/6 x 48 = 80 */
+  RtExecuted ex[8];
+  int n = rt_executed(rt, 4, ex, 8);
+  UT_CHECK(n == 3, "%d kinds executed, want 3", n);
+  double want[3] = {180, 80, 80};
+  for (int i = 0; i < n && i < 3; i++)
+    UT_CHECK(ex[i].kind == i && ex[i].axes == 3u && fabs(ex[i].bytes_per_device - want[i]) < 1e-9 && ex[i].count == 1,
+             "executed %d: kind %d axes %u, %g bytes, %lld times", i, ex[i].kind, ex[i].axes, ex[i].bytes_per_device,
+             (long long)ex[i].count);
   rt_close(rt);
   ut_end();
 }
@@ -827,6 +896,7 @@ int main(void) {
   test_nan_and_empty();
   test_mismatch();
   test_barriers_interleaved();
-  test_group_rank();
+  test_collective_packed(false);
+  test_collective_packed(true);
   return ut_summary();
 }

@@ -26,9 +26,9 @@ static int stop_device(RtDevice *dev, void *arg) {
     test_sleep_us(20000);
     rc = rt_fail(dev, "line 12: take: index %d out of range [0, %d)", 70, 64);
     break;
-  case 0: rc = rt_all_reduce(dev, X, 1, RT_F32, RT_SUM, buf, buf, 64); break;
+  case 0: rc = rt_all_reduce(dev, TG(X, 1), RT_F32, RT_SUM, buf, buf, 64); break;
   case 1: rc = rt_recv(dev, 2, 0, buf, sizeof buf); break;
-  default: rc = rt_barrier(dev, X, 1); break;
+  default: rc = rt_barrier(dev, TG(X, 1)); break;
   }
   s->rc[d] = rc;
   return rc;
@@ -62,7 +62,7 @@ static int two_fail_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev);
   if (d == 1) return rt_fail(dev, "first");
   test_sleep_us(50000);
-  return d == 3 ? rt_fail(dev, "second") : rt_barrier(dev, X, 1);
+  return d == 3 ? rt_fail(dev, "second") : rt_barrier(dev, TG(X, 1));
 }
 
 static void test_first_failure_wins(void) {
@@ -80,7 +80,7 @@ static void test_first_failure_wins(void) {
 /* An entry function that returns an error without rt_fail still stops the run. */
 static int bare_error_device(RtDevice *dev, void *arg) {
   if (rt_device_index(dev) == 0) return 42;
-  return rt_barrier(dev, X, 1);
+  return rt_barrier(dev, TG(X, 1));
 }
 
 static void test_bare_error(void) {
@@ -110,8 +110,8 @@ static int stuck_device(RtDevice *dev, void *arg) {
     return RT_E_STOPPED;
   }
   switch (kind) {
-  case 0: return rt_all_reduce(dev, X, 1, RT_F32, RT_SUM, in, out, 8);
-  case 1: return rt_all_gather(dev, yx, 2, RT_F32, in, out, 1, 8, 1);
+  case 0: return rt_all_reduce(dev, TG(X, 1), RT_F32, RT_SUM, in, out, 8);
+  case 1: return rt_all_gather(dev, TG(yx, 2), RT_F32, in, out, 1, 8, 1);
   default: return d == 1 ? rt_recv(dev, 3, 5, in, sizeof in) : RT_OK;
   }
 }
@@ -156,7 +156,7 @@ static int early_return_device(RtDevice *dev, void *arg) {
   int which = *(int *)arg, d = rt_device_index(dev);
   float in[8] = {0}, out[32];
   if (d == 3) return RT_OK;
-  if (which == 0) return rt_all_gather(dev, X, 1, RT_F32, in, out, 1, 8, 1);
+  if (which == 0) return rt_all_gather(dev, TG(X, 1), RT_F32, in, out, 1, 8, 1);
   return d == 0 ? rt_recv(dev, 3, 1, in, sizeof in) : RT_OK;
 }
 
@@ -320,7 +320,7 @@ static void test_spare_buffers(void) {
 static int count_device(RtDevice *dev, void *arg) {
   _Atomic int *ran = arg;
   atomic_fetch_add(&ran[rt_device_index(dev)], 1);
-  return rt_barrier(dev, (int[]){0, 1}, 2);
+  return rt_barrier(dev, TG((int[]){0, 1}, 2));
 }
 
 static void test_device_limit(void) {
@@ -356,17 +356,22 @@ static void test_device_limit(void) {
   ut_end();
 }
 
+/* Replica groups over (x) holding devices 0 and 1 alone: devices 2 and 3 are in none. */
+static const int32_t half_members[2] = {0, 1}, half_group[4] = {0, 0, -1, -1}, half_rank[4] = {0, 1, -1, -1};
+static const RtGroups half = {.naxes = 1, .axes = {0}, .ngroups = 1, .size = 2, .subset = 1, .members = half_members,
+                              .group_of = half_group, .rank_of = half_rank, .text = "(x) ranks {0, 1}"};
+
 static int bad_args_device(RtDevice *dev, void *arg) {
   int which = *(int *)arg;
   float in[16] = {0}, out[64];
   switch (which) {
-  case 0: return rt_all_to_all(dev, X, 1, RT_F32, in, out, 2, (int64_t[]){3, 4}, 0, 1);
-  case 1: return rt_all_gather(dev, (int[]){2}, 1, RT_F32, in, out, 1, 4, 1);
-  case 2: return rt_all_reduce(dev, (int[]){0, 0}, 2, RT_F32, RT_SUM, in, out, 4);
-  case 3: return rt_all_gather(dev, X, 1, RT_F32, in, in + 1, 1, 4, 1);
-  case 4: return rt_permute_pairs(dev, X, 1, RT_F32, in, out, 4, (int[]){0, 1, 2, 1}, 2);
+  case 0: return rt_all_to_all(dev, TG(X, 1), RT_F32, in, out, 2, (int64_t[]){3, 4}, 0, 1);
+  case 1: return rt_all_gather(dev, NULL, RT_F32, in, out, 1, 4, 1);
+  case 2: return rt_device_index(dev) >= 2 ? rt_all_reduce(dev, &half, RT_F32, RT_SUM, in, out, 4) : RT_OK;
+  case 3: return rt_all_gather(dev, TG(X, 1), RT_F32, in, in + 1, 1, 4, 1);
+  case 4: return rt_permute_pairs(dev, TG(X, 1), RT_F32, in, out, 4, (int[]){0, 1, 2, 1}, 2);
   case 5: return rt_send(dev, 9, 0, in, 4);
-  case 6: return rt_reduce_scatter(dev, X, 1, (RtDtype)9, RT_SUM, in, out, 1, 1, 1);
+  case 6: return rt_reduce_scatter(dev, TG(X, 1), (RtDtype)9, RT_SUM, in, out, 1, 1, 1);
   default: return rt_gemm(dev, &(RtGemm){.a_type = RT_F32, .b_type = RT_F32, .c_type = RT_F32, .m = 2, .n = 3, .k = 4,
                                           .a = in, .lda = 3, .b = in, .ldb = 3, .c = out, .ldc = 3});
   }
@@ -375,8 +380,8 @@ static int bad_args_device(RtDevice *dev, void *arg) {
 static void test_bad_args(void) {
   static const char *const want[] = {
       "all_to_all over (x): split dim 0 (size 3) does not divide into 4 blocks",
-      "all_gather over axes (2): not distinct axes of this 1-axis mesh",
-      "all_reduce over axes (0, 0): not distinct axes of this 1-axis mesh",
+      "all_gather: malformed replica groups",
+      "all_reduce over (x) ranks {0, 1}: the replica groups hold no group of this device",
       "all_gather over (x): the input and the output overlap",
       "collective_permute over (x): rank 1 receives twice in the pairs",
       "send to device 9: the mesh has devices 0 to 3",
@@ -423,9 +428,9 @@ static int chaos_device(RtDevice *dev, void *arg) {
     for (int i = 0; i < 4096; i++) in[i] = (float)(d + i);
     if (test_hash((uint64_t)c->run, (uint64_t)d, (uint64_t)step) % 3 == 0) test_sleep_us(200);
     switch (step % 3) {
-    case 0: rc = rt_all_gather(dev, yx, 2, RT_F32, in, out, 1, 4096, 1); break;
-    case 1: rc = rt_all_reduce(dev, yx, 2, RT_F32, RT_SUM, in, out, 4096); break;
-    default: rc = rt_all_to_all(dev, yx, 2, RT_F32, in, out, 2, (int64_t[]){64, 64}, 0, 1); break;
+    case 0: rc = rt_all_gather(dev, TG(yx, 2), RT_F32, in, out, 1, 4096, 1); break;
+    case 1: rc = rt_all_reduce(dev, TG(yx, 2), RT_F32, RT_SUM, in, out, 4096); break;
+    default: rc = rt_all_to_all(dev, TG(yx, 2), RT_F32, in, out, 2, (int64_t[]){64, 64}, 0, 1); break;
     }
     rt_free(dev, in);
     rt_free(dev, out);

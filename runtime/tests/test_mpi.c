@@ -34,11 +34,13 @@ static int mpi_open(const RtConfig *cfg, Runtime **out) {
 }
 
 /* test_collectives.c's cases, opening their runtimes over MPI */
+#undef rt_open
 #define rt_open(cfg, out) mpi_open(cfg, out)
 #define main collectives_main
 #include "test_collectives.c"
 #undef main
 #undef rt_open
+#define rt_open test_rt_open
 
 /* The threads tests' meshes but [3, 1, 2], in f32 and bf16 (4- and 2-byte elements: what the
  * transport sees; the sums themselves are rtk_reduce's, which test_collectives.c covers in every
@@ -71,13 +73,13 @@ static int bits_device(RtDevice *dev, void *arg) {
   int d = rt_device_index(dev), rc;
   static const int zx[2] = {2, 0}, y[1] = {1}, xy[2] = {0, 1};
   if (b->jitter_run) test_sleep_us((long)(test_hash((uint64_t)b->jitter_run, (uint64_t)d, 0) % 400));
-  if ((rc = rt_all_reduce(dev, zx, 2, RT_F32, RT_SUM, b->in[d], b->big[d], BW_BIG))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(zx, 2), RT_F32, RT_SUM, b->in[d], b->big[d], BW_BIG))) return rc;
   if (b->jitter_run) test_sleep_us((long)(test_hash((uint64_t)b->jitter_run, (uint64_t)d, 1) % 400));
-  if ((rc = rt_all_reduce(dev, zx, 2, RT_F32, RT_MAX, b->in[d], b->small[d], BW_SMALL))) return rc;
-  if ((rc = rt_reduce_scatter(dev, zx, 2, RT_BF16, RT_SUM, b->in16[d], b->rs16[d], 3, BW_SMALL, 1))) return rc;
-  if ((rc = rt_all_gather(dev, y, 1, RT_F32, b->in[d], b->ag[d], 3, BW_AG, 2))) return rc;
+  if ((rc = rt_all_reduce(dev, TG(zx, 2), RT_F32, RT_MAX, b->in[d], b->small[d], BW_SMALL))) return rc;
+  if ((rc = rt_reduce_scatter(dev, TG(zx, 2), RT_BF16, RT_SUM, b->in16[d], b->rs16[d], 3, BW_SMALL, 1))) return rc;
+  if ((rc = rt_all_gather(dev, TG(y, 1), RT_F32, b->in[d], b->ag[d], 3, BW_AG, 2))) return rc;
   int64_t shape[3] = {4, 8, 5};
-  return rt_all_to_all(dev, xy, 2, RT_F32, b->in[d], b->a2a[d], 3, shape, 1, 2);
+  return rt_all_to_all(dev, TG(xy, 2), RT_F32, b->in[d], b->a2a[d], 3, shape, 1, 2);
 }
 
 static void bits_alloc(Bits *b) {
@@ -201,6 +203,7 @@ static void test_all_reduce_group_mpi(void) {
   Runtime *rt;
   int rc = mpi_open(&cfg, &rt);
   UT_CHECK(rc == RT_OK, "%s", rt_errmsg(rt));
+  make_subset(); /* the subset of (y)'s replica groups, on this mesh (test_collectives.c's) */
   GroupAR g;
   memset(&g, 0, sizeof g);
   rc = rt_run(rt, group_device, &g); /* test_collectives.c's */
@@ -256,8 +259,8 @@ static int overlap_device(RtDevice *dev, void *arg) {
   static const int x[1] = {0};
   int32_t a = d, b = 100 + d;
   RtRequest *r1, *r2;
-  if ((rc = rt_permute_shift_start(dev, x, 1, RT_I32, &a, &o->got1[d], 1, 1, &r1))) return rc;
-  if ((rc = rt_permute_shift_start(dev, x, 1, RT_I32, &b, &o->got2[d], 1, -1, &r2))) return rc;
+  if ((rc = rt_permute_shift_start(dev, TG(x, 1), RT_I32, &a, &o->got1[d], 1, 1, &r1))) return rc;
+  if ((rc = rt_permute_shift_start(dev, TG(x, 1), RT_I32, &b, &o->got2[d], 1, -1, &r2))) return rc;
   double s = 0; /* computation while the blocks travel */
   for (int i = 1; i < 200000; i++) s += 1.0 / i;
   o->work[d] = s;
@@ -371,19 +374,19 @@ static int fail_device(RtDevice *dev, void *arg) {
       test_sleep_us(100000);
       rc = rt_fail(dev, "line 7: injected failure");
     } else {
-      rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 64);
+      rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 64);
     }
     break;
   case 1: /* device 3 is late: the others time out */
     if (d == 3) test_sleep_us(1500000);
-    rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 64);
+    rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 64);
     break;
   case 2: /* device 3 returns without calling */
-    if (d != 3) rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 64);
+    if (d != 3) rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 64);
     break;
   case 3: /* device 1 calls another collective */
-    if (d == 1) rc = rt_all_gather(dev, x, 1, RT_F32, in, out, 1, 16, 1);
-    else rc = rt_all_reduce(dev, x, 1, RT_F32, RT_SUM, in, out, 64);
+    if (d == 1) rc = rt_all_gather(dev, TG(x, 1), RT_F32, in, out, 1, 16, 1);
+    else rc = rt_all_reduce(dev, TG(x, 1), RT_F32, RT_SUM, in, out, 64);
     break;
   case 4: /* device 0 waits for a message device 1 never sends */
     if (d == 0) rc = rt_recv(dev, 1, 5, in, 16);
@@ -400,7 +403,7 @@ static int fail_device(RtDevice *dev, void *arg) {
     } else if (d == 0) {
       rc = rt_recv(dev, 2, 1, in, 4);
     } else {
-      rc = rt_barrier(dev, (int[]){0}, 1);
+      rc = rt_barrier(dev, TG((int[]){0}, 1));
     }
     break;
   case 7: /* a message of the wrong size */
@@ -418,7 +421,7 @@ static int good_device(RtDevice *dev, void *arg) {
   int rc = rt_send(dev, (rt_device_index(dev) + 1) % 4, 5, &v, sizeof v);
   int32_t got = 0;
   if (!rc) rc = rt_recv(dev, (rt_device_index(dev) + 3) % 4, 5, &got, sizeof got);
-  if (!rc) rc = rt_all_reduce(dev, x, 1, RT_I32, RT_SUM, &got, &sum[rt_device_index(dev)], 1);
+  if (!rc) rc = rt_all_reduce(dev, TG(x, 1), RT_I32, RT_SUM, &got, &sum[rt_device_index(dev)], 1);
   return rc;
 }
 

@@ -171,6 +171,24 @@ foreach(case ctx2:h100[data:1,ctx:2,model:2] ctx4:h100[data:1,ctx:4,model:1])
            COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2
                    --mesh ${mesh} --steps 2)
 endforeach()
+# A ring over a tuple against the mesh's order (seq: (b, a) on [a: 2, b: 2]): one order, the key
+# dim's tuple, in --emit-ir (the device program's ring and groups) and in what run runs.
+add_test(NAME devprog.ring_order
+         COMMAND $<TARGET_FILE:shardc> check ${CMAKE_CURRENT_LIST_DIR}/native/ring_ba.shard --layout ba --mesh ringba --emit-ir)
+set_tests_properties(devprog.ring_order PROPERTIES PASS_REGULAR_EXPRESSION "ring #[0-9]+ \\(b, a\\), 3 steps[^\n]*\n.*groups #[0-9]+ \\(b, a\\): \\{0, 2, 1, 3\\}"
+                     FAIL_REGULAR_EXPRESSION "ring #[0-9]+ \\(a, b\\)")
+add_test(NAME run.ring_ba
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/native/ring_ba.shard --layout ba --mesh ringba --steps 2)
+# `shardc build` of a causal ring (the sequence in zigzag order): the executable places its blocks
+# through the same descriptions as run (the runtime's block placement), so it prints run's losses.
+add_test(NAME build.llama3_8b_long.ctx2
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/native/build_vs_run.sh $<TARGET_FILE:shardc> long_built 2
+                 ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2 --mesh "h100[data: 1, ctx: 2, model: 2]")
+set_tests_properties(build.llama3_8b_long.ctx2 PROPERTIES TIMEOUT 300)
+add_test(NAME build.ring_causal.ring4
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/native/build_vs_run.sh $<TARGET_FILE:shardc> ring_built 2
+                 ${CMAKE_CURRENT_LIST_DIR}/step_spmd/ring_causal.shard --mesh ring4 --layout cp)
+set_tests_properties(build.ring_causal.ring4 PROPERTIES TIMEOUT 300)
 # Mutations run must FAIL: one device's result perturbed, and the causal mask reading storage
 # positions instead of the zigzag order's logical ones (SHARDC_RING_MUTATE=zigzag, lower_ring.c).
 add_test(NAME run.ring.mutation

@@ -113,11 +113,21 @@ static void native_case(const char *path, const char *const *defs, int ndefs, co
   ut_end();
 }
 
+/* The runtime's structs as the lowering lays them out (runtime/rt_api.def, LLVM's data layout for
+ * the host) against the C compiler's offsets and sizes, field by field. */
+static void test_rt_layouts(void) {
+  ut_begin("rt_api.def: every struct the lowering builds has C's layout (LLVM's offsets and sizes = offsetof, sizeof)");
+  char err[256];
+  UT_CHECK(lower_rt_check_layouts(err, sizeof err), "%s", err);
+  ut_end();
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3) { /* one case: test_native FILE LAYOUT [ENTRY] (no entry: the train step) */
     native_case(argv[1], NULL, 0, argv[2][0] ? argv[2] : NULL, NULL, argc > 3 ? argv[3] : NULL, 2e-2, false);
     return ut_summary();
   }
+  test_rt_layouts();
   const char *ops = NATIVE_TEST_DIR "/ops.shard";
   const char *mlp_mb = INTERP_TEST_DIR "/mlp_sgd_mb.shard";
   const char *mlp = SHARDC_SAMPLES "/mlp.shard";
