@@ -32,11 +32,11 @@
 #include "shard.h"
 #include "step.h"
 
-static void add_largest(MemoryReport *r, const char *what, SrcLoc loc, int64_t bytes) {
-  if (bytes <= 0) return;
-  if (r->nlargest == MEM_MAX_LARGEST && r->largest[MEM_MAX_LARGEST - 1].bytes >= bytes) return;
+static void add_largest(MemoryReport *r, MemBuffer b) {
+  if (b.bytes <= 0) return;
+  if (r->nlargest == MEM_MAX_LARGEST && r->largest[MEM_MAX_LARGEST - 1].bytes >= b.bytes) return;
   int i = r->nlargest < MEM_MAX_LARGEST ? r->nlargest++ : MEM_MAX_LARGEST - 1;
-  r->largest[i] = (MemBuffer){what, loc, bytes};
+  r->largest[i] = b;
   for (; i > 0 && r->largest[i].bytes > r->largest[i - 1].bytes; i--) {
     MemBuffer t = r->largest[i];
     r->largest[i] = r->largest[i - 1];
@@ -44,17 +44,94 @@ static void add_largest(MemoryReport *r, const char *what, SrcLoc loc, int64_t b
   }
 }
 
-/* "param embedding", "blocks.attn.wq's gradient", "the logits at line 40", "activations kept for
- * the backward (8 microbatch chunks in flight)". */
-static const char *buffer_text(Arena *a, const IrModule *m, const BufLive *b) {
-  const Value *v = b->v;
-  static const char *const what[BUF__COUNT] = {"param", "gradient", "optimizer state", "activations", "temporary"};
-  if (b->count > 1) return arena_printf(a, "activations kept for the backward (%d microbatch chunks in flight)", b->count);
+const char *memory_where(Arena *a, const Program *p, SrcLoc loc) {
+  if (!loc.file) return "(no location)";
+  if (p && loc.file == p->main_file) { /* relative to the program: its base name */
+    const char *slash = strrchr(loc.file->path, '/');
+    return arena_printf(a, "%s:%d", slash ? slash + 1 : loc.file->path, loc.line);
+  }
+  return partition_where(a, p, loc); /* stdlib files relative to the stdlib, others by base name */
+}
+
+/* A value's name for a reader: the param's path, the value's name, a loop's result by what its
+ * body yields ("h (stacked over the loop)"), else the op over its operand ("cast(contract)"). */
+static const char *value_name(Arena *a, const IrModule *m, const Value *v, int depth) {
   if (v->def && v->def->kind == OP_PARAM && v->def->index >= 0 && v->def->index < m->nparams)
     return arena_printf(a, "param %s", m->params[v->def->index].path);
-  const char *op = v->def ? ir_op_label(v->def) : "value";
-  if (v->name) return arena_printf(a, "%s %s (the %s)", what[b->cls], v->name, op);
-  return arena_printf(a, "%s: the %s's result", what[b->cls], op);
+  if (v->name) return v->name;
+  const Op *d = v->def;
+  if (!d) return "an input";
+  if (d->kind == OP_LOOP && d->body) {
+    for (int r = 0; r < d->nresults; r++)
+      if (d->results[r] == v && r < d->body->noutputs && d->body->outputs[r]->name)
+        return arena_printf(a, "%s (each iteration's, stacked)", d->body->outputs[r]->name);
+    return "a loop's stacked result";
+  }
+  const char *op = ir_op_label(d);
+  if (depth > 0 || d->noperands < 1 || !d->operands[0]) return op;
+  return arena_printf(a, "%s(%s)", op, value_name(a, m, d->operands[0], depth + 1));
+}
+
+static const char *buffer_name(Arena *a, const IrModule *m, const Value *v) { return value_name(a, m, v, 0); }
+
+/* "[batch 8, seq 8192, vocab 128256]": the per-device extents */
+static const char *buffer_shape(Arena *a, const Value *v) {
+  char buf[512];
+  int k = snprintf(buf, sizeof buf, "[");
+  for (int i = 0; i < v->type.rank && k < (int)sizeof buf - 64; i++) {
+    int64_t e = v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size;
+    k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%s %lld", i ? ", " : "", v->type.dims[i]->name, (long long)e);
+  }
+  snprintf(buf + k, sizeof buf - (size_t)k, "]");
+  return arena_printf(a, "%s", buf);
+}
+
+/* "activations: f32 logits [batch 8, seq 8192, vocab 128256]", "param: bf16 param
+ * blocks.attn.wq [...]", "activations kept for the backward (8 microbatch chunks in flight)". */
+static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b) {
+  static const char *const what[BUF__COUNT] = {"param", "gradient", "optimizer state", "activations", "temporary"};
+  const Value *v = b->v;
+  MemBuffer r = {.cls = what[b->cls], .loc = v->def ? v->def->loc : (SrcLoc){0}, .bytes = b->bytes};
+  r.name = buffer_name(a, m, v);
+  r.dtype = dtype_name(v->type.dtype);
+  r.shape = buffer_shape(a, v);
+  if (b->count > 1)
+    r.what = arena_printf(a, "activations kept for the backward (%d microbatch chunks in flight), each %s %s %s",
+                          b->count, r.dtype, r.name, r.shape);
+  else
+    r.what = arena_printf(a, "%s: %s %s %s", r.cls, r.dtype, r.name, r.shape);
+  return r;
+}
+
+/* The step's resident state per device (memory.h's MemResident). A gradient's size is that of the
+ * reduced gradient: followed through its collectives (zero = 2's reduce-scatter) and casts. */
+static void resident_state(const Program *p, const IrModule *m, MemResident *rs) {
+  memset(rs, 0, sizeof *rs);
+  const Mesh *mesh = p->mesh;
+  const IrFunc *f = m->main;
+  for (const Op *op = f->first; op; op = op->next)
+    if (op->kind == OP_PARAM && op->nresults == 1)
+      rs->params = sat_add(rs->params, sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh));
+  const StepInfo *si = m->step;
+  for (int j = 0; si && j < si->nparams; j++) {
+    const StepParam *sp = &si->params[j];
+    const Value *g = sp->grad;
+    for (const Op *op = f->first; g && op; op = op->next) {
+      /* not a slice: under zero = 1 the whole reduced gradient is held, the optimizer reads a slice */
+      bool carries = ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE;
+      if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
+    }
+    if (g) rs->grads = sat_add(rs->grads, sharding_local_bytes(&g->type, &g->sharding, mesh));
+    const int ins[3] = {sp->in_master, sp->in_m, sp->in_v};
+    for (int q = 0; q < 3; q++) {
+      if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
+      const Value *v = f->inputs[ins[q]];
+      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh);
+      if (q == 0) rs->master = sat_add(rs->master, b);
+      else rs->moments = sat_add(rs->moments, b);
+    }
+  }
+  rs->total = sat_add(sat_add(rs->params, rs->grads), sat_add(rs->moments, rs->master));
 }
 
 void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
@@ -86,12 +163,12 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     if (s != bp.worst) continue;
     r->params = ms.params, r->grads = ms.grads, r->optimizer = ms.optimizer;
     r->activations = ms.activations, r->temporaries = ms.temporaries, r->total = ms.total;
-    for (int i = 0; i < b->nlargest; i++)
-      add_largest(r, buffer_text(m->arena, m, &b->largest[i]), b->largest[i].v->def ? b->largest[i].v->def->loc
-                                                                                      : (SrcLoc){0},
-                  b->largest[i].bytes);
+    for (int i = 0; i < b->nlargest; i++) add_largest(r, buffer_of(m->arena, m, &b->largest[i]));
+    if (b->peak_op)
+      r->peak_at = arena_printf(m->arena, "%s at %s", ir_op_label(b->peak_op), memory_where(m->arena, p, b->peak_op->loc));
   }
   r->fits = (double)r->total <= r->capacity;
+  resident_state(p, m, &r->resident);
 
   /* FLOPs: language.md fixes the count: the backward is 2x the forward (even where the IR skips a
    * gradient nobody needs, such as the input's), plus the recomputation the IR does. */
@@ -112,14 +189,35 @@ void memory_format_bytes(char *buf, size_t n, double b) {
 
 /* ---- text ---- */
 void memory_print_text(FILE *out, const Program *p, const MemoryReport *r) {
+  (void)p;
   char b[32];
+  const MemResident *rs = &r->resident;
+  if (r->training) {
+    struct { const char *k; int64_t v; const char *why; } res[] = {
+        {"params", rs->params, ""},
+        {"grads", rs->grads, "  (each param's, after its reduction)"},
+        {"optimizer", rs->moments, "  (adam's moments m and v)"},
+        {"master", rs->master, "  (master copies of the params)"}};
+    fprintf(out, "resident state per device (held between steps):\n");
+    for (size_t i = 0; i < ARRAY_LEN(res); i++) {
+      if (i >= 2 && res[i].v == 0) continue;
+      memory_format_bytes(b, sizeof b, (double)res[i].v);
+      fprintf(out, "  %-12s %12s%s\n", res[i].k, b, res[i].v ? res[i].why : "");
+    }
+    memory_format_bytes(b, sizeof b, (double)rs->total);
+    fprintf(out, "  %-12s %12s\n", "total", b);
+  }
   struct { const char *k; int64_t v; } rows[] = {
       {"params", r->params}, {"grads", r->grads}, {"optimizer", r->optimizer},
       {"activations", r->activations}, {"temporaries", r->temporaries}};
-  fprintf(out, "memory per device:\n");
+  if (r->peak_at) fprintf(out, "peak memory per device, by class (at the %s):\n", r->peak_at);
+  else fprintf(out, "peak memory per device, by class:\n");
   for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
     memory_format_bytes(b, sizeof b, (double)rows[i].v);
-    fprintf(out, "  %-12s %12s\n", rows[i].k, b);
+    fprintf(out, "  %-12s %12s", rows[i].k, b);
+    if (i == 1 && r->training && rows[i].v == 0 && rs->grads > 0) fprintf(out, "  (no gradient is live at the peak)");
+    if (i == 2 && r->training && rows[i].v > 0) fprintf(out, "  (moments and master copies)");
+    fputc('\n', out);
   }
   memory_format_bytes(b, sizeof b, (double)r->total);
   char c[32];

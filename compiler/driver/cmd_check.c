@@ -16,6 +16,7 @@
 #include "report.h"
 #include "memory.h"
 #include "shard.h"
+#include "waste.h"
 
 static const char *origin_text(Arena *a, OriginKind k, SrcLoc loc) {
   if (k == ORIGIN_NONE || !loc.file) return "";
@@ -139,7 +140,7 @@ static void json_advice(cJSON *o, const Program *p, const FitAdvice *fa) {
   cJSON_AddNumberToObject(se, "seconds", fa->seconds);
 }
 
-static cJSON *json_report(const Program *p, const MemoryReport *r, const FitAdvice *fa) {
+static cJSON *json_report(Arena *a, const Program *p, const MemoryReport *r, const FitAdvice *fa) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "devices", (double)r->devices);
   cJSON *params = cJSON_AddObjectToObject(o, "params");
@@ -153,6 +154,14 @@ static cJSON *json_report(const Program *p, const MemoryReport *r, const FitAdvi
   cJSON_AddNumberToObject(pd, "activations", (double)r->activations);
   cJSON_AddNumberToObject(pd, "temporaries", (double)r->temporaries);
   cJSON_AddNumberToObject(pd, "total", (double)r->total);
+  if (r->training) { /* between steps (memory.h's MemResident) */
+    cJSON *rs = cJSON_AddObjectToObject(mem, "resident");
+    cJSON_AddNumberToObject(rs, "params", (double)r->resident.params);
+    cJSON_AddNumberToObject(rs, "grads", (double)r->resident.grads);
+    cJSON_AddNumberToObject(rs, "moments", (double)r->resident.moments);
+    cJSON_AddNumberToObject(rs, "master", (double)r->resident.master);
+    cJSON_AddNumberToObject(rs, "total", (double)r->resident.total);
+  }
   if (r->nstages > 0) { /* a pipeline: each stage's device */
     cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
     for (int s = 0; s < r->nstages; s++) {
@@ -181,9 +190,14 @@ static cJSON *json_report(const Program *p, const MemoryReport *r, const FitAdvi
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "what", r->largest[i].what);
     cJSON_AddNumberToObject(b, "bytes", (double)r->largest[i].bytes);
+    cJSON_AddStringToObject(b, "class", r->largest[i].cls);
+    cJSON_AddStringToObject(b, "tensor", r->largest[i].name);
+    cJSON_AddStringToObject(b, "dtype", r->largest[i].dtype);
+    cJSON_AddStringToObject(b, "shape", r->largest[i].shape);
     if (r->largest[i].loc.file) {
       cJSON_AddStringToObject(b, "file", report_file(r->largest[i].loc));
       cJSON_AddNumberToObject(b, "line", r->largest[i].loc.line);
+      cJSON_AddStringToObject(b, "where", memory_where(a, p, r->largest[i].loc));
     }
     cJSON_AddItemToArray(lg, b);
   }
@@ -326,9 +340,15 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
   FitInput fin = {.cp = cp, .base = &r};
   fit_search(&fin, &fa);
   if (diag_error_count() > before) return EXIT_PROGRAM_ERROR;
+  WasteReport waste;
+  waste_find(arena, cp, &waste);
+  waste_warn(&waste);
 
   if (o->format == FORMAT_JSON) {
-    report_json(json_report(p, &r, &fa));
+    cJSON *j = json_report(arena, p, &r, &fa);
+    cJSON_AddItemToObject(j, "waste", waste_json(&waste, p->mesh));
+    cJSON_AddItemToObject(j, "warnings", report_warnings());
+    report_json(j);
   } else {
     print_header(out, p, m);
     char b[32];
@@ -340,16 +360,15 @@ int check_report(const Options *o, Arena *arena, CheckedProgram *cp, FILE *out) 
     fputc('\n', out);
     if (o->shardings) print_shardings(out, arena, p, m);
     if (o->emit_ir) devprog_print(out, m);
-    if (!r.fits) {
-      fprintf(out, "largest buffers per device:\n");
-      for (int i = 0; i < r.nlargest; i++) {
-        memory_format_bytes(b, sizeof b, (double)r.largest[i].bytes);
-        fprintf(out, "  %10s  %s", b, r.largest[i].what);
-        if (r.largest[i].loc.file) fprintf(out, " (%s:%d)", report_file(r.largest[i].loc), r.largest[i].loc.line);
-        fputc('\n', out);
-      }
-      print_advice(out, p, &fa);
+    if (r.nlargest > 0) fprintf(out, "largest buffers per device at the peak:\n");
+    for (int i = 0; i < r.nlargest; i++) {
+      memory_format_bytes(b, sizeof b, (double)r.largest[i].bytes);
+      fprintf(out, "  %10s  %s", b, r.largest[i].what);
+      if (r.largest[i].loc.file) fprintf(out, " at %s", memory_where(arena, p, r.largest[i].loc));
+      fputc('\n', out);
     }
+    if (!r.fits) print_advice(out, p, &fa);
+    waste_print(out, &waste);
   }
   if (!r.fits) {
     char t[32], c[32];

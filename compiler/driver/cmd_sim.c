@@ -22,6 +22,7 @@
 #include "partition.h"
 #include "report.h"
 #include "sim.h"
+#include "waste.h"
 
 enum { TOP_LINES = 8, TOP_COLLECTIVES = 8 };
 
@@ -198,6 +199,25 @@ static const char *runs_text(Arena *a, double runs) {
   return arena_printf(a, "x%.3g", runs);
 }
 
+/* The per-phase breakdown (sim.h's sim_phases): time = compute + exposed communication. */
+static void print_phases(FILE *out, Arena *a, const SimReport *r) {
+  SimPhase ph[SIMPH__COUNT];
+  sim_phases(r, ph);
+  fprintf(out, "per phase (per device; time = compute + exposed comm; TFLOP/s achieved in that time):\n");
+  for (int k = 0; k < SIMPH__COUNT; k++) {
+    const SimPhase *x = &ph[k];
+    if (!(x->compute_s > 0) && !(x->comm_s > 0)) continue;
+    char line[256];
+    int n = snprintf(line, sizeof line, "  %-19s %-11s compute %-11s comm %-11s exposed %-11s", sim_phase_name(x->kind),
+                     fmt_time(a, x->time_s), fmt_time(a, x->compute_s), fmt_time(a, x->comm_s),
+                     fmt_time(a, x->exposed_comm_s));
+    if (x->flops > 0 && n > 0 && n < (int)sizeof line)
+      snprintf(line + n, sizeof line - (size_t)n, " %7.1f TFLOP/s", x->flops_per_s / 1e12);
+    for (size_t e = strlen(line); e > 0 && line[e - 1] == ' '; e--) line[e - 1] = 0;
+    fprintf(out, "%s\n", line);
+  }
+}
+
 static void print_text(FILE *out, Arena *a, const Program *p, const IrModule *m, const SimReport *r,
                        const MemoryReport *mem, const Options *o) {
   const Mesh *mesh = p->mesh;
@@ -219,6 +239,7 @@ static void print_text(FILE *out, Arena *a, const Program *p, const IrModule *m,
   fprintf(out, "  idle             %-12s %s\n", fmt_time(a, r->idle_s), pct(a, r->idle_s, st));
   fprintf(out, "communication      %s in all, %s of it hidden behind compute\n", fmt_time(a, r->comm_s),
           fmt_time(a, r->comm_s - r->exposed_comm_s > 0 ? r->comm_s - r->exposed_comm_s : 0));
+  print_phases(out, a, r);
   fprintf(out, "MFU                %.1f%%  (%.4g model FLOPs per step / (step x %lld devices x %.4g FLOP/s))\n",
           100 * r->mfu, r->model_flops_per_step, (long long)r->devices, r->peak_flops);
   fprintf(out, "HFU                %.1f%%  (%.4g FLOPs per step with recomputation)\n", 100 * r->hfu, r->flops_per_step);
@@ -298,6 +319,20 @@ static cJSON *json_report(Arena *a, const Program *p, const IrModule *m, const S
   cJSON_AddNumberToObject(j, "hfu", r->hfu);
   cJSON_AddNumberToObject(j, "flops_per_step", r->flops_per_step);
   cJSON_AddNumberToObject(j, "model_flops_per_step", r->model_flops_per_step);
+  SimPhase ph[SIMPH__COUNT];
+  sim_phases(r, ph);
+  cJSON *phs = cJSON_AddArrayToObject(j, "phases");
+  for (int k = 0; k < SIMPH__COUNT; k++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "phase", sim_phase_name(ph[k].kind));
+    cJSON_AddNumberToObject(e, "time_s", ph[k].time_s);
+    cJSON_AddNumberToObject(e, "compute_s", ph[k].compute_s);
+    cJSON_AddNumberToObject(e, "comm_s", ph[k].comm_s);
+    cJSON_AddNumberToObject(e, "exposed_comm_s", ph[k].exposed_comm_s);
+    cJSON_AddNumberToObject(e, "flops", ph[k].flops);
+    cJSON_AddNumberToObject(e, "flops_per_s", ph[k].flops_per_s);
+    cJSON_AddItemToArray(phs, e);
+  }
   cJSON_AddNumberToObject(j, "tokens_per_step", r->tokens_per_step);
   cJSON_AddNumberToObject(j, "peak_flops", r->peak_flops);
   cJSON_AddItemToObject(j, "forbidden_cheaper", layout_weigh_json(a, m, p));
@@ -405,6 +440,9 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     diag_warning(p->step ? p->step->loc : p->entry->loc,
                  "does not fit: %s per device on %s, which has %s of HBM (sim goes on)",
                  fmt_bytes(arena, (double)mem.total), p->mesh->target->name, fmt_bytes(arena, mem.capacity));
+  WasteReport waste;
+  waste_find(arena, &cp, &waste);
+  waste_warn(&waste);
   SimOptions so = {.ideal = o->ideal, .keep_graph = o->trace != NULL};
   SimReport r;
   if (!sim_program(p, m, &so, &r)) {
@@ -416,8 +454,13 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
-  if (json) *report = json_report(arena, p, m, &r, &mem, o);
-  else print_text(stdout, arena, p, m, &r, &mem, o);
+  if (json) {
+    *report = json_report(arena, p, m, &r, &mem, o);
+    cJSON_AddItemToObject(*report, "waste", waste_json(&waste, p->mesh));
+  } else {
+    print_text(stdout, arena, p, m, &r, &mem, o);
+    waste_print(stdout, &waste);
+  }
   sim_report_free(&r);
   return EXIT_OK;
 }

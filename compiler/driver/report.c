@@ -52,6 +52,10 @@ void report_json(cJSON *obj) {
   R.printed = true;
 }
 
+cJSON *report_warnings(void) {
+  return R.json && R.warnings ? cJSON_Duplicate(R.warnings, true) : cJSON_CreateArray();
+}
+
 int report_end(const Options *o, int rc) {
   (void)o;
   if (R.json) {

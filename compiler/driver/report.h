@@ -14,6 +14,7 @@
 
 void report_begin(const Options *o);        /* collect diagnostics (JSON mode) */
 void report_json(cJSON *obj);               /* prints obj to stdout, then deletes it */
+cJSON *report_warnings(void);            /* the warnings reported so far (a new array; empty in text form) */
 int report_end(const Options *o, int rc);   /* the errors object if nothing was printed; returns rc */
 /* The columns text is wrapped to: the terminal's width when stdout is a terminal (at least 60),
  * else 100 (a file, a pipe: output that does not change with the window). */

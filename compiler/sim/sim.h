@@ -193,6 +193,35 @@ void sim_report_free(SimReport *r);
 bool sim_report_trace_write(const SimReport *r, const char *path, char *err, size_t n);
 char *sim_report_trace_text(const SimReport *r); /* malloc'd JSON; NULL without keep_graph */
 
+/* The step by phase, as Megatron's timers print it: each simulated op (SimItem) in one phase by its
+ * Op.phase: forward (and the loss), backward (recomputation and gradient accumulation included),
+ * optimizer; the gradients' collectives (CollRole ROLE_GRADIENT) are gradient reduction, a
+ * pipeline's sends pipeline transfers. Per device: compute_s of its kernels, comm_s of its
+ * collectives, exposed_comm_s the part of those no compute overlaps, time_s = compute_s +
+ * exposed_comm_s, flops, and flops_per_s = flops / time_s (achieved, per device). The phases add up
+ * to the report's compute_s + exposed_comm_s when collectives ride one link class; collectives on
+ * different links running at once are each counted (the report counts that time once). */
+#define SIM_PHASES(X)                          \
+  X(SIMPH_FORWARD, "forward")                  \
+  X(SIMPH_BACKWARD, "backward")                \
+  X(SIMPH_OPTIMIZER, "optimizer")              \
+  X(SIMPH_GRAD_REDUCE, "gradient reduction")   \
+  X(SIMPH_PIPELINE, "pipeline transfers")
+typedef enum {
+#define X(id, name) id,
+  SIM_PHASES(X)
+#undef X
+  SIMPH__COUNT
+} SimPhaseKind;
+
+typedef struct SimPhase {
+  SimPhaseKind kind;
+  double time_s, compute_s, comm_s, exposed_comm_s, flops, flops_per_s;
+} SimPhase;
+
+void sim_phases(const SimReport *r, SimPhase out[SIMPH__COUNT]);
+const char *sim_phase_name(SimPhaseKind k);
+
 /* Days to train on `tokens` tokens at tokens_per_s: tokens / tokens_per_s / 86400. With the
  * MFU convention this is total model FLOPs / (devices x peak x mfu), the book's arithmetic. */
 double sim_days_for_tokens(double tokens, double tokens_per_s);

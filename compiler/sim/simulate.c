@@ -1614,6 +1614,51 @@ static void trace_meta(FILE *f, bool *first, const char *what, int pid, int tid,
   fputs("}}", f);
 }
 
+/* A collective's args in the trace: its kind, the bytes cost.h takes (the gathered array for an
+ * all-gather, else the operand, per device), the link class it rides and its mesh axes. */
+static void coll_args(const Detail *dt, const Op *op, char *buf, size_t n) {
+  buf[0] = 0;
+  if (!op || !ir_op_is_collective(op->kind) || op->noperands < 1 || op->nresults < 1 || !dt->mesh) return;
+  CollKind k = op->kind == OP_ALL_GATHER ? COLL_ALL_GATHER : op->kind == OP_REDUCE_SCATTER ? COLL_REDUCE_SCATTER
+             : op->kind == OP_ALL_REDUCE ? COLL_ALL_REDUCE : op->kind == OP_ALL_TO_ALL ? COLL_ALL_TO_ALL : COLL_PERMUTE;
+  double bytes = sim_value_bytes(k == COLL_ALL_GATHER ? op->results[0] : op->operands[0]);
+  CollCost cc;
+  cost_collective(dt->mesh, k, op->axes, bytes, dt->summary.ideal, &cc);
+  int w = snprintf(buf, n, "\"collective\":\"%s\",\"bytes\":%.0f,\"link\":\"%s\",\"axes\":[", ir_op_name(op->kind), bytes,
+                   cc.link_name ? cc.link_name : "?");
+  bool c = false;
+  for (int a = 0; a < dt->mesh->naxes && w > 0 && w < (int)n - 40; a++)
+    if ((op->axes >> a) & 1) {
+      w += snprintf(buf + w, n - (size_t)w, "%s\"%s\"", c ? "," : "", dt->mesh->axes[a].name);
+      c = true;
+    }
+  if (w > 0 && w < (int)n - 2) snprintf(buf + w, n - (size_t)w, "]");
+  else buf[0] = 0;
+}
+
+/* Flow events from each collective to the compute task that waits for it (a dependency of the
+ * timeline g, shown at offset t0 on device pid, or each stream's own device for pid < 0; tid_of maps
+ * g's streams to the trace's threads, NULL: the same ids). */
+static void trace_flows(FILE *f, bool *first, const SimGraph *g, const TaskInfo *info, double t0, int pid,
+                        const int *tid_of, int *next_id) {
+  for (int e = 0; e < sim_dep_count(g); e++) {
+    int a, b;
+    if (!sim_dep_get(g, e, &a, &b)) continue;
+    const Op *op = info[a].op;
+    if (!op || info[a].tag != TAG_KERNEL || !ir_op_is_collective(op->kind)) continue;
+    int sa = sim_task_stream(g, a), sb = sim_task_stream(g, b);
+    if (sim_stream_kind(g, sb) != SIM_STREAM_COMPUTE || sim_stream_kind(g, sa) == SIM_STREAM_COMPUTE) continue;
+    double a0 = sim_task_start(g, a), b0 = sim_task_start(g, b);
+    if (!(a0 == a0) || !(b0 == b0)) continue;
+    int id = (*next_id)++;
+    fprintf(f, "%s{\"name\":\"waits for\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.6f}",
+            *first ? "\n" : ",\n", id, pid >= 0 ? pid : sim_stream_device(g, sa), tid_of ? tid_of[sa] : sa, (t0 + a0) * 1e6);
+    *first = false;
+    fprintf(f, ",\n{\"name\":\"waits for\",\"cat\":\"flow\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.6f}",
+            id, pid >= 0 ? pid : sim_stream_device(g, sb), tid_of ? tid_of[sb] : sb, (t0 + b0) * 1e6);
+  }
+}
+
 static bool trace_write_to(const SimReport *r, FILE *f) {
   const Detail *dt = r->detail;
   if (!dt) return false;
@@ -1634,13 +1679,15 @@ static bool trace_write_to(const SimReport *r, FILE *f) {
   for (int t = 0; t < n; t++)
     if (dt->top.info[t].sub >= 0) nested += sim_task_count(dt->subs[dt->top.info[t].sub]->tl.g);
   bool nest_all = nested <= TRACE_NEST_MAX;
+  int flow_id = 1;
   for (int t = 0; t < n; t++) {
     double t0 = sim_task_start(g, t);
     if (!(t0 == t0)) continue;
     int s = sim_task_stream(g, t), d = sim_stream_device(g, s);
     const TaskInfo *in = &dt->top.info[t];
-    char extra[96] = "";
+    char extra[512] = "";
     if (in->tag == TAG_REGION) snprintf(extra, sizeof extra, "\"microbatch\":%d,\"chunk\":%d", in->mb, in->chunk);
+    else if (in->tag == TAG_KERNEL) coll_args(dt, in->op, extra, sizeof extra);
     trace_event(f, &first, g, t, t0, d, s, sim__device_represents(g, d), extra[0] ? extra : NULL);
     if (in->sub < 0 || !(nest_all || in->mb == 0)) continue;
     const Sub *sb = dt->subs[in->sub];
@@ -1652,9 +1699,22 @@ static bool trace_write_to(const SimReport *r, FILE *f) {
       int ss = sim_task_stream(sg, u), tid = dv->compute;
       for (int c = 0; c < NLINK; c++)
         if (ss == sb->d.comm[c] && dv->comm[c] >= 0) tid = dv->comm[c];
-      trace_event(f, &first, sg, u, t0 + u0, d, tid, 0, NULL);
+      char ex[512];
+      coll_args(dt, sb->tl.info[u].tag == TAG_KERNEL ? sb->tl.info[u].op : NULL, ex, sizeof ex);
+      trace_event(f, &first, sg, u, t0 + u0, d, tid, 0, ex[0] ? ex : NULL);
+    }
+    int *tid_of = malloc(sizeof(int) * (size_t)(sim_stream_count(sg) > 0 ? sim_stream_count(sg) : 1));
+    if (tid_of) {
+      for (int ss = 0; ss < sim_stream_count(sg); ss++) {
+        tid_of[ss] = dv->compute;
+        for (int c = 0; c < NLINK; c++)
+          if (ss == sb->d.comm[c] && dv->comm[c] >= 0) tid_of[ss] = dv->comm[c];
+      }
+      trace_flows(f, &first, sg, sb->tl.info, t0, d, tid_of, &flow_id);
+      free(tid_of);
     }
   }
+  trace_flows(f, &first, g, dt->top.info, 0, -1, NULL, &flow_id);
   const SimReport *x = &dt->summary;
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"shardc sim\",\"ideal\":%s,"
              "\"step_time_s\":%.9g,\"mfu\":%.6g,\"devices\":%lld,\"simulated_devices\":%d",

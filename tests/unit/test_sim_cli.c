@@ -306,6 +306,108 @@ static void test_tokens(void) {
   ut_end();
 }
 
+/* sim's per-phase breakdown (sim.h's sim_phases) on MLP: per device, the forward is 2 layers x 2
+ * contractions x 2 x batch x seq x embed x hidden / 8 devices FLOPs, the backward twice that (the
+ * language's count); the phases' times add up to compute + exposed communication. */
+static void test_phases(void) {
+  ut_begin("sim phases: forward/backward FLOPs by formula, times adding up to compute + exposed");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  int rc;
+  char *raw = NULL;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, &raw);
+  free(raw);
+  const cJSON *ph = j ? cJSON_GetObjectItem(j, "phases") : NULL, *e;
+  UT_CHECK(cJSON_GetArraySize(ph) == 5, "5 phases, got %d", cJSON_GetArraySize(ph));
+  static const char *const names[] = {"forward", "backward", "optimizer", "gradient reduction", "pipeline transfers"};
+  double t = 0, c = 0, comm = 0, ex = 0, fl = 0;
+  int i = 0;
+  cJSON_ArrayForEach(e, ph) {
+    const cJSON *n = cJSON_GetObjectItem(e, "phase");
+    UT_CHECK(i < 5 && cJSON_IsString(n) && strcmp(n->valuestring, names[i]) == 0, "phase %d: %s", i,
+             cJSON_IsString(n) ? n->valuestring : "?");
+    t += num(e, "time_s"), c += num(e, "compute_s"), comm += num(e, "comm_s"), ex += num(e, "exposed_comm_s");
+    fl += num(e, "flops");
+    if (num(e, "time_s") > 0) ut_near("flops_per_s = flops / time_s", num(e, "flops_per_s"), num(e, "flops") / num(e, "time_s"), 1e-9);
+    i++;
+  }
+  double fwd = 2.0 * 2 * 2 * 64 * 512 * 2048 * 8192 / 8;
+  ut_near("forward FLOPs per device", num(cJSON_GetArrayItem(ph, 0), "flops"), fwd, 1e-9);
+  ut_near("backward FLOPs per device = 2 x forward", num(cJSON_GetArrayItem(ph, 1), "flops"), 2 * fwd, 1e-9);
+  UT_CHECK(num(cJSON_GetArrayItem(ph, 2), "compute_s") > 0, "the optimizer takes time");
+  UT_CHECK(num(cJSON_GetArrayItem(ph, 3), "comm_s") > 0 && num(cJSON_GetArrayItem(ph, 3), "compute_s") == 0,
+           "gradient reduction: communication only (data-parallel gradients)");
+  ut_near("phases' time = compute + exposed", t, num(j, "compute_s") + num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' compute = compute_s", c, num(j, "compute_s"), 1e-9);
+  ut_near("phases' comm = comm_s", comm, num(j, "comm_s"), 1e-9);
+  ut_near("phases' exposed = exposed_comm_s", ex, num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' FLOPs x 8 devices = flops_per_step", fl * 8, num(j, "flops_per_step"), 1e-9);
+  cJSON_Delete(j);
+  /* the text report prints the same table */
+  FILE *p = popen("'" SHARDC_BIN "' sim test_sim_cli_mlp.shard 2>/dev/null", "r");
+  char *out = p ? slurp(p) : NULL;
+  if (p) pclose(p);
+  UT_CHECK(out && strstr(out, "per phase (per device") && strstr(out, "  gradient reduction "), "text: the per-phase table");
+  free(out);
+  ut_end();
+}
+
+/* The trace's collectives carry bytes, link class and axes; flow events go from a collective to the
+ * compute task waiting for it. MLP: layer l's output all-reduce over model moves the partial
+ * [batch/2, seq, embed] bf16 = 32 x 512 x 2048 x 2 bytes per device, over NVLink (one node). */
+static void test_trace_args(void) {
+  ut_begin("sim --trace: collectives' bytes, link and axes; flows from collective to waiting op");
+  write_file("test_sim_cli_mlp.shard", MLP);
+  remove("test_sim_cli_trace.json");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json --trace test_sim_cli_trace.json", &rc, NULL);
+  cJSON_Delete(j);
+  cJSON *t = read_json("test_sim_cli_trace.json");
+  const cJSON *ev = t ? cJSON_GetObjectItem(t, "traceEvents") : NULL, *e;
+  int ar = 0, with_args = 0, colls = 0, starts = 0, ends = 0, bad = 0;
+  cJSON_ArrayForEach(e, ev) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *args = cJSON_GetObjectItem(e, "args");
+    if (!cJSON_IsString(ph)) continue;
+    if (strcmp(ph->valuestring, "X") == 0 && strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "comm") == 0) {
+      colls++;
+      const cJSON *k = cJSON_GetObjectItem(args, "collective");
+      if (cJSON_IsString(k) && cJSON_IsString(cJSON_GetObjectItem(args, "link")) &&
+          cJSON_IsArray(cJSON_GetObjectItem(args, "axes")) && num(args, "bytes") > 0)
+        with_args++;
+      const cJSON *ax = cJSON_GetObjectItem(args, "axes");
+      if (cJSON_IsString(k) && strcmp(k->valuestring, "all_reduce") == 0 && cJSON_GetArraySize(ax) == 1 &&
+          strcmp(cJSON_GetArrayItem(ax, 0)->valuestring, "model") == 0) {
+        ar++;
+        ut_near("all_reduce over model: bytes", num(args, "bytes"), 32.0 * 512 * 2048 * 2, 1e-12);
+        UT_CHECK(strcmp(cJSON_GetObjectItem(args, "link")->valuestring, "NVLink") == 0, "link %s",
+                 cJSON_GetObjectItem(args, "link")->valuestring);
+      }
+    }
+    if (strcmp(ph->valuestring, "s") == 0) starts++;
+    if (strcmp(ph->valuestring, "f") == 0) {
+      ends++;
+      const cJSON *bp = cJSON_GetObjectItem(e, "bp");
+      bad += !(cJSON_IsString(bp) && strcmp(bp->valuestring, "e") == 0);
+    }
+  }
+  UT_CHECK(colls > 0 && with_args == colls, "%d of %d collectives with collective, bytes, link, axes", with_args, colls);
+  UT_CHECK(ar >= 2, "the layers' all-reduces over model found (%d)", ar);
+  UT_CHECK(starts > 0 && starts == ends && bad == 0, "flows: %d starts, %d ends (bound to the enclosing slice)", starts, ends);
+  /* each flow ends no earlier than it starts */
+  cJSON_ArrayForEach(e, ev) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "s") != 0) continue;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, ev) {
+      const cJSON *fp = cJSON_GetObjectItem(f, "ph");
+      if (cJSON_IsString(fp) && strcmp(fp->valuestring, "f") == 0 && num(f, "id") == num(e, "id"))
+        UT_CHECK(num(f, "ts") >= num(e, "ts"), "flow %g: ends at %g before it starts at %g", num(e, "id"), num(f, "ts"),
+                 num(e, "ts"));
+    }
+  }
+  cJSON_Delete(t);
+  ut_end();
+}
+
 /* Runs `shardc CMD FILE ARGS` (stderr discarded) and returns its stdout (malloc'd), *rc its exit. */
 static char *run_text(const char *cmd_name, const char *file, const char *args, int *rc) {
   char cmd[1024];
@@ -428,6 +530,8 @@ static void test_forbidden_cheaper(void) {
 
 int main(void) {
   test_json_keys();
+  test_trace_args();
+  test_phases();
   test_json_errors();
   test_no_fit();
   test_trace();

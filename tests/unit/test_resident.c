@@ -1,0 +1,156 @@
+/* test_resident.c: `shardc check`'s memory as Megatron reports it: the resident state per device
+ * (params, grads, adam's moments, master copies; ZeRO's sharding), figures derived here from the
+ * shapes; the peak by class beside it, with the zero gradient explained; the largest buffers named
+ * by tensor, dtype and per-device shape, at a path relative to the program or the stdlib. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+
+#include "unit_test.h"
+
+#ifndef SHARDC_BIN
+#define SHARDC_BIN "shardc"
+#endif
+
+static char *slurp(FILE *f) {
+  size_t cap = 1 << 16, n = 0, got;
+  char *buf = malloc(cap);
+  if (!buf) return NULL;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 >= cap) {
+      char *b = realloc(buf, cap *= 2);
+      if (!b) break;
+      buf = b;
+    }
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+static char *run(const char *args, int *rc) {
+  char line[1024];
+  snprintf(line, sizeof line, "'%s' check %s 2>/dev/null", SHARDC_BIN, args);
+  FILE *p = popen(line, "r");
+  if (!p) return NULL;
+  char *out = slurp(p);
+  int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+static double num(const cJSON *o, const char *k) {
+  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
+  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
+  return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+/* Two bf16 weights of embed x hidden; hidden over model (4). */
+static const char *MLP =
+    "import \"targets\"\n"
+    "mesh node = h100[data: 2, model: 4]\n"
+    "dim batch = 64, seq = 128, embed = 256, hidden = 1024\n"
+    "layout tp {\n"
+    "  batch: data\n"
+    "  hidden: model\n"
+    "}\n"
+    "model mlp2 {\n"
+    "  param w_in: bf16[embed, hidden]\n"
+    "  param w_out: bf16[hidden, embed]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+    "    let h = gelu(x @ w_in)\n"
+    "    return h @ w_out\n"
+    "  }\n"
+    "}\n"
+    "train mlp2.forward {\n"
+    "  loss = mse\n"
+    "  optimizer = adam\n"
+    "  master = f32\n"
+    "  zero = %d\n"
+    "}\n";
+
+static void write_mlp(int zero) {
+  FILE *f = fopen("test_resident_mlp.shard", "w");
+  if (!f) return;
+  fprintf(f, MLP, zero);
+  fclose(f);
+}
+
+static void test_resident(int zero) {
+  char name[128];
+  snprintf(name, sizeof name, "resident state by formula, zero = %d", zero);
+  ut_begin(name);
+  write_mlp(zero);
+  int rc;
+  char *out = run("test_resident_mlp.shard --format json", &rc);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  UT_CHECK(rc == 0 && j, "exit %d, JSON", rc);
+  const cJSON *mem = j ? cJSON_GetObjectItem(j, "memory") : NULL;
+  const cJSON *rs = mem ? cJSON_GetObjectItem(mem, "resident") : NULL;
+  UT_CHECK(rs != NULL, "memory.resident");
+  /* params: 2 x 256 x 1024 elements; hidden over model: a quarter on each device */
+  double elems = 2.0 * 256 * 1024 / 4;
+  double zdiv = zero >= 1 ? 2 : 1; /* ZeRO shards over the batch axis, data (2) */
+  ut_near("params: elems x 2 B", num(rs, "params"), elems * 2, 1e-12);
+  /* grads: bf16, reduced to the param's sharding; zero = 2 reduce-scatters them over data */
+  ut_near("grads", num(rs, "grads"), elems * 2 / (zero >= 2 ? 2 : 1), 1e-12);
+  ut_near("moments: m and v in f32", num(rs, "moments"), 2 * elems * 4 / zdiv, 1e-12);
+  ut_near("master: f32", num(rs, "master"), elems * 4 / zdiv, 1e-12);
+  ut_near("total", num(rs, "total"), num(rs, "params") + num(rs, "grads") + num(rs, "moments") + num(rs, "master"), 1e-12);
+  /* the peak's optimizer class holds the same moments and master copy */
+  const cJSON *pd = mem ? cJSON_GetObjectItem(mem, "per_device") : NULL;
+  ut_near("peak optimizer = moments + master", num(pd, "optimizer"), num(rs, "moments") + num(rs, "master"), 1e-12);
+  /* the largest buffers: named, typed, per-device shapes, relative paths */
+  const cJSON *lg = j ? cJSON_GetObjectItem(j, "largest") : NULL, *b;
+  UT_CHECK(cJSON_GetArraySize(lg) > 0, "largest buffers listed");
+  cJSON_ArrayForEach(b, lg) {
+    UT_CHECK(*str(b, "tensor") && *str(b, "dtype") && str(b, "shape")[0] == '[', "tensor, dtype, shape: %s",
+             str(b, "what"));
+    UT_CHECK(!strstr(str(b, "what"), "'s result"), "never \"the op's result\": %s", str(b, "what"));
+    UT_CHECK(str(b, "where")[0] != '/', "a relative path: %s", str(b, "where"));
+  }
+  /* the first: [batch 32, seq 128, embed 256] in f32 = 32 x 128 x 256 x 4 = 4,194,304 B (the mse's
+   * f32 difference, batch split over data) */
+  const cJSON *b0 = cJSON_GetArrayItem(lg, 0);
+  UT_CHECK(strcmp(str(b0, "shape"), "[batch 32, seq 128, embed 256]") == 0 && strcmp(str(b0, "dtype"), "f32") == 0,
+           "largest: %s", str(b0, "what"));
+  ut_near("its bytes", num(b0, "bytes"), 32.0 * 128 * 256 * 4, 1e-12);
+  cJSON_Delete(j);
+  free(out);
+
+  /* text: both tables, and the zero gradient at the peak said why */
+  out = run("test_resident_mlp.shard", &rc);
+  UT_CHECK(out && strstr(out, "resident state per device (held between steps):"), "the resident table");
+  UT_CHECK(out && strstr(out, "peak memory per device, by class"), "the peak table");
+  UT_CHECK(out && strstr(out, "no gradient is live at the peak"), "grads 0 B explained");
+  UT_CHECK(out && strstr(out, "f32 ") && strstr(out, "[batch 32, seq 128, embed 256] at test_resident_mlp.shard:"),
+           "largest named with its shape and relative path");
+  free(out);
+  ut_end();
+}
+
+static void test_stdlib_path(void) {
+  ut_begin("a stdlib model's buffers at models/NAME.shard:LINE, not an absolute path");
+  int rc;
+  char *out = run("'" SHARDC_SOURCE_DIR "/samples/llama3_8b.shard' -D layers=2", &rc);
+  UT_CHECK(out && strstr(out, " at models/llama.shard:"), "models/llama.shard:LINE in:\n%s", out ? out : "");
+  const char *lg = out ? strstr(out, "largest buffers per device at the peak:") : NULL;
+  UT_CHECK(lg && !strstr(lg, " at /"), "no absolute path among the largest buffers");
+  free(out);
+  ut_end();
+}
+
+int main(void) {
+  for (int z = 0; z <= 2; z += 2) test_resident(z);
+  test_stdlib_path();
+  remove("test_resident_mlp.shard");
+  return ut_summary();
+}
