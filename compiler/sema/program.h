@@ -75,13 +75,17 @@ typedef struct Target {
   int node_size;             /* GPUs per NVLink domain */
   double network_bw;         /* bytes/s per GPU across nodes */
   double nvlink_latency, network_latency; /* s */
-  /* calibrated collective bandwidth: achieved/peak = max(small, max * V / (V + half_bytes));
-     small: what the low-latency protocol for small messages reaches (0: none). Adjacent: target.c
-     reads the block into these three in this order. */
-  double coll_eff_max, coll_eff_half_bytes, coll_eff_small;
+  /* calibrated collective bandwidth: achieved/peak = max(small, max * V^k / (V^k + half_bytes^k));
+     small: what the low-latency protocol for small messages reaches (0: none); k: `shape`.
+     Adjacent: target.c reads the block into these four in this order. */
+  double coll_eff_max, coll_eff_half_bytes, coll_eff_small, coll_eff_shape;
   /* ---- calibrated simulation only (sim without --ideal; docs/cost-model.md) ---- */
-  double net_eff_max, net_eff_half_bytes, net_eff_small; /* the same curve for GPU network / TPU
-                                                            DCN phases; max 0: use coll_eff_* */
+  double net_eff_max, net_eff_half_bytes, net_eff_small, net_eff_shape; /* the same curve for GPU
+                                                            network / TPU DCN phases; max 0: use coll_eff_* */
+  /* all_reduce_efficiency: the NVLink/ICI curve of an AllReduce where it differs (NVLS: the
+     NVSwitch reduces, so bus bandwidth passes the link's one-way rate and max may reach 2); max 0:
+     coll_eff_*. shape k (all three curves): max x V^k / (V^k + half^k); 0 means 1. */
+  double ar_eff_max, ar_eff_half_bytes, ar_eff_small, ar_eff_shape;
   double matmul_tile[3];     /* M, N, K multiples a contraction is padded to (MXU / CTA tile); 1 none */
   double matmul_fill[3];     /* fill/drain length along M, N, K: efficiency x d / (d + fill); 0 none */
   int matmul_units;          /* GPU SMs that take output tiles in waves; 0: no wave quantization */
