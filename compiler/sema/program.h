@@ -236,7 +236,11 @@ struct Model {
   X(SK_MICROBATCHES, "microbatches") \
   X(SK_SCHEDULE, "schedule")        \
   X(SK_LR, "lr")                    \
-  X(SK_ZERO, "zero")
+  X(SK_ZERO, "zero")                \
+  X(SK_STAGE_LAYERS, "stage_layers") \
+  X(SK_TP_OVERLAP, "tp_overlap")    \
+  X(SK_DP_OVERLAP, "dp_overlap")    \
+  X(SK_GRAD_REDUCE, "grad_reduce")
 typedef enum {
 #define X(e, s) e,
   STEP_KEYS(X)
@@ -245,7 +249,9 @@ typedef enum {
 } StepKey;
 typedef enum { LOSS_NONE, LOSS_CROSS_ENTROPY, LOSS_MSE } LossKind;
 typedef enum { OPT_NONE, OPT_SGD, OPT_ADAM } OptimKind;
-typedef enum { REMAT_NONE, REMAT_FULL, REMAT_DOTS } RematKind;
+/* REMAT_SELECTIVE: keep what REMAT_NONE keeps but the attention core (Korthikanti et al.'s selective
+ * recomputation): the fused attention op is recomputed in the backward. */
+typedef enum { REMAT_NONE, REMAT_FULL, REMAT_DOTS, REMAT_SELECTIVE } RematKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } ScheduleKind;
 typedef struct Step {
   StepKind kind;        /* STEP_TRAIN / STEP_SERVE */
@@ -260,6 +266,11 @@ typedef struct Step {
   int interleave;       /* V for interleaved(V) */
   double lr;
   int zero;             /* 0, 1 or 2 */
+  int *stage_layers;    /* stage_layers = [...]: layers per pipeline stage, or NULL */
+  int nstage_layers;
+  bool tp_overlap;      /* tensor-parallel collectives as collective matmuls (default on) */
+  bool dp_overlap;      /* gradient reductions behind the backward, gathers ahead (default on) */
+  DType grad_reduce;    /* dtype of gradient reductions; DT_NONE: the gradients' own */
   SrcLoc key_loc[16];   /* where each key was written, for diagnostics (indexed by StepKey);
                            file == NULL where the key was not written */
   const Node *ast;      /* N_STEP (a serve step's keys are recorded here unchecked) */
