@@ -37,6 +37,7 @@ for r in doc["runs"]:
         both_s.append(es); both_c.append(ec)
     pub = r["published"]
     ptxt = (f"{pub['tokens_per_s']:,} tokens/s" if "tokens_per_s" in pub else
+            f"{pub['step_s']:.4g} s per iteration" if "step_s" in pub else
             f"{pub['tokens_per_s_per_gpu']:,} tokens/s/GPU, MFU {100 * pub['mfu']:.1f}%")
     print(f"| {r['id']} ({r['name']}, batch {r['batch']}, remat {r['remat']}) | {r['hardware']} | {ptxt} | {want:.4g} s | "
           f"{s:.4g} s | {pct(es)} | {'-' if c is None else f'{c:.4g} s'} | {pct(ec)} | {j.get('fits')} |")

@@ -853,7 +853,7 @@ void fit_change_text(const Program *p, const FitChange *c, char *buf, size_t n) 
   const Mesh *m = p->mesh;
   const char *lname = p->layout ? p->layout->name : NULL;
   char ax[128], pad[160] = "";
-  static const char *const remat[] = {"none", "full", "dots"};
+  static const char *const remat[] = {"none", "full", "dots", "selective"};
   if (c->pad_to > 0)
     snprintf(pad, sizeof pad, "pad '%s' from %lld to %lld (`-D %s=%lld`, or in its declaration)", c->dim->name,
              (long long)c->dim->size, (long long)c->pad_to, c->dim->name, (long long)c->pad_to);

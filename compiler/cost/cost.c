@@ -65,30 +65,42 @@ const char *cost_link_name(LinkKind k) {
  * zero: sema checks targets, and a link the target leaves undeclared costs only its latency. */
 static double div0(double a, double b) { return b > 0 ? a / b : 0; }
 
-/* Calibrated collective efficiency: achieved / peak = max x V / (V + half_bytes), V the array of
- * the phase (the "size" column of nccl-tests), but never below `small`, what a low-latency
+/* Calibrated collective efficiency: achieved / peak = max x V^k / (V^k + half_bytes^k), V the
+ * array of the phase (the "size" column of nccl-tests), k the curve's shape (1 where the target
+ * declares none: the affine alpha-beta time), but never below `small`, what a low-latency
  * protocol reaches on messages too small to fill the bandwidth protocol's pipeline (NCCL's LL:
  * flag words beside data words, no chunk pipeline to ramp up). A collective library picks the
  * faster protocol per size; the faster one is the higher efficiency. A target that declares none
- * runs at peak. */
-static double eff_curve(double mx, double half, double small, double v) {
+ * runs at peak. docs/targets.md gives the fits to nccl-tests' curves. */
+static double eff_curve(double mx, double half, double small, double shape, double v) {
   if (!(mx > 0)) mx = 1;
   if (!(half > 0)) half = 0;
-  double e = v > 0 ? mx * v / (v + half) : mx;
+  double e;
+  if (!(v > 0)) e = mx;
+  else if (!(shape > 0) || shape == 1) e = mx * v / (v + half);
+  else e = mx / (1 + pow(half / v, shape));
   return small > e ? small : e;
 }
 
 /* ICI and NVLink phases: collective_efficiency. */
 static double coll_efficiency(const Target *t, double v, bool ideal) {
   if (ideal) return 1;
-  return eff_curve(t->coll_eff_max, t->coll_eff_half_bytes, t->coll_eff_small, v);
+  return eff_curve(t->coll_eff_max, t->coll_eff_half_bytes, t->coll_eff_small, t->coll_eff_shape, v);
+}
+
+/* An AllReduce's NVLink phases: all_reduce_efficiency where the target declares it (NVLS),
+ * else collective_efficiency. */
+static double ar_efficiency(const Target *t, double v, bool ideal) {
+  if (ideal) return 1;
+  if (t->ar_eff_max > 0) return eff_curve(t->ar_eff_max, t->ar_eff_half_bytes, t->ar_eff_small, t->ar_eff_shape, v);
+  return coll_efficiency(t, v, ideal);
 }
 
 /* DCN and GPU network phases: network_efficiency, or collective_efficiency where the target
  * declares none. */
 static double net_efficiency(const Target *t, double v, bool ideal) {
   if (ideal) return 1;
-  if (t->net_eff_max > 0) return eff_curve(t->net_eff_max, t->net_eff_half_bytes, t->net_eff_small, v);
+  if (t->net_eff_max > 0) return eff_curve(t->net_eff_max, t->net_eff_half_bytes, t->net_eff_small, t->net_eff_shape, v);
   return coll_efficiency(t, v, ideal);
 }
 
@@ -431,7 +443,8 @@ static void gpu_collective(const Group *g, CollKind kind, double v, double bytes
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
   case COLL_ALL_REDUCE: {
-    double e_nv = coll_efficiency(t, v, ideal), e_net = cross ? net_efficiency(t, v / p, ideal) : 1;
+    double e_nv = kind == COLL_ALL_REDUCE ? ar_efficiency(t, v, ideal) : coll_efficiency(t, v, ideal);
+    double e_net = cross ? net_efficiency(t, v / p, ideal) : 1;
     double nv = div0(v * (p - 1) / p, w_nv * e_nv);
     double net = cross ? div0(v * (nodes - 1) / (nodes * p), w_net * e_net * fab) : 0;
     double lat = steps_nv * a_nv + steps_net * a_net;

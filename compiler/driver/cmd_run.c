@@ -358,6 +358,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   SimCosts costs;
   if (ok) {
     sim_costs_build(arena, m, mesh, false, &costs);
+    sim_costs_apply_step(&costs, m, p->step);
     lower_set_clock(lw, &costs);
   }
   if (ok) ok = lower_function(lw, m, mesh, "shard_device");

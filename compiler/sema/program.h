@@ -75,13 +75,17 @@ typedef struct Target {
   int node_size;             /* GPUs per NVLink domain */
   double network_bw;         /* bytes/s per GPU across nodes */
   double nvlink_latency, network_latency; /* s */
-  /* calibrated collective bandwidth: achieved/peak = max(small, max * V / (V + half_bytes));
-     small: what the low-latency protocol for small messages reaches (0: none). Adjacent: target.c
-     reads the block into these three in this order. */
-  double coll_eff_max, coll_eff_half_bytes, coll_eff_small;
+  /* calibrated collective bandwidth: achieved/peak = max(small, max * V^k / (V^k + half_bytes^k));
+     small: what the low-latency protocol for small messages reaches (0: none); k: `shape`.
+     Adjacent: target.c reads the block into these four in this order. */
+  double coll_eff_max, coll_eff_half_bytes, coll_eff_small, coll_eff_shape;
   /* ---- calibrated simulation only (sim without --ideal; docs/cost-model.md) ---- */
-  double net_eff_max, net_eff_half_bytes, net_eff_small; /* the same curve for GPU network / TPU
-                                                            DCN phases; max 0: use coll_eff_* */
+  double net_eff_max, net_eff_half_bytes, net_eff_small, net_eff_shape; /* the same curve for GPU
+                                                            network / TPU DCN phases; max 0: use coll_eff_* */
+  /* all_reduce_efficiency: the NVLink/ICI curve of an AllReduce where it differs (NVLS: the
+     NVSwitch reduces, so bus bandwidth passes the link's one-way rate and max may reach 2); max 0:
+     coll_eff_*. shape k (all three curves): max x V^k / (V^k + half^k); 0 means 1. */
+  double ar_eff_max, ar_eff_half_bytes, ar_eff_small, ar_eff_shape;
   double matmul_tile[3];     /* M, N, K multiples a contraction is padded to (MXU / CTA tile); 1 none */
   double matmul_fill[3];     /* fill/drain length along M, N, K: efficiency x d / (d + fill); 0 none */
   int matmul_units;          /* GPU SMs that take output tiles in waves; 0: no wave quantization */
@@ -244,7 +248,11 @@ struct Model {
   X(SK_MICROBATCHES, "microbatches") \
   X(SK_SCHEDULE, "schedule")        \
   X(SK_LR, "lr")                    \
-  X(SK_ZERO, "zero")
+  X(SK_ZERO, "zero")                \
+  X(SK_STAGE_LAYERS, "stage_layers") \
+  X(SK_TP_OVERLAP, "tp_overlap")    \
+  X(SK_DP_OVERLAP, "dp_overlap")    \
+  X(SK_GRAD_REDUCE, "grad_reduce")
 typedef enum {
 #define X(e, s) e,
   STEP_KEYS(X)
@@ -253,7 +261,9 @@ typedef enum {
 } StepKey;
 typedef enum { LOSS_NONE, LOSS_CROSS_ENTROPY, LOSS_MSE } LossKind;
 typedef enum { OPT_NONE, OPT_SGD, OPT_ADAM } OptimKind;
-typedef enum { REMAT_NONE, REMAT_FULL, REMAT_DOTS } RematKind;
+/* REMAT_SELECTIVE: keep what REMAT_NONE keeps but the attention core (Korthikanti et al.'s selective
+ * recomputation): the fused attention op is recomputed in the backward. */
+typedef enum { REMAT_NONE, REMAT_FULL, REMAT_DOTS, REMAT_SELECTIVE } RematKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } ScheduleKind;
 typedef struct Step {
   StepKind kind;        /* STEP_TRAIN / STEP_SERVE */
@@ -268,6 +278,11 @@ typedef struct Step {
   int interleave;       /* V for interleaved(V) */
   double lr;
   int zero;             /* 0, 1 or 2 */
+  int *stage_layers;    /* stage_layers = [...]: layers per pipeline stage, or NULL */
+  int nstage_layers;
+  bool tp_overlap;      /* tensor-parallel collectives as collective matmuls (default on) */
+  bool dp_overlap;      /* gradient reductions behind the backward, gathers ahead (default on) */
+  DType grad_reduce;    /* dtype of gradient reductions; DT_NONE: the gradients' own */
   SrcLoc key_loc[16];   /* where each key was written, for diagnostics (indexed by StepKey);
                            file == NULL where the key was not written */
   const Node *ast;      /* N_STEP (a serve step's keys are recorded here unchecked) */

@@ -1037,7 +1037,8 @@ static FnDecl *step_fn(Sema *s, const Node *v) {
 
 static const char *const loss_words[] = {"cross_entropy", "mse", NULL};
 static const char *const optim_words[] = {"sgd", "adam", NULL};
-static const char *const remat_words[] = {"none", "full", "dots", NULL};
+static const char *const remat_words[] = {"none", "full", "dots", "selective", NULL};
+static const char *const onoff_words[] = {"off", "on", NULL};
 
 /* One `key = value` of a train step (keys: STEP_KEYS; language.md fixes them and their values). */
 static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
@@ -1062,8 +1063,8 @@ static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
     break;
   case SK_REMAT: {
     int i = is_word ? word_index(w, remat_words) : -1;
-    if (i < 0) diag_error(v->loc, "'remat' must be none, full or dots");
-    else st->remat = i == 0 ? REMAT_NONE : i == 1 ? REMAT_FULL : REMAT_DOTS;
+    if (i < 0) diag_error(v->loc, "'remat' must be none, full, dots or selective");
+    else st->remat = i == 0 ? REMAT_NONE : i == 1 ? REMAT_FULL : i == 2 ? REMAT_DOTS : REMAT_SELECTIVE;
     break;
   }
   case SK_MICROBATCHES: {
@@ -1114,6 +1115,47 @@ static void step_key(Sema *s, Step *st, StepKey k, const Node *v) {
     else st->zero = (int)iv;
     break;
   }
+  case SK_TP_OVERLAP:
+  case SK_DP_OVERLAP: {
+    int i = is_word ? word_index(w, onoff_words) : -1;
+    if (i < 0) diag_error(v->loc, "'%s' must be on or off", step_key_names[k]);
+    else if (k == SK_TP_OVERLAP) st->tp_overlap = i == 1;
+    else st->dp_overlap = i == 1;
+    break;
+  }
+  case SK_GRAD_REDUCE: {
+    DType dt = is_word ? dtype_from_name(w) : DT_NONE;
+    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16)
+      diag_error(v->loc, "'grad_reduce' must be f32, bf16 or f16 (the dtype gradients are reduced in)");
+    else st->grad_reduce = dt;
+    break;
+  }
+  case SK_STAGE_LAYERS: {
+    int n = 0;
+    for (const Node *it = v->kind == N_LIST ? v->items : NULL; it; it = it->next) n++;
+    if (v->kind != N_LIST || n == 0) {
+      diag_error(v->loc, "'stage_layers' takes a list of layers per pipeline stage, as in [7, 8, 8, 7]");
+      break;
+    }
+    int *L = ARENA_ARRAY(s->a, int, n);
+    int i = 0;
+    bool ok = true;
+    for (const Node *it = v->items; it; it = it->next, i++) {
+      int64_t x = 0;
+      if (!eval_int(s, it, &x, 0)) {
+        ok = false;
+        continue;
+      }
+      if (x < 0 || x > INT_MAX) {
+        diag_error(it->loc, "a stage's layers must be from 0 to %d (found %lld)", INT_MAX, (long long)x);
+        ok = false;
+        continue;
+      }
+      L[i] = (int)x;
+    }
+    if (ok) st->stage_layers = L, st->nstage_layers = n;
+    break;
+  }
   case SK__COUNT:
     break;
   }
@@ -1131,6 +1173,9 @@ static Step *sema_step(Sema *s, const Node *n) {
   st->microbatches = 1;
   st->schedule = SCHED_1F1B;
   st->interleave = 1;
+  st->tp_overlap = true; /* language.md: on by default, as published configurations run */
+  st->dp_overlap = true;
+  st->grad_reduce = DT_NONE;
   st->fn = step_fn(s, n->value);
   if (st->kind == STEP_SERVE) return st;
 
@@ -1145,7 +1190,8 @@ static Step *sema_step(Sema *s, const Node *n) {
       for (int j = 0; j < SK__COUNT; j++) suggest_try(&sg, step_key_names[j]);
       char sb[160];
       diag_error(loc, "unknown train key '%s'%s (valid keys: loss, optimizer, master, remat, microbatches, "
-                      "schedule, lr, zero)", kv->name, suggest_text(&sg, sb, sizeof sb));
+                      "schedule, lr, zero, stage_layers, tp_overlap, dp_overlap, grad_reduce)", kv->name,
+                 suggest_text(&sg, sb, sizeof sb));
       continue;
     }
     if (first[k]) {
@@ -1450,6 +1496,48 @@ static void layout_needs(Sema *s) {
       if (p->models[i]->fns[k].ast) route_dims_in(s, p->models[i]->fns[k].ast->body, 0);
 }
 
+/* `stage_layers = [...]` (language.md, Steps): one count per pipeline stage, summing to the
+ * pipeline's stacking dim. The pipeline builder (shard/stages.c) splits layers evenly, so a list
+ * that differs from the even split is refused here, at the list, rather than run as an even one. */
+static void check_stage_layers(Sema *s) {
+  Program *p = s->p;
+  const Step *st = p->step;
+  if (!st || st->kind != STEP_TRAIN || !st->fn || !st->key_loc[SK_STAGE_LAYERS].file || !st->stage_layers) return;
+  SrcLoc at = st->key_loc[SK_STAGE_LAYERS];
+  const Node *value = NULL;
+  for (const Node *kv = st->ast ? st->ast->kvs : NULL; kv; kv = kv->next)
+    if (kv->kind == N_KV && kv->name && strcmp(kv->name, "stage_layers") == 0 && !value) value = kv->value;
+  if (value) at = value->loc;
+  int64_t stages = 1;
+  const ParamDecl *pipe = p->mesh ? find_pipeline(p, st->fn->model, &stages, 0) : NULL;
+  if (!pipe) {
+    diag_error(at, "'stage_layers' splits a pipeline's layers, and layout '%s' shards no stacking dim of model '%s'%s%s "
+                   "(a pipeline shards one, as in `layers: stage`)",
+               p->layout ? p->layout->name : "(none)", st->fn->model ? st->fn->model->name : "?",
+               p->mesh ? " on mesh " : "", p->mesh ? p->mesh->name : "");
+    return;
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < st->nstage_layers; i++) sum += st->stage_layers[i];
+  if (st->nstage_layers != stages) {
+    diag_error(at, "'stage_layers' lists %d stages, and the pipeline has %lld (the stage axes of mesh '%s')",
+               st->nstage_layers, (long long)stages, p->mesh->name);
+    return;
+  }
+  if (sum != pipe->stack_dim->size) {
+    diag_error(at, "'stage_layers' sums to %lld, and '%s' (param '%s') has %lld", (long long)sum, pipe->stack_dim->name,
+               pipe->name, (long long)pipe->stack_dim->size);
+    return;
+  }
+  for (int i = 0; i < st->nstage_layers; i++)
+    if (st->stage_layers[i] != pipe->stack_dim->size / stages) {
+      diag_error(at, "stage %d holds %d layers where the even split holds %lld: uneven stages are not implemented yet "
+                     "(the pipeline builder splits '%s' evenly; issue 19)",
+                 i, st->stage_layers[i], (long long)(pipe->stack_dim->size / stages), pipe->stack_dim->name);
+      return;
+    }
+}
+
 /* ---- the whole program ---- */
 
 /* Pass 1: every declaration by kind; duplicates of a name are errors (a note at the first). */
@@ -1591,6 +1679,7 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
   if (p->entry && p->entry->model) check_model_specs(&s, p->entry->model, done);
   check_microbatches(&s);
   check_schedule(&s);
+  check_stage_layers(&s);
   return p;
 }
 

@@ -42,6 +42,8 @@ typedef enum {
   R_NONNEG,   /* a non-negative figure: [0, RATE_MAX] */
   R_RATIO,    /* a ratio of at least 1: [1, RATIO_MAX] */
   R_COUNT,    /* TV_VEC3: whole numbers >= 1 */
+  R_EFF2,     /* TV_COLL: its `max` may reach 2 (an AllReduce reduced in the switch, NVLS) */
+  R_SHAPE,    /* a curve's exponent: [0.1, 4] */
 } Range;
 #define RATIO_MAX 1e6
 #define RATE_MIN 1.0
@@ -72,6 +74,7 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
   X(TKEY_NETWORK_LAT, "network_latency", TV_NUM, R_LATENCY, FOR_GPU, 1, offsetof(Target, network_latency)) \
   X(TKEY_COLL_EFF, "collective_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, coll_eff_max)) \
   X(TKEY_NET_EFF, "network_efficiency", TV_COLL, R_ANY, FOR_ANY, 0, offsetof(Target, net_eff_max)) \
+  X(TKEY_AR_EFF, "all_reduce_efficiency", TV_COLL, R_EFF2, FOR_ANY, 0, offsetof(Target, ar_eff_max)) \
   X(TKEY_MM_TILE, "matmul_tile", TV_VEC3, R_COUNT, FOR_ANY, 0, offsetof(Target, matmul_tile))    \
   X(TKEY_MM_FILL, "matmul_fill", TV_VEC3, R_NONNEG, FOR_ANY, 0, offsetof(Target, matmul_fill))   \
   X(TKEY_MM_UNITS, "matmul_units", TV_INT, R_ANY, FOR_ANY, 0, offsetof(Target, matmul_units))    \
@@ -159,6 +162,15 @@ static bool read_number(const Node *v, const char *key, Range range, double *out
   case R_LATENCY:
     if (*out < 0 || *out > LATENCY_MAX)
       return diag_error(v->loc, "'%s' is a latency in seconds: from 0 to %g (found %g)", key, LATENCY_MAX, *out), false;
+    break;
+  case R_EFF2:
+    if (*out < FRAC_MIN || *out > 2)
+      return diag_error(v->loc, "'%s' is a ratio of bus bandwidth to the link's one-way rate: from %g to 2 (found %g)",
+                        key, FRAC_MIN, *out), false;
+    break;
+  case R_SHAPE:
+    if (*out < 0.1 || *out > 4)
+      return diag_error(v->loc, "'%s' is a curve's exponent: from 0.1 to 4 (found %g)", key, *out), false;
     break;
   case R_FRAC:
     if (*out < FRAC_MIN || *out > 1)
@@ -270,10 +282,11 @@ static bool read_torus(const Node *v, Target *t) {
   return true;
 }
 
-/* collective_efficiency = { max = 0.815  half_bytes = 8.4e7  small = 0.25 } (and
- * network_efficiency, the same form): achieved/peak = max(small, max * V / (V + half)), written to
- * pair[0] (max), pair[1] (half) and pair[2] (small). */
-static bool read_coll(const Node *v, const char *key, double *pair) {
+/* collective_efficiency = { max = 0.815  half_bytes = 8.4e7  small = 0.25  shape = 1 } (and
+ * network_efficiency, all_reduce_efficiency, the same form): achieved/peak =
+ * max(small, max * V^shape / (V^shape + half^shape)), written to pair[0] (max), pair[1] (half),
+ * pair[2] (small) and pair[3] (shape). `max` is a fraction of 1, or of 2 with R_EFF2. */
+static bool read_coll(const Node *v, const char *key, Range range, double *pair) {
   if (v->kind != N_BLOCK) {
     diag_error(v->loc, "'%s' takes a block: { max = 0.95  half_bytes = 2e5 }", key);
     return false;
@@ -283,7 +296,7 @@ static bool read_coll(const Node *v, const char *key, double *pair) {
     if (kv->kind != N_KV || !kv->name || !kv->value) continue;
     double d;
     if (strcmp(kv->name, "max") == 0) {
-      if (read_number(kv->value, "max", R_FRAC, &d)) pair[0] = d;
+      if (read_number(kv->value, "max", range == R_EFF2 ? R_EFF2 : R_FRAC, &d)) pair[0] = d;
       else ok = false;
     } else if (strcmp(kv->name, "half_bytes") == 0) {
       if (read_number(kv->value, "half_bytes", R_HALF, &d)) pair[1] = d;
@@ -291,8 +304,11 @@ static bool read_coll(const Node *v, const char *key, double *pair) {
     } else if (strcmp(kv->name, "small") == 0) {
       if (read_number(kv->value, "small", R_FRAC, &d)) pair[2] = d;
       else ok = false;
+    } else if (strcmp(kv->name, "shape") == 0) {
+      if (read_number(kv->value, "shape", R_SHAPE, &d)) pair[3] = d;
+      else ok = false;
     } else {
-      diag_error(sema_name_loc(kv), "unknown key '%s' in '%s' (valid keys: max, half_bytes, small)", kv->name,
+      diag_error(sema_name_loc(kv), "unknown key '%s' in '%s' (valid keys: max, half_bytes, small, shape)", kv->name,
                  key);
       ok = false;
     }
@@ -444,7 +460,7 @@ static int target_resolve(TargetBuild *tb, int i, int depth) {
       ok = read_torus(v, t);
       break;
     case TV_COLL:
-      ok = read_coll(v, kv->name, (double *)((char *)t + target_keys[k].offset));
+      ok = read_coll(v, kv->name, target_keys[k].range, (double *)((char *)t + target_keys[k].offset));
       break;
     case TV_VEC3:
       ok = read_vec3(v, kv->name, target_keys[k].range, (double *)((char *)t + target_keys[k].offset));

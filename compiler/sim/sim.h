@@ -66,6 +66,11 @@ typedef struct SimKernel {
   OpTime op;               /* compute kernels: what time_s is made of */
   CollCost coll;           /* SIMK_COLLECTIVE */
   CollKind coll_kind;
+  /* set by sim_costs_overlap (overlap.c): */
+  bool overlapped;         /* run as a collective matmul (tp_overlap): time_s is its exposed part */
+  double hidden_s;         /* the part of the collective its contraction hides */
+  bool blocking;           /* dp_overlap = off: the compute stream waits for it, and it for the
+                              compute before it */
 } SimKernel;
 
 /* The kernels of a whole module (main, loop bodies, pipeline regions) on a mesh. */
@@ -81,6 +86,19 @@ typedef struct SimCosts {
 
 /* Prices every op of m (localised) on mesh. Arena-allocated; never fails on a localised module. */
 void sim_costs_build(Arena *a, const IrModule *m, const Mesh *mesh, bool ideal, SimCosts *out);
+/* The train step's overlap keys (language.md, Steps) as sim_costs_overlap reads them. */
+typedef struct SimOverlap {
+  bool tp_overlap;         /* tensor-parallel collectives as collective matmuls */
+  bool dp_overlap;         /* data-parallel collectives asynchronous (off: blocking) */
+  DType grad_reduce;       /* dtype of data-parallel reductions; DT_NONE: their own */
+} SimOverlap;
+/* Applies them to c's kernels (overlap.c gives the model): an overlapped tensor-parallel
+ * collective keeps only its exposed time, a data-parallel one is marked blocking under
+ * dp_overlap = off, a gradient reduction is priced in grad_reduce's bytes. */
+void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o);
+/* The same with a train step's keys (nothing for a serve step or NULL). `sim` and run's simulated
+ * clock both call it after sim_costs_build, so that they price the same kernels. */
+void sim_costs_apply_step(SimCosts *c, const IrModule *m, const Step *st);
 /* The kernel op belongs to, or NULL (loops, pipelines, inputs, params, constants). */
 const SimKernel *sim_costs_kernel(const SimCosts *c, const Op *op);
 /* The duration `sim` gives op in one run: its kernel's time_s when op anchors the kernel, 0 when

@@ -96,6 +96,7 @@ typedef struct Timeline {
 typedef struct Dev {
   int dev, compute, p2p, comm[NLINK];
   int last_compute; /* the last compute task added, -1 */
+  int block;        /* a blocking collective (dp_overlap = off) the next compute task waits for, -1 */
 } Dev;
 
 /* A timeline simulated alone: a pipeline region, or a loop run as a block. */
@@ -213,6 +214,7 @@ static void dev_init(Timeline *tl, Dev *d, const char *name, int64_t represents)
   d->p2p = -1;
   d->comm[LINK_FAST] = d->comm[LINK_SLOW] = -1;
   d->last_compute = -1;
+  d->block = -1;
 }
 
 static const char *link_stream_name(const Mesh *m, int cls) {
@@ -1166,7 +1168,15 @@ static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage,
       int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
       int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1});
       for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
-      if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id]) dep(tl, lc->marker, t);
+      if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id] && !k->blocking) dep(tl, lc->marker, t);
+      if (coll && k->blocking) { /* dp_overlap = off (overlap.c) */
+        dep(tl, d->last_compute, t);
+        d->block = t;
+      }
+      if (!coll && d->block >= 0) {
+        dep(tl, d->block, t);
+        d->block = -1;
+      }
       if (!coll) d->last_compute = t;
       if (coll && S->pi && f == S->m->main && (op->axes & S->stage_mask)) {
         if (S->njoins == S->capjoins) {
@@ -1438,6 +1448,7 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   S.cur_unit = -1;
   S.outer_runs = 1;
   sim_costs_build(S.a, m, S.mesh, S.ideal, &S.c);
+  sim_costs_apply_step(&S.c, m, p->step);
   S.prod = mem_alloc(sizeof *S.prod * (size_t)(m->nvalues + 1), "the simulated step");
   S.ktask = mem_alloc(sizeof *S.ktask * (size_t)(S.c.nkernels + 1), "the simulated step");
   S.kname = mem_calloc((size_t)S.c.nkernels + 1, sizeof *S.kname, "the simulated step");

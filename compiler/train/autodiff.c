@@ -379,6 +379,7 @@ static bool policy_keeps(const Ctx *c, const Value *v) {
   switch (c->ad->remat) {
   case REMAT_NONE: return true;
   case REMAT_DOTS: return v->def && (v->def->kind == OP_CONTRACT || v->def->kind == OP_ATTENTION);
+  case REMAT_SELECTIVE: return !(v->def && v->def->kind == OP_ATTENTION); /* the attention core recomputed */
   default: return false;
   }
 }

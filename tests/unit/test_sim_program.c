@@ -269,6 +269,162 @@ static void test_dp_overlap(void) {
   ut_end();
 }
 
+/* ---- the overlap keys (overlap.c) ----
+ * dp_overlap = off: the same DP program, its gradient all-reduces blocking: each waits for the
+ *   layer's backward before it and the next layer's backward waits for it, so all four are exposed
+ *   (4 ar), and the loss's all-reduce of one f32 too (2 hops): exposed = 4 ar + 2 hops.
+ * grad_reduce = f32: the bf16 gradients reduced as f32, twice the bytes: ar' = 2 ar; with
+ *   dp_overlap on only the last layer's is exposed: 2 ar; comm = 4 x 2 ar + the loss's 2 hops. */
+static void with_keys(char *out, size_t n, const char *src, const char *keys) {
+  const char *at = strstr(src, "  optimizer = sgd\n");
+  if (!at) {
+    snprintf(out, n, "%s", src);
+    return;
+  }
+  snprintf(out, n, "%.*s  optimizer = sgd\n%s%s", (int)(at - src), src, keys, at + strlen("  optimizer = sgd\n"));
+}
+
+static void test_dp_keys(void) {
+  double E = 4096, ar = 2 * E * E * 2 / V5E_ICI / 2;
+  char src[4096];
+  Run R;
+  ut_begin("dp_overlap = off: every gradient all-reduce exposed (blocking)");
+  with_keys(src, sizeof src, DP, "  dp_overlap = off\n");
+  if (run(&R, src, NULL, true)) {
+    near("exposed = 4 ar + the loss's 2 hops", R.r.exposed_comm_s, 4 * ar + 2 * HOP);
+    near("step = compute + exposed", R.r.step_s, R.r.compute_s + 4 * ar + 2 * HOP);
+  }
+  run_free(&R);
+  ut_end();
+  ut_begin("grad_reduce = f32: bf16 gradients reduced in f32 bytes (twice the time)");
+  with_keys(src, sizeof src, DP, "  grad_reduce = f32\n");
+  if (run(&R, src, NULL, true)) {
+    near("exposed = the last layer's all-reduce, 2 ar", R.r.exposed_comm_s, 2 * ar);
+    near("comm = 4 x 2 ar + the loss's", R.r.comm_s, 8 * ar + 2 * HOP);
+  }
+  run_free(&R);
+  ut_end();
+}
+
+/* tp_overlap: an MLP tensor-parallel over model = 4 (hidden@model), trained. The second matmul
+ * leaves a partial sum: an AllReduce (A) of what that matmul (C) makes. The backward has none (dh =
+ * dy w2^T and both weight gradients are local; x is an input, whose gradient is not made). As a collective matmul its ReduceScatter half (A/2) runs in n = 4 chunks beside the
+ * matmul's: C/n + (n-1) max(C/n, (A/2)/(n-1)); what exceeds C is exposed, the AllGather half
+ * (A/2) stays. Compute-bound (hidden = 32768: C/n > (A/2)/(n-1)): the kernel keeps exactly A/2.
+ * Communication-bound (hidden = 256): it keeps A/2 + (C/n + A/2 - C) = A - C (n-1)/n. A and C are
+ * read from the kernels priced without the key (sim_costs_build), the formula is the test's. */
+static const char *TP =
+    "import \"targets\"\n"
+    "mesh pod = tpu_v5e[model: 4]\n"
+    "dim batch = 4096, embed = 4096, hidden = 32768\n"
+    "layout tp {\n"
+    "  hidden: model\n"
+    "}\n"
+    "model mlp {\n"
+    "  param w1: bf16[embed, hidden]\n"
+    "  param w2: bf16[hidden, embed]\n"
+    "  fn forward(x: bf16[batch, embed]) -> bf16[batch, embed] {\n"
+    "    return gelu(x @ w1) @ w2\n"
+    "  }\n"
+    "}\n"
+    "train mlp.forward {\n"
+    "  loss = mse\n"
+    "  optimizer = sgd\n"
+    "}\n";
+
+static void check_tp(const char *defs, bool compute_bound) {
+  Run R;
+  if (!run(&R, TP, defs, true)) {
+    run_free(&R);
+    return;
+  }
+  double step_on = R.r.step_s;
+  SimCosts c0, c1;
+  sim_costs_build(&R.arena, R.m, R.p->mesh, true, &c0);
+  sim_costs_build(&R.arena, R.m, R.p->mesh, true, &c1);
+  SimOverlap on = {true, true, DT_NONE}, off = {false, true, DT_NONE};
+  sim_costs_overlap(&c1, R.m, &on);
+  int checked = 0;
+  for (int i = 0; i < c0.nkernels; i++) {
+    const SimKernel *k0 = &c0.kernels[i], *k1 = &c1.kernels[i];
+    if (k0->kind != SIMK_COLLECTIVE || k0->coll_kind != COLL_ALL_REDUCE || k0->nins < 1) continue;
+    const Value *v = k0->ins[0];
+    int pi = v && v->id < c0.nvalues ? c0.kernel_of[v->id] : -1;
+    if (pi < 0 || c0.kernels[pi].kind != SIMK_MATMUL) continue;
+    double A = k0->time_s, C = c0.kernels[pi].time_s, n = 4, h = A / 2;
+    double chunk = C / n, step = h / (n - 1), pair = chunk + (n - 1) * (chunk > step ? chunk : step);
+    double want = h + (pair - C > 0 ? pair - C : 0);
+    if (compute_bound) ut_true("compute-bound as the comment derives: C/n > (A/2)/(n-1)", chunk > step);
+    else ut_true("communication-bound as the comment derives", chunk < step);
+    near(compute_bound ? "keeps A/2" : "keeps A - C (n-1)/n", k1->time_s, compute_bound ? A / 2 : A - C * (n - 1) / n);
+    near("the formula", k1->time_s, want);
+    near("hidden = A - kept", k1->hidden_s, A - k1->time_s);
+    ut_true("marked overlapped", k1->overlapped);
+    checked++;
+  }
+  UT_CHECK(checked == 1, "one all-reduce after a matmul (the forward's), got %d", checked);
+  /* off: nothing changes */
+  SimCosts c2;
+  sim_costs_build(&R.arena, R.m, R.p->mesh, true, &c2);
+  sim_costs_overlap(&c2, R.m, &off);
+  for (int i = 0; i < c2.nkernels; i++) {
+    UT_CHECK(!c2.kernels[i].overlapped, "tp_overlap = off overlaps nothing (kernel %d)", i);
+    near("tp_overlap = off: the kernel's own time", c2.kernels[i].time_s, c0.kernels[i].time_s);
+  }
+  run_free(&R);
+  /* and the whole step: on (the default) is faster than off */
+  char src[4096];
+  with_keys(src, sizeof src, TP, "  tp_overlap = off\n");
+  if (run(&R, src, defs, true)) ut_true("step with tp_overlap on < off", step_on < R.r.step_s);
+  run_free(&R);
+}
+
+static void test_tp_overlap(void) {
+  ut_begin("tp_overlap: a compute-bound all-reduce after a matmul keeps only its AllGather half");
+  check_tp(NULL, true);
+  ut_end();
+  ut_begin("tp_overlap: a communication-bound one keeps A - C (n-1)/n");
+  check_tp("hidden=256", false);
+  ut_end();
+}
+
+/* remat = selective: what remat = none keeps but the attention core, recomputed in the backward:
+ * the attention's two contractions run once more per layer, 2 x 2 B S S H D FLOPs (q k over head,
+ * p v over kseq), so flops_per_step rises by L x 4 B S^2 H D over remat = none, and the model FLOPs
+ * (MFU's) do not change. GPT of stdlib/models/gpt.shard, B 4, S 64, H 2, D 64, L 2: 16,777,216. */
+static const char *GPT =
+    "import \"targets\"\n"
+    "import \"models/gpt\"\n"
+    "mesh m = tpu_v5e[model: 2]\n"
+    "dim batch = 4, seq = 64, kseq = seq\n"
+    "dim embed = 128, hidden = 512\n"
+    "dim heads = 2, head = 64\n"
+    "dim vocab = 256, layers = 2\n"
+    "layout tp {\n  heads: model\n  hidden: model\n  vocab: model\n}\n"
+    "train gpt.forward {\n"
+    "  loss = cross_entropy\n"
+    "  optimizer = sgd\n"
+    "REMAT"
+    "}\n";
+
+static void test_remat_selective(void) {
+  ut_begin("remat = selective: + L x 4 B S^2 H D recomputed FLOPs over remat = none, same model FLOPs");
+  char src[2048];
+  const char *at = strstr(GPT, "REMAT");
+  double f[2] = {0}, mf[2] = {0};
+  const char *keys[2] = {"  remat = none\n", "  remat = selective\n"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, "%.*s%s%s", (int)(at - GPT), GPT, keys[i], at + 5);
+    Run R;
+    if (run(&R, src, NULL, true)) f[i] = R.r.flops_per_step, mf[i] = R.r.model_flops_per_step;
+    run_free(&R);
+  }
+  double L = 2, B = 4, S = 64, H = 2, D = 64;
+  near("recomputed attention", f[1] - f[0], L * 4 * B * S * S * H * D);
+  near("model FLOPs unchanged", mf[1], mf[0]);
+  ut_end();
+}
+
 /* ---- FSDP training: the prefetch goes one layer ahead, no further ----
  * The same four layers under FSDP (w[embed@data, e2]), trained. Forward: layer i's gather (g)
  * overlaps layer i - 1; backward (reverse): the loop re-gathers each w (g) and reduce-scatters its
@@ -480,6 +636,9 @@ int main(void) {
   test_fusion();
   test_fsdp_overlap();
   test_dp_overlap();
+  test_dp_keys();
+  test_tp_overlap();
+  test_remat_selective();
   test_fsdp_train();
   test_pipeline(SCHED_GPIPE, "gpipe", 1);
   test_pipeline(SCHED_1F1B, "1f1b", 1);

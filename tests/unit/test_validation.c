@@ -42,7 +42,15 @@ static bool load_meshes(void) {
   if (!f) return false;
   fputs("import \"targets\"\n"
         "mesh h100_node = h100[tp: 8]\n"
-        "mesh v5p_pod = tpu_v5p[z: 28, y: 20, x: 16]\n",
+        "mesh v5p_pod = tpu_v5p[z: 28, y: 20, x: 16]\n"
+        /* the book's 58 MB AllReduce is a ring (non-NVLS) reading: its AllReduce on the curve of
+           the other collectives, as bench/validation/book_allreduce_h100.shard states it */
+        "target h100_ring {\n  base = h100\n"
+        "  all_reduce_efficiency = { max = 0.815  half_bytes = 8.4e7  small = 0.25 }\n}\n"
+        "mesh h100_ring_node = h100_ring[tp: 8]\n"
+        "mesh a100_node = a100[tp: 8]\n"
+        "mesh h200_node = h200[tp: 8]\n"
+        "mesh b200_4 = b200[tp: 4]\n",
         f);
   fclose(f);
   arena_init(&arena);
@@ -75,8 +83,105 @@ static void test_book_collectives(void) {
   double cal = cost_collective(m, COLL_ALL_GATHER, 1, v, false, NULL);
   ut_near("calibrated: the measured 1.5 ms (within 10%)", cal, 1.5e-3, 0.10);
   double v58 = 8192.0 * 3584 * 2;
-  double t = cost_collective(m, COLL_ALL_REDUCE, 1, v58, false, NULL);
+  const Mesh *ring = mesh("h100_ring_node");
+  ut_true("ring mesh", ring != NULL);
+  double t = ring ? cost_collective(ring, COLL_ALL_REDUCE, 1, v58, false, NULL) : 1;
   ut_near("58 MB AllReduce bus bandwidth ~150 GB/s (within 10%)", 2 * v58 * 7 / 8 / t, 150e9, 0.10);
+  ut_end();
+}
+
+/* ---- interconnect.csv: the NVLink curves of stdlib/targets.shard against the points they were
+ * fitted to (bench/validation/fit_interconnect.py; docs/targets.md states the errors) ---- */
+
+/* The next field of a CSV line at *p (RFC 4180 quotes), copied into out; *p moves past it. */
+static void csv_field(const char **p, char *out, size_t n) {
+  const char *s = *p;
+  size_t k = 0;
+  if (*s == '"') {
+    s++;
+    while (*s && !(*s == '"' && s[1] != '"')) {
+      if (*s == '"') s++;
+      if (k + 1 < n) out[k++] = *s;
+      s++;
+    }
+    if (*s == '"') s++;
+  } else {
+    while (*s && *s != ',' && *s != '\n' && *s != '\r') {
+      if (k + 1 < n) out[k++] = *s;
+      s++;
+    }
+  }
+  out[k] = 0;
+  if (*s == ',') s++;
+  *p = s;
+}
+
+/* Every all_reduce point of the curve whose ids start with `prefix`, of at least 1 MiB, priced by
+ * cost_collective on `mesh_name`: nccl-tests' busbw = 2 (n-1)/n x V / t against the measured busbw.
+ * The mean and worst |model / measured - 1| must stay within what docs/targets.md states. */
+static void check_curve(const char *prefix, const char *mesh_name, double mean_max, double worst_max) {
+  char name[160];
+  snprintf(name, sizeof name, "interconnect.csv: %s* on stdlib (mesh %s): mean error <= %g, worst <= %g", prefix,
+           mesh_name, mean_max, worst_max);
+  ut_begin(name);
+  const Mesh *m = mesh(mesh_name);
+  FILE *f = fopen(SHARDC_SOURCE_DIR "/bench/validation/interconnect.csv", "r");
+  ut_true("mesh and csv", m && f);
+  if (!m || !f) {
+    if (f) fclose(f);
+    ut_end();
+    return;
+  }
+  char line[4096], fld[16][1024];
+  int npts = 0;
+  double sum = 0, worst = 0, n = (double)m->devices;
+  while (fgets(line, sizeof line, f)) {
+    const char *p = line;
+    for (int i = 0; i < 16; i++) csv_field(&p, fld[i], sizeof fld[i]);
+    /* columns: id, hardware, interconnect, gpus, nodes, collective, algorithm, message_bytes,
+       algbw_GBps, busbw_GBps, ... */
+    if (strncmp(fld[0], prefix, strlen(prefix)) != 0 || strcmp(fld[5], "all_reduce") != 0) continue;
+    double v = atof(fld[7]), bus = atof(fld[9]) * 1e9;
+    if (v < 1048576 || !(bus > 0)) continue;
+    ut_true("the point's GPU count is the mesh's", atof(fld[3]) == n);
+    double t = cost_collective(m, COLL_ALL_REDUCE, 1, v, false, NULL);
+    double model = 2 * (n - 1) / n * v / t, e = fabs(model / bus - 1);
+    sum += e;
+    if (e > worst) worst = e;
+    npts++;
+  }
+  fclose(f);
+  ut_true("14 points of 1 MiB to 8 GiB", npts == 14);
+  if (npts > 0) {
+    char what[160];
+    snprintf(what, sizeof what, "mean error %.4f <= %g", sum / npts, mean_max);
+    ut_true(what, sum / npts <= mean_max);
+    snprintf(what, sizeof what, "worst error %.4f <= %g", worst, worst_max);
+    ut_true(what, worst <= worst_max);
+  }
+  ut_end();
+}
+
+static void test_interconnect_curves(void) {
+  /* bounds: the fit's errors (docs/targets.md) rounded up to the next half percent */
+  check_curve("azure_a100_ar_", "a100_node", 0.04, 0.09);
+  check_curve("azure_h100_ar_", "h100_node", 0.025, 0.085);
+  check_curve("azure_h200_ar_", "h200_node", 0.02, 0.05);
+  check_curve("azure_gb200_ar_", "b200_4", 0.045, 0.185);
+  /* NVLS past the link: at 8 GiB the H100's AllReduce bus bandwidth exceeds its one-way NVLink
+     rate (450 GB/s; measured 478.9), which a ring cannot; the ring target stays below it. */
+  ut_begin("NVLS: the H100's 8 GiB AllReduce passes 450 GB/s of bus bandwidth, a ring's does not");
+  const Mesh *nv = mesh("h100_node"), *ring = mesh("h100_ring_node");
+  if (nv && ring) {
+    double v = 8589934592.0;
+    double bn = 2 * 7.0 / 8 * v / cost_collective(nv, COLL_ALL_REDUCE, 1, v, false, NULL);
+    double br = 2 * 7.0 / 8 * v / cost_collective(ring, COLL_ALL_REDUCE, 1, v, false, NULL);
+    ut_true("NVLS > 450e9", bn > 450e9);
+    ut_true("ring < 0.815 x 450e9", br < 0.815 * 450e9);
+    /* an AllGather ignores all_reduce_efficiency: the same on both targets */
+    ut_near("AllGather alike", cost_collective(nv, COLL_ALL_GATHER, 1, v, false, NULL),
+            cost_collective(ring, COLL_ALL_GATHER, 1, v, false, NULL), 1e-12);
+  }
   ut_end();
 }
 
@@ -373,6 +478,7 @@ int main(void) {
   ut_end();
   test_book_collectives();
   test_book_llama3();
+  test_interconnect_curves();
   test_published_arithmetic();
   if (published) test_programs();
   if (published) test_sim_rows();
