@@ -94,6 +94,9 @@ struct Runtime {
   RtEntry entry;
   void *entry_arg;
 
+  struct RtRouteLog *route_log; /* RtConfig's; route_log.c */
+  int route_mode;
+
   _Atomic int stopped;     /* a device failed: every wait ends */
   pthread_mutex_t err_lock;
   int err_code;            /* the first failure's status */
@@ -175,5 +178,9 @@ void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, i
 void rtk_copy_box(void *dst, const int64_t *dst_stride, const void *src, const int64_t *src_stride,
                   const int64_t *shape, int nd, size_t elem);
 void rtk_row_major_strides(const int64_t *shape, int nd, int64_t *stride);
+
+/* route_log.c: rt_nn_route's choices for one group of T tokens over E experts (k each, choice[j k
+ * + q] the q-th of token j; logits[j E + x]), recorded or followed as the device's runtime says. */
+void rtroute_settle(RtDevice *dev, int64_t E, int64_t T, int k, const double *logits, int64_t *choice);
 
 #endif

@@ -135,6 +135,8 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
   rt->mem_cap = cfg->mem_cap;
   rt->fail_alloc_nth = cfg->fail_alloc_nth;
   rt->fail_alloc_device = cfg->fail_alloc_device;
+  rt->route_log = cfg->route_log;
+  rt->route_mode = cfg->route_log ? cfg->route_mode : RT_ROUTE_OWN;
   rt->backend = &rt_threads_backend;
 
   /* RtDevice is cache-line aligned (its wake word): aligned_alloc, and a size it divides. */

@@ -94,7 +94,27 @@ typedef struct RtConfig {
   int64_t fail_alloc_nth;               /* tests: the Nth allocation (from 1) on a device fails; 0: none */
   int fail_alloc_device;                /* ... on this device; -1: on every device */
   RtBackendKind backend;                /* how devices exchange data */
+  struct RtRouteLog *route_log;         /* rt_nn_route's decisions shared with another run, or NULL */
+  int route_mode;                       /* RtRouteMode: what this run does with route_log */
 } RtConfig;
+
+/* ---- routing decisions shared between two runs (route_log.c) ----
+ * Top-k routing is discontinuous: where two of a token's logits are nearly equal, rounding alone
+ * (a gate's partial sums rounded under tensor parallelism) can flip its choice between the sharded
+ * and the one-device run. To compare the two with the same routing, the one-device run records
+ * (RT_ROUTE_RECORD) every group's logits and choices; the sharded run (RT_ROUTE_FOLLOW) finds the
+ * recorded group its own logits match (the nearest, within 1/16 of their largest magnitude) and,
+ * for a token whose choices differ, takes the recorded ones where they are within rounding of its
+ * own: each recorded choice's logit at least its own choice's minus twice the largest difference
+ * between the two runs' logits for that token. Any other difference stands (and shows in the
+ * comparison). Decisions are counted: rt_route_log_followed. */
+typedef enum { RT_ROUTE_OWN, RT_ROUTE_RECORD, RT_ROUTE_FOLLOW } RtRouteMode;
+typedef struct RtRouteLog RtRouteLog;
+RtRouteLog *rt_route_log_new(void);   /* NULL: out of memory */
+void rt_route_log_clear(RtRouteLog *log); /* forget the recorded decisions (before a step) */
+void rt_route_log_free(RtRouteLog *log);
+/* Tokens a following run routed, and those whose choices it took from the log. */
+void rt_route_log_counts(const RtRouteLog *log, int64_t *tokens, int64_t *followed);
 
 /* Creates the runtime for a mesh. As with sqlite3_open, *out is set even on failure (except out
  * of memory, where it is NULL): read rt_errmsg, then rt_close it. A mesh with more devices than
@@ -450,7 +470,8 @@ typedef struct RtProgram {
   int nt;                           /* adam's step count input, or -1 */
   int ncarry;                       /* carried slots after a step: carry[2i] (an input or param slot) */
   const int *carry;                 /* takes output carry[2i + 1] */
-  double atol, rtol;                /* the comparison's tolerance (docs/run.md) */
+  const struct RtCmpDesc *cmp;      /* per output: how it is compared (verdict.h, docs/run.md) */
+  double lr;                        /* a train step's learning rate (adam's updates are checked) */
   uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
   const char *target;               /* the mesh's target, whose model the simulated clock keeps */
   double sim_compute_s, sim_comm_s, sim_step_s; /* `shardc sim`'s figures for the program (-1: none) */
