@@ -23,34 +23,9 @@
 #include "shardrt.h"
 #include "npy.h"
 #include "run_host.h"
+#include "run_verdict.h"
 #include "sim.h"
 #include "step.h"
-
-/* Tolerances by dtype: |sharded - one device| <= atol + rtol |one device|, elementwise, by the
- * output's dtype, or by the narrowest float dtype the program stores a value at when that is
- * narrower (narrowest below). */
-static void tolerance(DType dt, double *atol, double *rtol) {
-  switch (dt) {
-  case DT_BF16: *atol = 2e-2, *rtol = 2e-2; break;
-  case DT_F16: *atol = 2e-3, *rtol = 4e-3; break;
-  case DT_I32: case DT_I8: *atol = 0, *rtol = 0; break;
-  default: *atol = 1e-4, *rtol = 1e-3; break;
-  }
-}
-
-/* The narrowest float dtype any value of f (and its loops' bodies) is stored at: a sum split over
- * devices rounds its partial sums there, so an f32 output computed from bf16 values can differ by
- * bf16's rounding between the sharded and the one-device run. */
-static DType narrowest(const IrFunc *f, DType worst) {
-  for (const Op *op = f->first; op; op = op->next) {
-    for (int k = 0; k < op->nresults; k++) {
-      DType d = op->results[k]->type.dtype;
-      if (d == DT_BF16 || (d == DT_F16 && worst != DT_BF16)) worst = d;
-    }
-    if (op->body) worst = narrowest(op->body, worst);
-  }
-  return worst;
-}
 
 /* Host bytes a run needs, roughly: every value of main at its global size for the one-device run
  * (an overestimate: buffers are freed after their last use), and the params. */
@@ -126,31 +101,6 @@ static bool save_one(const char *dir, const char *name, const Tensor *t) {
   return true;
 }
 
-typedef struct Diff {
-  double max_abs, max_rel, worst_excess; /* worst_excess: largest |d| - tol (> 0: FAIL) */
-  double atol, rtol;                     /* of the worst output */
-  bool pass;
-} Diff;
-
-static void diff_into(Diff *D, const double *a, const double *ref, int64_t n, DType dt, DType program) {
-  double atol, rtol, scale = 0, worst = 0;
-  tolerance(dt, &atol, &rtol);
-  if (!dtype_is_int(dt) && program != DT_F32) tolerance(program, &atol, &rtol);
-  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs(a[i] - ref[i]);
-    if (isnan(a[i]) != isnan(ref[i]) || (!isnan(a[i]) && isinf(a[i]) && a[i] != ref[i])) d = INFINITY;
-    else if (isnan(a[i]) || (isinf(ref[i]) && a[i] == ref[i])) d = 0;
-    worst = fmax(worst, d);
-    double excess = d - (atol + rtol * fabs(ref[i]));
-    if (excess > 0) D->pass = false;
-    if (excess > D->worst_excess || D->atol == 0) D->worst_excess = fmax(D->worst_excess, excess);
-  }
-  if (worst >= D->max_abs) D->atol = atol, D->rtol = rtol;
-  D->max_abs = fmax(D->max_abs, worst);
-  D->max_rel = fmax(D->max_rel, scale > 0 ? worst / scale : worst);
-}
-
 static const char *fmt_bytes(char *buf, size_t n, double b) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
@@ -160,7 +110,7 @@ static const char *fmt_bytes(char *buf, size_t n, double b) {
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program, const SimReport *sim);
+                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim);
 
 /* build: `shardc build FILE -o EXE` stops after lowering and writes the executable instead. */
 static int run(const Options *o, Arena *arena, bool build) {
@@ -192,6 +142,8 @@ static int run(const Options *o, Arena *arena, bool build) {
                fmt_bytes(b1, sizeof b1, need), fmt_bytes(b2, sizeof b2, have));
     return EXIT_PROGRAM_ERROR;
   }
+  /* how each output is compared (runtime/verdict.h), from the module before partitioning */
+  const RtCmpDesc *cmp = run_verdict_descs(arena, m);
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole) */
@@ -248,7 +200,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
-    else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
+    else ok = build_executable(o, lw, m, mesh, gin, gpar, cmp, simulated ? &sim : NULL);
     sim_report_free(&sim);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
@@ -288,18 +240,39 @@ static int run(const Options *o, Arena *arena, bool build) {
   RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm};
   int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
-  Diff D = {.pass = true};
-  DType program = narrowest(m->main, DT_F32);
+  RtVerdict V;
+  rt_verdict_init(&V, o->allow_nonfinite);
+  V.lr = si ? si->step->lr : 0;
+  int nout = m->main->noutputs;
+  Tensor **got = calloc((size_t)nout + 1, sizeof *got), **want = calloc((size_t)nout + 1, sizeof *want);
+  Tensor **before = calloc((size_t)nout + 1, sizeof *before);
   rc = EXIT_PROGRAM_ERROR;
-  RunSide *ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err), *shd = NULL;
-  if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg, err, sizeof err);
-  if (!ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
+  /* routing decisions: the sharded run follows the one-device run's where they differ by rounding
+   * alone (shardrt.h, RtRouteLog) */
+  RtRouteLog *routes = rt_route_log_new();
+  RtConfig cfg_ref = cfg, cfg_shd = cfg;
+  cfg_ref.route_log = cfg_shd.route_log = routes;
+  cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
+  if (getenv("SHARDC_ROUTE_OWN")) cfg_shd.route_mode = RT_ROUTE_OWN; /* tests: each run routes by its own logits */
+  RunSide *ref = routes ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err) : NULL, *shd = NULL;
+  if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
+  if (!got || !want || !before || !ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
       !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: %s", err);
+    diag_error((SrcLoc){0}, "run: %s", err[0] ? err : "out of host memory");
     goto done;
   }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
+  /* Lockstep: every step of both runs starts from the same state (the one-device run's), so each
+   * step is compared from the same point and rounding differences do not compound (docs/run.md,
+   * "How run decides PASS"). A train step compares every output after every step; a forward, which
+   * runs `steps` times on the same inputs, its last output. */
   for (int s = 0; s < steps; s++) {
+    for (int j = 0; si && j < nout; j++) /* the state before the step, for the updates' comparison */
+      if (cmp[j].before >= 0 && !(before[j] = run_side_input(ref, cmp[j].before))) {
+        diag_error((SrcLoc){0}, "run: out of host memory");
+        goto done;
+      }
+    rt_route_log_clear(routes);
     if (!run_side_step(ref, err, sizeof err)) {
       diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
       goto done;
@@ -308,21 +281,38 @@ static int run(const Options *o, Arena *arena, bool build) {
       diag_error((SrcLoc){0}, "run: the sharded program failed: %s", err);
       goto done;
     }
-    if (perturb && *perturb && s == steps - 1) run_side_perturb(shd, 0, atof(perturb));
-    for (int j = 0; j < m->main->noutputs; j++) {
-      if (j > 0 && s < steps - 1) break; /* params and state: compared after the last step */
-      if (j == 0 && s < steps - 1 && !m->step) break;
-      const Value *v = m->main->outputs[j];
-      Tensor *a = run_side_output(shd, j), *r = run_side_output(ref, j);
-      if (!a || !r) {
-        tensor_free(a), tensor_free(r);
+    if (perturb && *perturb && s == steps - 1) { /* D, or D@NAME: output NAME's (run_verdict.h's names) */
+      const char *at = strchr(perturb, '@');
+      int j = 0;
+      while (at && j < nout && strcmp(cmp[j].name, at + 1)) j++;
+      if (j < nout) run_side_perturb(shd, j, atof(perturb));
+    }
+    if (si || s == steps - 1) {
+      for (int j = 0; j < nout; j++)
+        if (!(got[j] = run_side_output(shd, j)) || !(want[j] = run_side_output(ref, j))) {
+          diag_error((SrcLoc){0}, "run: out of host memory");
+          goto done;
+        }
+      V.t = s + 1;
+      for (int j = 0; j < nout; j++) {
+        const RtCmpDesc *d = &cmp[j];
+        RtCmpData x = {.n = got[j]->n, .shd = got[j]->data, .ref = want[j]->data, .before = before[j] ? before[j]->data : NULL,
+                       .m = d->m >= 0 ? got[d->m]->data : NULL, .v = d->v >= 0 ? got[d->v]->data : NULL};
+        rt_verdict_add(&V, d, &x);
+      }
+      if (si) loss_shd[s] = got[0]->data[0], loss_ref[s] = want[0]->data[0];
+      for (int j = 0; j < nout; j++) {
+        tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
+        got[j] = want[j] = before[j] = NULL;
+      }
+    }
+    if (si && s < steps - 1) {
+      run_side_carry(ref);
+      if (!run_side_restate(shd, ref, err, sizeof err)) {
+        diag_error((SrcLoc){0}, "run: %s", err);
         goto done;
       }
-      if (m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r->data[0];
-      diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
-      tensor_free(a), tensor_free(r);
     }
-    if (m->step && s < steps - 1) run_side_carry(ref), run_side_carry(shd);
   }
   if (o->save) {
     mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
@@ -350,22 +340,30 @@ static int run(const Options *o, Arena *arena, bool build) {
   run_side_clock(shd, &clock_compute, &clock_comm);
 
   int ndev = run_side_devices(shd);
+  int64_t routed, followed;
+  rt_route_log_counts(routes, &routed, &followed);
   double step_s = run_side_seconds(shd) / steps, ref_s = run_side_seconds(ref) / steps;
   if (o->format == FORMAT_JSON) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "devices", ndev);
     cJSON_AddNumberToObject(j, "steps", steps);
-    cJSON_AddBoolToObject(j, "pass", D.pass);
-    cJSON_AddNumberToObject(j, "max_abs_err", D.max_abs);
-    cJSON_AddNumberToObject(j, "max_rel_err", D.max_rel);
+    cJSON_AddBoolToObject(j, "pass", V.pass);
+    cJSON_AddNumberToObject(j, "max_abs_err", V.worst_abs);
+    cJSON_AddNumberToObject(j, "max_rel_err", V.worst_rel);
     cJSON *l = cJSON_AddArrayToObject(j, "loss");
     for (int s = 0; m->step && s < steps; s++) cJSON_AddItemToArray(l, cJSON_CreateNumber(loss_shd[s]));
     cJSON_AddNumberToObject(j, "step_time_s", step_s);
     cJSON_AddNumberToObject(j, "compile_s", compile_s);
     cJSON_AddNumberToObject(j, "peak_bytes_per_device", (double)peak);
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
-    cJSON_AddNumberToObject(j, "atol", D.atol);
-    cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    cJSON_AddStringToObject(j, "worst_tensor", V.worst);
+    cJSON_AddNumberToObject(j, "tolerance_rel", V.worst_tol_rel);
+    if (routed) {
+      cJSON_AddNumberToObject(j, "routed_tokens", (double)routed);
+      cJSON_AddNumberToObject(j, "routing_followed", (double)followed);
+    }
+    if (V.pass) cJSON_AddNullToObject(j, "failure");
+    else cJSON_AddStringToObject(j, "failure", V.why);
     cJSON *c = cJSON_AddObjectToObject(j, "simulated");
     cJSON_AddStringToObject(c, "target", mesh->target->name);
     cJSON_AddNumberToObject(c, "compute_s", clock_compute);
@@ -378,10 +376,12 @@ static int run(const Options *o, Arena *arena, bool build) {
     report_json(j);
   } else {
     char b[32];
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, ndev,
+    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", V.pass ? "PASS" : "FAIL", o->input, ndev,
            ndev == 1 ? "" : "s", mesh->name);
-    printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
-           D.max_rel, D.atol, D.rtol);
+    rt_verdict_print(&V, stdout);
+    if (followed)
+      printf("  routing        %lld of %lld top-k decisions (tokens x routing calls) differed by rounding alone (near-equal "
+             "logits); the sharded run followed the one-device run's there\n", (long long)followed, (long long)routed);
     for (int s = 0; m->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
     printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
            steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
@@ -394,11 +394,14 @@ static int run(const Options *o, Arena *arena, bool build) {
              report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
     printf("\n");
   }
-  rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
 done:
+  for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
+  free(got), free(want), free(before);
   sim_report_free(&sim);
   run_side_close(ref);
   run_side_close(shd);
+  rt_route_log_free(routes);
   free(loss_ref);
   free(loss_shd);
   interp_free_tensors(inputs, nin);
@@ -441,7 +444,7 @@ static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program, const SimReport *sim) {
+                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim) {
   char err[512], obj[4200], csrc[4200], cmd[16384];
   if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
     const Op *ring = NULL;
@@ -468,7 +471,7 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   for (const Op *op = mf->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
   fprintf(f, "/* generated by shardc build from %s: the slots of its lowered program (shardrt.h, RtProgram) */\n", o->input);
-  fprintf(f, "#include \"shardrt.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  fprintf(f, "#include \"shardrt.h\"\n#include \"verdict.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
   for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], mesh, &gin[i], m);
   for (int i = 0; i < m->nparams; i++) {
@@ -489,16 +492,19 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
       if (pairs[j][0] >= 0 && pairs[j][1] >= 0) fprintf(f, "%d, %d, ", pairs[j][0], pairs[j][1]), ncarry++;
   }
   fprintf(f, "-1};\n");
-  double atol, rtol;
-  tolerance(program != DT_F32 ? program : DT_F32, &atol, &rtol);
+  fprintf(f, "static const RtCmpDesc cmp[] = {\n"); /* run_verdict.h: how each output is compared */
+  for (int j = 0; j < mf->noutputs; j++)
+    fprintf(f, "  {.name = \"%s\", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d},\n", cmp[j].name,
+            cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v);
+  fprintf(f, "};\n");
   fprintf(f, "static const RtProgram program = {.name = \"%s\", .mesh = \"%s\", .naxes = %d, .axis_size = {", o->input, mesh->name, mesh->naxes);
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "%d, ", mesh->axes[a].size);
   fprintf(f, "}, .axis_name = {");
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "\"%s\", ", mesh->axes[a].name);
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
-             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n"
+             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .cmp = cmp, .lr = %.17g, .seed = %lluull,\n"
              "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n",
-          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed,
+          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, si ? si->step->lr : 0.0, (unsigned long long)o->seed,
           mesh->target->name, sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   if (pi) { /* run_host.c's placement and storage order, for launch.c */

@@ -59,6 +59,8 @@ static void print_help(FILE *f) {
           "  --seed N               run: the seed inputs and params are made from (default 0)\n"
           "  --timeout S            run: a collective's longest wait in seconds (default 60)\n"
           "  --hbm BYTES            run: cap each device's memory at BYTES\n"
+          "  --allow-nonfinite      run: a NaN or an infinity is no FAIL where both runs hold\n"
+          "                         it at the same place (by default any is a FAIL)\n"
           "  --backend threads      run: one thread per device (mpi: not implemented yet)\n"
           "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
           "  --diag-format text|machine\n"
@@ -144,6 +146,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(a, "--emit-ir") == 0) { o->emit_ir = true; continue; }
     if (strcmp(a, "--ideal") == 0) { o->ideal = true; continue; }
     if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
+    if (strcmp(a, "--allow-nonfinite") == 0) { o->allow_nonfinite = true; continue; }
 
     const char *opt = NULL, *v = NULL;
     for (size_t k = 0; k < ARRAY_LEN(valued) && !v; k++) {
