@@ -66,7 +66,10 @@ CORPUS = {
                          layouts=["dp_ep_tp", "dp_tp"], weight=3),
 }
 
-# stdlib/layers.shard's models, each in a small program of its own (a user's first program)
+# stdlib/layers.shard's models, each in a small program of its own (a user's first program); the
+# sizes are given with -D too, so that a saved case keeps them
+STDLIB_SIZES = {"batch": 8, "seq": 16, "embed": 32, "hidden": 64, "heads": 4, "kv_heads": 2, "head": 8, "expert": 4,
+                "cap": 4}
 STDLIB_PROGRAM = """import "targets"
 import "layers"
 
@@ -85,7 +88,7 @@ for _model, _dims, _entries in [
         ("gqa_attention", ["batch", "seq", "kseq", "embed", "heads", "kv_heads", "head"], ["forward"]),
         ("transformer_block", ["batch", "seq", "kseq", "embed", "hidden", "heads", "kv_heads", "head"], ["forward"]),
         ("moe_mlp", ["batch", "seq", "embed", "hidden", "expert", "cap"], ["forward", "aux_loss"])]:
-    CORPUS["stdlib." + _model] = dict(text=STDLIB_PROGRAM.format(model=_model), sizes={}, dims=_dims, model=_model,
+    CORPUS["stdlib." + _model] = dict(text=STDLIB_PROGRAM.format(model=_model), sizes=dict(STDLIB_SIZES), dims=_dims, model=_model,
                                       entries=_entries, layouts=[], weight=1)
 
 AXIS_NAMES = ["data", "model", "fsdp", "ep", "ctx", "stage", "x", "y"]
@@ -185,7 +188,8 @@ def make_case(seed, index):
             if sizes_of.get("layers", 2) < 2 * p:
                 sizes_of["layers"] = 2 * p
             keys["schedule"] = rng.choice(["gpipe", "1f1b", "1f1b", "interleaved(2)"])
-            keys["microbatches"] = rng.choice([m for m in divisors(batch) if m >= p and m <= 2 * p] or [p])
+            keys["microbatches"] = rng.choice([m for m in divisors(batch) if p <= m <= 2 * p and (batch // m) % bp == 0]
+                                              or [m for m in divisors(batch) if m >= p and (batch // m) % bp == 0] or [p])
     else:
         stage = pipeline_axis(case)
         if stage:
@@ -381,7 +385,7 @@ def run_case(case, opts, work):
             out, err = p.communicate()
             rc = None
     except OSError as e:
-        return "crash", "cannot start shardc: %s" % e, {}
+        return "crash", "cannot start shardc: %s" % e, {"argv": argv, "stdlib": env["SHARDC_STDLIB"]}
     secs = time.time() - t0
     rec = {"argv": argv, "rc": rc, "stdout": out, "stderr": err, "seconds": secs, "stdlib": env["SHARDC_STDLIB"]}
     outcome, detail = judge(rc, out, err)
@@ -451,7 +455,7 @@ def save_finding(case, outcome, detail, rec, fdir, tag=""):
         f.write(text)
     with open(os.path.join(d, "case.json"), "w") as f:
         json.dump(dict(case, outcome=outcome, detail=detail), f, indent=1)
-    std = "stdlib" if case["dtype"] == "f32" else None
+    std = "stdlib" if case["dtype"] == "f32" and rec.get("stdlib") else None
     if std:
         shutil.copytree(rec["stdlib"], os.path.join(d, "stdlib"), dirs_exist_ok=True)
     quoted = " ".join("'%s'" % a if re.search(r"[^\w.=/-]", a) else a for a in args)
@@ -673,7 +677,11 @@ def main():
         c, outcome, detail, d = f
         if opts.shrink <= 0 or c["id"].startswith("regress."):
             return
-        r = shrink(c, outcome, detail, opts, work, opts.shrink)
+        try:
+            r = shrink(c, outcome, detail, opts, work, opts.shrink)
+        except Exception as e:  # a tester bug must not lose the run's counts
+            print("  shrinking %s failed: %r" % (c["id"], e), flush=True)
+            return
         if r:
             s, sd, srec, tried = r
             save_finding(s, outcome, sd, srec, d, "")
