@@ -288,6 +288,7 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
   double **before = calloc((size_t)p->nout + 1, sizeof *before);
   RtVerdict V;
   rt_verdict_init(&V, allow_nonfinite);
+  if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
   V.lr = p->lr;
   /* routing: the sharded run follows the one-device run's decisions where they differ by rounding */
   RtRouteLog *routes = rt_route_log_new();

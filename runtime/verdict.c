@@ -120,6 +120,10 @@ void rt_verdict_add(RtVerdict *v, const RtCmpDesc *d, const RtCmpData *x) {
     if (r > ratio || at < 0) ratio = r, worst = err, worst_tol = tol, at = i;
     if (err > tol) fail(v, name, "element %lld: %.9g sharded, %.9g expected (tolerance %.3g)", x->shd[i], want, tol, i);
   }
+  if (v->trace)
+    fprintf(v->trace, "verdict: step %g %-40s kind %d n %lld scale %.4g worst %.4g at %lld (tolerance %.4g): %.3g of its scale, ratio %.3g%s\n",
+            v->t, name, d->kind, (long long)x->n, scale, worst, (long long)at, worst_tol, scale > 0 ? worst / scale : 0, ratio,
+            ratio > 1 ? "  FAIL" : "");
   /* the worst line shows the noise-bounded comparisons; a rounding rule's one-ulp differences only
    * when nothing else was compared, or when they fail */
   bool ulp_rule = d->kind == RT_CMP_ADAM || d->kind == RT_CMP_ROUNDED;

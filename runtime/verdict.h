@@ -66,6 +66,7 @@ typedef struct RtVerdict {
      0.0004)", "loss: NaN in the sharded run" */
   char why[320];
   int64_t nonfinite_shd, nonfinite_ref; /* non-finite elements seen */
+  FILE *trace;                /* not NULL: one line per tensor compared (SHARDC_VERDICT_TRACE) */
 } RtVerdict;
 
 void rt_verdict_init(RtVerdict *v, bool allow_nonfinite);

@@ -242,6 +242,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
   RtVerdict V;
   rt_verdict_init(&V, o->allow_nonfinite);
+  if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
   V.lr = si ? si->step->lr : 0;
   int nout = m->main->noutputs;
   Tensor **got = calloc((size_t)nout + 1, sizeof *got), **want = calloc((size_t)nout + 1, sizeof *want);

@@ -1293,6 +1293,23 @@ static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
 /* A loop's carried and invariant values resharded before it to the body's sharding. */
 static void walk_loop_head(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
+  /* stacked operands: each row as the body reads it (a forward loop's saved rows may be partial
+   * sums its body left unreduced, which the backward's body reads reduced: issue 18's wrong
+   * gradients with the residual stream sharded under microbatches) */
+  for (int i = 0; i < op->nslices && i < op->noperands && i < b->ninputs; i++) {
+    Value *outer = op->operands[i], *in = b->inputs[i];
+    if (in->type.rank != outer->type.rank - 1) continue;
+    Sharding want = outer->sharding;
+    for (int d = 1; d < outer->type.rank; d++) {
+      want.naxes[d] = in->sharding.naxes[d - 1];
+      memcpy(want.axes[d], in->sharding.axes[d - 1], sizeof want.axes[d]);
+    }
+    want.partial = in->sharding.partial;
+    const char *who = WHO(W, "the loop at %s (each iteration reads one row of %s as %s)", where(W, op->loc),
+                          value_text(W, outer), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
+    Value *nv = reshard_value(W, f, op, outer, &want, mult, cache, NULL, -1, who, op->loc);
+    if (W->apply) op->operands[i] = nv;
+  }
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     bool carried = i < op->nslices + op->ncarried;

@@ -666,7 +666,8 @@ def main():
                                 seconds=round(rec.get("seconds", 0), 2), worst=worst_of(rec.get("stdout", ""))))
         if outcome not in ("PASS", "refused"):
             d = save_finding(c, outcome, detail, rec, opts.findings)
-            shutil.rmtree(os.path.join(work, c["id"]), ignore_errors=True)
+            if not opts.keep:
+                shutil.rmtree(os.path.join(work, c["id"]), ignore_errors=True)
             findings.append((c, outcome, detail, d))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as ex:
