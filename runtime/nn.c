@@ -224,7 +224,7 @@ void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *d
 }
 
 int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int64_t C, int64_t le, int64_t lt, int64_t re,
-                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems) {
+                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems, const int64_t *order) {
   memset(out, 0, sizeof(float) * (size_t)out_elems);
   int64_t *choice = malloc(sizeof(int64_t) * (size_t)(T * k > 0 ? T * k : 1)), *fill = calloc((size_t)(E > 0 ? E : 1), sizeof(int64_t));
   double *row = malloc(sizeof(double) * (size_t)(T * E > 0 ? T * E : 1)); /* the group's logits, for route_log.c */
@@ -254,7 +254,8 @@ int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int
     rtroute_settle(dev, E, T, k, row, choice); /* recorded, or the one-device run's followed */
     memset(fill, 0, sizeof(int64_t) * (size_t)E);
     for (int q = 0; q < k; q++)
-      for (int64_t j = 0; j < T; j++) {
+      for (int64_t i = 0; i < T; i++) {
+        int64_t j = order ? order[i] : i;
         int64_t x = choice[j * k + q];
         if (x >= 0 && fill[x] < C) out[w.off[1] + j * rtk + x * re + fill[x]++ * rc] = 1;
       }

@@ -392,9 +392,11 @@ void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *d
  * its k largest of E logits (ties to the lower index; NaN lowest); expert slots fill with every
  * first choice in token order, then every second, ...; a choice finding its expert's C slots full
  * is dropped. out (f32, out_elems elements, zeroed here) gets 1 at [token, expert, slot]. Strides:
- * the logits' along experts and tokens (le, lt), out's along experts, tokens and slots. */
+ * the logits' along experts and tokens (le, lt), out's along experts, tokens and slots. Token order
+ * is logical: order (or NULL: storage order is logical) gives the storage position of the i-th
+ * token, for a sequence stored in a causal ring's zigzag order. */
 int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int64_t C, int64_t le, int64_t lt, int64_t re,
-                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems);
+                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems, const int64_t *order);
 
 /* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
  * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides

@@ -4,6 +4,7 @@
  * constant (RtRows, RtAttn: every field an int64_t); the buffers and the device's offsets are the
  * call's arguments. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -203,11 +204,27 @@ bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer new_buffer) {
   for (int i = 0; i < res->type.rank; i++) n *= ext_of(L, res, i);
   new_buffer(L, res);
   LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
-  LLVMTypeRef at[15] = {P, P, I32, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64};
+  /* slots fill in the tokens' logical order: under a causal ring the per-device program stores the
+   * sequence in zigzag order (IrModule.zigzag), so the kernel gets each logical token's storage
+   * position (issue 18: Mixtral's routing with seq sharded dropped other tokens than on one device) */
+  LLVMValueRef order = LLVMConstNull(P);
+  bool permuted = false;
+  for (int64_t p = 0; L->mesh && p < T->size && !permuted; p++) permuted = ir_zigzag_logical(L->m, T, p) != p;
+  if (permuted) { /* a constant array of T entries (const_i64s holds at most 128) */
+    LLVMValueRef *e = malloc(sizeof *e * (size_t)T->size);
+    if (!e) return nn_fail(L, op, "out of memory");
+    for (int64_t p = 0; p < T->size; p++) e[ir_zigzag_logical(L->m, T, p)] = i64c(L, p);
+    order = LLVMAddGlobal(L->M, LLVMArrayType2(I64, (uint64_t)T->size), "route_order");
+    LLVMSetInitializer(order, LLVMConstArray2(I64, e, (uint64_t)T->size));
+    LLVMSetGlobalConstant(order, 1);
+    LLVMSetLinkage(order, LLVMPrivateLinkage);
+    free(e);
+  }
+  LLVMTypeRef at[15] = {P, P, I32, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64, P};
   LLVMValueRef av[15] = {L->dev, const_i64s(L, desc, 61, "rows"), i32c(L, op->index), i64c(L, E->size), i64c(L, T->size),
                          i64c(L, C->size), i64c(L, stride_of(L, l, E)), i64c(L, stride_of(L, l, T)), i64c(L, stride_of(L, res, E)),
-                         i64c(L, stride_of(L, res, T)), i64c(L, stride_of(L, res, C)), buf(L, l), buf(L, res), i64c(L, n)};
-  lower_check_rc(L, lower_call(L, "rt_nn_route", I32, at, 14, av));
+                         i64c(L, stride_of(L, res, T)), i64c(L, stride_of(L, res, C)), buf(L, l), buf(L, res), i64c(L, n), order};
+  lower_check_rc(L, lower_call(L, "rt_nn_route", I32, at, 15, av));
   return true;
 }
 
