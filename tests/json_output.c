@@ -5,7 +5,8 @@
  *
  * Runs `shardc CMD FILE --format json` from FILE's directory for CMD = parse, check, explain and
  * sim over every .shard below each DIR (test inputs with errors, programs that do not fit,
- * libraries with no entry among them), and `run`, `build` and an unknown command once: stdout
+ * libraries with no entry among them), and `run`, `build`, `import` (of a .shard: not JSON) and an
+ * unknown command once: stdout
  * must parse (cJSON) as exactly one object, nothing after it, and any object holding "line" must
  * hold "file" too. The exit status must be 0, 1 or 2 (a crash fails). Prints each failure and
  * `N passed, N failed`; exits 1 on any failure. Two commands run at a time. */
@@ -145,7 +146,7 @@ int main(int argc, char **argv) {
   }
   qsort(files, (size_t)nfiles, sizeof *files, by_name);
   static const char *const every[] = {"parse", "check", "explain", "sim"};
-  static const char *const once[] = {"run", "build", "no_such_command"};
+  static const char *const once[] = {"run", "build", "import", "no_such_command"};
   int total = nfiles * (int)(sizeof every / sizeof *every) + (int)(sizeof once / sizeof *once);
   Job jobs[JOBS];
   int running = 0, next = 0;

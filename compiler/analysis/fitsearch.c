@@ -752,12 +752,34 @@ static void add_plan(Search *S, const Cand *c, const FitFigures *f) {
 }
 
 /* The programs of a plan's first changes, checked, so that each change has its own figures (within
- * the budget). */
+ * the budget). A change in the middle that saves nothing by itself goes when the plan without it,
+ * checked in full, is as small and fits as well (the search met it beside a change that saves
+ * enough alone); where the plan needs it, it stays, marked `enabling`. */
 static void check_prefixes(Search *S, FitPlan *pl) {
+  memset(pl->enabling, 0, sizeof pl->enabling);
   for (int i = 0; i + 1 < pl->n && time_for_check(S, HARD_S); i++) {
     Cand c = {.n = i + 1};
     memcpy(c.ch, pl->change, sizeof(FitChange) * (size_t)(i + 1));
     check_full(S, &c, &pl->after[i], NULL);
+  }
+  for (int i = 0; i + 1 < pl->n; i++) {
+    const FitFigures *before = i ? &pl->after[i - 1] : &S->out->base, *at = &pl->after[i];
+    const FitFigures *end = &pl->after[pl->n - 1];
+    if (!before->valid || !at->valid || at->total < before->total) continue;
+    if (!time_for_check(S, HARD_S)) break;
+    Cand c = {.n = 0};
+    for (int k = 0; k < pl->n; k++)
+      if (k != i) c.ch[c.n++] = pl->change[k];
+    FitFigures f;
+    check_full(S, &c, &f, NULL);
+    if (f.valid && f.total <= end->total && (f.fits || !end->fits)) {
+      memmove(&pl->change[i], &pl->change[i + 1], sizeof(FitChange) * (size_t)(pl->n - i - 1));
+      pl->n--;
+      pl->after[pl->n - 1] = f;
+      check_prefixes(S, pl); /* the programs after i lost a change: their figures again */
+      return;
+    }
+    pl->enabling[i] = true;
   }
   /* a plan ends at its first program that fits (the changes after it are not needed), and last
    * changes that save nothing go (the program before them is as small, and checked) */

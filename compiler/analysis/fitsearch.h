@@ -63,6 +63,9 @@ typedef struct FitPlan {
   char text[FIT_MAX_CHANGES][400];   /* "add `embed: data` to layout dp" */
   char what[FIT_MAX_CHANGES][400];   /* the collectives or the compute it adds, in words */
   double added_s;       /* the time it adds per step and device, ideal: its ops' and its collectives' */
+  /* the first plan only: change i saves nothing by itself (after[i] is no smaller than the program
+   * before it), yet the plan without it, checked, is worse: a later change needs it */
+  bool enabling[FIT_MAX_CHANGES];
 } FitPlan;
 
 typedef struct FitAdvice {

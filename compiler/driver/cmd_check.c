@@ -277,6 +277,7 @@ static void print_advice(FILE *out, const Program *p, const FitAdvice *fa) {
         fprintf(out, "  %d. %s\n     adds %s\n", k + 1, pl->text[k], pl->what[k]);
         if (pl->after[k].valid) {
           print_delta(out, prev, &pl->after[k], "     ");
+          if (pl->enabling[k]) fprintf(out, "     (saves nothing by itself; the plan without it, checked, is worse)\n");
           prev = &pl->after[k];
         }
       }

@@ -1018,11 +1018,22 @@ int cmd_explain(const Options *o) {
                  fmt_bytes(&arena, (double)E.mem.total), p->mesh->target->name, fmt_bytes(&arena, E.mem.capacity));
   }
   if (o->show) { /* one value's blocks, and nothing else */
-    const char *why = NULL;
-    const Value *v = explain_show_find(&arena, m, o->show, &why);
-    if (!v) diag_usage("%s", why);
-    else if (o->format == FORMAT_JSON) report_json(explain_show_json(&arena, m, p, o->show, v));
-    else explain_show_text(stdout, &arena, m, p, o->show, v);
+    const char *why = NULL, *note = NULL;
+    const Value *v = explain_show_find(&arena, m, o->show, &why, &note);
+    if (!v) {
+      diag_usage("%s", why);
+    } else if (o->format == FORMAT_JSON) {
+      cJSON *j = explain_show_json(&arena, m, p, o->show, v);
+      if (v->name && v->def && v->def->kind != OP_PARAM && v->def->loc.file) { /* a let: which binding */
+        cJSON_AddNumberToObject(j, "line", v->def->loc.line);
+        cJSON_AddStringToObject(j, "file", report_file(v->def->loc));
+      }
+      if (note) cJSON_AddStringToObject(j, "note", note);
+      report_json(j);
+    } else {
+      if (note) printf("%s\n", note);
+      explain_show_text(stdout, &arena, m, p, o->show, v);
+    }
     arena_free(&arena);
     return v ? EXIT_OK : EXIT_USAGE;
   }

@@ -21,21 +21,59 @@ enum {
 
 /* ---- finding the value ---- */
 
-static const Value *find_named(const IrFunc *f, Name name) {
-  for (const Op *op = f->first; op; op = op->next) {
-    for (int r = 0; r < op->nresults; r++)
-      if (op->results[r]->name == name && op->kind != OP_PARAM) return op->results[r];
-    const Value *v = NULL;
-    if (op->kind == OP_LOOP && op->body) v = find_named(op->body, name);
-    for (int r = 0; !v && op->kind == OP_PIPELINE && op->pipe && r < PR__COUNT; r++)
-      if (op->pipe->region[r]) v = find_named(op->pipe->region[r], name);
-    if (v) return v;
+/* The bindings of `name` in program order (loop bodies and pipeline regions where they are), one
+ * per source place: a name bound again (`x = ...`) has one per line; a binding the step repeats
+ * (a recomputation in the backward) keeps its first. */
+typedef struct Bindings {
+  const Value *v[64];
+  int n;
+} Bindings;
+
+static void find_bindings(const IrFunc *f, Name name, Bindings *b) {
+  for (const Op *op = f->first; op && b->n < (int)ARRAY_LEN(b->v); op = op->next) {
+    for (int r = 0; r < op->nresults; r++) {
+      const Value *v = op->results[r];
+      if (v->name != name || op->kind == OP_PARAM) continue;
+      bool seen = false;
+      for (int k = 0; k < b->n && !seen; k++)
+        seen = b->v[k]->def && b->v[k]->def->loc.file == op->loc.file && b->v[k]->def->loc.line == op->loc.line;
+      if (!seen && b->n < (int)ARRAY_LEN(b->v)) b->v[b->n++] = v;
+    }
+    if (op->kind == OP_LOOP && op->body) find_bindings(op->body, name, b);
+    for (int r = 0; op->kind == OP_PIPELINE && op->pipe && r < PR__COUNT; r++)
+      if (op->pipe->region[r]) find_bindings(op->pipe->region[r], name, b);
   }
-  return NULL;
 }
 
-const Value *explain_show_find(Arena *a, const IrModule *m, const char *name, const char **why) {
+static int binding_line(const Value *v) { return v->def ? v->def->loc.line : 0; }
+
+static const char *binding_lines(Arena *a, const Bindings *b) {
+  const char *t = "";
+  for (int k = 0; k < b->n; k++) t = arena_printf(a, "%s%s%d", t, k ? ", " : "", binding_line(b->v[k]));
+  return t;
+}
+
+const Value *explain_show_find(Arena *a, const IrModule *m, const char *name, const char **why, const char **note) {
   const IrFunc *f = m->main;
+  *note = NULL;
+  /* NAME@LINE: the binding of NAME at that line */
+  const char *at = strchr(name, '@');
+  if (at) {
+    char *end;
+    long line = strtol(at + 1, &end, 10);
+    if (at == name || !at[1] || *end || line < 1) {
+      *why = arena_printf(a, "--show %s: expected NAME or NAME@LINE (a binding of NAME at that line)", name);
+      return NULL;
+    }
+    Bindings b = {.n = 0};
+    find_bindings(f, intern((const char *)name, (size_t)(at - name)), &b);
+    for (int k = 0; k < b.n; k++)
+      if (binding_line(b.v[k]) == line) return b.v[k];
+    *why = b.n ? arena_printf(a, "--show %s: %.*s is bound at line%s %s, not at line %ld", name, (int)(at - name), name,
+                              b.n > 1 ? "s" : "", binding_lines(a, &b), line)
+               : arena_printf(a, "--show %s: no named value of the program is called %.*s", name, (int)(at - name), name);
+    return NULL;
+  }
   Name n = intern_cstr(name);
   for (int i = 0; i < m->nparams; i++) {
     if (m->params[i].path != n) continue;
@@ -44,8 +82,12 @@ const Value *explain_show_find(Arena *a, const IrModule *m, const char *name, co
   }
   for (int i = 0; i < f->ninputs; i++)
     if (f->inputs[i]->name == n) return f->inputs[i];
-  const Value *v = find_named(f, n);
-  if (v) return v;
+  Bindings b = {.n = 0};
+  find_bindings(f, n, &b);
+  if (b.n > 1)
+    *note = arena_printf(a, "%s is bound at lines %s: this is the binding at line %d (--show %s@%d shows the next)",
+                         name, binding_lines(a, &b), binding_line(b.v[0]), name, binding_line(b.v[1]));
+  if (b.n > 0) return b.v[0];
   Suggest sg = suggest_begin(name);
   for (int i = 0; i < m->nparams; i++) suggest_try(&sg, m->params[i].path);
   for (int i = 0; i < f->ninputs; i++)

@@ -2,7 +2,8 @@
  * a grid over the mesh axes, as jax.debug.visualize_array_sharding draws one.
  *
  * NAME is a param's path (`w_in`, `blocks.attn.wq`), an input of the entry, or a named value of the
- * program (a `let`; the first binding in program order when the name is bound again). The grid's
+ * program (a `let`; the first binding in program order when the name is bound again, and NAME@LINE
+ * the binding at that source line). The grid's
  * rows are the blocks of the value's first sharded dim, its columns those of the other sharded
  * dims together (the last varying fastest); each cell names the devices holding that block, by
  * their index in the mesh (major axis first: device = sum of coordinate x the product of the sizes
@@ -16,8 +17,10 @@
 
 #include "ir.h"
 
-/* The value NAME shows, or NULL (then *why holds the usage message, with a did-you-mean). */
-const Value *explain_show_find(Arena *a, const IrModule *m, const char *name, const char **why);
+/* The value NAME (or NAME@LINE) shows, or NULL (then *why holds the usage message, with a
+ * did-you-mean or the lines NAME is bound at). *note: where NAME is bound at several lines, which
+ * one this is and how to pick another; else NULL. */
+const Value *explain_show_find(Arena *a, const IrModule *m, const char *name, const char **why, const char **note);
 
 /* The grid, as text. */
 void explain_show_text(FILE *out, Arena *a, const IrModule *m, const Program *p, const char *name, const Value *v);

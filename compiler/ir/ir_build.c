@@ -890,7 +890,20 @@ static Ex lower_rename(Builder *b, const Node *n) {
       ok = false;
       continue;
     }
-    Dim *from = dim_ref(b, a->lhs), *to = dim_ref(b, a->rhs);
+    Dim *from = dim_ref(b, a->lhs), *to = NULL;
+    if (a->rhs && a->rhs->kind == N_NAME && !find_dim(b->p, a->rhs->name)) {
+      /* A new name for a dim is declared like any dim: say how, beside the closest declared one. */
+      Suggest sg = suggest_begin(worth_suggesting() ? a->rhs->name : NULL);
+      for (int i = 0; i < b->p->ndims; i++)
+        if (b->p->dims[i] && b->p->dims[i] != from) suggest_try(&sg, b->p->dims[i]->name);
+      char sb[160];
+      err(b, a->rhs->loc, "unknown dim '%s'%s%s", a->rhs->name,
+          from ? arena_printf(b->m->arena, ": a rename's new name must be a declared dim (`dim %s = %s` declares one "
+                                           "of %s's size)", a->rhs->name, from->name, from->name) : "",
+          suggest_text(&sg, sb, sizeof sb));
+    } else {
+      to = dim_ref(b, a->rhs);
+    }
     if (!from || !to || e.kind != EX_VAL) {
       ok = false;
       continue;

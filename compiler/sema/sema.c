@@ -184,6 +184,45 @@ static const char *sema_suggest_model(Sema *s, Name want, char *buf, size_t size
 
 static bool dim_resolve(Sema *s, int i, int depth);
 
+/* The -D overrides an integer expression depends on, directly or through the dims it names:
+ * " (heads is 42 from -D heads=42; the program declares 32)", or "" when none. An error in such an
+ * expression is then seen to come from the command line, not from the program as written. */
+static void override_walk(Sema *s, const Node *e, int depth, int *found, int *nfound) {
+  if (!e || depth > 64 || *nfound >= 4) return;
+  if (e->kind == N_NAME) {
+    int i = namemap_get(&s->dim_map, e->name);
+    if (i < 0) return;
+    if (s->dims.data[i]->overridden) {
+      for (int k = 0; k < *nfound; k++)
+        if (found[k] == i) return;
+      found[(*nfound)++] = i;
+    } else {
+      override_walk(s, s->dim_nodes.data[i]->value, depth + 1, found, nfound);
+    }
+    return;
+  }
+  override_walk(s, e->lhs, depth + 1, found, nfound);
+  override_walk(s, e->rhs, depth + 1, found, nfound);
+  if (e->kind == N_TUPLE)
+    for (const Node *c = e->items; c; c = c->next) override_walk(s, c, depth + 1, found, nfound);
+}
+
+static const char *override_cause(Sema *s, const Node *e) {
+  int found[4], n = 0;
+  override_walk(s, e, 0, found, &n);
+  if (n == 0) return "";
+  const char *r = " (";
+  for (int k = 0; k < n; k++) {
+    const Dim *d = s->dims.data[found[k]];
+    const Node *decl = s->dim_nodes.data[found[k]]->value;
+    const char *declared = decl && decl->kind == N_NUM && !decl->num.is_float
+                               ? arena_printf(s->a, "; the program declares %lld", (long long)decl->num.i) : "";
+    r = arena_printf(s->a, "%s%s%s is %lld from -D %s=%lld%s", r, k ? "; " : "", d->name, (long long)d->size, d->name,
+                     (long long)d->size, declared);
+  }
+  return arena_printf(s->a, "%s)", r);
+}
+
 /* e := number | dim | e (+ - * /) e | -e | (e). Sizes are int64: overflow, division by zero and
  * division with a remainder are errors. A dim that is itself wrong makes e wrong quietly (it was
  * reported at its declaration). */
@@ -252,8 +291,8 @@ static bool eval_int(Sema *s, const Node *e, int64_t *out, int depth) {
         break;
       }
       if (a % b != 0) {
-        diag_error(e->loc, "%lld / %lld leaves a remainder of %lld; sizes must divide evenly", (long long)a,
-                   (long long)b, (long long)(a % b));
+        diag_error(e->loc, "%lld / %lld leaves a remainder of %lld; sizes must divide evenly%s", (long long)a,
+                   (long long)b, (long long)(a % b), override_cause(s, e));
         return false;
       }
       *out = a / b;
@@ -263,7 +302,7 @@ static bool eval_int(Sema *s, const Node *e, int64_t *out, int depth) {
       return false;
     }
     if (overflow) {
-      diag_error(e->loc, "integer overflow (the result does not fit in 64 bits)");
+      diag_error(e->loc, "integer overflow (the result does not fit in 64 bits)%s", override_cause(s, e));
       return false;
     }
     return true;
@@ -322,13 +361,13 @@ static bool dim_resolve(Sema *s, int i, int depth) {
     return false;
   }
   if (ok && v < 1) {
-    diag_error(decl->value ? decl->value->loc : d->loc, "dim '%s' has size %lld; a dim's size must be at least 1",
-               d->name, (long long)v);
+    diag_error(decl->value ? decl->value->loc : d->loc, "dim '%s' has size %lld; a dim's size must be at least 1%s",
+               d->name, (long long)v, override_cause(s, decl->value));
     ok = false;
   } else if (ok && v > SIZE_LIMIT) {
     diag_error(decl->value ? decl->value->loc : d->loc,
-               "dim '%s' has size %lld; a dim's size is at most 2^62 (%lld)", d->name, (long long)v,
-               (long long)SIZE_LIMIT);
+               "dim '%s' has size %lld; a dim's size is at most 2^62 (%lld)%s", d->name, (long long)v,
+               (long long)SIZE_LIMIT, override_cause(s, decl->value));
     ok = false;
   }
   d->size = ok ? v : 1;

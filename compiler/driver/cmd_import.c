@@ -1,0 +1,120 @@
+/* cmd_import.c: `shardc import config.json [-o FILE]` (docs/import.md).
+ *
+ * Reads a Hugging Face config.json (hf_config.c), makes the .shard program on the stdlib's models
+ * (hf_import.c) and prints it, or writes it to FILE. FILE is written whole or not at all: the text
+ * goes to a temporary file beside it, which is then renamed over it, so an interrupted or failed
+ * import never leaves half a program (nor clobbers a good one). With --format json: one object,
+ *   {"model_type", "stdlib", "model", "params", "mesh", "devices", "ignored": [keys],
+ *    "unknown": [keys], and "output": FILE or "program": the text}.
+ * Errors (a malformed config, an unsupported model type or value) are diagnostics at the config's
+ * line and column, exit 1; options that mean nothing to import (-D, --mesh, ...) exit 2. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "driver.h"
+#include "hf_import.h"
+#include "report.h"
+
+/* Writes text to path through a temporary file in the same directory and a rename, so that
+ * readers see the old file or the new one, never a part. False with errno set. (A shared module
+ * for atomic outputs may replace this; it is kept minimal here.) */
+static bool write_atomic(const char *path, const char *text, size_t len) {
+  size_t n = strlen(path);
+  char *tmp = malloc(n + 16);
+  if (!tmp) abort();
+  snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    errno = e;
+    return false;
+  }
+  mode_t mask = umask(0);
+  umask(mask);
+  bool ok = fchmod(fd, 0666 & ~mask) == 0;
+  for (size_t done = 0; ok && done < len;) {
+    ssize_t w = write(fd, text + done, len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) ok = false;
+    else done += (size_t)w;
+  }
+  if (ok) ok = fsync(fd) == 0;
+  int e = errno;
+  if (close(fd) != 0 && ok) ok = false, e = errno;
+  if (ok && rename(tmp, path) != 0) ok = false, e = errno;
+  if (!ok) unlink(tmp);
+  free(tmp);
+  errno = e;
+  return ok;
+}
+
+static bool same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static cJSON *names_json(const char *const *names, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateString(names[i]));
+  return a;
+}
+
+int cmd_import(const Options *o) {
+  const char *bad = o->ndims ? "-D" : o->layout ? "--layout" : o->mesh ? "--mesh" : o->entry ? "--entry"
+                    : o->trace ? "--trace" : o->show ? "--show" : o->load ? "--load" : o->save ? "--save" : NULL;
+  if (bad) {
+    diag_usage("import takes -o FILE and --format; %s applies to the program it writes (shardc check FILE %s ...)",
+               bad, bad);
+    return EXIT_USAGE;
+  }
+  Arena arena;
+  arena_init(&arena);
+  HfConfig c;
+  HfProgram prog;
+  int rc = EXIT_PROGRAM_ERROR;
+  const char *name = NULL;
+  if (o->output) {
+    name = strrchr(o->output, '/');
+    name = name ? name + 1 : o->output;
+  }
+  if (!hf_config_load(&c, &arena, o->input) || !hf_import(&c, name, &prog)) goto done;
+  if (o->output) {
+    if (same_file(o->output, o->input)) {
+      diag_error((SrcLoc){0}, "-o %s names the config itself: the import would overwrite what it reads", o->output);
+      goto done;
+    }
+    if (!write_atomic(o->output, prog.text, strlen(prog.text))) {
+      diag_error((SrcLoc){0}, "cannot write '%s': %s (nothing was written)", o->output, strerror(errno));
+      goto done;
+    }
+  }
+  rc = EXIT_OK;
+  if (o->format == FORMAT_JSON) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model_type", prog.model_type);
+    cJSON_AddStringToObject(j, "stdlib", prog.stdlib_file);
+    cJSON_AddStringToObject(j, "model", prog.model);
+    cJSON_AddNumberToObject(j, "params", (double)prog.params);
+    cJSON_AddStringToObject(j, "mesh", prog.mesh);
+    cJSON_AddNumberToObject(j, "devices", (double)prog.devices);
+    cJSON_AddItemToObject(j, "ignored", names_json(prog.ignored.data, prog.ignored.len));
+    cJSON_AddItemToObject(j, "unknown", names_json(prog.unknown.data, prog.unknown.len));
+    if (o->output) cJSON_AddStringToObject(j, "output", o->output);
+    else cJSON_AddStringToObject(j, "program", prog.text);
+    report_json(j);
+  } else if (!o->output) {
+    fputs(prog.text, stdout);
+  } else {
+    printf("wrote %s: %s's %s, %lld params, mesh %s (%lld devices)\n", o->output, prog.stdlib_file, prog.model,
+           (long long)prog.params, prog.mesh, (long long)prog.devices);
+  }
+done:
+  if (c.root) hf_config_free(&c);
+  arena_free(&arena);
+  return rc;
+}
