@@ -15,6 +15,7 @@
  *      where the result is sharded finer, an OP_SLICE after the op takes over its uses.
  *   3. offsets, divisors and the collectives' CollSpecs; local extents for every value. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -100,6 +101,7 @@ static bool fail(Loc *L, const Op *op, const char *what) {
   char buf[512];
   diag_error(op->loc, "internal error: localising the %s: %s", ir_op_name(op->kind), what);
   (void)buf;
+  if (getenv("SHARDC_LOCALIZE_DEBUG")) ir_print(stderr, L->m);
   L->failed = true;
   return false;
 }

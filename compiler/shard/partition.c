@@ -2037,6 +2037,10 @@ static int sink_reductions(IrModule *m, IrFunc *f) {
     if (!x || !y || x == y || x->func != f || y->func != f || !same_reduction(x, y)) continue;
     if (ir_count_uses(f, op->operands[0]) != 1 || ir_count_uses(f, op->operands[1]) != 1) continue;
     if (!tensor_type_equal(&op->results[0]->type, &x->results[0]->type)) continue;
+    /* the add must hold the reductions' blocks: where it computes a finer block (reading them
+     * sliced), the one reduction would produce that block from a coarser sum (issue 18: a size-1
+     * axis in two rules; localize: "an all_reduce that changes blocks") */
+    if (!sharding_equal(&op->results[0]->sharding, &x->results[0]->sharding, op->results[0]->type.rank)) continue;
     /* add the partial sums, then reduce the one sum */
     Value *ab[2] = {x->operands[0], y->operands[0]};
     Op *add = ir_op_new(m, f, OP_ADD, op->loc, ab, 2, &op->results[0]->type, 1);
