@@ -286,13 +286,14 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
   double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));
   double **got = calloc((size_t)p->nout + 1, sizeof *got), **want = calloc((size_t)p->nout + 1, sizeof *want);
   double **before = calloc((size_t)p->nout + 1, sizeof *before);
+  RtCmpData *data = calloc((size_t)p->nout + 1, sizeof *data);
   RtVerdict V;
   rt_verdict_init(&V, allow_nonfinite);
   if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
   V.lr = p->lr;
   /* routing: the sharded run follows the one-device run's decisions where they differ by rounding */
   RtRouteLog *routes = rt_route_log_new();
-  if (!loss || !loss_ref || !got || !want || !before) goto done;
+  if (!loss || !loss_ref || !got || !want || !before || !data) goto done;
   RtConfig cfg_ref = cfg, cfg_shd = cfg;
   cfg_ref.route_log = cfg_shd.route_log = routes;
   cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
@@ -315,10 +316,10 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
         const RtCmpDesc *c = &p->cmp[j];
         int64_t n = 1;
         for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
-        RtCmpData x = {.n = n, .shd = got[j], .ref = want[j], .before = before[j], .m = c->m >= 0 ? got[c->m] : NULL,
-                       .v = c->v >= 0 ? got[c->v] : NULL};
-        rt_verdict_add(&V, c, &x);
+        data[j] = (RtCmpData){.n = n, .shd = got[j], .ref = want[j], .before = before[j], .m = c->m >= 0 ? got[c->m] : NULL,
+                              .v = c->v >= 0 ? got[c->v] : NULL};
       }
+      rt_verdict_step(&V, p->cmp, data, p->nout);
       if (p->step) loss[s] = got[0][0], loss_ref[s] = want[0][0];
       for (int j = 0; j < p->nout; j++) {
         free(got[j]), free(want[j]), free(before[j]);
@@ -376,7 +377,7 @@ int rt_launch_main(int argc, char **argv, const RtProgram *p) {
   status = V.pass ? 0 : 1;
 done:
   for (int j = 0; got && want && before && j < p->nout; j++) free(got[j]), free(want[j]), free(before[j]);
-  free(got), free(want), free(before);
+  free(got), free(want), free(before), free(data);
   side_close(&ref);
   side_close(&shd);
   rt_route_log_free(routes);

@@ -6,7 +6,8 @@
  *     elements where both runs hold the same non-finite value are left out instead);
  *   - the tolerance is the tensor's noise bound (RtCmpDesc.noise: relative, from its dtype and the
  *     depth of the computation that made it, worked out by the compiler) times its scale (the
- *     largest magnitude of the one-device result), never one element's own magnitude;
+ *     largest magnitude of the one-device result), never one element's own magnitude, and for a
+ *     gradient at least one rounding of the step's largest gradient (RtCmpDesc.floor);
  *   - state a train step updates (adam's moments; an sgd param or master copy) is compared by its
  *     update, out - before, both runs having started the step from the same state;
  *   - an adam param (or its master copy) is compared with adam's update made from the sharded
@@ -44,7 +45,13 @@ typedef struct RtCmpDesc {
   int before;         /* _UPDATE, _ADAM: the input slot holding the value before the step */
   int m, v;           /* _ADAM: the outputs holding the new first and second moments;
                          _ROUNDED: m, the output holding the master copy */
+  int group;          /* _UPDATE: tensors whose updates share a scale (RtCmpGroup), 0: none */
+  double floor;       /* ... the tolerance is at least floor x the group's largest update: the
+                         rounding of terms as large as the largest gradient's, which an element
+                         whose own terms cancel (a key bias's gradient, zero exactly) carries */
 } RtCmpDesc;
+
+typedef enum { RT_CMP_NO_GROUP, RT_CMP_GROUP_M, RT_CMP_GROUP_V, RT_CMP_GROUP_PARAM, RT_CMP_GROUP_MASTER, RT_CMP_GROUPS } RtCmpGroup;
 
 /* One output's values: whole tensors of n elements (before, m, v: NULL where the kind has none). */
 typedef struct RtCmpData {
@@ -70,8 +77,12 @@ typedef struct RtVerdict {
 } RtVerdict;
 
 void rt_verdict_init(RtVerdict *v, bool allow_nonfinite);
-/* Compares one output under desc's rule (v->lr and v->t set for RT_CMP_ADAM). */
-void rt_verdict_add(RtVerdict *v, const RtCmpDesc *desc, const RtCmpData *x);
+/* Compares one output under desc's rule (v->lr and v->t set for RT_CMP_ADAM); `floor`: an absolute
+ * tolerance below which no element fails (rt_verdict_step's group floor; 0: none). */
+void rt_verdict_add(RtVerdict *v, const RtCmpDesc *desc, const RtCmpData *x, double floor);
+/* Compares the n outputs of one step: each group's largest update first (RtCmpDesc.group, .floor),
+ * then every output by rt_verdict_add. */
+void rt_verdict_step(RtVerdict *v, const RtCmpDesc *desc, const RtCmpData *x, int n);
 /* One line for the report: "0.00146 abs in blocks.attn.wq, 0.8% of its largest value (tolerance
  * 3.2%)"; or the reason of a FAIL. */
 void rt_verdict_text(const RtVerdict *v, char *buf, size_t n);

@@ -247,6 +247,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   int nout = m->main->noutputs;
   Tensor **got = calloc((size_t)nout + 1, sizeof *got), **want = calloc((size_t)nout + 1, sizeof *want);
   Tensor **before = calloc((size_t)nout + 1, sizeof *before);
+  RtCmpData *data = calloc((size_t)nout + 1, sizeof *data);
   rc = EXIT_PROGRAM_ERROR;
   /* routing decisions: the sharded run follows the one-device run's where they differ by rounding
    * alone (shardrt.h, RtRouteLog) */
@@ -257,7 +258,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   if (getenv("SHARDC_ROUTE_OWN")) cfg_shd.route_mode = RT_ROUTE_OWN; /* tests: each run routes by its own logits */
   RunSide *ref = routes ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err) : NULL, *shd = NULL;
   if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
-  if (!got || !want || !before || !ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
+  if (!got || !want || !before || !data || !ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
       !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err[0] ? err : "out of host memory");
     goto done;
@@ -297,10 +298,10 @@ static int run(const Options *o, Arena *arena, bool build) {
       V.t = s + 1;
       for (int j = 0; j < nout; j++) {
         const RtCmpDesc *d = &cmp[j];
-        RtCmpData x = {.n = got[j]->n, .shd = got[j]->data, .ref = want[j]->data, .before = before[j] ? before[j]->data : NULL,
-                       .m = d->m >= 0 ? got[d->m]->data : NULL, .v = d->v >= 0 ? got[d->v]->data : NULL};
-        rt_verdict_add(&V, d, &x);
+        data[j] = (RtCmpData){.n = got[j]->n, .shd = got[j]->data, .ref = want[j]->data, .before = before[j] ? before[j]->data : NULL,
+                              .m = d->m >= 0 ? got[d->m]->data : NULL, .v = d->v >= 0 ? got[d->v]->data : NULL};
       }
+      rt_verdict_step(&V, cmp, data, nout);
       if (si) loss_shd[s] = got[0]->data[0], loss_ref[s] = want[0]->data[0];
       for (int j = 0; j < nout; j++) {
         tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
@@ -398,7 +399,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
 done:
   for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
-  free(got), free(want), free(before);
+  free(got), free(want), free(before), free(data);
   sim_report_free(&sim);
   run_side_close(ref);
   run_side_close(shd);
@@ -495,8 +496,8 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   fprintf(f, "-1};\n");
   fprintf(f, "static const RtCmpDesc cmp[] = {\n"); /* run_verdict.h: how each output is compared */
   for (int j = 0; j < mf->noutputs; j++)
-    fprintf(f, "  {.name = \"%s\", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d},\n", cmp[j].name,
-            cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v);
+    fprintf(f, "  {.name = \"%s\", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d, .group = %d, .floor = %.17g},\n",
+            cmp[j].name, cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v, cmp[j].group, cmp[j].floor);
   fprintf(f, "};\n");
   fprintf(f, "static const RtProgram program = {.name = \"%s\", .mesh = \"%s\", .naxes = %d, .axis_size = {", o->input, mesh->name, mesh->naxes);
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "%d, ", mesh->axes[a].size);

@@ -18,13 +18,18 @@ static double unit_roundoff(DType dt) {
 }
 
 typedef struct Noise {
-  double *var; /* by Value.id */
+  double *var;  /* by Value.id */
+  double *umax; /* the largest unit roundoff on any path that made the value */
   int n;
 } Noise;
 
 static double var_of(const Noise *z, const Value *v) { return v && v->id >= 0 && v->id < z->n ? z->var[v->id] : 0; }
+static double umax_of(const Noise *z, const Value *v) { return v && v->id >= 0 && v->id < z->n ? z->umax[v->id] : 0; }
 static void set_var(Noise *z, const Value *v, double x) {
   if (v && v->id >= 0 && v->id < z->n) z->var[v->id] = x;
+}
+static void set_umax(Noise *z, const Value *v, double u) {
+  if (v && v->id >= 0 && v->id < z->n) z->umax[v->id] = u;
 }
 
 static double reduced_elements(const Op *op) {
@@ -54,13 +59,20 @@ static void walk_loop(Noise *z, const Op *op) {
     for (int i = 0; i < b->ninputs && i < op->noperands; i++) {
       bool is_carried = i >= op->nslices && i < op->nslices + nc;
       set_var(z, b->inputs[i], is_carried ? carried[i - op->nslices] : var_of(z, op->operands[i]));
+      /* the roundoffs that reach a carried input: the operand's, then the body's outputs' */
+      double u = umax_of(z, op->operands[i]);
+      if (is_carried && t > 0 && i - op->nslices < b->noutputs) u = fmax(u, umax_of(z, b->outputs[i - op->nslices]));
+      set_umax(z, b->inputs[i], u);
     }
     walk(z, b);
     for (int k = 0; k < nc && k < b->noutputs; k++) last[k] = carried[k], carried[k] = var_of(z, b->outputs[k]);
     for (int k = 0; k < op->nstacked && nc + k < b->noutputs; k++) stacked[k] = fmax(stacked[k], var_of(z, b->outputs[nc + k]));
   }
   for (int k = 0; k < nc; k++) carried[k] += (double)(trips - walked) * fmax(0, carried[k] - last[k]);
-  for (int k = 0; k < op->nresults; k++) set_var(z, op->results[k], k < nc ? carried[k] : stacked[k - nc < op->nstacked ? k - nc : 0]);
+  for (int k = 0; k < op->nresults; k++) {
+    set_var(z, op->results[k], k < nc ? carried[k] : stacked[k - nc < op->nstacked ? k - nc : 0]);
+    set_umax(z, op->results[k], k < b->noutputs ? fmax(umax_of(z, b->outputs[k]), k < nc ? umax_of(z, op->operands[op->nslices + k]) : 0) : 0);
+  }
   free(carried), free(last), free(stacked);
 }
 
@@ -70,8 +82,8 @@ static void walk(Noise *z, const IrFunc *f) {
       walk_loop(z, op);
       continue;
     }
-    double in = 0;
-    for (int i = 0; i < op->noperands; i++) in = fmax(in, var_of(z, op->operands[i]));
+    double in = 0, uin = 0;
+    for (int i = 0; i < op->noperands; i++) in = fmax(in, var_of(z, op->operands[i])), uin = fmax(uin, umax_of(z, op->operands[i]));
     for (int k = 0; k < op->nresults; k++) {
       const Value *r = op->results[k];
       double u = unit_roundoff(r->type.dtype), u32 = unit_roundoff(DT_F32), x;
@@ -105,20 +117,23 @@ static void walk(Noise *z, const IrFunc *f) {
       default: x = in + u * u; break; /* elementwise arithmetic, the optimizer's updates */
       }
       set_var(z, r, x);
+      set_umax(z, r, x > in ? fmax(uin, u) : uin); /* an op that rounds adds its dtype's */
     }
   }
 }
 
-void run_verdict_noise(const IrModule *m, double *noise) {
+void run_verdict_noise(const IrModule *m, double *noise, double *umax) {
   Noise z = {.n = m->nvalues > 0 ? m->nvalues : 1};
   z.var = calloc((size_t)z.n, sizeof *z.var);
-  if (z.var) walk(&z, m->main);
+  z.umax = calloc((size_t)z.n, sizeof *z.umax);
+  if (z.var && z.umax) walk(&z, m->main);
   for (int j = 0; j < m->main->noutputs; j++) {
     const Value *v = m->main->outputs[j];
-    double u = unit_roundoff(v->type.dtype), var = z.var ? var_of(&z, v) : 1;
+    double u = unit_roundoff(v->type.dtype), var = z.var && z.umax ? var_of(&z, v) : 1;
     noise[j] = RUN_NOISE_C * sqrt(fmax(var, u * u));
+    if (umax) umax[j] = fmax(u, z.var && z.umax ? umax_of(&z, v) : unit_roundoff(DT_BF16));
   }
-  free(z.var);
+  free(z.var), free(z.umax);
 }
 
 static int rt_dtype_of(DType dt) {
@@ -133,8 +148,8 @@ static int rt_dtype_of(DType dt) {
 RtCmpDesc *run_verdict_descs(Arena *a, const IrModule *m) {
   const IrFunc *f = m->main;
   RtCmpDesc *d = ARENA_ARRAY(a, RtCmpDesc, f->noutputs + 1);
-  double *noise = ARENA_ARRAY(a, double, f->noutputs + 1);
-  run_verdict_noise(m, noise);
+  double *noise = ARENA_ARRAY(a, double, f->noutputs + 1), *umax = ARENA_ARRAY(a, double, f->noutputs + 1);
+  run_verdict_noise(m, noise, umax);
   for (int j = 0; j < f->noutputs; j++) {
     const Value *v = f->outputs[j];
     d[j] = (RtCmpDesc){.name = v->name ? v->name : (f->noutputs == 1 ? "result" : arena_printf(a, "result %d", j)), .kind = RT_CMP_VALUE,
@@ -149,14 +164,23 @@ RtCmpDesc *run_verdict_descs(Arena *a, const IrModule *m) {
     const StepParam *sp = &si->params[k];
     const char *path = sp->param >= 0 ? m->params[sp->param].path : "?";
     int in_param = sp->param >= 0 ? f->ninputs + sp->param : -1;
-    if (sp->out_m >= 0) d[sp->out_m].name = arena_printf(a, "adam.m.%s", path), d[sp->out_m].kind = RT_CMP_UPDATE, d[sp->out_m].before = sp->in_m;
-    if (sp->out_v >= 0) d[sp->out_v].name = arena_printf(a, "adam.v.%s", path), d[sp->out_v].kind = RT_CMP_UPDATE, d[sp->out_v].before = sp->in_v;
+    /* gradients (the moments, sgd's updates): at least one rounding of the step's largest */
+    if (sp->out_m >= 0) {
+      RtCmpDesc *e = &d[sp->out_m];
+      e->name = arena_printf(a, "adam.m.%s", path), e->kind = RT_CMP_UPDATE, e->before = sp->in_m;
+      e->group = RT_CMP_GROUP_M, e->floor = RUN_NOISE_C * umax[sp->out_m];
+    }
+    if (sp->out_v >= 0) {
+      RtCmpDesc *e = &d[sp->out_v];
+      e->name = arena_printf(a, "adam.v.%s", path), e->kind = RT_CMP_UPDATE, e->before = sp->in_v;
+      e->group = RT_CMP_GROUP_V, e->floor = 2 * RUN_NOISE_C * umax[sp->out_v]; /* a square */
+    }
     if (sp->out_master >= 0) {
       RtCmpDesc *e = &d[sp->out_master];
       e->name = arena_printf(a, "master.%s", path);
       e->before = sp->in_master;
       if (adam && sp->out_m >= 0 && sp->out_v >= 0) e->kind = RT_CMP_ADAM, e->m = sp->out_m, e->v = sp->out_v;
-      else e->kind = RT_CMP_UPDATE;
+      else e->kind = RT_CMP_UPDATE, e->group = RT_CMP_GROUP_MASTER, e->floor = RUN_NOISE_C * umax[sp->out_master];
     }
     if (sp->out_param >= 0) {
       RtCmpDesc *e = &d[sp->out_param];
@@ -164,7 +188,7 @@ RtCmpDesc *run_verdict_descs(Arena *a, const IrModule *m) {
       e->before = in_param;
       if (sp->out_master >= 0) e->kind = RT_CMP_ROUNDED, e->m = sp->out_master;
       else if (adam && sp->out_m >= 0 && sp->out_v >= 0) e->kind = RT_CMP_ADAM, e->m = sp->out_m, e->v = sp->out_v;
-      else e->kind = RT_CMP_UPDATE;
+      else e->kind = RT_CMP_UPDATE, e->group = RT_CMP_GROUP_PARAM, e->floor = RUN_NOISE_C * umax[sp->out_param];
     }
   }
   return d;

@@ -16,7 +16,7 @@ static RtVerdict one(const RtCmpDesc *d, const double *shd, const double *ref, c
   rt_verdict_init(&V, allow);
   V.lr = lr, V.t = t;
   RtCmpData x = {.n = N, .shd = shd, .ref = ref, .before = before, .m = m, .v = v};
-  rt_verdict_add(&V, d, &x);
+  rt_verdict_add(&V, d, &x, 0);
   return V;
 }
 
@@ -204,8 +204,8 @@ static void worst_across(void) {
   RtVerdict V;
   rt_verdict_init(&V, false);
   RtCmpData x = {.n = N, .shd = s1, .ref = r1}, y = {.n = N, .shd = s2, .ref = r2};
-  rt_verdict_add(&V, &b, &y);
-  rt_verdict_add(&V, &a, &x);
+  rt_verdict_add(&V, &b, &y, 0);
+  rt_verdict_add(&V, &a, &x, 0);
   UT_CHECK(V.pass && !strcmp(V.worst, "small"), "pass %d, worst %s", V.pass, V.worst);
   ut_near("its error over its scale", V.worst_rel, 0.009, 1e-9);
   char text[400];
@@ -214,7 +214,37 @@ static void worst_across(void) {
   ut_end();
 }
 
+/* A gradient that is zero exactly (a key bias's: softmax ignores a shift shared by every key) is
+ * rounding noise in both runs, as large as a rounding of the other gradients' terms: its own
+ * scale is that noise. The group floor (rt_verdict_step): one bf16 rounding x 3 of the step's
+ * largest first-moment update, 3 x 2^-8 x 1e-3 = 1.17e-5, admits it; alone it fails. */
+static void group_floor(void) {
+  double zero[N] = {0}, big_ref[N], big_shd[N], bias_ref[N] = {3.8e-7, -2e-7, 1e-7, 0, 0, 0, 0, 0}, bias_shd[N];
+  for (int i = 0; i < N; i++) big_ref[i] = big_shd[i] = 1e-3 * (i + 1) / N;
+  memcpy(bias_shd, bias_ref, sizeof bias_shd);
+  bias_shd[0] = -1.05e-6; /* the other sign, three times the one-device run's noise */
+  RtCmpDesc d[2] = {{.name = "adam.m.wq", .kind = RT_CMP_UPDATE, .dtype = RT_F32, .noise = 0.1, .before = 0, .m = -1, .v = -1,
+                     .group = RT_CMP_GROUP_M, .floor = 3 * 0x1p-8},
+                    {.name = "adam.m.bk", .kind = RT_CMP_UPDATE, .dtype = RT_F32, .noise = 0.1, .before = 0, .m = -1, .v = -1,
+                     .group = RT_CMP_GROUP_M, .floor = 3 * 0x1p-8}};
+  RtCmpData x[2] = {{.n = N, .shd = big_shd, .ref = big_ref, .before = zero}, {.n = N, .shd = bias_shd, .ref = bias_ref, .before = zero}};
+  ut_begin("verdict.group_floor.cancelled_gradient");
+  RtVerdict V;
+  rt_verdict_init(&V, false);
+  rt_verdict_step(&V, d, x, 2);
+  UT_CHECK(V.pass, "the key bias's noise failed with the floor: %s", V.why);
+  rt_verdict_init(&V, false);
+  rt_verdict_add(&V, &d[1], &x[1], 0);
+  UT_CHECK(!V.pass, "without the floor the noise should fail (0.1 x 3.8e-7 tolerance)");
+  bias_shd[0] = 2e-5; /* beyond the floor: a wrong gradient */
+  rt_verdict_init(&V, false);
+  rt_verdict_step(&V, d, x, 2);
+  UT_CHECK(!V.pass && strstr(V.why, "adam.m.bk: element 0"), "why: %s", V.why);
+  ut_end();
+}
+
 int main(void) {
+  group_floor();
   nonfinite();
   values();
   adam();

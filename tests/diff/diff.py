@@ -91,6 +91,32 @@ for _model, _dims, _entries in [
     CORPUS["stdlib." + _model] = dict(text=STDLIB_PROGRAM.format(model=_model), sizes=dict(STDLIB_SIZES), dims=_dims, model=_model,
                                       entries=_entries, layouts=[], weight=1)
 
+
+def corpus_from_file(rel, weight=1):
+    """A small program of its own (tests/models/: the stdlib models the Hugging Face import uses):
+    its dims, layouts and train step read from the file."""
+    with open(os.path.join(ROOT, rel)) as f:
+        text = f.read()
+    dims = []
+    for line in re.findall(r"^dim\s+(.*)$", text, re.M):
+        for decl in line.split("#")[0].split(","):
+            m = re.match(r"\s*(\w+)\s*=", decl)
+            if m and m.group(1) not in dims:
+                dims.append(m.group(1))
+    train = re.search(r"^train\s+(\w+)\.(\w+)", text, re.M)
+    sizes = {}
+    m = re.search(r"\bbatch\s*=\s*(\d+)", text)
+    if m:
+        sizes_batch = int(m.group(1))
+    return dict(file=rel, sizes=sizes, dims=dims, model=train.group(1), entries=[train.group(2)],
+                layouts=re.findall(r"^layout\s+(\w+)", text, re.M), weight=weight,
+                batch=sizes_batch if m else 8)
+
+
+for _path in sorted(os.listdir(os.path.join(ROOT, "tests", "models"))) if os.path.isdir(os.path.join(ROOT, "tests", "models")) else []:
+    if _path.endswith(".shard"):
+        CORPUS["models." + _path[:-6]] = corpus_from_file(os.path.join("tests", "models", _path), weight=0.5)
+
 AXIS_NAMES = ["data", "model", "fsdp", "ep", "ctx", "stage", "x", "y"]
 TARGETS = ["h100", "h100", "a100", "tpu_v5e", "tpu_v5p"]
 LRS = ["1e-3", "3e-4", "1e-2", "0.1"]
@@ -175,7 +201,7 @@ def make_case(seed, index):
             keys["remat"] = rng.choice(["none", "full", "dots"])  # selective: not implemented (sema)
         else:
             keys["remat"] = rng.choice(["none", "none", "dots"])
-        batch = sizes_of.get("batch", 8)
+        batch = sizes_of.get("batch", c.get("batch", 8))
         # each microbatch's rows must divide over the axes sharding batch (a user error otherwise)
         bp = batch_ways(case, c)
         keys["microbatches"] = rng.choice([m for m in divisors(batch) if m <= 4 and (batch // m) % bp == 0] + [1, 1])
