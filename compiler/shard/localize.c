@@ -452,7 +452,7 @@ static void localize_collective(Loc *L, Op *op) {
 
 /* v brought to the blocks `want` describes (which refines v's sharding): an OP_SLICE before `pos`,
  * or at the end of f when pos is NULL; v itself where the blocks are the same. */
-static Value *refined(Loc *L, IrFunc *f, Op *pos, const Op *at, Value *v, const Sharding *want) {
+static Value *refined(Loc *L, IrFunc *f, Op *pos, const Op *at, Value *v, const Sharding *want, const char *role, int index) {
   Sharding t = *want;
   t.partial = v->sharding.partial;
   if (same_blocks(L->mesh, &t, &v->sharding, v->type.rank)) return v;
@@ -460,7 +460,10 @@ static Value *refined(Loc *L, IrFunc *f, Op *pos, const Op *at, Value *v, const 
     int8_t a[MAX_AXES_PER_DIM], b[MAX_AXES_PER_DIM];
     int na = real_tuple(L->mesh, &v->sharding, d, a), nb = real_tuple(L->mesh, &t, d, b);
     if (!prefix_of(a, na, b, nb)) {
-      fail(L, at, "a loop's value would be read in a block it does not hold (a gather is missing)");
+      char what[256];
+      snprintf(what, sizeof what, "the loop's %s %d (%%%d%s%s) would be read in a block it does not hold along %s (a gather is missing)",
+               role, index, v->id, v->name ? ", " : "", v->name ? v->name : "", v->type.dims[d]->name);
+      fail(L, at, what);
       return v;
     }
   }
@@ -487,14 +490,14 @@ static void localize_loop_operands(Loc *L, IrFunc *f, Op *op) {
     bool sliced = i < op->nslices; /* a stacked operand: the body reads one row */
     if (sliced && in->type.rank != x->type.rank - 1) continue;
     Sharding want = sliced ? stacked_as(x, in) : in->sharding;
-    op->operands[i] = refined(L, f, op, op, x, &want);
+    op->operands[i] = refined(L, f, op, op, x, &want, "operand", i);
   }
 }
 
 static void localize_loop_outputs(Loc *L, Op *op) {
   IrFunc *b = op->body;
   for (int r = 0; r < op->ncarried && r < b->noutputs && op->nslices + r < b->ninputs; r++)
-    b->outputs[r] = refined(L, b, NULL, op, b->outputs[r], &b->inputs[op->nslices + r]->sharding);
+    b->outputs[r] = refined(L, b, NULL, op, b->outputs[r], &b->inputs[op->nslices + r]->sharding, "carried output", r);
   for (int r = op->ncarried; r < op->nresults && r < b->noutputs; r++) { /* a stacked result's rows */
     Value *res = op->results[r], *out = b->outputs[r];
     if (out->type.rank != res->type.rank - 1) continue;
@@ -503,7 +506,7 @@ static void localize_loop_outputs(Loc *L, Op *op) {
       want.naxes[d] = res->sharding.naxes[d + 1];
       memcpy(want.axes[d], res->sharding.axes[d + 1], sizeof want.axes[d]);
     }
-    b->outputs[r] = refined(L, b, NULL, op, out, &want);
+    b->outputs[r] = refined(L, b, NULL, op, out, &want, "stacked output", r);
   }
 }
 

@@ -1293,22 +1293,45 @@ static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
 /* A loop's carried and invariant values resharded before it to the body's sharding. */
 static void walk_loop_head(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
-  /* stacked operands: each row as the body reads it (a forward loop's saved rows may be partial
+  /* stacked operands: the body reads each row as the stacked value holds it, and reshards it at
+   * its start where it computes with another sharding (a forward loop's saved rows may be partial
    * sums its body left unreduced, which the backward's body reads reduced: issue 18's wrong
-   * gradients with the residual stream sharded under microbatches) */
+   * gradients with the residual stream sharded under microbatches). Inside the body, so that a
+   * pipeline's stacked operands stay the forward's results (stages.c). */
   for (int i = 0; i < op->nslices && i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     if (in->type.rank != outer->type.rank - 1) continue;
-    Sharding want = outer->sharding;
+    Sharding row;
+    memset(&row, 0, sizeof row);
     for (int d = 1; d < outer->type.rank; d++) {
-      want.naxes[d] = in->sharding.naxes[d - 1];
-      memcpy(want.axes[d], in->sharding.axes[d - 1], sizeof want.axes[d]);
+      row.naxes[d - 1] = outer->sharding.naxes[d];
+      memcpy(row.axes[d - 1], outer->sharding.axes[d], sizeof row.axes[0]);
     }
-    want.partial = in->sharding.partial;
+    row.partial = outer->sharding.partial;
+    if (sharding_equal(&row, &in->sharding, in->type.rank)) continue;
+    double trips = op->count > 0 ? (double)op->count : 1;
+    if (!W->apply) { /* a dry run: what the reshard of every row costs */
+      Reshard rs;
+      if (reshard_plan(W->mesh, &in->type, &row, &in->sharding, &rs)) charge(W, rs.time_s, rs.n, mult * trips);
+      continue;
+    }
+    Sharding want = in->sharding;
+    in->sharding = row;
     const char *who = WHO(W, "the loop at %s (each iteration reads one row of %s as %s)", where(W, op->loc),
-                          value_text(W, outer), W->apply ? shard_text(W, &in->type, &in->sharding) : "");
-    Value *nv = reshard_value(W, f, op, outer, &want, mult, cache, NULL, -1, who, op->loc);
-    if (W->apply) op->operands[i] = nv;
+                          value_text(W, outer), shard_text(W, &in->type, &want));
+    CacheVec none = {0};
+    Op *first = b->first; /* the chain goes before it */
+    Value *nv = reshard_value(W, b, first, in, &want, mult * trips, &none, NULL, -1, who, op->loc);
+    if (nv == in) {
+      in->sharding = want; /* nothing to do after all (a local slice: the readers' Op.in_shard) */
+      continue;
+    }
+    /* the body's readers of the row read the resharded row (the chain just made reads the row) */
+    for (Op *o = first; o; o = o->next)
+      for (int k = 0; k < o->noperands; k++)
+        if (o->operands[k] == in) o->operands[k] = nv;
+    for (int k = 0; k < b->noutputs; k++)
+      if (b->outputs[k] == in) b->outputs[k] = nv;
   }
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
@@ -1372,6 +1395,16 @@ static void walk_loop_tail(Walk *W, Op *op, double mult, CacheVec *inner) {
       memcpy(want.axes[d - 1], res->sharding.axes[d], sizeof want.axes[0]);
     }
     want.partial = res->sharding.partial;
+    /* the stacked result holds the rows as partial sums, but the body's output is now their
+     * reduction (its later readers read the reduced value, take_replaced): stack the partial sum
+     * the body made, as propagation planned (a reduced value cannot be made partial again) */
+    const Op *red = out->def;
+    if ((want.partial & ~out->sharding.partial) && red && red->func == b && red->noperands == 1 &&
+        (red->kind == OP_ALL_REDUCE || red->kind == OP_REDUCE_SCATTER) &&
+        sharding_equal(&red->operands[0]->sharding, &want, out->type.rank)) {
+      if (W->apply) b->outputs[r] = red->operands[0];
+      out = red->operands[0];
+    }
     const char *who = WHO(W, "the loop at %s, which stacks every iteration's %s into %s%s%s,",
                                    where(W, op->loc), res->name ? "row" : value_text(W, out),
                                    res->name ? res->name : "its result", W->apply ? ", " : "",

@@ -125,14 +125,20 @@ LRS = ["1e-3", "3e-4", "1e-2", "0.1"]
 # each a limit documented in docs/run.md ("What the differential tester accepts as a refusal").
 # Keep the two lists the same.
 KNOWN_LIMITS = [
-    (r"microbatches = \d+ must divide the dim 'batch'", "microbatches must divide batch"),
-    (r"batch / microbatches = \d+ .*(not divisible|must divide)|microbatch.*not divisible", "a microbatch must divide by batch's axes"),
+    (r"microbatches = \d+ must divide the dim 'batch'|microbatches = \d+ does not divide dim 'batch'",
+     "microbatches must divide batch"),
+    (r"microbatches holds \d+ rows? of 'batch' \(\d+\), which do not divide over the axes that shard it",
+     "a microbatch's rows must divide over batch's axes"),
     (r"param .* has the dim 'batch', which microbatches split", "microbatches split batch"),
     (r"does not fit", "does not fit"),
     (r"causal ring attention over .* splits \w+ \(\d+\) into 2 x \d+ chunks, which it does not divide",
      "a causal ring needs the sequence in 2n chunks"),
     (r"this split cannot keep the sharding of .* does not lay out evenly onto",
      "a dim sharded over one axis cannot be split into parts smaller than the axis"),
+    (r"this pipeline cannot be split into stages: a loop other than the layers' read by several stages",
+     "one stacked loop per pipeline"),
+    (r"this pipeline cannot be split into stages: a microbatch body whose carried value is not an accumulation",
+     "a pipeline's microbatch body carries accumulations only (zero = 2)"),
 ]
 
 
