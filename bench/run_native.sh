@@ -8,7 +8,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$here/build}" && pwd)
 shardc=$build/shardc
 mesh="h100[data: 2, model: 2]"
-lm="-D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2"
+lm_dims="-D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2"
+lm="-D batch=8 $lm_dims" # (a dim given two sizes is a usage error: gpt3 below takes lm_dims)
 field() { sed -n "s/.*\"$1\":[[:space:]]*\([^,]*\),*/\1/p" | head -1; }
 row() { # name, file, args...
   local name=$1 file=$2
@@ -28,7 +29,7 @@ for s in llama3_8b llama2_13b llama3_70b; do
   row "$s forward" samples/$s.shard $lm -D kv_heads=2 --entry llama.forward
   row "$s train" samples/$s.shard $lm -D kv_heads=2
 done
-row "gpt3_175b train (no stage)" samples/gpt3_175b.shard $lm -D batch=256
+row "gpt3_175b train (no stage)" samples/gpt3_175b.shard $lm_dims -D batch=256
 echo "run_native: a fused chain of 6 elementwise ops over f32[4096, 1024] (16 MiB in, 16 MiB out), one device, mean of 200 warm steps (the first, cold run pays the page faults of every buffer)"
 for i in 1 2 3; do "$shardc" run "$here/bench/native/chain.shard" --steps 200 2>/dev/null | grep "step time"; done
 echo "run_native: the same unfused (SHARDC_NO_FUSION=1)"

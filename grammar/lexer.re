@@ -5,8 +5,9 @@
  * strings and numbers their value (names and string contents interned, numbers converted).
  *
  * Lexical rules (docs/language.md): newlines are whitespace; `#` starts a comment to the end of the
- * line. There are no block comments, so "unterminated comment" cannot arise. Identifiers are
- * [A-Za-z_][A-Za-z0-9_]*, at most LEX_MAX_NAME bytes. Integers are digit groups joined by single
+ * line. A line ends at "\n", "\r\n" or a lone "\r" (old Mac files), as source_line counts them: a
+ * CR-only file is many lines, not one comment. There are no block comments, so "unterminated
+ * comment" cannot arise. Identifiers are [A-Za-z_][A-Za-z0-9_]*, at most LEX_MAX_NAME bytes. Integers are digit groups joined by single
  * underscores (4096, 4_096) and must fit in int64; floats are 0.5, 1.97e14, 3e-6 and must be finite.
  * A word starting with digits (1f1b) is a TK_WORD: a value in key = value bodies (`schedule = 1f1b`),
  * a malformed number anywhere else (parse.c says so, knowing where the parser is).
@@ -174,13 +175,13 @@ int lexer_next(Lexer *lx, Token *t) {
         kind = 0;
         break;
       }
-      "\n" {
+      "\r\n" | "\n" | "\r" {
         lx->line++;
         lx->line_start = cur;
         continue;
       }
-      [ \t\r\v\f]+ { continue; }
-      "#" [^\n]* {
+      [ \t\v\f]+ { continue; }
+      "#" [^\n\r]* {
         lexer_check_nul(lx, tok, cur);
         continue;
       }
@@ -203,8 +204,8 @@ int lexer_next(Lexer *lx, Token *t) {
 
       number { kind = TK_NUM; break; }
 
-      ["] [^"\n]* ["] { kind = TK_STRING; break; }
-      ["] [^"\n]* {
+      ["] [^"\n\r]* ["] { kind = TK_STRING; break; }
+      ["] [^"\n\r]* {
         diag_error(lexer_loc(lx, tok, tok + 1), "unterminated string (it needs a closing '\"' on this line)");
         kind = TK_STRING;
         break;

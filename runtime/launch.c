@@ -4,7 +4,11 @@
  * program run on one thread per device and the one-device program on one, a train step's state
  * carried from step to step (lockstep: the sharded run restarts each step from the one-device
  * run's state), the outputs reassembled from the blocks and compared by verdict.h's rules (the
- * same code as `shardc run`'s), and the same report, text or JSON. */
+ * same code as `shardc run`'s), and the same report, text or JSON.
+ *
+ * Its options are parsed as shardc parses them (args.c: the whole value, in range, or exit 2), and
+ * every host allocation is checked: a failure is an error naming what was being allocated (exit 1),
+ * never a crash. SHARDC_FAIL_HOST_ALLOC=N (tests) makes the Nth host allocation fail. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +17,18 @@
 
 #include "shardrt.h"
 #include "verdict.h"
+
+/* ---- host allocations ---- */
+
+static long host_allocs, host_fail_at = -1; /* SHARDC_FAIL_HOST_ALLOC: the Nth fails (tests) */
+
+/* calloc(n, size), or an error naming `what` and NULL. */
+static void *host_calloc(size_t n, size_t size, const char *what) {
+  host_allocs++;
+  void *p = host_allocs == host_fail_at ? NULL : calloc(n ? n : 1, size);
+  if (!p) fprintf(stderr, "error: out of host memory for %s (%zu x %zu bytes)\n", what, n, size);
+  return p;
+}
 
 typedef struct Side {
   const RtProgram *p;
@@ -103,8 +119,9 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
   }
   s->ndev = rt_device_count(s->rt);
   int nslots = p->nin + p->nparams + p->nout;
-  s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
-  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)nslots + 1, sizeof(void *));
+  if (!(s->slots = host_calloc((size_t)s->ndev, sizeof *s->slots, "the devices' slot tables"))) return RT_E_NOMEM;
+  for (int d = 0; d < s->ndev; d++)
+    if (!(s->slots[d] = host_calloc((size_t)nslots + 1, sizeof(void *), "a device's slot table"))) return RT_E_NOMEM;
   /* inputs and params, generated per global index */
   for (int d = 0; d < s->ndev; d++)
     for (int i = 0; i < p->nin + p->nparams; i++) {
@@ -118,20 +135,25 @@ static int side_open(Side *s, const RtProgram *p, bool sharded, const RtConfig *
         fprintf(stderr, "error: %s\n", rt_errmsg(s->rt));
         return rc;
       }
+      s->slots[d][i] = buf;
+      rc = RT_OK;
       if (sd->lo == sd->hi)
         for (int64_t e = 0; e < n; e++) put(buf, sd->dtype, e, sd->lo);
       else if (!(s->sharded && sd->stacked && p->chunks > 1))
-        rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
+        rc = rt_random_fill(buf, (RtDtype)sd->dtype, &b, p->seed, sd->key, sd->lo, sd->hi);
       else { /* storage order: each local row made as the model's row it holds */
         int64_t row = b.shape[0] > 0 ? n / b.shape[0] : 0, start = b.start[0];
-        for (int64_t r = 0; r < b.shape[0]; r++) {
+        for (int64_t r = 0; r < b.shape[0] && rc == RT_OK; r++) {
           RtBlock one = b;
           one.start[0] = model_row(s, sd, start + r), one.shape[0] = 1;
-          rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed, sd->key,
-                         sd->lo, sd->hi);
+          rc = rt_random_fill((char *)buf + (size_t)(r * row) * rt_dtype_size((RtDtype)sd->dtype), (RtDtype)sd->dtype, &one, p->seed,
+                              sd->key, sd->lo, sd->hi);
         }
       }
-      s->slots[d][i] = buf;
+      if (rc != RT_OK) {
+        fprintf(stderr, "error: making input slot %d: %s\n", i, rt_status_name(rc));
+        return rc;
+      }
     }
   return RT_OK;
 }
@@ -177,7 +199,7 @@ static double *assemble(const Side *s, int slot) {
   const RtSlotDesc *sd = &p->slots[slot];
   int64_t n = 1;
   for (int i = 0; i < sd->rank; i++) n *= sd->global[i];
-  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
+  double *g = host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole tensor of the sharded run" : "a whole tensor of the one-device run");
   if (!g) return NULL;
   unsigned used = sd->partial;
   for (int i = 0; s->sharded && i < sd->rank; i++)
@@ -231,7 +253,7 @@ static int side_restate(Side *s, const Side *from) {
     if (slot < 0) continue;
     const RtSlotDesc *sd = &p->slots[slot];
     double *g = assemble(from, slot);
-    if (!g) return RT_E_NOMEM;
+    if (!g) return RT_E_NOMEM; /* said by assemble */
     for (int d = 0; d < s->ndev; d++) {
       void *buf = s->slots[d][slot];
       if (!buf) continue;
@@ -263,41 +285,119 @@ static const char *seconds_text(char *buf, size_t n, double s) {
   return buf;
 }
 
-int rt_launch_main(int argc, char **argv, const RtProgram *p) {
-  int steps = 1, json = 0;
-  bool allow_nonfinite = false;
-  RtConfig cfg = {0};
+/* --help: what the executable does and its options, as they behave. */
+static void usage(FILE *f, const char *argv0, const RtProgram *p) {
+  int ndev = 1;
+  for (int a = 0; a < p->naxes; a++) ndev *= p->axis_size[a];
+  fprintf(f,
+          "usage: %s [--steps N] [--seed N] [--timeout S] [--hbm BYTES] [--format text|json] [--allow-nonfinite]\n"
+          "Runs %s (built by shardc build) sharded on %d device threads (mesh %s) and on one device,\n"
+          "compares their outputs and prints PASS or FAIL, as `shardc run` does.\n\n"
+          "  --steps N           %s to run and compare, 1 to %d (default 1)\n"
+          "  --seed N            the seed inputs and params are made from (default %llu, the build's)\n"
+          "  --timeout S         a collective's longest wait in seconds, at most 1e6 (default 60)\n"
+          "  --hbm BYTES         cap each device's memory at BYTES (default: no cap)\n"
+          "  --format text|json  the report's form (default text)\n"
+          "  --allow-nonfinite   a NaN or an infinity is no FAIL where both runs hold it at the same place\n"
+          "  --help              this text\n"
+          "Each option also takes its value as --opt=VALUE.\n"
+          "exit status: 0 PASS, 1 FAIL or an error, 2 a usage error\n",
+          argv0, p->name, ndev, p->mesh, p->step ? "train steps" : "runs of the function (on the same inputs)", RT_MAX_STEPS,
+          (unsigned long long)p->seed);
+}
+
+typedef struct LaunchArgs {
+  int steps;
+  uint64_t seed;
+  int json;
+  bool allow_nonfinite;
+  RtConfig cfg;
+} LaunchArgs;
+
+/* A usage error: "ARGV0: bad --steps 'abc': expected an integer from 1 to 1000000", exit 2. */
+static int bad_arg(const char *argv0, const char *opt, const char *v, const char *expected) {
+  if (!*v) fprintf(stderr, "%s: option '%s' needs a value (see '%s --help')\n", argv0, opt, argv0);
+  else fprintf(stderr, "%s: bad %s '%s': expected %s (see '%s --help')\n", argv0, opt, v, expected, argv0);
+  return 2;
+}
+
+/* -1 when the options are good, else the exit status (--help: 0; a usage error: 2). */
+static int parse_args(int argc, char **argv, const RtProgram *p, LaunchArgs *a) {
+  const char *argv0 = argc > 0 ? argv[0] : "program";
+  *a = (LaunchArgs){.steps = 1, .seed = p->seed};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--steps") && v) steps = atoi(v), i++;
-    else if (!strcmp(a, "--seed") && v) i++; /* the seed is fixed when the program is built */
-    else if (!strcmp(a, "--timeout") && v) cfg.timeout_s = atof(v), i++;
-    else if (!strcmp(a, "--hbm") && v) cfg.mem_cap = (size_t)strtoull(v, NULL, 10), i++;
-    else if (!strcmp(a, "--format") && v) json = !strcmp(v, "json"), i++;
-    else if (!strcmp(a, "--allow-nonfinite")) allow_nonfinite = true;
-    else {
-      fprintf(stderr, "usage: %s [--steps N] [--timeout S] [--hbm BYTES] [--format text|json] [--allow-nonfinite]\n", argv[0]);
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout, argv0, p);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--allow-nonfinite")) {
+      a->allow_nonfinite = true;
+      continue;
+    }
+    static const char *const opts[] = {"--steps", "--seed", "--timeout", "--hbm", "--format"};
+    const char *opt = NULL, *v = NULL;
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !v; k++)
+      if ((v = rt_arg_value(argc, argv, &i, opts[k]))) opt = opts[k];
+    if (!v) {
+      fprintf(stderr, "%s: unknown %s '%s' (see '%s --help')\n", argv0, argv[i][0] == '-' ? "option" : "argument", argv[i], argv0);
       return 2;
     }
+    if (!*v) return bad_arg(argv0, opt, v, NULL);
+    uint64_t x;
+    if (!strcmp(opt, "--steps")) {
+      if (!rt_arg_uint(v, 1, RT_MAX_STEPS, &x)) return bad_arg(argv0, opt, v, "an integer from 1 to 1000000");
+      a->steps = (int)x;
+    } else if (!strcmp(opt, "--seed")) {
+      if (!rt_arg_uint(v, 0, UINT64_MAX, &x)) return bad_arg(argv0, opt, v, "a non-negative integer");
+      a->seed = x;
+    } else if (!strcmp(opt, "--hbm")) {
+      if (!rt_arg_uint(v, 1, SIZE_MAX, &x)) return bad_arg(argv0, opt, v, "a positive number of bytes");
+      a->cfg.mem_cap = (size_t)x;
+    } else if (!strcmp(opt, "--timeout")) {
+      if (!rt_arg_seconds(v, &a->cfg.timeout_s)) return bad_arg(argv0, opt, v, "seconds > 0 (at most 1e6)");
+    } else if (!strcmp(v, "text") || !strcmp(v, "json")) {
+      a->json = !strcmp(v, "json");
+    } else {
+      return bad_arg(argv0, opt, v, "text or json");
+    }
   }
-  if (steps < 1) steps = 1; /* a forward runs `steps` times on the same inputs */
+  return -1;
+}
+
+int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
+  LaunchArgs args;
+  int rc = parse_args(argc, argv, prog, &args);
+  if (rc >= 0) return rc;
+  const char *fail = getenv("SHARDC_FAIL_HOST_ALLOC");
+  if (fail && *fail) host_fail_at = atol(fail);
+  RtProgram q = *prog; /* with the seed of the command line */
+  q.seed = args.seed;
+  const RtProgram *p = &q;
+  int steps = args.steps, json = args.json;
+  RtConfig cfg = args.cfg;
   Side ref = {0}, shd = {0};
   int status = 1;
-  double *loss = calloc((size_t)steps, sizeof(double)), *loss_ref = calloc((size_t)steps, sizeof(double));
-  double **got = calloc((size_t)p->nout + 1, sizeof *got), **want = calloc((size_t)p->nout + 1, sizeof *want);
-  double **before = calloc((size_t)p->nout + 1, sizeof *before);
-  RtCmpData *data = calloc((size_t)p->nout + 1, sizeof *data);
+  double *loss = host_calloc((size_t)steps, sizeof(double), "the sharded run's losses"),
+         *loss_ref = host_calloc((size_t)steps, sizeof(double), "the one-device run's losses");
+  double **got = host_calloc((size_t)p->nout + 1, sizeof *got, "the outputs' table"),
+         **want = host_calloc((size_t)p->nout + 1, sizeof *want, "the outputs' table"),
+         **before = host_calloc((size_t)p->nout + 1, sizeof *before, "the outputs' table");
+  RtCmpData *data = host_calloc((size_t)p->nout + 1, sizeof *data, "the outputs' table");
   RtVerdict V;
-  rt_verdict_init(&V, allow_nonfinite);
+  rt_verdict_init(&V, args.allow_nonfinite);
   if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
   V.lr = p->lr;
   /* routing: the sharded run follows the one-device run's decisions where they differ by rounding */
   RtRouteLog *routes = rt_route_log_new();
   if (!loss || !loss_ref || !got || !want || !before || !data) goto done;
+  if (!routes) {
+    fprintf(stderr, "error: out of host memory for the routing log\n");
+    goto done;
+  }
   RtConfig cfg_ref = cfg, cfg_shd = cfg;
   cfg_ref.route_log = cfg_shd.route_log = routes;
   cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
-  if (!routes || side_open(&ref, p, false, &cfg_ref) != RT_OK || side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
+  if (side_open(&ref, p, false, &cfg_ref) != RT_OK || side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
   /* lockstep, as `shardc run`: each step of both runs starts from the one-device run's state; a
    * train step compares every output after every step, a forward its last run's */
   for (int s = 0; s < steps; s++) {

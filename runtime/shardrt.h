@@ -484,8 +484,21 @@ typedef struct RtProgram {
 } RtProgram;
 
 /* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format
- * text|json; returns the exit status (0 PASS, 1 FAIL or a failure, 2 a usage error). */
+ * text|json (each also --opt=VALUE), --help; returns the exit status (0 PASS or --help, 1 FAIL or a
+ * failure, 2 a usage error). */
 int rt_launch_main(int argc, char **argv, const RtProgram *p);
+
+/* ---- command-line values (args.c): a built executable and shardc parse their options alike ---- */
+#define RT_MAX_STEPS 1000000       /* --steps N: 1 ..= this */
+#define RT_MAX_TIMEOUT_S 1e6       /* --timeout S: > 0 and at most this */
+/* argv[*i]'s value when it is option opt: `opt VALUE` (*i then moves to VALUE) or `opt=VALUE`;
+ * NULL when argv[*i] is something else; "" when the value is missing. */
+const char *rt_arg_value(int argc, char **argv, int *i, const char *opt);
+/* s as a decimal integer in [min, max]: digits only (no sign, space, base prefix or suffix), no
+ * overflow. 1 and *out set on success, else 0. */
+int rt_arg_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* s as seconds: a finite number > 0 and at most RT_MAX_TIMEOUT_S (not nan, inf, 0 or "5s"). */
+int rt_arg_seconds(const char *s, double *out);
 
 /* Wall-clock seconds from an arbitrary origin (CLOCK_MONOTONIC). */
 double rt_seconds(void);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "outfile.h"
 
 /* The default input limit, and the most $SHARDC_MAX_INPUT may raise it to: columns and lengths in
  * SrcLoc are ints. */
@@ -67,6 +68,7 @@ Source *source_load_named(const char *path, const char *name) {
     errno = EISDIR;
     goto fail;
   }
+  outfile_note_input(fd, name); /* an output may not replace it */
   /* Read until EOF rather than trusting st_size, so pipes and /proc files work too; but never
    * more than max + 1 bytes (the one past the limit tells a file of exactly max bytes from a
    * longer one). */
@@ -125,24 +127,38 @@ static SourceNode *source_node(const Source *src) {
   return (SourceNode *)(void *)((char *)src - offsetof(SourceNode, src));
 }
 
+/* A line ends at "\n", "\r\n" or a lone "\r" (old Mac files), as the lexer counts lines. The
+ * byte after the end of the line at p (whose terminator starts at p), or NULL at the end. */
+static const char *next_line(const char *p, const char *end) {
+  for (; p < end; p++) {
+    if (*p == '\n') return p + 1;
+    if (*p == '\r') return p + 1 < end && p[1] == '\n' ? p + 2 : p + 1;
+  }
+  return NULL;
+}
+
 bool source_line(const Source *src, int line, const char **start, size_t *len) {
   if (!src || line < 1) return false;
   SourceNode *n = source_node(src);
   if (!n->line_starts) {
     const char *p = src->text, *end = src->text + src->len;
     int count = 1;
-    for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))); q++) count++;
+    for (const char *q = p; (q = next_line(q, end)); ) count++;
     n->line_starts = malloc(sizeof(size_t) * (size_t)count);
     if (!n->line_starts) abort();
     n->line_starts[0] = 0;
     int k = 1;
-    for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))); q++) n->line_starts[k++] = (size_t)(q + 1 - p);
+    for (const char *q = p; (q = next_line(q, end)); ) n->line_starts[k++] = (size_t)(q - p);
     n->nlines = count;
     indexed_bytes += 2 * src->len; /* two passes */
   }
   if (line > n->nlines) return false;
   size_t s = n->line_starts[line - 1];
-  size_t e = line < n->nlines ? n->line_starts[line] - 1 : src->len;
+  size_t e = line < n->nlines ? n->line_starts[line] : src->len;
+  if (line < n->nlines) { /* less the terminator: "\n", "\r\n" or "\r" */
+    if (src->text[e - 1] == '\n') e--;
+    if (e > s && src->text[e - 1] == '\r') e--;
+  }
   *start = src->text + s;
   *len = e - s;
   return true;

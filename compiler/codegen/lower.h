@@ -42,8 +42,9 @@ void lower_set_clock(Lowered *lw, const SimCosts *costs);
 /* Verifies the module, then optimises it at O2 for the host CPU. false with the reason in err. */
 bool lower_finish(Lowered *lw, char *err, size_t n);
 
-/* Writes the module as an object file for the host (after lower_finish; not after lower_jit). */
-bool lower_emit_object(Lowered *lw, const char *path, char *err, size_t n);
+/* Writes the module as an object file for the host into out (after lower_finish; not after
+ * lower_jit); a write error shows in ferror(out). */
+bool lower_emit_object(Lowered *lw, FILE *out, char *err, size_t n);
 
 /* The module as LLVM IR text. */
 void lower_print(Lowered *lw, FILE *out);

@@ -91,16 +91,21 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
   return true;
 }
 
-bool lower_emit_object(Lowered *lw, const char *path, char *err, size_t n) {
+bool lower_emit_object(Lowered *lw, FILE *out, char *err, size_t n) {
   if (!lw->finished || lw->consumed) {
     snprintf(err, n, "the module is not ready to emit");
     return false;
   }
   LLVMTargetMachineRef tm = host_machine(err, n);
   if (!tm) return false;
+  /* in memory, then written by the caller's checked stream: LLVM's own file output ends the process
+   * on a write error (a full disk), skipping shardc's cleanup */
   char *msg = NULL;
-  bool ok = !LLVMTargetMachineEmitToFile(tm, lw->M, path, LLVMObjectFile, &msg);
-  if (!ok) snprintf(err, n, "emitting %s: %s", path, msg ? msg : "");
+  LLVMMemoryBufferRef buf = NULL;
+  bool ok = !LLVMTargetMachineEmitToMemoryBuffer(tm, lw->M, LLVMObjectFile, &msg, &buf);
+  if (!ok) snprintf(err, n, "emitting the object: %s", msg ? msg : "");
+  if (ok) fwrite(LLVMGetBufferStart(buf), 1, LLVMGetBufferSize(buf), out); /* errors: ferror(out) */
+  if (buf) LLVMDisposeMemoryBuffer(buf);
   LLVMDisposeMessage(msg);
   LLVMDisposeTargetMachine(tm);
   return ok;

@@ -2,7 +2,8 @@
  *
  * Reads a Hugging Face config.json (hf_config.c), makes the .shard program on the stdlib's models
  * (hf_import.c) and prints it, or writes it to FILE. FILE is written whole or not at all: the text
- * goes to a temporary file beside it, which is then renamed over it, so an interrupted or failed
+ * is written as every output is (outfile.h: a temporary file beside it, renamed over it; never an
+ * input of the command), so an interrupted or failed
  * import never leaves half a program (nor clobbers a good one). With --format json: one object,
  *   {"model_type", "stdlib", "model", "params", "mesh", "devices", "ignored": [keys],
  *    "unknown": [keys], and "output": FILE or "program": the text}.
@@ -16,46 +17,17 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "outfile.h"
 #include "hf_import.h"
 #include "report.h"
 
-/* Writes text to path through a temporary file in the same directory and a rename, so that
- * readers see the old file or the new one, never a part. False with errno set. (A shared module
- * for atomic outputs may replace this; it is kept minimal here.) */
-static bool write_atomic(const char *path, const char *text, size_t len) {
-  size_t n = strlen(path);
-  char *tmp = malloc(n + 16);
-  if (!tmp) abort();
-  snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    free(tmp);
-    errno = e;
-    return false;
-  }
-  mode_t mask = umask(0);
-  umask(mask);
-  bool ok = fchmod(fd, 0666 & ~mask) == 0;
-  for (size_t done = 0; ok && done < len;) {
-    ssize_t w = write(fd, text + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) ok = false;
-    else done += (size_t)w;
-  }
-  if (ok) ok = fsync(fd) == 0;
-  int e = errno;
-  if (close(fd) != 0 && ok) ok = false, e = errno;
-  if (ok && rename(tmp, path) != 0) ok = false, e = errno;
-  if (!ok) unlink(tmp);
-  free(tmp);
-  errno = e;
-  return ok;
-}
-
-static bool same_file(const char *a, const char *b) {
-  struct stat sa, sb;
-  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+/* Writes text to path as every output is written (outfile.h: a temporary file beside it, fsync,
+ * rename; never over an input). False with the reason in err. */
+static bool write_output(const char *path, const char *text, char *err, size_t n) {
+  OutFile *f = outfile_open(path, OUTFILE_DATA, err, n);
+  if (!f) return false;
+  fputs(text, outfile_stream(f));
+  return outfile_commit(f, err, n);
 }
 
 static cJSON *names_json(const char *const *names, int n) {
@@ -84,12 +56,9 @@ int cmd_import(const Options *o) {
   }
   if (!hf_config_load(&c, &arena, o->input) || !hf_import(&c, name, &prog)) goto done;
   if (o->output) {
-    if (same_file(o->output, o->input)) {
-      diag_error((SrcLoc){0}, "-o %s names the config itself: the import would overwrite what it reads", o->output);
-      goto done;
-    }
-    if (!write_atomic(o->output, prog.text, strlen(prog.text))) {
-      diag_error((SrcLoc){0}, "cannot write '%s': %s (nothing was written)", o->output, strerror(errno));
+    char err[512];
+    if (!write_output(o->output, prog.text, err, sizeof err)) {
+      diag_error((SrcLoc){0}, "%s (nothing was written)", err);
       goto done;
     }
   }

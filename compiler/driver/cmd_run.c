@@ -9,6 +9,8 @@
  * or cross entropy reads; or loaded whole (--load) and cut into blocks. Outputs are reassembled from
  * the devices' blocks as interp_run_spmd does. A train step starts fresh (moments zero, master copies equal to the
  * params, step count 1) and carries its updated params and state from step to step. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "report.h"
 #include "shardrt.h"
 #include "npy.h"
+#include "outfile.h"
 #include "run_host.h"
 #include "run_verdict.h"
 #include "sim.h"
@@ -37,68 +40,154 @@ static double host_bytes(const IrModule *m) {
   return b;
 }
 
-/* --load: DIR/name.npy into t where the file exists: the global array in the declared dim order,
- * float32 for float tensors (rounded to the declared dtype), int32 for integer ones. */
-static bool load_one(const char *dir, const char *name, const TensorType *type, Tensor **slot) {
-  char path[4096], err[600];
-  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (access(path, F_OK) != 0) return true;
-  Tensor *t = tensor_new(type);
-  if (!t) {
-    diag_error((SrcLoc){0}, "run: --load: %s: out of memory", path);
+/* ---- --load and --save (docs/run.md: what they guarantee) ---- */
+
+/* DIR/NAME.npy in buf; false (an error printed) when it does not fit. */
+static bool npy_path(char *buf, size_t size, const char *dir, const char *name, const char *opt) {
+  int len = dir ? snprintf(buf, size, "%s/%s.npy", dir, name) : snprintf(buf, size, "%s.npy", name);
+  if (len >= 0 && (size_t)len < size) return true;
+  diag_error((SrcLoc){0}, "run: %s: the file name for '%.64s...' is too long", opt, name);
+  return false;
+}
+
+/* --load: DIR/name.npy (dirfd: DIR, locked shared) into *slot where the directory has that name:
+ * the global array in the declared dim order, float32 for float tensors (rounded to the declared
+ * dtype), int32 for integer ones. No such entry: true with *slot untouched (the tensor is
+ * generated); an entry that cannot be read (a dangling symlink, a loop, no permission, not a regular file) or
+ * does not match is an error naming it. The shape is checked before the data is allocated. */
+static bool load_one(int dirfd, const char *dir, const char *name, const TensorType *type, Tensor **slot) {
+  char file[4096], path[4096], err[700];
+  if (!npy_path(file, sizeof file, NULL, name, "--load") || !npy_path(path, sizeof path, dir, name, "--load")) return false;
+  struct stat st;
+  if (fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return true;
+    diag_error((SrcLoc){0}, "run: --load: %s: %s", path, strerror(errno));
     return false;
   }
-  *slot = t;
+  NpyFile f;
   NpyArray a;
-  if (!npy_read(path, &a, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: --load: %s", err);
-    return false;
-  }
-  bool ok = a.rank == t->type.rank && a.is_int == dtype_is_int(t->type.dtype);
-  for (int d = 0; ok && d < a.rank; d++) ok = a.shape[d] == t->type.dims[d]->size;
-  if (!ok) {
+  bool ok = npy_open_at(dirfd, file, path, &f, &a, err, sizeof err);
+  if (!ok) diag_error((SrcLoc){0}, "run: --load: %s", err);
+  bool match = a.rank == type->rank && a.is_int == dtype_is_int(type->dtype);
+  for (int d = 0; match && d < a.rank; d++) match = a.shape[d] == type->dims[d]->size;
+  if (ok && !match) {
     char want[256];
-    int wl = snprintf(want, sizeof want, "%s[", dtype_name(t->type.dtype));
-    for (int d = 0; d < t->type.rank; d++)
-      wl += snprintf(want + wl, sizeof want - (size_t)wl, "%s%s=%lld", d ? ", " : "", t->type.dims[d]->name, (long long)t->type.dims[d]->size);
+    int wl = snprintf(want, sizeof want, "%s[", dtype_name(type->dtype));
+    for (int d = 0; d < type->rank; d++)
+      wl += snprintf(want + wl, sizeof want - (size_t)wl, "%s%s=%lld", d ? ", " : "", type->dims[d]->name, (long long)type->dims[d]->size);
     snprintf(want + wl, sizeof want - (size_t)wl, "]");
-    char got[128];
+    char got[256];
     int len = snprintf(got, sizeof got, "%s[", a.is_int ? "int32" : "float32");
     for (int d = 0; d < a.rank; d++) len += snprintf(got + len, sizeof got - (size_t)len, "%s%lld", d ? ", " : "", (long long)a.shape[d]);
     snprintf(got + len, sizeof got - (size_t)len, "]");
     diag_error((SrcLoc){0}, "run: --load: %s holds %s, but '%s' is %s (%s for its dtype, the global shape in the declared dim order)",
-               path, got, name, want, dtype_is_int(t->type.dtype) ? "int32" : "float32");
-    npy_free(&a);
-    return false;
+               path, got, name, want, dtype_is_int(type->dtype) ? "int32" : "float32");
+    ok = false;
   }
-  for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
+  Tensor *t = ok ? tensor_new(type) : NULL;
+  if (ok && !t) {
+    diag_error((SrcLoc){0}, "run: --load: %s: out of memory for '%s'", path, name);
+    ok = false;
+  }
+  if (ok && !npy_read_data(&f, &a, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: --load: %s", err);
+    ok = false;
+  }
+  npy_close(&f);
+  if (ok) {
+    for (int64_t i = 0; i < a.n; i++) t->data[i] = interp_round_value(INTERP_DTYPE, t->type.dtype, a.data[i]);
+    *slot = t;
+  } else {
+    tensor_free(t);
+  }
   npy_free(&a);
-  return true;
+  return ok;
 }
 
+/* --load DIR: a directory that exists (else an error naming it), read under a shared lock so that a
+ * concurrent --save into it is never seen half done. */
 static bool load_all(const Options *o, const IrModule *m, Tensor **inputs, Tensor **params) {
+  char err[700];
+  int dirfd = outfile_dir_open(o->load, false, err, sizeof err);
+  if (dirfd < 0) {
+    diag_error((SrcLoc){0}, "run: --load: %s", err);
+    return false;
+  }
   bool ok = true;
-  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(o->load, m->params[i].path, &m->params[i].type, &params[i]);
+  for (int i = 0; i < m->nparams && ok; i++) ok = load_one(dirfd, o->load, m->params[i].path, &m->params[i].type, &params[i]);
   const StepInfo *si = m->step;
   for (int i = 0; i < m->main->ninputs && ok; i++) {
     const Value *v = m->main->inputs[i];
     if (si && i >= si->nargs && i != si->in_labels) continue; /* optimizer state: never loaded */
     const char *name = si && i == si->in_labels ? "labels" : v->name;
-    if (name) ok = load_one(o->load, name, &v->type, &inputs[i]);
+    if (name) ok = load_one(dirfd, o->load, name, &v->type, &inputs[i]);
   }
+  close(dirfd);
   return ok;
 }
 
-static bool save_one(const char *dir, const char *name, const Tensor *t) {
-  char path[4096], err[600];
-  int64_t shape[MAX_RANK];
-  for (int d = 0; d < t->type.rank; d++) shape[d] = t->type.dims[d]->size;
-  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-  if (!npy_write_f32(path, shape, t->type.rank, t->data, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: --save: %s", err);
+/* What --save writes: a function's result as "output", or a train step's params (their paths;
+ * from output j of main) and "loss". Calls fn(ctx, name, j) for each, j -1 for the losses; stops at
+ * the first false. */
+static bool save_each(const IrModule *m, bool (*fn)(void *, const char *, int), void *ctx) {
+  const StepInfo *si = m->step;
+  if (!si) return fn(ctx, "output", 0);
+  for (int k = 0; k < si->nparams; k++) {
+    const StepParam *sp = &si->params[k];
+    if (sp->out_param >= 0 && sp->param >= 0 && !fn(ctx, m->params[sp->param].path, sp->out_param)) return false;
+  }
+  return fn(ctx, "loss", -1);
+}
+
+/* Before the run: no file --save would write may be an input (the program, a file --load reads). */
+static bool save_check_one(void *ctx, const char *name, int j) {
+  const Options *o = ctx;
+  char path[4096], err[700];
+  if (!npy_path(path, sizeof path, o->save, name, "--save")) return false;
+  if (outfile_check(path, err, sizeof err)) return true;
+  diag_error((SrcLoc){0}, "run: --save: %s", err);
+  (void)j;
+  return false;
+}
+
+typedef struct SaveCtx {
+  OutSet *set;
+  RunSide *shd;
+  const double *loss;
+  int steps;
+  char err[700];
+} SaveCtx;
+
+static bool save_one(void *ctx, const char *name, int j) {
+  SaveCtx *c = ctx;
+  char file[4096];
+  if (!npy_path(file, sizeof file, NULL, name, "--save")) return false;
+  Dim steps_dim = {.name = "step", .size = c->steps};
+  Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = c->steps, .data = (double *)c->loss};
+  Tensor *t = j >= 0 ? run_side_output(c->shd, j) : &lt;
+  if (!t) {
+    snprintf(c->err, sizeof c->err, "out of memory for '%s'", name);
     return false;
   }
-  return true;
+  FILE *f = outfile_set_add(c->set, file, c->err, sizeof c->err);
+  int64_t shape[MAX_RANK];
+  for (int d = 0; d < t->type.rank; d++) shape[d] = t->type.dims[d]->size;
+  bool ok = f && npy_write_f32(f, shape, t->type.rank, t->data);
+  if (f && !ok) snprintf(c->err, sizeof c->err, "'%s' has more dims than a .npy header holds here", name);
+  if (t != &lt) tensor_free(t);
+  return ok;
+}
+
+/* --save DIR, after the report: every file of the set written and synced, then renamed into place
+ * together with DIR locked (outfile.h); on any failure no file of DIR has changed. */
+static bool save_all(const Options *o, const IrModule *m, RunSide *shd, const double *loss, int steps) {
+  SaveCtx c = {.shd = shd, .loss = loss, .steps = steps};
+  c.set = outfile_set_open(o->save, c.err, sizeof c.err);
+  bool ok = c.set && save_each(m, save_one, &c);
+  if (ok) ok = outfile_set_commit(c.set, c.err, sizeof c.err);
+  else outfile_set_discard(c.set);
+  if (!ok) diag_error((SrcLoc){0}, "run: --save: %s (the files already in '%s' are unchanged)", c.err, o->save);
+  return ok;
 }
 
 static const char *fmt_bytes(char *buf, size_t n, double b) {
@@ -119,6 +208,11 @@ static int run(const Options *o, Arena *arena, bool build) {
   if (rc != EXIT_OK) return rc;
   if (!cp.ir) {
     diag_error((SrcLoc){0}, "%s declares no function to run (a model with a function, or a train step)", o->input);
+    return EXIT_PROGRAM_ERROR;
+  }
+  char oerr[700];
+  if (build && !outfile_check(o->output, oerr, sizeof oerr)) { /* before the work: -o is not an input */
+    diag_error((SrcLoc){0}, "build: -o %s", oerr);
     return EXIT_PROGRAM_ERROR;
   }
   Program *p = cp.prog;
@@ -167,6 +261,12 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (si && si->in_t >= 0) gin[si->in_t] = (RunGen){.lo = 1, .hi = 1}; /* adam's step count: the first step */
   if (o->load && !load_all(o, m, inputs, params)) ok = false;
+  struct stat sst;
+  if (ok && o->save && !build && stat(o->save, &sst) == 0 && !S_ISDIR(sst.st_mode)) {
+    diag_error((SrcLoc){0}, "run: --save: '%s' is not a directory", o->save);
+    ok = false;
+  }
+  if (ok && o->save && !build && !save_each(m, save_check_one, (void *)o)) ok = false;
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};
@@ -256,7 +356,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   cfg_ref.route_log = cfg_shd.route_log = routes;
   cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
   if (getenv("SHARDC_ROUTE_OWN")) cfg_shd.route_mode = RT_ROUTE_OWN; /* tests: each run routes by its own logits */
-  RunSide *ref = routes ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err) : NULL, *shd = NULL;
+  snprintf(err, sizeof err, "out of host memory for the losses of %d steps", steps);
+  RunSide *ref = loss_ref && loss_shd && routes ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err) : NULL, *shd = NULL;
   if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
   if (!got || !want || !before || !data || !ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
       !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
@@ -315,27 +416,6 @@ static int run(const Options *o, Arena *arena, bool build) {
         goto done;
       }
     }
-  }
-  if (o->save) {
-    mkdir(o->save, 0777); /* an existing directory is fine; a failure shows when writing */
-    bool saved = true;
-    if (!m->step) {
-      Tensor *t = run_side_output(shd, 0);
-      saved = t && save_one(o->save, "output", t);
-      tensor_free(t);
-    } else {
-      for (int k = 0; k < si->nparams && saved; k++) {
-        const StepParam *sp = &si->params[k];
-        if (sp->out_param < 0 || sp->param < 0) continue;
-        Tensor *t = run_side_output(shd, sp->out_param);
-        saved = t && save_one(o->save, m->params[sp->param].path, t);
-        tensor_free(t);
-      }
-      Dim steps_dim = {.name = "step", .size = steps};
-      Tensor lt = {.type = {.dtype = DT_F32, .rank = 1, .dims = {&steps_dim}}, .n = steps, .data = loss_shd};
-      if (saved) saved = save_one(o->save, "loss", &lt);
-    }
-    if (!saved) goto done;
   }
   size_t peak = run_side_peak(shd);
   double clock_compute, clock_comm;
@@ -397,6 +477,8 @@ static int run(const Options *o, Arena *arena, bool build) {
     printf("\n");
   }
   rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  fflush(stdout); /* the verdict is out before a save that may fail */
+  if (o->save && !save_all(o, m, shd, loss_shd, steps)) rc = EXIT_PROGRAM_ERROR;
 done:
   for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
   free(got), free(want), free(before), free(data);
@@ -421,9 +503,28 @@ int cmd_run(const Options *o) {
   return rc;
 }
 
-/* ---- build: an object from the module, a description of the slots, linked with the runtime ---- */
+/* ---- build: an object from the module, a description of the slots, linked with the runtime ----
+ *
+ * Nothing the user typed reaches a shell or the generated source unescaped: the C compiler is
+ * started with an argument vector (outfile_spawn_wait: no shell), every string written into the
+ * generated C goes through c_string, and the intermediate files live in a private directory made
+ * by mkdtemp in $TMPDIR (default /tmp), removed on every exit path and by SIGINT, SIGTERM and SIGHUP
+ * (outfile.h), so `-o keep` never touches keep.o. The executable is linked there too, then written
+ * to -o as every output is (outfile_open: beside it, then renamed). */
 
-static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g, const IrModule *m) {
+/* s as a C string literal: quotes, backslashes, '?' (trigraphs: gcc's -std=c11 has them) and every
+ * byte outside printable ASCII escaped (three-digit octal, so a following digit cannot join). */
+static void c_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\' || *p == '?') fprintf(f, "\\%c", *p);
+    else if (*p >= 0x20 && *p < 0x7f) fputc(*p, f);
+    else fprintf(f, "\\%03o", *p);
+  }
+  fputc('"', f);
+}
+
+static void slot_desc(FILE *f, const Value *v, const RunGen *g, const IrModule *m) {
   fprintf(f, "  {.dtype = %d, .rank = %d, .global = {", v->type.dtype == DT_BF16 ? 1 : v->type.dtype == DT_F16 ? 2 : v->type.dtype == DT_I32 ? 3 : 0,
           v->type.rank);
   for (int d = 0; d < v->type.rank; d++) fprintf(f, "%lld, ", (long long)v->type.dims[d]->size);
@@ -442,48 +543,25 @@ static void slot_desc(FILE *f, const Value *v, const Mesh *mesh, const RunGen *g
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL; /* the stages holding it; storage order */
   if (pi) fprintf(f, ", .place = %uu, .stacked = %d", (unsigned)run_value_place(m, v), v->type.rank > 0 && v->type.dims[0] == pi->stack_dim);
   fprintf(f, "},\n");
-  (void)mesh;
 }
 
-static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim) {
-  char err[512], obj[4200], csrc[4200], cmd[16384];
-  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
-    const Op *ring = NULL;
-    for (const Op *op = m->main->first; op && !ring; op = op->next)
-      if (op->ring) ring = op;
-    diag_error(ring ? ring->loc : (SrcLoc){0},
-               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
-               "`shardc run` runs it");
-    return false;
-  }
-  snprintf(obj, sizeof obj, "%s.o", o->output);
-  snprintf(csrc, sizeof csrc, "%s.main.c", o->output);
-  if (!lower_emit_object(lw, obj, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "build: %s", err);
-    return false;
-  }
-  FILE *f = fopen(csrc, "w");
-  if (!f) {
-    diag_error((SrcLoc){0}, "build: cannot write %s", csrc);
-    return false;
-  }
+/* The C file holding the program's RtProgram and main(). */
+static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mesh *mesh, const RunGen *gin, const RunGen *gpar,
+                         const RtCmpDesc *cmp, const SimReport *sim, const Value **pval) {
   const IrFunc *mf = m->main;
-  const Value **pval = calloc((size_t)m->nparams + 1, sizeof *pval);
-  for (const Op *op = mf->first; op; op = op->next)
-    if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
-  fprintf(f, "/* generated by shardc build from %s: the slots of its lowered program (shardrt.h, RtProgram) */\n", o->input);
+  fprintf(f, "/* generated by shardc build: the slots of a lowered program (shardrt.h, RtProgram); its source is\n"
+             "   program.name below */\n");
   fprintf(f, "#include \"shardrt.h\"\n#include \"verdict.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
-  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], mesh, &gin[i], m);
+  for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], &gin[i], m);
   for (int i = 0; i < m->nparams; i++) {
-    if (pval[i]) slot_desc(f, pval[i], mesh, &gpar[i], m);
+    if (pval[i]) slot_desc(f, pval[i], &gpar[i], m);
     else { /* a param main does not read: whole everywhere */
       Value v = {.type = m->params[i].type};
-      slot_desc(f, &v, mesh, &gpar[i], m);
+      slot_desc(f, &v, &gpar[i], m);
     }
   }
-  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], mesh, NULL, m);
+  for (int j = 0; j < mf->noutputs; j++) slot_desc(f, mf->outputs[j], NULL, m);
   fprintf(f, "};\nstatic const int carry[] = {");
   int ncarry = 0;
   const StepInfo *si = m->step;
@@ -495,19 +573,31 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
   }
   fprintf(f, "-1};\n");
   fprintf(f, "static const RtCmpDesc cmp[] = {\n"); /* run_verdict.h: how each output is compared */
-  for (int j = 0; j < mf->noutputs; j++)
-    fprintf(f, "  {.name = \"%s\", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d, .group = %d, .floor = %.17g},\n",
-            cmp[j].name, cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v, cmp[j].group, cmp[j].floor);
+  for (int j = 0; j < mf->noutputs; j++) {
+    fprintf(f, "  {.name = ");
+    c_string(f, cmp[j].name);
+    fprintf(f, ", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d, .group = %d, .floor = %.17g},\n",
+            cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v, cmp[j].group, cmp[j].floor);
+  }
   fprintf(f, "};\n");
-  fprintf(f, "static const RtProgram program = {.name = \"%s\", .mesh = \"%s\", .naxes = %d, .axis_size = {", o->input, mesh->name, mesh->naxes);
+  fprintf(f, "static const RtProgram program = {.name = ");
+  c_string(f, o->input);
+  fprintf(f, ", .mesh = ");
+  c_string(f, mesh->name);
+  fprintf(f, ", .naxes = %d, .axis_size = {", mesh->naxes);
   for (int a = 0; a < mesh->naxes; a++) fprintf(f, "%d, ", mesh->axes[a].size);
   fprintf(f, "}, .axis_name = {");
-  for (int a = 0; a < mesh->naxes; a++) fprintf(f, "\"%s\", ", mesh->axes[a].name);
+  for (int a = 0; a < mesh->naxes; a++) {
+    c_string(f, mesh->axes[a].name);
+    fprintf(f, ", ");
+  }
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
-             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .cmp = cmp, .lr = %.17g, .seed = %lluull,\n"
-             "  .target = \"%s\", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n",
-          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, si ? si->step->lr : 0.0, (unsigned long long)o->seed,
-          mesh->target->name, sim ? sim->compute_s : -1, sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
+             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .cmp = cmp, .lr = %.17g, .seed = %lluull,\n  .target = ",
+          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, si ? si->step->lr : 0.0,
+          (unsigned long long)o->seed);
+  c_string(f, mesh->target->name);
+  fprintf(f, ", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g};\n", sim ? sim->compute_s : -1,
+          sim ? sim->comm_s : -1, sim ? sim->step_s : -1);
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   if (pi) { /* run_host.c's placement and storage order, for launch.c */
     fprintf(f, "/* a pipeline: %d stages */\n", pi->stages);
@@ -518,21 +608,141 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
     fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return rt_launch_main(argc, argv, pipelined(&q)); }\n");
   } else
     fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
-  free(pval);
-  if (fclose(f) != 0) {
-    diag_error((SrcLoc){0}, "build: cannot write %s", csrc);
+}
+
+/* The private directory of build's intermediate files and their paths. */
+typedef struct BuildDir {
+  char dir[4096], obj[4200], csrc[4200], exe[4200];
+} BuildDir;
+
+static bool build_dir_make(BuildDir *b, char *err, size_t n) {
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  int len = snprintf(b->dir, sizeof b->dir, "%s/shardc-build.XXXXXX", tmp);
+  if (len < 0 || (size_t)len >= sizeof b->dir) {
+    snprintf(err, n, "$TMPDIR is too long");
     return false;
   }
-  snprintf(cmd, sizeof cmd, "cc -O1 -std=c11 -I'%s' -o '%s' '%s' '%s' '%s' %s -lpthread -lm", SHARDC_RUNTIME_INCLUDE, o->output, csrc, obj,
-           SHARDC_RUNTIME_LIB, SHARDC_RUNTIME_LINK);
-  int rc = system(cmd);
-  remove(obj);
-  remove(csrc);
-  if (rc != 0) {
-    diag_error((SrcLoc){0}, "build: linking failed: %s", cmd);
+  if (!mkdtemp(b->dir)) {
+    snprintf(err, n, "cannot make a directory in '%s' ($TMPDIR): %s", tmp, strerror(errno));
     return false;
   }
+  outfile_track(b->dir, true);
+  snprintf(b->obj, sizeof b->obj, "%s/program.o", b->dir);
+  snprintf(b->csrc, sizeof b->csrc, "%s/main.c", b->dir);
+  snprintf(b->exe, sizeof b->exe, "%s/program", b->dir);
+  outfile_track(b->obj, false);
+  outfile_track(b->csrc, false);
+  outfile_track(b->exe, false);
   return true;
+}
+
+static void build_dir_remove(BuildDir *b) {
+  const char *files[] = {b->obj, b->csrc, b->exe};
+  for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+    unlink(files[i]);
+    outfile_untrack(files[i]);
+  }
+  rmdir(b->dir);
+  outfile_untrack(b->dir);
+}
+
+/* A new intermediate file in the private directory (an error printed on failure). */
+static FILE *build_file(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    diag_error((SrcLoc){0}, "build: cannot write %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  return f;
+}
+
+/* Closes it, every write checked (an error printed). */
+static bool build_file_close(FILE *f, const char *path) {
+  errno = 0;
+  bool ok = fflush(f) == 0 && !ferror(f);
+  int e = errno ? errno : EIO;
+  if (fclose(f) != 0 && ok) ok = false, e = errno;
+  if (!ok) diag_error((SrcLoc){0}, "build: cannot write %s: %s", path, strerror(e));
+  return ok;
+}
+
+/* The linked executable at from, copied to -o (outfile_open: beside it, then renamed). */
+static bool copy_out(const char *from, const char *to, char *err, size_t n) {
+  FILE *in = fopen(from, "rb");
+  if (!in) {
+    snprintf(err, n, "cannot read the linked executable: %s", strerror(errno));
+    return false;
+  }
+  OutFile *out = outfile_open(to, OUTFILE_EXECUTABLE, err, n);
+  if (!out) {
+    fclose(in);
+    return false;
+  }
+  char buf[65536];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, got, outfile_stream(out));
+  bool ok = !ferror(in);
+  fclose(in);
+  if (!ok) {
+    snprintf(err, n, "cannot read the linked executable");
+    outfile_discard(out);
+    return false;
+  }
+  return outfile_commit(out, err, n);
+}
+
+static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
+                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim) {
+  char err[700];
+  if (m->zigzag.axes) { /* launch.c places blocks in the sequence's logical order */
+    const Op *ring = NULL;
+    for (const Op *op = m->main->first; op && !ring; op = op->next)
+      if (op->ring) ring = op;
+    diag_error(ring ? ring->loc : (SrcLoc){0},
+               "build: a causal ring's zigzag order (context parallelism) is not supported by built executables yet; "
+               "`shardc run` runs it");
+    return false;
+  }
+  BuildDir b;
+  if (!build_dir_make(&b, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "build: %s", err);
+    return false;
+  }
+  FILE *f = build_file(b.obj);
+  bool ok = f && lower_emit_object(lw, f, err, sizeof err);
+  if (f && !ok) diag_error((SrcLoc){0}, "build: %s", err);
+  if (f && !build_file_close(f, b.obj)) ok = false;
+  f = ok ? build_file(b.csrc) : NULL;
+  if (f) {
+    const Value **pval = calloc((size_t)m->nparams + 1, sizeof *pval);
+    for (const Op *op = m->main->first; pval && op; op = op->next)
+      if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
+    if (pval) write_main_c(f, o, m, mesh, gin, gpar, cmp, sim, pval);
+    else diag_error((SrcLoc){0}, "build: out of memory");
+    if (!build_file_close(f, b.csrc) || !pval) ok = false;
+    free(pval);
+  } else {
+    ok = false;
+  }
+  if (ok) { /* no shell: each argument is one string, whatever it holds */
+    char *argv[] = {"cc", "-O1", "-std=c11", "-I", SHARDC_RUNTIME_INCLUDE, "-o", b.exe, b.csrc, b.obj, SHARDC_RUNTIME_LIB,
+                    SHARDC_OPENBLAS_LIB, "-lpthread", "-lm", SHARDC_RUNTIME_SANITIZE, NULL};
+    if (!*argv[ARRAY_LEN(argv) - 2]) argv[ARRAY_LEN(argv) - 2] = NULL;
+    int status = outfile_spawn_wait(argv, err, sizeof err);
+    if (status != 0) {
+      if (status > 0) diag_error((SrcLoc){0}, "build: linking failed: cc exited with status %d (its messages are above)", status);
+      else diag_error((SrcLoc){0}, "build: linking failed: %s", err);
+      ok = false;
+    }
+  }
+  if (ok && !copy_out(b.exe, o->output, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "build: %s", err);
+    ok = false;
+  }
+  build_dir_remove(&b);
+  return ok;
 }
 
 int cmd_build(const Options *o) {

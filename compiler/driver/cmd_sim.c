@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "memory.h"
+#include "outfile.h"
 #include "partition.h"
 #include "report.h"
 #include "sim.h"
@@ -376,6 +377,11 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     return EXIT_PROGRAM_ERROR;
   }
   if (rc != EXIT_OK) return rc;
+  char err[700];
+  if (o->trace && !outfile_check(o->trace, err, sizeof err)) { /* before the work: the trace is not an input */
+    diag_error((SrcLoc){0}, "sim: --trace: %s", err);
+    return EXIT_PROGRAM_ERROR;
+  }
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   if (!pipeline_run(m, p) || diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
@@ -391,8 +397,8 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
-  if (o->trace && !sim_report_trace_write(&r, o->trace)) {
-    diag_error((SrcLoc){0}, "cannot write the trace to '%s'", o->trace);
+  if (o->trace && !sim_report_trace_write(&r, o->trace, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "sim: --trace: %s", err);
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }

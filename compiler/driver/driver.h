@@ -24,7 +24,8 @@ typedef struct Options {
   const char *argv0;
   const char *command;     /* "parse", "check", ... */
   const char *input;       /* the .shard file */
-  DimOption *dims;       /* -D, in command-line order (a later one for the same dim wins) */
+  DimOption *dims;         /* -D, in command-line order (a dim given twice has the same size twice:
+                              two sizes are a usage error) */
   int ndims;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */

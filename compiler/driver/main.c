@@ -11,6 +11,7 @@
 
 #include "driver.h"
 #include "report.h"
+#include "shardrt.h"
 
 typedef int (*CommandFn)(const Options *);
 
@@ -39,7 +40,8 @@ static void print_help(FILE *f) {
     fprintf(f, "  %-8s %s%s\n", commands[i].name, commands[i].help, commands[i].fn ? "" : " (not implemented yet)");
   fprintf(f,
           "\noptions:\n"
-          "  -D dim=N               set the size of a dim (overrides its declaration)\n"
+          "  -D dim=N               set the size of a dim (overrides its declaration; a dim\n"
+          "                         given twice must have the same size both times)\n"
           "  --layout NAME          use this layout (default: the first declared)\n"
           "  --mesh NAME|'T[axes]'  use this mesh (default: the first declared), or one given\n"
           "                         inline: --mesh 'h100[data: 2, model: 2]'\n"
@@ -162,6 +164,14 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(opt, "-D") == 0) {
       DimOption d;
       if (!parse_dim_override(v, &d)) return usage_error("bad -D '%s': expected NAME=N with N a positive integer", v);
+      for (int k = 0; k < o->ndims; k++) /* the same size again is harmless; another one is a mistake */
+        if (strcmp(o->dims[k].name, d.name) == 0 && o->dims[k].value != d.value) {
+          char msg[200];
+          snprintf(msg, sizeof msg, "-D %.64s given twice with different sizes (%lld and %lld)", d.name,
+                   (long long)o->dims[k].value, (long long)d.value);
+          free((char *)d.name);
+          return usage_error("%s", msg);
+        }
       DimOption *nd = realloc(o->dims, sizeof(DimOption) * (size_t)(o->ndims + 1));
       if (!nd) abort();
       o->dims = nd;
@@ -179,18 +189,21 @@ static int parse_args(int argc, char **argv, Options *o) {
         return usage_error(strcmp(v, "mpi") == 0 ? "--backend %s is not implemented yet (threads is)" : "bad --backend '%s': expected threads or mpi", v);
       o->backend = v;
     } else if (strcmp(opt, "--steps") == 0 || strcmp(opt, "--seed") == 0 || strcmp(opt, "--hbm") == 0) {
-      char *end;
-      errno = 0;
-      unsigned long long x = strtoull(v, &end, 10);
-      if (*end || errno || v[0] == '-' || (opt[2] == 's' && opt[3] == 't' && (x < 1 || x > 1000000)) || (opt[2] == 'h' && x < 1))
-        return usage_error("bad value '%s': expected a positive integer", v);
-      if (opt[3] == 't') o->steps = (int)x;
-      else if (opt[3] == 'e') o->seed = x;
-      else o->hbm = (int64_t)x;
+      /* parsed as a built executable parses them (runtime/args.c) */
+      uint64_t x;
+      if (strcmp(opt, "--steps") == 0) {
+        if (!rt_arg_uint(v, 1, RT_MAX_STEPS, &x)) return usage_error("bad --steps '%s': expected an integer from 1 to 1000000", v);
+        o->steps = (int)x;
+      } else if (strcmp(opt, "--seed") == 0) {
+        if (!rt_arg_uint(v, 0, UINT64_MAX, &x)) return usage_error("bad --seed '%s': expected a non-negative integer", v);
+        o->seed = x;
+      } else {
+        if (!rt_arg_uint(v, 1, INT64_MAX, &x)) return usage_error("bad --hbm '%s': expected a positive number of bytes", v);
+        o->hbm = (int64_t)x;
+      }
     } else if (strcmp(opt, "--timeout") == 0) {
-      char *end;
-      double x = strtod(v, &end);
-      if (*end || !(x > 0) || x > 1e6) return usage_error("bad --timeout '%s': expected seconds > 0", v);
+      double x;
+      if (!rt_arg_seconds(v, &x)) return usage_error("bad --timeout '%s': expected seconds > 0 (at most 1e6)", v);
       o->timeout = x;
     }
     else if (strcmp(opt, "--tokens") == 0 || strcmp(opt, "--mfu") == 0) {
@@ -222,7 +235,11 @@ int main(int argc, char **argv) {
   Options o = {0};
   o.argv0 = argv[0];
   int rc = parse_args(argc, argv, &o);
-  if (rc >= 0) return rc;
+  if (rc >= 0) {
+    for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
+    free(o.dims);
+    return rc;
+  }
   if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
   const Command *cmd = NULL;
   for (size_t i = 0; i < ARRAY_LEN(commands); i++)

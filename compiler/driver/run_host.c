@@ -289,7 +289,10 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
 
 RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const RtConfig *cfg, char *err, size_t n) {
   RunSide *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) {
+    snprintf(err, n, "out of host memory");
+    return NULL;
+  }
   s->m = m, s->mesh = mesh, s->fn = fn;
   RtConfig c = *cfg;
   c.naxes = mesh ? mesh->naxes : 0;
@@ -305,8 +308,16 @@ RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const Rt
   s->nout = m->main->noutputs;
   s->nslots = s->nin + s->nparams + s->nout;
   s->slots = calloc((size_t)s->ndev, sizeof *s->slots);
-  for (int d = 0; d < s->ndev; d++) s->slots[d] = calloc((size_t)s->nslots + 1, sizeof(void *));
+  for (int d = 0; s->slots && d < s->ndev; d++)
+    if (!(s->slots[d] = calloc((size_t)s->nslots + 1, sizeof(void *)))) break;
   s->pval = calloc((size_t)s->nparams + 1, sizeof *s->pval);
+  bool ok = s->slots && s->pval;
+  for (int d = 0; ok && d < s->ndev; d++) ok = s->slots[d] != NULL;
+  if (!ok) {
+    snprintf(err, n, "out of host memory for the devices' slot tables");
+    run_side_close(s);
+    return NULL;
+  }
   for (const Op *op = m->main->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->index >= 0 && op->index < s->nparams) s->pval[op->index] = op->results[0];
   return s;

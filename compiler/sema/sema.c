@@ -754,6 +754,12 @@ static void model_build(Sema *s, Model *m, const Node *n) {
     }
     namemap_put(s->a, &seen, it->name, locs.len);
     VEC_PUSH(s->a, locs, loc);
+    DType dt = it->kind == N_FN ? dtype_from_name(it->name) : DT_NONE;
+    if (dt != DT_NONE) { /* a call `f8(x)` is a cast: the function could never be called */
+      diag_error(loc, "'%s' is a dtype and cannot name a function (a call %s(x) converts x to %s)", it->name, it->name,
+                 dtype_name(dt));
+      continue;
+    }
     if (it->kind == N_PARAM) {
       param_build(s, it, &m->params[m->nparams++]);
     } else {

@@ -175,7 +175,8 @@ void sim_report_free(SimReport *r);
  * one thread per stream, a slice per kernel, collective, transfer or pipeline region, named after
  * the op and its source line; a pipeline region's ops nest under it for the first microbatch's
  * regions (all of them when the trace stays under ~200,000 slices). */
-bool sim_report_trace_write(const SimReport *r, const char *path);
+/* Written as every output (base/outfile.h: beside path, then renamed); false with the reason in err. */
+bool sim_report_trace_write(const SimReport *r, const char *path, char *err, size_t n);
 char *sim_report_trace_text(const SimReport *r); /* malloc'd JSON; NULL without keep_graph */
 
 /* Days to train on `tokens` tokens at tokens_per_s: tokens / tokens_per_s / 86400. With the

@@ -37,6 +37,7 @@
 
 #include "diag.h"
 #include "opcost.h"
+#include "outfile.h"
 #include "partition.h"
 #include "route.h"
 #include "sim.h"
@@ -1079,12 +1080,15 @@ static bool trace_write_to(const SimReport *r, FILE *f) {
   return !ferror(f);
 }
 
-bool sim_report_trace_write(const SimReport *r, const char *path) {
-  if (!r || !r->detail || !path) return false;
-  FILE *f = fopen(path, "w");
+bool sim_report_trace_write(const SimReport *r, const char *path, char *err, size_t n) {
+  if (!r || !r->detail || !path) {
+    snprintf(err, n, "no trace was kept");
+    return false;
+  }
+  OutFile *f = outfile_open(path, OUTFILE_DATA, err, n);
   if (!f) return false;
-  bool ok = trace_write_to(r, f);
-  return (fclose(f) == 0) && ok;
+  trace_write_to(r, outfile_stream(f)); /* a write error is sticky: outfile_commit reports it */
+  return outfile_commit(f, err, n);
 }
 
 char *sim_report_trace_text(const SimReport *r) {

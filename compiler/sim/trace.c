@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "outfile.h"
 #include "sim_int.h"
 
 /* The last path component: traces name files as the user sees them in diagnostics' short form. */
@@ -92,15 +93,9 @@ char *sim_trace_json(const SimGraph *g) {
 
 bool sim_trace_write(const SimGraph *g, const char *path) {
   if (!path) return false;
-  char *text = sim_trace_json(g);
-  if (!text) return false;
-  FILE *f = fopen(path, "w");
-  bool ok = f != NULL;
-  if (f) {
-    size_t n = strlen(text);
-    ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-    ok = (fclose(f) == 0) && ok;
-  }
+  char *text = sim_trace_json(g), err[512];
+  OutFile *f = text ? outfile_open(path, OUTFILE_DATA, err, sizeof err) : NULL;
+  if (f) fprintf(outfile_stream(f), "%s\n", text);
   free(text);
-  return ok;
+  return f && outfile_commit(f, err, sizeof err);
 }

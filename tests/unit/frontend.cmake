@@ -18,3 +18,10 @@ add_test(NAME cli.input_dev_zero
          COMMAND sh -c "out=$(\"$0\" check /dev/zero 2>&1); rc=$?; echo \"$out\";
                         [ $rc -eq 1 ] && echo \"$out\" | grep -q 'larger than 64 MiB'"
                  $<TARGET_FILE:shardc>)
+# An old-Mac file (lone CR line endings) starting with a comment is many lines, not one comment:
+# the undefined name on its line 7 is reported there, exit 1.
+add_test(NAME cli.cr_line_endings
+         COMMAND sh -c "printf '# an old Mac file\\rimport \"targets\"\\rmesh pod = tpu_v5e[data: 2]\\rdim a = 8\\rmodel m {\\r  fn f(x: f32[a]) -> f32[a] {\\r    return y\\r  }\\r}\\r' > cr_only.shard;
+                        out=$(\"$0\" check cr_only.shard 2>&1); rc=$?; echo \"$out\";
+                        [ $rc -eq 1 ] && echo \"$out\" | grep -q 'cr_only.shard:7:12: error: undefined name y'"
+                 $<TARGET_FILE:shardc>)

@@ -131,11 +131,11 @@ add_test(NAME import.error.usage_D
 add_test(NAME import.error.output_is_input
          COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> -DCONFIG=${IMPORT_OUT}/self.json
                  -DBASE=${IMPORT_DIR}/gpt2.json "-DEDIT=gpt2|gpt2" "-DARGS=-o;${IMPORT_OUT}/self.json"
-                 "-DEXPECT=shardc: -o .*self.json names the config itself: the import would overwrite what it reads" -P ${IMPORT_DIR}/import_error.cmake)
+                 "-DEXPECT=shardc: '.*self.json' is an input of this command: refusing to overwrite it" -P ${IMPORT_DIR}/import_error.cmake)
 add_test(NAME import.error.output_dir
          COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> -DCONFIG=${IMPORT_DIR}/gpt2.json
                  "-DARGS=-o;${IMPORT_OUT}/no/such/dir/gpt2.shard"
-                 "-DEXPECT=shardc: cannot write '.*no/such/dir/gpt2.shard': No such file or directory \\(nothing was written\\)"
+                 "-DEXPECT=shardc: cannot write '.*no/such/dir/gpt2.shard': its directory '.*no/such/dir': No such file or directory \\(nothing was written\\)"
                  -P ${IMPORT_DIR}/import_error.cmake)
 # A key the import does not know is a warning at the key, listed in the header, and the program
 # is still written (exit 0).

@@ -38,7 +38,9 @@ set_tests_properties(run.mlp.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB
 
 # Transformer samples at small sizes on an inline 4-device mesh: each train step (2 steps: adam,
 # microbatches, remat as the sample declares) sharded equals one device.
-set(LM_SMALL -D batch=8 -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
+# (LM_DIMS without batch, for the samples run at another batch: a dim given two sizes is a usage error)
+set(LM_DIMS -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=2)
+set(LM_SMALL -D batch=8 ${LM_DIMS})
 foreach(case llama3_8b:fsdp_tp llama3_8b:fsdp_tp_sp llama3_8b:dp llama2_13b:fsdp llama3_70b:dp_tp llama3_405b:hsdp_tp_sp)
   string(REPLACE ":" ";" parts ${case})
   list(GET parts 0 sample)
@@ -54,7 +56,7 @@ endforeach()
 # GPT-3's layouts pipeline over `stage`; on a mesh without it the rule is skipped: layernorm, gelu,
 # causal multi-head attention, 128 microbatches.
 add_test(NAME run.gpt3_175b.ptd_nostage
-         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${LM_SMALL} -D batch=256
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard ${LM_DIMS} -D batch=256
                  --mesh "h100[data: 2, model: 2]")
 
 # What does not run ends with a located error, exit 1, never a crash: a mesh over the thread limit,
@@ -144,7 +146,7 @@ set_tests_properties(run.error.device_returned PROPERTIES ENVIRONMENT "SHARDC_RU
 
 # Mixtral at small sizes under expert parallelism (route, AllToAll dispatch and combine), 2 steps.
 add_test(NAME run.mixtral_8x7b.dp_ep_tp
-         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_DIMS} -D batch=16
                  -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
 
 # Ring attention (context parallelism, runtime/nn_ring.c): the sequence over ctx, K/V blocks round
@@ -198,7 +200,7 @@ shardc_clock_test(mlp_forward ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL}
                   --mesh "tpu_v5e[data: 2, model: 2]")
 shardc_clock_test(llama3_8b ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=2 --layout fsdp_tp_sp
                   --mesh "h100[data: 2, model: 2]")
-shardc_clock_test(mixtral ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16 -D kv_heads=2 -D expert=4
+shardc_clock_test(mixtral ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_DIMS} -D batch=16 -D kv_heads=2 -D expert=4
                   -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]")
 shardc_clock_test(ring ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard ${LM_SMALL} -D kv_heads=2
                   --mesh "h100[data: 1, ctx: 2, model: 2]")
@@ -217,7 +219,7 @@ foreach(layout fsdp_tp fsdp_tp_sp)
   add_test(NAME peak.llama3_8b.train.${layout} COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL}
                                                        -D kv_heads=2 --layout ${layout} --mesh "h100[data: 2, model: 2]" --steps 2)
 endforeach()
-add_test(NAME peak.mixtral_8x7b.train COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_SMALL} -D batch=16
+add_test(NAME peak.mixtral_8x7b.train COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard ${LM_DIMS} -D batch=16
                                               -D kv_heads=2 -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]" --steps 2)
 # ... and the check can fail: with the lowering ignoring the plan (SHARDC_NO_BUFPLAN=1: no in-place
 # results, no updates over their inputs, every slice copied) llama3_8b's step holds 1.18x.

@@ -120,6 +120,29 @@ int main(void) {
     done(&r);
   }
 
+  CASE("a lone CR ends a line (old Mac files): not one comment") {
+    /* line 3 holds the error: with CR read as a space, the whole file would be the comment on line 1 */
+    Result r = parse_str("# a comment\rdim a = 1\rdim b = 4__096\rdim c = 3\r");
+    expect_errors(&r, 1);
+    expect_diag(&r, "error|t.shard|3|9|");
+    UT_CHECK(r.ndecls == 3, "expected 3 declarations, got %d", r.ndecls);
+    done(&r);
+    /* mixed endings count one line each: LF, CR LF, CR */
+    r = parse_str("dim a = 1\ndim b = 2\r\ndim c = 3\rdim d = 4__096\n");
+    expect_errors(&r, 1);
+    expect_diag(&r, "error|t.shard|4|9|");
+    done(&r);
+    /* a string ends at a lone CR like at a newline */
+    r = parse_str("dim a = \"x\rdim b = 2\r");
+    expect_diag(&r, "error|t.shard|1|9|unterminated string");
+    UT_CHECK(r.ndecls == 2, "expected 2 declarations, got %d", r.ndecls);
+    done(&r);
+    /* the text form shows the culprit's own line, without the CR */
+    r = parse_mem("dim a = 1\rdim b = 4__096\rdim c = 3\r", 35, DIAG_TEXT);
+    expect_diag(&r, " 2 | dim b = 4__096\n");
+    done(&r);
+  }
+
   CASE("10,000 nested parentheses: one error, small output") {
     char *s = repeat("dim a = ", "(", 10000, "1", ")", "\n");
     Result r = parse_str(s);
