@@ -73,6 +73,9 @@ int rt_alloc(RtDevice *dev, size_t bytes, const char *name, void **out) {
   RtAccount *a = &dev->mem;
   if (!name) name = "(unnamed)";
   char need[48], used[48], cap[48];
+  if (!rtrun_local(rt, dev->index)) /* mpi: another process's device */
+    return rtrun_fail(dev, RT_E_ARG, "cannot allocate buffer '%s': this device runs in another process (rank %d)", name,
+                      dev->index / rt->threads_per_rank);
 
   pthread_mutex_lock(&a->lock);
   uint64_t nth = ++a->allocs;

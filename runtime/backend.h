@@ -2,11 +2,11 @@
  * bytes move. The front end (collective.c) has already checked every argument, built the
  * group and the RtColl, and set the device's `where`; a backend only executes.
  *
- * threads.c is the shared-memory backend: one process, one thread per device. An MPI backend
- * (docs/runtime.md, "Backends") would run one device per rank: `run` calls rtrun_device_main for
- * its rank's device, the collectives map to MPI calls on a communicator per axis tuple
- * (MPI_Comm_split, colour = the group's base device, key = the rank), and `stop` tells the other
- * ranks. Whatever the backend, it must keep the runtime's promises:
+ * threads.c is the shared-memory backend: one process, one thread per device. mpi.c runs T devices
+ * per MPI rank (docs/runtime.md, "The MPI backend"): `run` starts the rank's devices, the
+ * collectives are MPI calls on a communicator per group (made at its first use, keyed by its
+ * members in rank order), and `stop` tells the other ranks. Whatever the backend, it must keep the
+ * runtime's promises:
  *   - reductions in rank order (gather the group's blocks, then rtk_reduce), never the
  *     transport's own order, so that results do not depend on the backend or on timing;
  *   - every wait through rtsync_wait or its equivalent: abandoned on stop and after the
@@ -37,6 +37,15 @@ typedef struct RtBackend {
   /* Point to point by device index; send returns once the bytes are copied. */
   int (*send)(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
   int (*recv)(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
+  /* Optional. A permute posted now and completed by wait_request (NULL: `permute` runs when it is
+   * posted and the wait has nothing to do). */
+  int (*permute_start)(RtDevice *dev, const RtGroup *g, const RtColl *c, RtRequest *req);
+  int (*wait_request)(RtDevice *dev, RtRequest *req);
+  /* Optional, for a backend whose devices live in several processes (NULL: one process runs them
+   * all): rt_fetch_to_root. */
+  const void *(*fetch_to_root)(Runtime *rt, int device, const void *buf, size_t bytes, void *scratch);
+  int (*processes_agree)(Runtime *rt, int ok, char *msg, size_t n);
+  void (*bcast_from_root)(Runtime *rt, void *buf, size_t bytes); /* rt_bcast_from_root */
 } RtBackend;
 
 extern const RtBackend rt_threads_backend;

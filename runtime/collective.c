@@ -9,6 +9,7 @@
  * those axes; rank = its coordinates on a1..ak as a mixed-radix number, a1 most significant. So
  * the same set of axes in another order is the same group with other ranks. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -165,7 +166,8 @@ static int check_args(RtDevice *dev, const RtGroup *g, RtColl *c) {
 
 /* ---- dispatch ---- */
 
-static int collective(RtDevice *dev, const int *axes, int naxes, RtColl *c) {
+/* The group and the checked call, or the failure. */
+static int prepare(RtDevice *dev, const int *axes, int naxes, RtColl *c, RtGroup *gp) {
   Runtime *rt = dev->rt;
   if (rtrun_stopped(rt)) return RT_E_STOPPED;
   RtGroup g;
@@ -177,7 +179,14 @@ static int collective(RtDevice *dev, const int *axes, int naxes, RtColl *c) {
     return rtrun_fail(dev, RT_E_ARG, "%s over axes (%s): not distinct axes of this %d-axis mesh",
                       rtrun_coll_name(c->kind), list, rt->naxes);
   }
-  int rc = check_args(dev, &g, c);
+  *gp = g;
+  return check_args(dev, gp, c);
+}
+
+static int collective(RtDevice *dev, const int *axes, int naxes, RtColl *c) {
+  Runtime *rt = dev->rt;
+  RtGroup g;
+  int rc = prepare(dev, axes, naxes, c, &g);
   if (rc) return rc;
 
   double t0 = rt_seconds();
@@ -238,6 +247,53 @@ int rt_permute_pairs(RtDevice *dev, const int *axes, int naxes, RtDtype dt, cons
   RtColl c = {.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count,
               .pairs = pairs ? pairs : none, .npairs = pairs ? npairs : 0};
   return collective(dev, axes, naxes, &c);
+}
+
+int rt_permute_shift_start(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                           int64_t count, int shift, RtRequest **req) {
+  if (!dev) return RT_E_ARG;
+  if (!req) return rtrun_fail(dev, RT_E_ARG, "rt_permute_shift_start: no place for the request");
+  *req = NULL;
+  RtRequest *r = calloc(1, sizeof *r);
+  if (!r) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for a permute request");
+  r->c = (RtColl){.kind = RT_COLL_PERMUTE, .dtype = dt, .in = in, .out = out, .count = count, .shift = shift};
+  int rc = prepare(dev, axes, naxes, &r->c, &r->g);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  const RtBackend *b = dev->rt->backend;
+  double t0 = rt_seconds();
+  atomic_store(&dev->where, RT_WHERE(r->c.kind, r->g.mask, -1));
+  if (b->permute_start) {
+    rc = b->permute_start(dev, &r->g, &r->c, r);
+  } else {
+    rc = b->permute(dev, &r->g, &r->c);
+    r->done = 1, r->rc = rc;
+  }
+  atomic_store(&dev->where, 0);
+  dev->ncoll++;
+  dev->coll_seconds += rt_seconds() - t0;
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  *req = r;
+  return RT_OK;
+}
+
+int rt_wait(RtDevice *dev, RtRequest *r) {
+  if (!dev || !r) return RT_E_ARG;
+  int rc = r->rc;
+  if (!r->done) {
+    double t0 = rt_seconds();
+    atomic_store(&dev->where, RT_WHERE(r->c.kind, r->g.mask, -1));
+    rc = dev->rt->backend->wait_request(dev, r);
+    atomic_store(&dev->where, 0);
+    dev->coll_seconds += rt_seconds() - t0;
+  }
+  free(r);
+  return rc;
 }
 
 int rt_barrier(RtDevice *dev, const int *axes, int naxes) {

@@ -114,3 +114,45 @@ void rtroute_settle(RtDevice *dev, int64_t E, int64_t T, int k, const double *lo
     log->followed++;
   }
 }
+
+/* rank 0's groups as one buffer: per group E, T, k, then its logits and its choices */
+int rt_route_log_share(Runtime *rt, RtRouteLog *log) {
+  if (rt_process_count(rt) <= 1 || !log) return 1;
+  bool root = rt_process_rank(rt) == 0;
+  int64_t head[2] = {log->n, 0}; /* groups, bytes */
+  for (int64_t g = 0; root && g < log->n; g++) {
+    const RouteGroup *r = &log->groups[g];
+    head[1] += (int64_t)(3 * sizeof(int64_t) + sizeof(double) * (size_t)(r->T * r->E) + sizeof(int64_t) * (size_t)(r->T * r->k));
+  }
+  rt_bcast_from_root(rt, head, sizeof head);
+  char *buf = head[1] ? malloc((size_t)head[1]) : NULL;
+  char msg[64] = "out of host memory for the routing decisions";
+  if (!rt_processes_agree(rt, head[1] == 0 || buf, msg, sizeof msg)) {
+    free(buf);
+    if (!root) rt_route_log_clear(log);
+    return 0;
+  }
+  char *at = buf;
+  for (int64_t g = 0; root && g < log->n; g++) {
+    const RouteGroup *r = &log->groups[g];
+    int64_t h[3] = {r->E, r->T, r->k};
+    memcpy(at, h, sizeof h), at += sizeof h;
+    memcpy(at, r->logits, sizeof(double) * (size_t)(r->T * r->E)), at += sizeof(double) * (size_t)(r->T * r->E);
+    memcpy(at, r->choice, sizeof(int64_t) * (size_t)(r->T * r->k)), at += sizeof(int64_t) * (size_t)(r->T * r->k);
+  }
+  rt_bcast_from_root(rt, buf, (size_t)head[1]);
+  if (!root) {
+    rt_route_log_clear(log);
+    at = buf;
+    for (int64_t g = 0; g < head[0]; g++) {
+      int64_t h[3];
+      memcpy(h, at, sizeof h), at += sizeof h;
+      const double *logits = (const double *)at;
+      at += sizeof(double) * (size_t)(h[1] * h[0]);
+      record(log, h[0], h[1], (int)h[2], logits, (const int64_t *)at);
+      at += sizeof(int64_t) * (size_t)(h[1] * h[2]);
+    }
+  }
+  free(buf);
+  return 1;
+}

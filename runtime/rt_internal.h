@@ -68,6 +68,8 @@ struct RtDevice {
   uint64_t ncoll;           /* this run's collective calls (own thread only) */
   double coll_seconds;
   double clock[2];          /* the simulated clock (rt_clock_add; own thread only) */
+  _Atomic int line;         /* the source line of the op it runs (rt_at_line; 0: unknown) */
+  _Atomic int32_t *line_mirror; /* mpi: the same in the launcher's status file (NULL: none) */
   pthread_t thread;
   int rc;                   /* what the entry function returned */
   /* Sleeping (sync.c), on a cache line of its own: the bell this device sleeps on now (NULL
@@ -90,6 +92,9 @@ struct Runtime {
   double spin_s;    /* the most a waiter spins before it sleeps (sync.c); 0: never spins */
   const struct RtBackend *backend;
   void *backend_state;
+  int threads_per_rank;  /* mpi: devices per process (1 under threads: unused) */
+  int local_lo, local_hi; /* the devices this process runs: [local_lo, local_hi) */
+  int process_rank, process_count;
   RtDevice *devices; /* [ndev] */
   RtEntry entry;
   void *entry_arg;
@@ -135,7 +140,21 @@ typedef struct RtColl {
   int src_of_me;                /* permute: the rank this one receives from, -1 none (front end) */
 } RtColl;
 
+/* A posted permute (rt_permute_shift_start): the checked call, the group, and what the backend
+ * keeps until rt_wait. */
+struct RtRequest {
+  RtColl c;
+  RtGroup g;
+  int done;          /* the transfer already happened (a backend without permute_start) */
+  int rc;
+  void *state;       /* the backend's */
+};
+
 /* ---- runtime.c ---- */
+/* The MPI backend, once rt_mpi_init has registered it (mpi.c; NULL in a process without MPI). */
+extern const struct RtBackend *rtrun_mpi_backend;
+extern int rtrun_world_rank;
+static inline bool rtrun_local(const Runtime *rt, int device) { return device >= rt->local_lo && device < rt->local_hi; }
 /* Records the run's first failure (the device's label, then the message) and stops the run.
  * Returns code. */
 int rtrun_fail(RtDevice *dev, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

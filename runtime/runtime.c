@@ -47,6 +47,8 @@ size_t rt_dtype_size(RtDtype dt) { return (unsigned)dt < RT_DTYPE_COUNT ? dtypes
 const char *rt_dtype_name(RtDtype dt) { return (unsigned)dt < RT_DTYPE_COUNT ? dtypes[dt].name : "?"; }
 const char *rtrun_coll_name(RtCollKind k) { return (unsigned)k < RT_COLL_COUNT ? coll_names[k] : "?"; }
 
+const RtBackend *rtrun_mpi_backend;
+
 double rt_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -88,6 +90,22 @@ static int check_config(Runtime *rt, const RtConfig *cfg) {
   if (limit < 1 || limit > RT_HARD_MAX_DEVICES)
     return open_error(rt, RT_E_LIMIT, "max_devices %d: the runtime allows 1 to %d device threads", limit,
                       RT_HARD_MAX_DEVICES);
+  if (cfg->backend == RT_BACKEND_MPI) {
+    /* under MPI the limit is on each process's threads; the mesh may be as large as the job */
+    int t = cfg->threads_per_rank ? cfg->threads_per_rank : 1;
+    if (t < 1 || t > limit)
+      return open_error(rt, RT_E_LIMIT, "%d threads per rank: the MPI backend runs 1 to %d device threads per rank",
+                        t, limit);
+    if (ndev > RT_HARD_MAX_DEVICES)
+      return open_error(rt, RT_E_LIMIT, "a mesh of more than %d devices: over the runtime's limit", RT_HARD_MAX_DEVICES);
+    if (ndev % t) {
+      char mesh[256];
+      mesh_text(cfg, mesh, sizeof mesh);
+      return open_error(rt, RT_E_ARG, "mesh %s has %lld devices: %d threads per rank do not divide them", mesh,
+                        (long long)ndev, t);
+    }
+    limit = RT_HARD_MAX_DEVICES;
+  }
   if (ndev > limit) {
     char mesh[256];
     mesh_text(cfg, mesh, sizeof mesh);
@@ -103,7 +121,10 @@ static int check_config(Runtime *rt, const RtConfig *cfg) {
   if (cfg->fail_alloc_nth < 0 || cfg->fail_alloc_device < -1 || cfg->fail_alloc_device >= ndev)
     return open_error(rt, RT_E_ARG, "fail_alloc_nth %lld on device %d: no such allocation or device",
                       (long long)cfg->fail_alloc_nth, cfg->fail_alloc_device);
-  if (cfg->backend != RT_BACKEND_THREADS) return open_error(rt, RT_E_ARG, "unknown backend %d", (int)cfg->backend);
+  if (cfg->backend == RT_BACKEND_MPI && !rtrun_mpi_backend)
+    return open_error(rt, RT_E_ARG, "the MPI backend is not started in this process (rt_mpi_init, shardrt_mpi.h)");
+  if (cfg->backend != RT_BACKEND_THREADS && cfg->backend != RT_BACKEND_MPI)
+    return open_error(rt, RT_E_ARG, "unknown backend %d", (int)cfg->backend);
   rt->ndev = (int)ndev;
   return RT_OK;
 }
@@ -112,7 +133,9 @@ static void label_device(Runtime *rt, RtDevice *d) {
   size_t n = sizeof d->label, len = (size_t)snprintf(d->label, n, "device %d", d->index);
   for (int a = 0; a < rt->naxes && len < n; a++)
     len += (size_t)snprintf(d->label + len, n - len, "%s%s=%d", a ? ", " : " [", rt->axis_name[a], d->coord[a]);
-  if (rt->naxes && len < n) snprintf(d->label + len, n - len, "]");
+  if (rt->naxes && len < n) len += (size_t)snprintf(d->label + len, n - len, "]");
+  if (rt->backend == rtrun_mpi_backend && rt->backend && len < n)
+    snprintf(d->label + len, n - len, " on rank %d", d->index / rt->threads_per_rank);
 }
 
 int rt_open(const RtConfig *cfg, Runtime **out) {
@@ -137,7 +160,10 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
   rt->fail_alloc_device = cfg->fail_alloc_device;
   rt->route_log = cfg->route_log;
   rt->route_mode = cfg->route_log ? cfg->route_mode : RT_ROUTE_OWN;
-  rt->backend = &rt_threads_backend;
+  rt->backend = cfg->backend == RT_BACKEND_MPI ? rtrun_mpi_backend : &rt_threads_backend;
+  rt->threads_per_rank = cfg->backend == RT_BACKEND_MPI && cfg->threads_per_rank ? cfg->threads_per_rank : 1;
+  rt->local_lo = 0, rt->local_hi = rt->ndev; /* the MPI backend's open narrows it */
+  rt->process_rank = 0, rt->process_count = 1;
 
   /* RtDevice is cache-line aligned (its wake word): aligned_alloc, and a size it divides. */
   rt->devices = aligned_alloc(_Alignof(RtDevice), (size_t)rt->ndev * sizeof(RtDevice));
@@ -152,10 +178,12 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
     rtmem_init(&d->mem);
   }
   rtsync_policy(rt);
-  rc = rt->backend->open(rt);
+  const RtBackend *b = rt->backend;
+  rc = b->open(rt);
   if (rc) {
     rt->backend = NULL;
-    return open_error(rt, rc, "the %s backend could not start: %s", rt_threads_backend.name, status_texts[rc]);
+    if (rt->err[0]) return rt->err_code = rc; /* the backend said why (a wrong -np) */
+    return open_error(rt, rc, "the %s backend could not start: %s", b->name, status_texts[rc]);
   }
   return RT_OK;
 }
@@ -221,6 +249,7 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
     d->ncoll = 0;
     d->coll_seconds = 0;
     d->clock[0] = d->clock[1] = 0;
+    atomic_store_explicit(&d->line, 0, memory_order_relaxed);
     d->rc = RT_OK;
   }
 
@@ -236,6 +265,7 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
   }
   int rc = rt->backend->run(rt);
   openblas_set_num_threads(blas_threads);
+  for (int i = 0; i < rt->ndev; i++) atomic_store_explicit(&rt->devices[i].line, 0, memory_order_relaxed);
   return rt->err_code ? rt->err_code : rc;
 }
 
@@ -260,7 +290,11 @@ int rtrun_vfail(RtDevice *dev, int code, const char *fmt, va_list ap) {
   pthread_mutex_lock(&rt->err_lock);
   if (!rt->err_code) {
     rt->err_code = code;
+    /* the op's line, when the generated code said it and the message does not */
+    int line = atomic_load_explicit(&dev->line, memory_order_relaxed);
     int n = snprintf(rt->err, sizeof rt->err, "%s: ", dev->label);
+    if (line > 0 && strncmp(fmt, "line ", 5) && n > 0 && (size_t)n < sizeof rt->err)
+      n += snprintf(rt->err + n, sizeof rt->err - (size_t)n, "line %d: ", line);
     if (n > 0 && (size_t)n < sizeof rt->err) vsnprintf(rt->err + n, sizeof rt->err - (size_t)n, fmt, ap);
   }
   pthread_mutex_unlock(&rt->err_lock);
@@ -306,11 +340,41 @@ void rtrun_describe(const Runtime *rt, int device, char *buf, size_t n) {
     for (int a = 0; a < rt->naxes; a++)
       if (mask >> a & 1)
         len += (size_t)snprintf(axes + len, sizeof axes - len, "%s%s", len ? ", " : "", rt->axis_name[a]);
-    snprintf(buf, n, "%s (in %s over {%s})", d->label, rtrun_coll_name((RtCollKind)kind), axes);
+    int line = atomic_load_explicit(&d->line, memory_order_relaxed);
+    char at[32] = "";
+    if (line > 0) snprintf(at, sizeof at, " at line %d", line);
+    snprintf(buf, n, "%s (in %s over {%s}%s)", d->label, rtrun_coll_name((RtCollKind)kind), axes, at);
   }
 }
 
 int rt_device_index(const RtDevice *dev) { return dev->index; }
+
+void rt_at_line(RtDevice *dev, int line) {
+  atomic_store_explicit(&dev->line, line, memory_order_relaxed);
+  if (dev->line_mirror) atomic_store_explicit(dev->line_mirror, line, memory_order_relaxed);
+}
+
+/* ---- processes ---- */
+
+int rt_device_local(const Runtime *rt, int device) { return rt && rt->backend && device >= 0 && rtrun_local(rt, device); }
+int rtrun_world_rank; /* this process's MPI rank once rt_mpi_init ran: the answer for a runtime that did not open */
+int rt_process_rank(const Runtime *rt) { return rt && rt->backend ? rt->process_rank : rtrun_world_rank; }
+int rt_process_count(const Runtime *rt) { return rt && rt->backend ? rt->process_count : 1; }
+
+const void *rt_fetch_to_root(Runtime *rt, int device, const void *buf, size_t bytes, void *scratch) {
+  if (!rt || !rt->backend || device < 0 || device >= rt->ndev) return NULL;
+  if (!rt->backend->fetch_to_root) return buf;
+  return rt->backend->fetch_to_root(rt, device, buf, bytes, scratch);
+}
+
+void rt_bcast_from_root(Runtime *rt, void *buf, size_t bytes) {
+  if (rt && rt->backend && rt->backend->bcast_from_root && bytes) rt->backend->bcast_from_root(rt, buf, bytes);
+}
+
+int rt_processes_agree(Runtime *rt, int ok, char *msg, size_t n) {
+  if (!rt || !rt->backend || !rt->backend->processes_agree) return ok != 0;
+  return rt->backend->processes_agree(rt, ok, msg, n);
+}
 
 int rt_device_coord(const RtDevice *dev, int axis) {
   return axis >= 0 && axis < dev->rt->naxes ? dev->coord[axis] : -1;

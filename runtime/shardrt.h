@@ -81,7 +81,10 @@ typedef struct RtDevice RtDevice; /* one device: its thread, its buffers, its pl
 /* What runs on each device thread. Returns RT_OK, or the status of the call that failed. */
 typedef int (*RtEntry)(RtDevice *dev, void *arg);
 
-typedef enum { RT_BACKEND_THREADS } RtBackendKind;
+/* threads: one process, one thread per device. mpi: one process (MPI rank) per threads_per_rank
+ * devices, started by mpirun (docs/runtime.md, "The MPI backend"; the process must have called
+ * rt_mpi_init, shardrt_mpi.h). */
+typedef enum { RT_BACKEND_THREADS, RT_BACKEND_MPI } RtBackendKind;
 
 /* Zero-initialised fields take their defaults, so `RtConfig c = {0}` plus a mesh is a config. */
 typedef struct RtConfig {
@@ -96,6 +99,7 @@ typedef struct RtConfig {
   RtBackendKind backend;                /* how devices exchange data */
   struct RtRouteLog *route_log;         /* rt_nn_route's decisions shared with another run, or NULL */
   int route_mode;                       /* RtRouteMode: what this run does with route_log */
+  int threads_per_rank;                 /* mpi: device threads in each rank (0: 1); ranks = devices / it */
 } RtConfig;
 
 /* ---- routing decisions shared between two runs (route_log.c) ----
@@ -115,6 +119,13 @@ void rt_route_log_clear(RtRouteLog *log); /* forget the recorded decisions (befo
 void rt_route_log_free(RtRouteLog *log);
 /* Tokens a following run routed, and those whose choices it took from the log. */
 void rt_route_log_counts(const RtRouteLog *log, int64_t *tokens, int64_t *followed);
+/* Under MPI (rank 0 alone runs the one-device program, which records): rank 0's recorded decisions
+ * copied to every other rank's log, so that the sharded run's devices follow them in every process.
+ * Each process calls it after the recording run's step and before the following run's. Returns 0
+ * (on every process) when a process ran out of host memory: then no rank follows any decision.
+ * Under threads: nothing to do (1). The counts of rt_route_log_counts are then those of rank 0's
+ * devices. */
+int rt_route_log_share(Runtime *rt, RtRouteLog *log);
 
 /* Creates the runtime for a mesh. As with sqlite3_open, *out is set even on failure (except out
  * of memory, where it is NULL): read rt_errmsg, then rt_close it. A mesh with more devices than
@@ -145,6 +156,28 @@ typedef struct RtStats {
 } RtStats;
 int rt_stats(const Runtime *rt, int device, RtStats *out);
 
+/* ---- processes: which devices this process runs ----
+ * Under threads one process runs every device. Under mpi, rank r runs devices r T .. r T + T - 1
+ * (T = threads_per_rank): the host places inputs and reads results on its own devices only
+ * (rt_alloc refuses another process's device), rt_stats covers every device after a run (the
+ * ranks exchange their figures at its end), and process 0 gathers what is printed or saved. */
+int rt_device_local(const Runtime *rt, int device); /* 1: this process runs it */
+int rt_process_rank(const Runtime *rt);             /* 0 under threads */
+int rt_process_count(const Runtime *rt);            /* 1 under threads */
+/* A device's buffer, on process 0. Every process calls it for the same device and bytes, in the
+ * same order (between runs); `buf` is the device's buffer where the device is local (NULL: it
+ * holds none). Process 0 gets `buf` when the device is its own, else `scratch` (bytes long)
+ * filled from the owner, or NULL when the owner holds none; the other processes get NULL. */
+const void *rt_fetch_to_root(Runtime *rt, int device, const void *buf, size_t bytes, void *scratch);
+/* Whether every process got through a step of the host's (placing the inputs, say): each calls it
+ * with its ok (nonzero) and its error message; 1 if all are ok, else 0 and, on every process, msg
+ * holds the message of the lowest rank that failed. Under threads: ok. */
+int rt_processes_agree(Runtime *rt, int ok, char *msg, size_t n);
+/* Process 0's `bytes` at buf copied to buf on every process (each calls it, in the same order,
+ * between runs, with the same bytes): the one-device run's state (rank 0's alone) handed to the
+ * sharded run's ranks in lockstep. Under threads: nothing to do. */
+void rt_bcast_from_root(Runtime *rt, void *buf, size_t bytes);
+
 /* ---- inside a device function ---- */
 
 /* The device's simulated clock: generated code adds the time the simulated target (shardc sim's
@@ -155,6 +188,9 @@ void rt_clock_add(RtDevice *dev, int stream, double seconds);
 
 int rt_device_index(const RtDevice *dev);
 int rt_device_coord(const RtDevice *dev, int axis); /* -1 for an axis the mesh lacks */
+/* Generated code, before each op: its source line, which failure and timeout messages name
+ * ("device 2 [x=2]: line 14: all_reduce over (x) timed out ..."). The device's own thread only. */
+void rt_at_line(RtDevice *dev, int line);
 /* The device's rank in its group over an axis tuple, and the group's size (-1 on bad axes). */
 int rt_group_rank(const RtDevice *dev, const int *axes, int naxes);
 int rt_group_size(const RtDevice *dev, const int *axes, int naxes);
@@ -216,9 +252,21 @@ int rt_permute_pairs(RtDevice *dev, const int *axes, int naxes, RtDtype dt, cons
 /* Waits for the whole group. */
 int rt_barrier(RtDevice *dev, const int *axes, int naxes);
 
+/* A permute that overlaps computation: _start posts the ring shift and returns with *req; the
+ * device computes, then rt_wait(dev, req) completes it (out holds the block then; in must stay
+ * unchanged and out unread until then). Every member starts the same permutes in the same order;
+ * a device may hold several and wait for them in any order, and must wait for each (a request is
+ * freed by its wait). Under threads the transfer happens at _start; under mpi, while the device
+ * computes (MPI_Isend/MPI_Irecv). */
+typedef struct RtRequest RtRequest;
+int rt_permute_shift_start(RtDevice *dev, const int *axes, int naxes, RtDtype dt, const void *in, void *out,
+                           int64_t count, int shift, RtRequest **req);
+int rt_wait(RtDevice *dev, RtRequest *req);
+
 /* Point to point between any two devices (by index). send copies the bytes and returns at once
  * (the copy is on the sender's account until received); recv blocks until the matching send
- * (same source, same tag; in send order per source and tag) and its size must match. */
+ * (same source, same tag; in send order per source and tag) and its size must match. Tags are
+ * >= 0 (MPI's). */
 int rt_send(RtDevice *dev, int dst, int tag, const void *buf, size_t bytes);
 int rt_recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes);
 
@@ -481,11 +529,13 @@ typedef struct RtProgram {
   int nstage_axes, stage_axes[RT_MAX_AXES];
   int chunks;                       /* V, and Lc: a stacked dim is held in storage order when V > 1 */
   int64_t chunk_layers;
+  int backend;                      /* RtBackendKind: RT_BACKEND_MPI in an executable built with
+                                       --backend mpi (its main is rt_mpi_main, shardrt_mpi.h) */
 } RtProgram;
 
 /* main() of a built executable: options --steps N --seed N --timeout S --hbm BYTES --format
- * text|json (each also --opt=VALUE), --help; returns the exit status (0 PASS or --help, 1 FAIL or a
- * failure, 2 a usage error). */
+ * text|json --no-reference, under mpi --threads-per-rank T (each also --opt=VALUE), --help; returns
+ * the exit status (0 PASS or --help, 1 FAIL or a failure, 2 a usage error). */
 int rt_launch_main(int argc, char **argv, const RtProgram *p);
 
 /* ---- command-line values (args.c): a built executable and shardc parse their options alike ---- */

@@ -14,6 +14,8 @@
 #include "stages.h"
 #include "step.h"
 
+bool bufplan_walk_every_run;
+
 typedef struct Use { int64_t c[BUF__COUNT]; } Use;
 
 static int64_t use_total(const Use *u) {
@@ -115,11 +117,12 @@ static void mark_saved(PW *W, const IrFunc *f) {
 
 /* ---- roots ---- */
 
-static bool is_view(const Op *op) {
-  switch (op->kind) {
+bool bufplan_is_view(const Op *op) {
+  switch (op->kind) { /* each view's condition its own */
   case OP_RENAME: case OP_SPLIT: case OP_MERGE: return true;
   case OP_SLICE: /* a block of the leading dim alone is a contiguous part of its operand */
-    return op->noffs == 1 && op->offs[0].dim == op->operands[0]->type.dims[0];
+    return op->noffs == 1 && op->offs && op->operands[0]->type.rank > 0 &&
+           op->offs[0].dim == op->operands[0]->type.dims[0];
   case OP_CAST: return op->results[0]->type.dtype == op->operands[0]->type.dtype;
   case OP_TRANSPOSE: { /* the same dim order: a copy ir_build or the step made for a boundary */
     const TensorType *a = &op->operands[0]->type, *b = &op->results[0]->type;
@@ -132,17 +135,9 @@ static bool is_view(const Op *op) {
   }
 }
 
-static bool in_place_op(const Op *op) {
-  if (op->nresults != 1) return false;
-  if (ir_op_is_elementwise(op->kind)) return true;
-  switch (op->kind) {
-  case OP_ALL_REDUCE: case OP_PERMUTE: /* NCCL and the runtime reduce or shift in place */
-  case OP_CAST: case OP_CAUSAL: case OP_CAUSAL_GRAD: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD:
-  case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
-    return true;
-  default: return false;
-  }
-}
+/* the table's OPF_INPLACE ops (ops.def): each element read where it is written (elementwise ops,
+ * casts, masks, the optimizer's updates; NCCL and the runtime reduce or shift in place) */
+static bool in_place_op(const Op *op) { return op->nresults == 1 && (ir_op_info(op->kind)->flags & OPF_INPLACE); }
 
 static void join(PW *W, int32_t into, int32_t from) {
   into = find(W, into), from = find(W, from);
@@ -170,7 +165,7 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       W->external[v->id] = 0;
       W->reusable[v->id] = op->kind != OP_PARAM && op->kind != OP_INPUT;
       W->bytes[v->id] = value_bytes(v);
-      if (is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
+      if (bufplan_is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
     }
   for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = value_bytes(f->inputs[i]);
   /* last uses (a view's reads keep its buffer) */
@@ -321,24 +316,52 @@ static void walk_pipeline(PW *W, const Op *pipe, Peak *out) {
   }
   Use live = {0};
   LiveVec lv = {0};
-  int stores = 0;
+  int64_t stores = 0;
   int64_t act_bytes_fwd = act_out[PR_FIRST], act_bytes_bwd = act_out[PR_LAST];
-  for (int i = pi->first_action[W->stage]; i < pi->first_action[W->stage + 1]; i++) {
-    const PipeAction *a = &pi->actions[i];
-    static const int8_t region_of[] = {PR_FIRST, PR_CHUNK_FWD, PR_LAST, PR_CHUNK_BWD, PR_FIRST_BWD, -1, -1};
-    int r = region_of[a->kind];
-    if (a->kind == PA_SEND || a->kind == PA_RECV) {
-      int64_t b = a->backward ? act_bytes_bwd : act_bytes_fwd;
-      live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], a->kind == PA_RECV ? b : -b);
-      continue;
+  /* The stage's schedule in bounded form (shard/schedule.h). Within a span run R times, what is
+   * live at any of its actions is what is live there in the first run plus (r - 1) times what one
+   * run adds in the r-th: each total considered is linear in r, so the largest is in the first run
+   * or the last (and ties go to the first, as in a walk of every run). The span is walked for its
+   * first run, then again from where its last run starts: the same peak as the whole list, in
+   * O(p V) steps whatever the number of microbatches. */
+  int s = W->stage;
+  for (int i = pi->first_form[s]; i < pi->first_form[s + 1];) {
+    const PipeSpan *sp = NULL;
+    for (int k = 0; k < 2; k++)
+      if (pi->spans[2 * s + k].len > 0 && pi->spans[2 * s + k].first == i) sp = &pi->spans[2 * s + k];
+    int len = sp ? sp->len : 1, runs = sp ? (bufplan_walk_every_run ? sp->reps : sp->reps > 1 ? 2 : 1) : 1;
+    Use live0 = live;
+    int64_t stores0 = stores;
+    for (int run = 0; run < runs; run++) {
+      if (run == 1 && !bufplan_walk_every_run) { /* to the start of the last run */
+        int64_t more = sp->reps - 1;
+        for (int c = 0; c < BUF__COUNT; c++) {
+          int64_t d;
+          if (ckd_sub(&d, live.c[c], live0.c[c])) d = live.c[c] > live0.c[c] ? INT64_MAX : INT64_MIN;
+          live.c[c] = sat_add(live0.c[c], sat_mul(more, d));
+        }
+        stores = stores0 + more * (stores - stores0);
+      }
+      for (int t = i; t < i + len; t++) {
+        const PipeAction *a = &pi->form[t];
+        static const int8_t region_of[] = {PR_FIRST, PR_CHUNK_FWD, PR_LAST, PR_CHUNK_BWD, PR_FIRST_BWD, -1, -1};
+        int r = region_of[a->kind];
+        if (a->kind == PA_SEND || a->kind == PA_RECV) {
+          int64_t b = a->backward ? act_bytes_bwd : act_bytes_fwd;
+          live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], a->kind == PA_RECV ? b : -b);
+          continue;
+        }
+        lv.len = 0;
+        int in_flight = stores > INT32_MAX ? INT32_MAX : (int)stores;
+        if (stores > 0 && kept) VEC_PUSH(W->a, lv, ((BufLive){kept, sat_mul(keep, stores), BUF_ACT, in_flight}));
+        consider(W, out, &live, &lv, &rp[r], pipe, in_flight);
+        /* after the region: its activation leaves, what it read arrives no more, residuals kept */
+        live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], act_out[r] - act_in[r]);
+        if (r == PR_CHUNK_FWD && pi->region[PR_CHUNK_BWD]) stores++, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], keep);
+        if (r == PR_CHUNK_BWD) stores--, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], -keep);
+      }
     }
-    lv.len = 0;
-    if (stores > 0 && kept) VEC_PUSH(W->a, lv, ((BufLive){kept, sat_add(keep, 0) * stores, BUF_ACT, stores}));
-    consider(W, out, &live, &lv, &rp[r], pipe, stores);
-    /* after the region: its activation leaves, what it read arrives no more, residuals kept */
-    live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], act_out[r] - act_in[r]);
-    if (r == PR_CHUNK_FWD && pi->region[PR_CHUNK_BWD]) stores++, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], keep);
-    if (r == PR_CHUNK_BWD) stores--, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], -keep);
+    i += len;
   }
 }
 

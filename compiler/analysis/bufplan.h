@@ -63,9 +63,15 @@ typedef struct BufPlan {
 
 /* Builds the plan for m on p's mesh (arena-allocated). */
 void bufplan_build(Arena *a, const IrModule *m, const Program *p, BufPlan *out);
+/* Tests only: walk a pipeline schedule's every run of its steady unit rather than the first and
+ * the last (the same peak, in time that grows with the microbatches). */
+extern bool bufplan_walk_every_run;
 /* The same, and with keep_live each stage's BufStage.live lists every buffer live at its peak (the
  * suggestions' search rescales them for a changed layout, fitsearch.h). */
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out);
 
+/* op's result is a view of its operand's buffer (renames, splits, merges, a cast to the same dtype,
+ * a transpose keeping the dim order, a slice of the leading dim alone): no copy, no traffic. */
+bool bufplan_is_view(const Op *op);
 const char *bufplan_class_name(BufClass c); /* "params", "grads", "optimizer", "activations", "temporaries" */
 #endif

@@ -919,7 +919,15 @@ static void change_what(const Search *S, const FitChange *c, char *buf, size_t n
   }
 }
 
+static void fit_search_(const FitInput *in, FitAdvice *out);
+
 void fit_search(const FitInput *in, FitAdvice *out) {
+  const char *was = mem_activity("searching for a program that fits");
+  fit_search_(in, out);
+  mem_activity(was);
+}
+
+static void fit_search_(const FitInput *in, FitAdvice *out) {
   memset(out, 0, sizeof *out);
   const CheckedProgram *cp = in->cp;
   if (!cp || !cp->prog || !cp->ir || !cp->prog->mesh || in->base->fits) return;

@@ -70,7 +70,9 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     r->param_bytes = sat_add(r->param_bytes, tensor_type_bytes(&m->params[i].type));
   }
   BufPlan bp;
+  const char *was = mem_activity("planning the buffers per device");
   bufplan_build(m->arena, m, p, &bp);
+  mem_activity(was);
   if (m->pipeline) {
     r->nstages = bp.nstages;
     r->stages = ARENA_ARRAY(m->arena, MemStage, bp.nstages);

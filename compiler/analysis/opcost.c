@@ -50,47 +50,49 @@ static double value_bytes(const Value *v, bool local) {
 
 void opcost(const Op *op, bool local, OpCost *out) {
   memset(out, 0, sizeof *out);
-  switch (op->kind) {
-  case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_LOOP: case OP_PIPELINE:
-    return;
-  default:
-    if (ir_op_is_collective(op->kind)) return;
-  }
-  if (op->kind == OP_RENAME || op->kind == OP_SPLIT || op->kind == OP_MERGE) return; /* views: no traffic */
-  if (op->kind == OP_SLICE) { /* reads the block it keeps, writes it */
+  CostClass cc = (CostClass)ir_op_info(op->kind)->cost;
+  /* no kernel (leaves, regions: their ops are counted one by one), collectives (costed apart),
+   * views: no traffic */
+  if (cc == CC_NONE || cc == CC_COLLECTIVE || cc == CC_VIEW) return;
+  if (cc == CC_BLOCK) { /* reads the block it keeps, writes it */
     out->bytes = 2 * value_bytes(op->results[0], local);
     return;
   }
   for (int i = 0; i < op->noperands; i++) out->bytes += value_bytes(op->operands[i], local);
   for (int r = 0; r < op->nresults; r++) out->bytes += value_bytes(op->results[r], local);
-  if (op->kind == OP_CONTRACT && op->noperands == 2) {
+  switch (cc) { /* the FLOPs: each class its own count */
+  case CC_CONTRACT:
     /* a dispatch or a combine moves rows (language.md): 0 FLOPs */
-    if (ir_route_contract(op, NULL) == CONTRACT_DENSE)
+    if (op->noperands == 2 && ir_route_contract(op, NULL) == CONTRACT_DENSE)
       out->flops = prod2(op->operands[0], op->operands[1], NULL, NULL, NULL, 0, local);
     return;
-  }
-  if (op->kind == OP_ROUTE_GRAD && op->noperands == 3) { /* a dot product over dims[] per entry */
-    const Value *r = op->results[0], *from[2] = {op->operands[1], op->operands[2]};
-    double f = 2 * ir_route_fill(r);
-    for (int i = 0; i < r->type.rank; i++) f *= extent(r, i, local);
-    for (int j = 0; j < op->ndims; j++) f *= dim_extent(from, 2, op->dims[j], local);
-    out->flops = f;
-    return;
-  }
-  if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 2) {
-    const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
-    const Value *from[3] = {q, k, v};
-    double qk = prod2(q, k, NULL, NULL, from, 3, local), pv = prod2(q, v, op->dims[0], op->dims[1], from, 3, local);
-    if (op->kind == OP_ATTENTION || op->index == 0) out->flops = qk + pv;
-    else if (op->index == 1) out->flops = qk;
-    else out->flops = pv + qk, out->recompute_flops = qk;
-    /* ring attention: the local query block meets every key block, one per step of the ring */
-    int kd = tensor_type_find(&k->type, op->dims[1]);
-    if (op->ring && local && kd >= 0 && k->local[kd] > 0) {
-      double steps = (double)k->type.dims[kd]->size / (double)k->local[kd];
-      out->flops *= steps;
-      out->recompute_flops *= steps;
+  case CC_ROUTED: /* a dot product over dims[] per entry */
+    if (op->noperands == 3) {
+      const Value *r = op->results[0], *from[2] = {op->operands[1], op->operands[2]};
+      double f = 2 * ir_route_fill(r);
+      for (int i = 0; i < r->type.rank; i++) f *= extent(r, i, local);
+      for (int j = 0; j < op->ndims; j++) f *= dim_extent(from, 2, op->dims[j], local);
+      out->flops = f;
     }
+    return;
+  case CC_ATTENTION:
+    if (op->noperands >= 3 && op->ndims >= 2) {
+      const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
+      const Value *from[3] = {q, k, v};
+      double qk = prod2(q, k, NULL, NULL, from, 3, local), pv = prod2(q, v, op->dims[0], op->dims[1], from, 3, local);
+      if (op->kind == OP_ATTENTION || op->index == 0) out->flops = qk + pv;
+      else if (op->index == 1) out->flops = qk;
+      else out->flops = pv + qk, out->recompute_flops = qk;
+      /* ring attention: the local query block meets every key block, one per step of the ring */
+      int kd = tensor_type_find(&k->type, op->dims[1]);
+      if (op->ring && local && kd >= 0 && k->local[kd] > 0) {
+        double steps = (double)k->type.dims[kd]->size / (double)k->local[kd];
+        out->flops *= steps;
+        out->recompute_flops *= steps;
+      }
+    }
+    return;
+  default: return; /* memory-bound: bytes alone */
   }
 }
 
@@ -143,13 +145,8 @@ double opcost_ring_pairs(const IrModule *m, const Op *op, int rank) {
 /* ---- a whole step's communication ---- */
 
 static CollKind coll_kind(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  default: return COLL_PERMUTE;
-  }
+  int c = ir_op_info(k)->coll;
+  return c == NOCOLL ? COLL_PERMUTE : (CollKind)c;
 }
 
 static double comm_in(const IrFunc *f, const Mesh *mesh, double mult) {

@@ -19,7 +19,9 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
   int before = diag_error_count();
   cp->parsed = parsed;
   cp->so = *so;
+  const char *was = mem_activity("checking the declarations");
   cp->prog = sema_program(arena, cp->parsed, so);
+  mem_activity(was);
   if (cp->prog->usage_error) {
     diag_usage("%s", cp->prog->usage_error);
     return EXIT_USAGE;
@@ -35,16 +37,18 @@ int check_program(Arena *arena, ParsedProgram *parsed, const SemaOptions *so, Ch
     diag_usage("compiling a `serve` step is not implemented yet; use --entry model.fn");
     return EXIT_USAGE;
   }
+  was = mem_activity("building the step's IR");
   cp->ir = check_build_ir(arena, cp->prog);
+  mem_activity(was);
   if (!cp->ir || diag_error_count() > before) return EXIT_PROGRAM_ERROR;
   return EXIT_OK;
 }
 
-bool pipeline_run(IrModule *m, const Program *p) {
-  if (!m || !m->main || !p || !p->mesh) return true;
-  if (m->localized) return true;
-  int before = diag_error_count();
+/* The passes, each naming itself for an out-of-memory message (common.h's mem_activity). */
+static bool passes(IrModule *m, const Program *p, int before) {
+  mem_activity("propagating shardings");
   propagate_module(m, p);
+  mem_activity("partitioning");
   if (!partition_module(m, p) || diag_error_count() > before) return false;
   ir_route_mark(m); /* the collectives of patterned values keep their pattern (route.h) */
   if (!ir_verify(m, stderr)) {
@@ -52,11 +56,24 @@ bool pipeline_run(IrModule *m, const Program *p) {
     return false;
   }
   bucket_module(m, p);
-  if (!localize_module(m, p) || !stages_module(m, p)) return false;
+  mem_activity("localizing");
+  if (!localize_module(m, p)) return false;
+  mem_activity("splitting the pipeline into stages and scheduling it");
+  if (!stages_module(m, p)) return false;
   ir_route_mark(m); /* and so do their slices, and a pipeline's regions */
   if (!ir_verify(m, stderr)) {
     diag_error(p->entry ? p->entry->loc : (SrcLoc){0}, "internal error: the pipelined IR does not verify");
     return false;
   }
-  return diag_error_count() == before;
+  return true;
+}
+
+bool pipeline_run(IrModule *m, const Program *p) {
+  if (!m || !m->main || !p || !p->mesh) return true;
+  if (m->localized) return true;
+  int before = diag_error_count();
+  const char *was = mem_activity(NULL);
+  bool ok = passes(m, p, before);
+  mem_activity(was);
+  return ok && diag_error_count() == before;
 }

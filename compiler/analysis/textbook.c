@@ -3,19 +3,11 @@
 
 #include "bucket.h"
 #include "route.h"
+#include "schedule.h"
 #include "step.h"
 #include "textbook.h"
 
-static int kind_index(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  case OP_PERMUTE: return COLL_PERMUTE;
-  default: return -1;
-  }
-}
+static int kind_index(OpKind k) { return ir_op_info(k)->coll; } /* CollKind; NOCOLL (-1) */
 
 /* A collective of expert parallelism: an AllToAll of a dispatch's slots (through casts, transposes,
  * slices and earlier collectives) or of what a combine reads, or any collective of a routed value
@@ -320,8 +312,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
   }
   /* pipelines: a send each way per microbatch and boundary */
   if (pi && pi->microbatches > 0) {
-    int sends = 0;
-    for (int i = 0; i < pi->first_action[pi->stages]; i++) sends += pi->actions[i].kind == PA_SEND;
+    int64_t sends = schedule_count(pi, PA_SEND, false) + schedule_count(pi, PA_SEND, true);
     int bounds = pi->stages * pi->chunks - 1;
     /* the bytes of one send: the activation as the sender holds it, over the axes it is replicated
      * on when Megatron's scatter-gather splits it; the book: the activation over the
@@ -338,7 +329,8 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
     add_row(rows, &n, (TextbookRow){.strategy = arena_printf(a, "pipeline over %s (%d stages x %d chunks)",
                                                              mesh_axes_text(a, mesh, stage), pi->stages, pi->chunks),
                                      .source = "Narayanan et al. 2021", .kind = COLL_PERMUTE,
-                                     .got = sends / pi->microbatches, .want = 2 * bounds, .runs = sends / pi->microbatches,
+                                     .got = (int)(sends / pi->microbatches), .want = 2 * bounds,
+                                     .runs = (int)(sends / pi->microbatches),
                                      .got_bytes = got, .want_bytes = c->loop ? want : 0,
                                      .per = "per microbatch, over all stages"});
   }

@@ -3,7 +3,8 @@
  * An Arena is a list of blocks; arena_alloc hands out 16-byte aligned, zeroed slices of the newest
  * block and starts a new block when it runs out. Nothing is freed on its own: arena_free drops every
  * block at once. Blocks come from calloc, and a slice is never handed out twice, so memory is zero
- * without a memset per allocation. */
+ * without a memset per allocation. A failed allocation names the activity (mem_activity) and exits 1.
+ * The mem_ allocators (common.h) live here too: malloc's, with a message naming what they build. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +25,45 @@ void arena_init(Arena *a) {
   a->bytes = 0;
 }
 
-static void arena_oom(size_t size) {
-  fprintf(stderr, "shardc: out of memory (allocating %zu bytes)\n", size);
-  abort();
+/* ---- out of memory (common.h) ---- */
+
+static const char *activity = "compiling";
+
+const char *mem_activity(const char *what) {
+  const char *prev = activity;
+  activity = what ? what : "compiling";
+  return prev;
 }
+
+_Noreturn void mem_oom(const char *what, size_t bytes) {
+  fflush(stdout);
+  fprintf(stderr, "shardc: out of memory while %s%s%s (allocating %zu bytes)\n", activity, what ? ": building " : "",
+          what ? what : "", bytes);
+  exit(1);
+}
+
+void *mem_alloc(size_t n, const char *what) {
+  void *p = malloc(n ? n : 1);
+  if (!p) mem_oom(what, n);
+  return p;
+}
+
+void *mem_calloc(size_t n, size_t size, const char *what) {
+  if (size && n > SIZE_MAX / size) mem_oom(what, SIZE_MAX);
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) mem_oom(what, n * size);
+  return p;
+}
+
+void *mem_realloc(void *p, size_t n, const char *what) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) mem_oom(what, n);
+  return q;
+}
+
+/* ---- arenas ---- */
+
+static void arena_oom(size_t size) { mem_oom(NULL, size); }
 
 /* Blocks grow with the arena (double the last one, up to 4 MB) so a big program needs few blocks
  * and a small one wastes little; a request bigger than that gets a block of its own size. */

@@ -19,12 +19,23 @@ typedef struct Arena {
 } Arena;
 
 void arena_init(Arena *a);
-void *arena_alloc(Arena *a, size_t size);          /* zeroed, 16-byte aligned; aborts on OOM */
+void *arena_alloc(Arena *a, size_t size);          /* zeroed, 16-byte aligned; mem_oom on failure */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);
 #define ARENA_NEW(a, T) ((T *)arena_alloc((a), sizeof(T)))
 #define ARENA_ARRAY(a, T, n) ((T *)arena_alloc((a), sizeof(T) * (size_t)(n)))
+
+/* ---- out of memory ----
+ * An allocation that fails prints what shardc was building and exits 1 (never a bare abort):
+ *   shardc: out of memory while simulating the step: building the timeline's tasks (allocating 48 bytes)
+ * mem_activity names the stage a command is in (the arenas' failures name it); the mem_ allocators
+ * name the structure. mem_activity returns the previous activity, for the caller to restore. */
+const char *mem_activity(const char *what);
+_Noreturn void mem_oom(const char *what, size_t bytes);
+void *mem_alloc(size_t n, const char *what);                /* malloc; n == 0 allocates 1 byte */
+void *mem_calloc(size_t n, size_t size, const char *what);  /* zeroed; n * size checked */
+void *mem_realloc(void *p, size_t n, const char *what);
 
 /* Growable array whose storage comes from an arena (old storage is simply abandoned). */
 #define VEC(T) struct { T *data; int len, cap; }

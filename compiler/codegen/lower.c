@@ -302,16 +302,9 @@ typedef struct MapCtx {
 
 #define FUSE_MAX_LEAVES 12
 
-/* Elementwise ops a chain fuses: their scalar function is all there is to them. */
-static bool fusable_kind(OpKind k) {
-  switch (k) {
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
-  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_RELU_GRAD:
-  case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT: case OP_ADAM_UPDATE:
-    return true;
-  default: return false;
-  }
-}
+/* Elementwise ops a chain fuses: those with a scalar function (ops.def), which is all there is to
+ * them. */
+static bool fusable_kind(OpKind k) { return ir_op_info(k)->fn; }
 
 static bool float_op(const Op *op) {
   if (op->nresults != 1 || dtype_is_int(op->results[0]->type.dtype) || lower_rt_dtype(op->results[0]->type.dtype) < 0) return false;
@@ -335,70 +328,6 @@ static int op_leaves(const Lower *L, const Op *op, const Value **out, int n) {
   return n;
 }
 
-static LLVMValueRef sigmoid(Lower *L, LLVMValueRef v) {
-  LLVMValueRef e = lower_exp(L, LLVMBuildFNeg(L->B, v, ""));
-  return LLVMBuildFDiv(L->B, cf32(L, 1), LLVMBuildFAdd(L->B, cf32(L, 1), e, ""), "");
-}
-
-/* The scalar function of an elementwise op, in f32 (ints in i32). NULL: not elementwise here. */
-static LLVMValueRef scalar_fn(Lower *L, const Op *op, LLVMValueRef *v, bool ints) {
-  LLVMBuilderRef B = L->B;
-  switch (op->kind) {
-  case OP_ADD: return ints ? LLVMBuildAdd(B, v[0], v[1], "") : LLVMBuildFAdd(B, v[0], v[1], "");
-  case OP_SUB: return ints ? LLVMBuildSub(B, v[0], v[1], "") : LLVMBuildFSub(B, v[0], v[1], "");
-  case OP_MUL: return ints ? LLVMBuildMul(B, v[0], v[1], "") : LLVMBuildFMul(B, v[0], v[1], "");
-  case OP_DIV: return ints ? NULL : LLVMBuildFDiv(B, v[0], v[1], "");
-  case OP_NEG: return ints ? LLVMBuildNeg(B, v[0], "") : LLVMBuildFNeg(B, v[0], "");
-  case OP_EXP: return lower_exp(L, v[0]); /* lower_math.c: vectorisable */
-  case OP_LOG: return lower_intrinsic(L, "llvm.log", v, 1);
-  case OP_SQRT: return lower_intrinsic(L, "llvm.sqrt", v, 1);
-  case OP_RSQRT: return LLVMBuildFDiv(B, cf32(L, 1), lower_intrinsic(L, "llvm.sqrt", v, 1), "");
-  case OP_TANH: return lower_tanh(L, v[0]);
-  case OP_SIGMOID: return sigmoid(L, v[0]);
-  case OP_RELU: {
-    /* v > 0 ? v : (v <= 0 ? 0 : v): NaN stays NaN */
-    LLVMValueRef le = LLVMBuildFCmp(B, LLVMRealOLE, v[0], cf32(L, 0), "");
-    return LLVMBuildSelect(B, le, cf32(L, 0), v[0], "");
-  }
-  case OP_GELU: {
-    LLVMValueRef e = lower_erf(L, LLVMBuildFMul(B, v[0], cf32(L, 0.70710678118654752440), ""));
-    return LLVMBuildFMul(B, LLVMBuildFMul(B, cf32(L, 0.5), v[0], ""), LLVMBuildFAdd(B, cf32(L, 1), e, ""), "");
-  }
-  case OP_SILU: return LLVMBuildFMul(B, v[0], sigmoid(L, v[0]), "");
-  case OP_RELU_GRAD: {
-    LLVMValueRef gt = LLVMBuildFCmp(B, LLVMRealOGT, v[0], cf32(L, 0), "");
-    return LLVMBuildSelect(B, gt, v[1], cf32(L, 0), "");
-  }
-  case OP_GELU_GRAD: {
-    LLVMValueRef x = v[0];
-    LLVMValueRef Phi = LLVMBuildFMul(B, cf32(L, 0.5), LLVMBuildFAdd(B, cf32(L, 1), lower_erf(L, LLVMBuildFMul(B, x, cf32(L, 0.70710678118654752440), "")), ""), "");
-    LLVMValueRef ex = LLVMBuildFMul(B, cf32(L, -0.5), LLVMBuildFMul(B, x, x, ""), "");
-    LLVMValueRef phi = LLVMBuildFDiv(B, lower_exp(L, ex), cf32(L, 2.5066282746310002), "");
-    return LLVMBuildFMul(B, v[1], LLVMBuildFAdd(B, Phi, LLVMBuildFMul(B, x, phi, ""), ""), "");
-  }
-  case OP_SILU_GRAD: {
-    LLVMValueRef s = sigmoid(L, v[0]);
-    LLVMValueRef t = LLVMBuildFAdd(B, cf32(L, 1), LLVMBuildFMul(B, v[0], LLVMBuildFSub(B, cf32(L, 1), s, ""), ""), "");
-    return LLVMBuildFMul(B, v[1], LLVMBuildFMul(B, s, t, ""), "");
-  }
-  case OP_SGD_UPDATE: return LLVMBuildFSub(B, v[0], LLVMBuildFMul(B, cf32(L, op->scalar), v[1], ""), "");
-  case OP_ADAM_MOMENT: {
-    LLVMValueRef g = op->flag ? LLVMBuildFMul(B, v[1], v[1], "") : v[1];
-    return LLVMBuildFAdd(B, LLVMBuildFMul(B, cf32(L, op->scalar), v[0], ""), LLVMBuildFMul(B, cf32(L, 1 - op->scalar), g, ""), "");
-  }
-  case OP_ADAM_UPDATE: {
-    LLVMValueRef t = v[3];
-    LLVMValueRef b1[2] = {cf32(L, IR_ADAM_BETA1), t}, b2[2] = {cf32(L, IR_ADAM_BETA2), t};
-    LLVMValueRef mh = LLVMBuildFDiv(B, v[1], LLVMBuildFSub(B, cf32(L, 1), lower_intrinsic(L, "llvm.pow", b1, 2), ""), "");
-    LLVMValueRef vh = LLVMBuildFDiv(B, v[2], LLVMBuildFSub(B, cf32(L, 1), lower_intrinsic(L, "llvm.pow", b2, 2), ""), "");
-    LLVMValueRef den = LLVMBuildFAdd(B, lower_intrinsic(L, "llvm.sqrt", &vh, 1), cf32(L, IR_ADAM_EPS), "");
-    return LLVMBuildFSub(B, v[0], LLVMBuildFDiv(B, LLVMBuildFMul(B, cf32(L, op->scalar), mh, ""), den, ""), "");
-  }
-  case OP_BROADCAST: return v[0];
-  default: return NULL;
-  }
-}
-
 /* x as a value of dtype dt holds it (bf16, f16: rounded to nearest even and widened back). */
 static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
   if (dt == DT_BF16) {
@@ -415,7 +344,7 @@ static LLVMValueRef eval_value(Lower *L, MapCtx *c, const Value *v, LLVMValueRef
     const Op *p = v->def;
     LLVMValueRef a[8];
     for (int i = 0; i < p->noperands; i++) a[i] = eval_value(L, c, p->operands[i], offs, false);
-    return round_to(L, scalar_fn(L, p, a, false), v->type.dtype);
+    return round_to(L, lower_scalar(L, p, a, false), v->type.dtype);
   }
   int k = 0;
   if (c->leaf)
@@ -433,7 +362,7 @@ static void map_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx
   bool ints = dtype_is_int(c->t[0].dt);
   for (int i = 0; i < c->n; i++) v[i] = eval_value(L, c, c->op->operands[i], offs, ints);
   LLVMValueRef r;
-  if (c->op->kind == OP_CAST) {
+  if (!ir_op_info(c->op->kind)->fn) { /* a cast (a broadcast keeps its operand's dtype): the value converted */
     bool from_int = dtype_is_int(c->t[1].dt);
     if (ints && !from_int) {
       LLVMTypeRef tys[2] = {L->i32, L->f32};
@@ -441,7 +370,7 @@ static void map_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx
       LLVMValueRef f = LLVMGetIntrinsicDeclaration(L->M, id, tys, 2);
       r = LLVMBuildCall2(L->B, LLVMIntrinsicGetType(L->C, id, tys, 2), f, v, 1, "");
     } else r = v[0];
-  } else r = scalar_fn(L, c->op, v, ints);
+  } else r = lower_scalar(L, c->op, v, ints);
   lower_store(L, &c->t[0], offs[0], r);
 }
 
@@ -451,8 +380,7 @@ static bool lower_map(Lower *L, const Op *op) {
   for (int i = 0; i < op->noperands; i++)
     if (lower_rt_dtype(op->operands[i]->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(op->operands[i]->type.dtype));
   if (lower_rt_dtype(res->type.dtype) < 0) return fail(L, op, "dtype %s is not lowered yet", dtype_name(res->type.dtype));
-  if (dtype_is_int(res->type.dtype) && op->kind != OP_CAST && op->kind != OP_BROADCAST && op->kind != OP_ADD &&
-      op->kind != OP_SUB && op->kind != OP_MUL && op->kind != OP_NEG)
+  if (dtype_is_int(res->type.dtype) && !(ir_op_info(op->kind)->flags & OPF_INT))
     return fail(L, op, "%s on integers is not lowered yet", ir_op_name(op->kind));
   const Value *leaf[16];
   int nleaf = op_leaves(L, op, leaf, 0);
@@ -808,7 +736,7 @@ static bool lower_collective(Lower *L, const Op *op) {
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   int esz = dtype_bytes(x->type.dtype);
   LLVMTypeRef P = L->ptr, I32 = L->i32, I64 = L->i64;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each collective its runtime call */
   case OP_ALL_REDUCE: {
     int8_t ax[MAX_MESH_AXES];
     int n = 0;
@@ -936,14 +864,13 @@ static bool plan_view(const Lower *L, const Op *op) {
 
 /* The operand whose buffer op's result shares (a view), or NULL. */
 static const Value *view_operand(const Lower *L, const Op *op) {
-  switch (op->kind) {
-  case OP_RENAME: case OP_SPLIT: case OP_MERGE:
-    return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
-  case OP_CAST: return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
-  case OP_SLICE: case OP_TRANSPOSE: /* the plan's views: a block of the leading dim, the same dim order */
+  switch ((LowerKind)ir_op_info(op->kind)->lower) {
+  case LK_VIEW: return same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
+  case LK_MAP: /* a cast that keeps the bytes */
+    return op->kind == OP_CAST && same_bytes(L, op->results[0], op->operands[0]) ? op->operands[0] : NULL;
+  case LK_COPY: /* the plan's views: a block of the leading dim, the same dim order */
     return plan_view(L, op) ? op->operands[0] : NULL;
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
-    return L->mesh ? NULL : op->operands[0];
+  case LK_COLLECTIVE: return L->mesh ? NULL : op->operands[0];
   default: return NULL;
   }
 }
@@ -955,30 +882,26 @@ static bool lower_op(Lower *L, const Op *op) {
     L->owned[res->id] = false;
     return true;
   }
-  switch (op->kind) {
-  case OP_INPUT:
-  case OP_PARAM: {
+  switch ((LowerKind)ir_op_info(op->kind)->lower) { /* each lowering kind its own (ops.def's lower) */
+  case LK_INPUT: {
     int slot = op->kind == OP_INPUT ? op->index : L->m->main->ninputs + op->index;
     LLVMValueRef p = gep(L, L->ptr, L->slots, ci64(L, slot));
     L->buf[res->id] = LLVMBuildLoad2(L->B, L->ptr, p, res->name ? res->name : "in");
     L->root[res->id] = res->id;
     return true;
   }
-  case OP_CONST: return lower_const(L, op);
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
-  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
-  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT:
-  case OP_ADAM_UPDATE: case OP_BROADCAST:
+  case LK_CONST: return lower_const(L, op);
+  case LK_MAP:
     if (op->kind == OP_CAST && same_bytes(L, res, op->operands[0])) {
       view_of(L, res, op->operands[0]);
       return true;
     }
     return lower_map(L, op);
-  case OP_RENAME: case OP_SPLIT: case OP_MERGE:
+  case LK_VIEW:
     if (!same_bytes(L, res, op->operands[0])) return fail(L, op, "%s that changes the local element count is not lowered yet", ir_op_name(op->kind));
     view_of(L, res, op->operands[0]);
     return true;
-  case OP_TRANSPOSE: case OP_SLICE:
+  case LK_COPY:
     if (plan_view(L, op)) { /* a view; a slice starts at the device's first row */
       const Value *x = op->operands[0];
       int64_t st[MAX_RANK];
@@ -992,25 +915,23 @@ static bool lower_op(Lower *L, const Op *op) {
       return true;
     }
     return lower_copy(L, op);
-  case OP_CAUSAL: case OP_CAUSAL_GRAD: return lower_causal(L, op);
-  case OP_SUM: case OP_MEAN: case OP_MAX: return lower_reduce(L, op);
-  case OP_CONTRACT: return lower_contract(L, op);
-  case OP_LOOP: return lower_loop(L, op);
-  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
-  case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_MAX_GRAD:
-    return lower_nn_rows(L, op, new_buffer);
-  case OP_ROUTE: return lower_nn_route(L, op, new_buffer);
-  case OP_ROUTE_GRAD: return lower_route_grad(L, op);
-  case OP_ONEHOT: case OP_PICK: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
-  case OP_TAKE: return lower_nn_take(L, op, dim_offset(L, op, op->operands[0]->type.dims[0]), new_buffer);
-  case OP_TAKE_GRAD: return lower_nn_take(L, op, dim_offset(L, op, res->type.dims[0]), new_buffer);
-  case OP_ATTENTION: case OP_ATTENTION_GRAD:
+  case LK_CAUSAL: return lower_causal(L, op);
+  case LK_REDUCE: return lower_reduce(L, op);
+  case LK_CONTRACT: return lower_contract(L, op);
+  case LK_LOOP: return lower_loop(L, op);
+  case LK_ROWS: return lower_nn_rows(L, op, new_buffer);
+  case LK_ROUTE: return lower_nn_route(L, op, new_buffer);
+  case LK_ROUTE_GRAD: return lower_route_grad(L, op);
+  case LK_SELECT: return lower_nn_select(L, op, dim_offset(L, op, op->dims[0]), new_buffer);
+  case LK_TAKE: /* the table's rows: take's operand's, take_grad's result's */
+    return lower_nn_take(L, op, dim_offset(L, op, (op->kind == OP_TAKE ? op->operands[0] : res)->type.dims[0]), new_buffer);
+  case LK_ATTENTION:
     return lower_nn_attention(L, op, dim_offset(L, op, op->dims[2]), dim_offset(L, op, op->dims[1]), new_buffer);
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
-    return lower_collective(L, op);
-  case OP_PIPELINE: return lower_pipeline(L, op);
-  default: return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));
+  case LK_COLLECTIVE: return lower_collective(L, op);
+  case LK_PIPELINE: return lower_pipeline(L, op);
+  case LK_NONE: break;
   }
+  return fail(L, op, "'%s' is not lowered to native code yet (docs/run.md)", ir_op_name(op->kind));
 }
 
 /* ---- regions and loops ---- */
@@ -1037,7 +958,19 @@ static void clock_op(Lower *L, const Op *op) {
   lower_call(L, "rt_clock_add", LLVMVoidTypeInContext(L->C), args, 3, vals);
 }
 
+/* The device program tells the runtime each op's source line (rt_at_line) before running it, when
+ * it differs from the last one told: failures and timeouts name it, and under MPI the launcher
+ * names the op a rank that died was in. */
+static void line_op(Lower *L, const Op *op) {
+  if (!L->mesh || op->loc.line <= 0 || op->loc.line == L->line) return;
+  L->line = op->loc.line;
+  LLVMTypeRef args[2] = {L->ptr, L->i32};
+  LLVMValueRef vals[2] = {L->dev, ci32(L, op->loc.line)};
+  lower_call(L, "rt_at_line", LLVMVoidTypeInContext(L->C), args, 2, vals);
+}
+
 static bool lower_op_clocked(Lower *L, const Op *op) {
+  line_op(L, op);
   if (!lower_op(L, op)) return false;
   clock_op(L, op);
   return true;
@@ -1087,16 +1020,11 @@ static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_
   if (in_t < 0) /* nothing this op reads is there: the buffer is free (an update over the param it replaces) */
     return last[T] < pos && elements(L, L->val[T]) * dtype_bytes(L->val[T]->type.dtype) >= elements(L, v) * dtype_bytes(v->type.dtype) ? T : -1;
   const Value *u = rd[in_t];
-  switch (op->kind) {
-  case OP_ALL_REDUCE: /* the runtime reduces in place */
+  if (op->kind == OP_ALL_REDUCE) /* the runtime reduces in place */
     return u == op->operands[0] && same_bytes(L, u, v) && L->mesh ? u->id : -1;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT:
-  case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
-  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SGD_UPDATE: case OP_ADAM_MOMENT:
-  case OP_ADAM_UPDATE: case OP_BROADCAST: case OP_CAUSAL: case OP_CAUSAL_GRAD:
-    return same_layout(L, u, v) && dtype_bytes(u->type.dtype) >= dtype_bytes(v->type.dtype) ? u->id : -1;
-  default: return -1;
-  }
+  const OpInfo *in = ir_op_info(op->kind);
+  if (!(in->flags & OPF_INPLACE) || in->cls == OC_COLLECTIVE) return -1; /* (a permute: its own buffer) */
+  return same_layout(L, u, v) && dtype_bytes(u->type.dtype) >= dtype_bytes(v->type.dtype) ? u->id : -1;
 }
 
 /* f's ops in order (its inputs' buffers set by the caller), each buffer freed after the last op
@@ -1195,6 +1123,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       ok = false;
       break;
     }
+    if (placed) L->line = 0; /* told under a branch some devices skip */
     const Value *leaf[16];
     int nleaf = op_leaves(L, op, leaf, 0);
     for (int i = 0; i < nleaf; i++) {

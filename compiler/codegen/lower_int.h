@@ -48,6 +48,7 @@ typedef struct Lower {
   const int *last;      /* the region being lowered: per root, the position of the last op reading it */
   int pos;              /* ... and the position of the op being lowered */
   LLVMValueRef stage;   /* a pipelined main: the device's stage (i32); NULL otherwise */
+  int line;             /* the source line the device was last told (rt_at_line), 0: none yet */
 } Lower;
 
 /* Loop nests (lower.c). */
@@ -63,6 +64,9 @@ void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function 
 LLVMValueRef lower_exp(Lower *L, LLVMValueRef x);
 LLVMValueRef lower_tanh(Lower *L, LLVMValueRef x);
 LLVMValueRef lower_erf(Lower *L, LLVMValueRef x);
+/* ops.def's scalar function of op (OpInfo.fn) at operand values v, in f32 (in i32 when ints: the
+ * OPF_INT ops on integers); NULL for an op without one. */
+LLVMValueRef lower_scalar(Lower *L, const Op *op, LLVMValueRef *v, bool ints);
 
 /* lower_nn.c: ops lowered to calls into the runtime's nn kernels. */
 typedef void (*LowerNewBuffer)(Lower *L, const Value *v);

@@ -6,7 +6,9 @@
  * reduction and polynomial), tanh within 1e-7 absolute (an odd polynomial below 0.625, else from
  * exp), erf within 4e-7 absolute (Abramowitz and Stegun 7.1.26 with the exp above; a series below
  * 0.5). The interpreter comparisons (unit.native) cover them as ops. NaN stays NaN, exp's overflow
- * gives infinity and its underflow 0. */
+ * gives infinity and its underflow 0. Then lower_scalar: ops.def's scalar functions (the
+ * elementwise ops, the activations' gradients, the optimizer's updates) built from the table's
+ * expressions, the same ones the interpreter evaluates in double (ir_scalar.c). */
 #include <math.h>
 
 #include "lower_int.h"
@@ -83,4 +85,86 @@ LLVMValueRef lower_erf(Lower *L, LLVMValueRef x) {
   static const double s[6] = {-1.0 / 1320, 1.0 / 216, -1.0 / 42, 1.0 / 10, -1.0 / 3, 1};
   LLVMValueRef small = LLVMBuildFMul(B, LLVMBuildFMul(B, poly(L, z, s, 6), x, ""), cf(L, 1.1283791670955126), "");
   return sel(L, LLVMRealOLT, ax, cf(L, 0.5), small, big);
+}
+
+/* ---- ops.def's scalar functions ---- */
+
+static LLVMValueRef m_add(Lower *L, bool ints, LLVMValueRef a, LLVMValueRef b) {
+  return ints ? LLVMBuildAdd(L->B, a, b, "") : LLVMBuildFAdd(L->B, a, b, "");
+}
+static LLVMValueRef m_sub(Lower *L, bool ints, LLVMValueRef a, LLVMValueRef b) {
+  return ints ? LLVMBuildSub(L->B, a, b, "") : LLVMBuildFSub(L->B, a, b, "");
+}
+static LLVMValueRef m_mul(Lower *L, bool ints, LLVMValueRef a, LLVMValueRef b) {
+  return ints ? LLVMBuildMul(L->B, a, b, "") : LLVMBuildFMul(L->B, a, b, "");
+}
+static LLVMValueRef m_neg(Lower *L, bool ints, LLVMValueRef a) {
+  return ints ? LLVMBuildNeg(L->B, a, "") : LLVMBuildFNeg(L->B, a, "");
+}
+static LLVMValueRef m_intrinsic1(Lower *L, const char *name, LLVMValueRef a) { return lower_intrinsic(L, name, &a, 1); }
+static LLVMValueRef m_intrinsic2(Lower *L, const char *name, LLVMValueRef a, LLVMValueRef b) {
+  LLVMValueRef args[2] = {a, b};
+  return lower_intrinsic(L, name, args, 2);
+}
+
+/* The table's expression words as LLVM builder calls, in f32 (ADD SUB MUL NEG in i32 under ints:
+ * OPF_INT ops on integers); exp, tanh and erf the vectorisable ones above. */
+LLVMValueRef lower_scalar(Lower *L, const Op *op, LLVMValueRef *v, bool ints) {
+  LLVMValueRef T0 = NULL, T1 = NULL;
+  (void)T0, (void)T1;
+#define X0 v[0]
+#define X1 v[1]
+#define X2 v[2]
+#define X3 v[3]
+#define S (op->scalar)
+#define K(c) cf(L, (c))
+#define ADD(a, b) m_add(L, ints, a, b)
+#define SUB(a, b) m_sub(L, ints, a, b)
+#define MUL(a, b) m_mul(L, ints, a, b)
+#define DIV(a, b) LLVMBuildFDiv(L->B, a, b, "")
+#define NEG(a) m_neg(L, ints, a)
+#define EXP(a) lower_exp(L, a)
+#define LOG(a) m_intrinsic1(L, "llvm.log", a)
+#define SQRT(a) m_intrinsic1(L, "llvm.sqrt", a)
+#define TANH(a) lower_tanh(L, a)
+#define ERF(a) lower_erf(L, a)
+#define POW(a, b) m_intrinsic2(L, "llvm.pow", a, b)
+#define SELECT(c, a, b) LLVMBuildSelect(L->B, c, a, b, "")
+#define LE(a, b) LLVMBuildFCmp(L->B, LLVMRealOLE, a, b, "")
+#define GT(a, b) LLVMBuildFCmp(L->B, LLVMRealOGT, a, b, "")
+#define IF_FLAG(a, b) (op->flag ? (a) : (b))
+#define LET(t, e, body) ((t) = (e), (body))
+#define FN(e) return (e);
+#define NOFN return NULL;
+  switch (op->kind) {
+#define OP(e, nm, ar, cl, fl, li, co, lo, at, cv, fn, gr) \
+  case e:                                                 \
+    fn
+#include "ops.def"
+  default: return NULL;
+  }
+#undef X0
+#undef X1
+#undef X2
+#undef X3
+#undef S
+#undef K
+#undef ADD
+#undef SUB
+#undef MUL
+#undef DIV
+#undef NEG
+#undef EXP
+#undef LOG
+#undef SQRT
+#undef TANH
+#undef ERF
+#undef POW
+#undef SELECT
+#undef LE
+#undef GT
+#undef IF_FLAG
+#undef LET
+#undef FN
+#undef NOFN
 }

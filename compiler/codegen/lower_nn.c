@@ -83,7 +83,7 @@ bool lower_nn_rows(Lower *L, const Op *op, void (*new_buffer)(Lower *, const Val
   /* max_grad counts the ties in the block a device holds (the interpreter's rule); the others
    * need the whole row */
   if (op->kind != OP_MAX_GRAD && !row_whole(L, op, x, d)) return false;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each op its runtime kernel and operands */
   case OP_SOFTMAX: {
     const Value *t[2] = {x, res};
     if (!rows_desc(L, op, x, d, t, 2, desc)) return false;

@@ -26,8 +26,10 @@
 #include "npy.h"
 #include "outfile.h"
 #include "run_host.h"
+#include "run_mpi.h"
 #include "run_verdict.h"
 #include "sim.h"
+#include "stages.h"
 #include "step.h"
 
 /* Host bytes a run needs, roughly: every value of main at its global size for the one-device run
@@ -155,11 +157,16 @@ typedef struct SaveCtx {
   RunSide *shd;
   const double *loss;
   int steps;
+  bool root;     /* under MPI the other ranks only send rank 0 their blocks */
   char err[700];
 } SaveCtx;
 
 static bool save_one(void *ctx, const char *name, int j) {
   SaveCtx *c = ctx;
+  if (!c->root) {
+    if (j >= 0) tensor_free(run_side_output(c->shd, j)); /* NULL here: the blocks go to rank 0 */
+    return true;
+  }
   char file[4096];
   if (!npy_path(file, sizeof file, NULL, name, "--save")) return false;
   Dim steps_dim = {.name = "step", .size = c->steps};
@@ -181,7 +188,8 @@ static bool save_one(void *ctx, const char *name, int j) {
 /* --save DIR, after the report: every file of the set written and synced, then renamed into place
  * together with DIR locked (outfile.h); on any failure no file of DIR has changed. */
 static bool save_all(const Options *o, const IrModule *m, RunSide *shd, const double *loss, int steps) {
-  SaveCtx c = {.shd = shd, .loss = loss, .steps = steps};
+  SaveCtx c = {.shd = shd, .loss = loss, .steps = steps, .root = run_mpi_root()};
+  if (!c.root) return save_each(m, save_one, &c);
   c.set = outfile_set_open(o->save, c.err, sizeof c.err);
   bool ok = c.set && save_each(m, save_one, &c);
   if (ok) ok = outfile_set_commit(c.set, c.err, sizeof c.err);
@@ -218,8 +226,16 @@ static int run(const Options *o, Arena *arena, bool build) {
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   const Mesh *mesh = p->mesh;
+  /* --backend mpi: outside mpirun, start it (each rank runs this command again); under it, check
+   * the job's size before any work (run_mpi.c) */
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0;
+  if (mpi && !build && !o->emit_llvm) {
+    if (!run_mpi_under_mpirun()) return run_mpi_launch(o, mesh);
+    if (!run_mpi_rank_begin(o, mesh)) return EXIT_PROGRAM_ERROR;
+  }
+  bool root = run_mpi_root(); /* rank 0 under MPI: it runs the reference, compares, prints, saves */
   int limit = RT_DEFAULT_MAX_DEVICES;
-  if (mesh->devices > limit) {
+  if (!mpi && mesh->devices > limit) {
     diag_error(mesh->loc,
                "run: mesh '%s' has %lld devices, more than the %d device threads `run` starts; run it on a small mesh "
                "given inline (--mesh 'h100[data: 2, model: 2]'), shrink dims with -D, or predict it with `shardc sim`",
@@ -228,7 +244,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
 
   double need = host_bytes(m), have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  if (need > have / 2) {
+  bool reference = !o->no_reference || build; /* a built program decides when it runs */
+  if (!run_mpi_agree(!(reference && root) || need <= have / 2)) { /* rank 0 runs the one-device program */
     char b1[32], b2[32];
     diag_error(p->step ? p->step->loc : p->entry->loc,
                "run: at these sizes the program needs about %s of this machine's memory (it has %s): shrink dims "
@@ -240,8 +257,10 @@ static int run(const Options *o, Arena *arena, bool build) {
   const RtCmpDesc *cmp = run_verdict_descs(arena, m);
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
-  /* the one-device program: the module before partitioning (every value whole) */
-  bool ok = lower_function(lw, m, NULL, "shard_reference");
+  /* the one-device program: the module before partitioning (every value whole); under MPI rank 0
+   * alone runs it */
+  bool lower_ref = reference && (root || build || o->emit_llvm);
+  bool ok = !lower_ref || lower_function(lw, m, NULL, "shard_reference");
   /* Inputs and params: loaded (--load) or generated per global index (RunGen, run_host.h) */
   int nin = m->main->ninputs;
   Tensor **inputs = calloc((size_t)nin + 1, sizeof *inputs), **params = calloc((size_t)m->nparams + 1, sizeof *params);
@@ -266,7 +285,10 @@ static int run(const Options *o, Arena *arena, bool build) {
     diag_error((SrcLoc){0}, "run: --save: '%s' is not a directory", o->save);
     ok = false;
   }
-  if (ok && o->save && !build && !save_each(m, save_check_one, (void *)o)) ok = false;
+  if (ok && o->save && !build && root && !save_each(m, save_check_one, (void *)o)) ok = false;
+  bool everywhere = run_mpi_agree(ok); /* under MPI every rank read the files; rank 0 checked --save */
+  if (ok && !everywhere) diag_error((SrcLoc){0}, "run: --load failed on another rank");
+  ok = everywhere;
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};
@@ -281,6 +303,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   free(range);
   if (ok && (!pipeline_run(m, p) || diag_error_count() > 0)) ok = false;
+  if (ok && !stages_require_list(m, p, build ? "build" : "run")) ok = false; /* a schedule too long to list */
   /* the simulated clock: each op the devices run adds the time `shardc sim` gives it on the mesh's
    * target, so the run reports what it executed in simulated time (compared with sim below) */
   SimCosts costs;
@@ -320,7 +343,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   double t_o2 = rt_seconds();
   void *fns[2] = {0};
   const char *names[2] = {"shard_reference", "shard_device"};
-  if (ok && !lower_jit(lw, names, 2, fns, err, sizeof err)) {
+  if (ok && !lower_jit(lw, lower_ref ? names : names + 1, lower_ref ? 2 : 1, lower_ref ? fns : fns + 1, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
@@ -337,7 +360,8 @@ static int run(const Options *o, Arena *arena, bool build) {
     return EXIT_PROGRAM_ERROR;
   }
 
-  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm};
+  RtConfig cfg = {.timeout_s = o->timeout, .mem_cap = (size_t)o->hbm}, cfg_shd = cfg;
+  if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = o->threads_per_rank;
   int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
   RtVerdict V;
@@ -350,18 +374,25 @@ static int run(const Options *o, Arena *arena, bool build) {
   RtCmpData *data = calloc((size_t)nout + 1, sizeof *data);
   rc = EXIT_PROGRAM_ERROR;
   /* routing decisions: the sharded run follows the one-device run's where they differ by rounding
-   * alone (shardrt.h, RtRouteLog) */
+   * alone (shardrt.h, RtRouteLog; under MPI rank 0's decisions are handed to every rank) */
   RtRouteLog *routes = rt_route_log_new();
-  RtConfig cfg_ref = cfg, cfg_shd = cfg;
+  RtConfig cfg_ref = cfg;
   cfg_ref.route_log = cfg_shd.route_log = routes;
   cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
   if (getenv("SHARDC_ROUTE_OWN")) cfg_shd.route_mode = RT_ROUTE_OWN; /* tests: each run routes by its own logits */
+  /* Under MPI every rank runs the sharded program (its own devices) and rank 0 alone the one-device
+   * program, so each step's outcome is agreed on (run_mpi_agree) before the ranks go on together. */
+  bool has_ref = reference && root;
+  RunSide *ref = NULL, *shd = NULL;
   snprintf(err, sizeof err, "out of host memory for the losses of %d steps", steps);
-  RunSide *ref = loss_ref && loss_shd && routes ? run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err) : NULL, *shd = NULL;
-  if (ref) shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
-  if (!got || !want || !before || !data || !ref || !shd || !run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err) ||
-      !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
-    diag_error((SrcLoc){0}, "run: %s", err[0] ? err : "out of host memory");
+  bool ok_ref = loss_ref && loss_shd && got && want && before && data && routes &&
+                (!has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err)) &&
+                              run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err)));
+  if (!ok_ref) diag_error((SrcLoc){0}, "run: %s", err);
+  if (!run_mpi_agree(ok_ref)) goto done;
+  shd = run_side_open(m, mesh, (RtEntry)fns[1], &cfg_shd, err, sizeof err);
+  if (!shd || !run_side_fill(shd, inputs, params, gin, gpar, o->seed, err, sizeof err)) {
+    diag_error((SrcLoc){0}, "run: %s", err);
     goto done;
   }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
@@ -370,14 +401,20 @@ static int run(const Options *o, Arena *arena, bool build) {
    * "How run decides PASS"). A train step compares every output after every step; a forward, which
    * runs `steps` times on the same inputs, its last output. */
   for (int s = 0; s < steps; s++) {
-    for (int j = 0; si && j < nout; j++) /* the state before the step, for the updates' comparison */
+    bool ok_step = true;
+    for (int j = 0; has_ref && si && j < nout && ok_step; j++) /* the state before the step, for the updates' comparison */
       if (cmp[j].before >= 0 && !(before[j] = run_side_input(ref, cmp[j].before))) {
         diag_error((SrcLoc){0}, "run: out of host memory");
-        goto done;
+        ok_step = false;
       }
     rt_route_log_clear(routes);
-    if (!run_side_step(ref, err, sizeof err)) {
+    if (ok_step && has_ref && !run_side_step(ref, err, sizeof err)) {
       diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
+      ok_step = false;
+    }
+    if (!run_mpi_agree(ok_step)) goto done;
+    if (reference && !run_side_share_routes(shd, routes)) {
+      if (root) diag_error((SrcLoc){0}, "run: out of host memory for the routing decisions");
       goto done;
     }
     if (!run_side_step(shd, err, sizeof err)) {
@@ -391,28 +428,35 @@ static int run(const Options *o, Arena *arena, bool build) {
       if (j < nout) run_side_perturb(shd, j, atof(perturb));
     }
     if (si || s == steps - 1) {
-      for (int j = 0; j < nout; j++)
-        if (!(got[j] = run_side_output(shd, j)) || !(want[j] = run_side_output(ref, j))) {
-          diag_error((SrcLoc){0}, "run: out of host memory");
-          goto done;
-        }
+      bool ok_out = true;
+      for (int j = 0; j < nout; j++) { /* every rank takes part; rank 0 gets the whole values */
+        got[j] = run_side_output(shd, j);
+        want[j] = has_ref ? run_side_output(ref, j) : NULL;
+        if (root && (!got[j] || (has_ref && !want[j]))) ok_out = false;
+      }
+      if (!ok_out) diag_error((SrcLoc){0}, "run: out of host memory");
+      if (!run_mpi_agree(ok_out)) goto done;
       V.t = s + 1;
-      for (int j = 0; j < nout; j++) {
+      for (int j = 0; has_ref && j < nout; j++) {
         const RtCmpDesc *d = &cmp[j];
         data[j] = (RtCmpData){.n = got[j]->n, .shd = got[j]->data, .ref = want[j]->data, .before = before[j] ? before[j]->data : NULL,
                               .m = d->m >= 0 ? got[d->m]->data : NULL, .v = d->v >= 0 ? got[d->v]->data : NULL};
       }
-      rt_verdict_step(&V, cmp, data, nout);
-      if (si) loss_shd[s] = got[0]->data[0], loss_ref[s] = want[0]->data[0];
+      if (has_ref) rt_verdict_step(&V, cmp, data, nout);
+      if (root && si) loss_shd[s] = got[0]->data[0], loss_ref[s] = want[0] ? want[0]->data[0] : NAN;
       for (int j = 0; j < nout; j++) {
         tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
         got[j] = want[j] = before[j] = NULL;
       }
     }
     if (si && s < steps - 1) {
-      run_side_carry(ref);
+      if (!reference) {
+        run_side_carry(shd);
+        continue;
+      }
+      if (has_ref) run_side_carry(ref);
       if (!run_side_restate(shd, ref, err, sizeof err)) {
-        diag_error((SrcLoc){0}, "run: %s", err);
+        if (root) diag_error((SrcLoc){0}, "run: %s", err);
         goto done;
       }
     }
@@ -421,15 +465,18 @@ static int run(const Options *o, Arena *arena, bool build) {
   double clock_compute, clock_comm;
   run_side_clock(shd, &clock_compute, &clock_comm);
 
-  int ndev = run_side_devices(shd);
+  int ndev = run_side_devices(shd), ranks = run_side_processes(shd);
   int64_t routed, followed;
   rt_route_log_counts(routes, &routed, &followed);
-  double step_s = run_side_seconds(shd) / steps, ref_s = run_side_seconds(ref) / steps;
-  if (o->format == FORMAT_JSON) {
+  double step_s = run_side_seconds(shd) / steps, ref_s = ref ? run_side_seconds(ref) / steps : 0;
+  if (!root) {
+    rc = EXIT_OK; /* rank 0's verdict is everyone's (run_mpi_rank_end) */
+  } else if (o->format == FORMAT_JSON) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "devices", ndev);
     cJSON_AddNumberToObject(j, "steps", steps);
-    cJSON_AddBoolToObject(j, "pass", V.pass);
+    if (reference) cJSON_AddBoolToObject(j, "pass", V.pass);
+    else cJSON_AddNullToObject(j, "pass"); /* --no-reference: nothing was compared */
     cJSON_AddNumberToObject(j, "max_abs_err", V.worst_abs);
     cJSON_AddNumberToObject(j, "max_rel_err", V.worst_rel);
     cJSON *l = cJSON_AddArrayToObject(j, "loss");
@@ -446,6 +493,12 @@ static int run(const Options *o, Arena *arena, bool build) {
     }
     if (V.pass) cJSON_AddNullToObject(j, "failure");
     else cJSON_AddStringToObject(j, "failure", V.why);
+    cJSON_AddStringToObject(j, "backend", mpi ? "mpi" : "threads");
+    if (mpi) {
+      cJSON_AddNumberToObject(j, "ranks", ranks);
+      cJSON_AddNumberToObject(j, "threads_per_rank", ndev / (ranks > 0 ? ranks : 1));
+    }
+    cJSON_AddBoolToObject(j, "reference", reference);
     cJSON *c = cJSON_AddObjectToObject(j, "simulated");
     cJSON_AddStringToObject(c, "target", mesh->target->name);
     cJSON_AddNumberToObject(c, "compute_s", clock_compute);
@@ -457,16 +510,27 @@ static int run(const Options *o, Arena *arena, bool build) {
     }
     report_json(j);
   } else {
-    char b[32];
-    printf("%s: %s on %d device thread%s (mesh %s) vs one device\n", V.pass ? "PASS" : "FAIL", o->input, ndev,
-           ndev == 1 ? "" : "s", mesh->name);
-    rt_verdict_print(&V, stdout);
-    if (followed)
-      printf("  routing        %lld of %lld top-k decisions (tokens x routing calls) differed by rounding alone (near-equal "
-             "logits); the sharded run followed the one-device run's there\n", (long long)followed, (long long)routed);
-    for (int s = 0; m->step && s < steps; s++) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
-    printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
-           steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    char b[32], where[96];
+    if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", ndev, ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    else snprintf(where, sizeof where, "%d device thread%s", ndev, ndev == 1 ? "" : "s");
+    if (reference) {
+      printf("%s: %s on %s (mesh %s) vs one device\n", V.pass ? "PASS" : "FAIL", o->input, where, mesh->name);
+      rt_verdict_print(&V, stdout);
+      if (followed)
+        printf("  routing        %lld of %lld top-k decisions (tokens x routing calls)%s differed by rounding alone (near-equal "
+               "logits); the sharded run followed the one-device run's there\n", (long long)followed, (long long)routed,
+               mpi && ranks > 1 ? " on rank 0's devices" : "");
+    } else {
+      printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", o->input, where, mesh->name);
+    }
+    for (int s = 0; m->step && s < steps; s++)
+      if (reference) printf("  loss step %-4d %.6g (one device: %.6g)\n", s + 1, loss_shd[s], loss_ref[s]);
+      else printf("  loss step %-4d %.6g\n", s + 1, loss_shd[s]);
+    if (reference)
+      printf("  step time      %.3f ms sharded, %.3f ms on one device%s\n", step_s * 1e3, ref_s * 1e3,
+             steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
+    else
+      printf("  step time      %.3f ms sharded%s\n", step_s * 1e3, steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
     printf("  compile time   %.1f ms (lowering, O2, JIT)\n", compile_s * 1e3);
     printf("  peak memory    %s per device\n", fmt_bytes(b, sizeof b, (double)peak));
     printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", mesh->target->name,
@@ -476,9 +540,9 @@ static int run(const Options *o, Arena *arena, bool build) {
              report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
     printf("\n");
   }
-  rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  if (root) rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
   fflush(stdout); /* the verdict is out before a save that may fail */
-  if (o->save && !save_all(o, m, shd, loss_shd, steps)) rc = EXIT_PROGRAM_ERROR;
+  if (o->save && !run_mpi_agree(save_all(o, m, shd, loss_shd, steps))) rc = EXIT_PROGRAM_ERROR;
 done:
   for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
   free(got), free(want), free(before), free(data);
@@ -500,7 +564,7 @@ int cmd_run(const Options *o) {
   arena_init(&arena);
   int rc = run(o, &arena, false);
   arena_free(&arena);
-  return rc;
+  return run_mpi_rank_end(rc); /* under mpirun: rank 0's status for every rank, MPI ended */
 }
 
 /* ---- build: an object from the module, a description of the slots, linked with the runtime ----
@@ -551,7 +615,9 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
   const IrFunc *mf = m->main;
   fprintf(f, "/* generated by shardc build: the slots of a lowered program (shardrt.h, RtProgram); its source is\n"
              "   program.name below */\n");
-  fprintf(f, "#include \"shardrt.h\"\n#include \"verdict.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n");
+  bool mpi = o->backend && strcmp(o->backend, "mpi") == 0; /* main: rt_mpi_main (shardrt_mpi.h), for mpirun */
+  fprintf(f, "#include \"%s\"\n#include \"verdict.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
+          mpi ? "shardrt_mpi.h" : "shardrt.h");
   fprintf(f, "static const RtSlotDesc slots[] = {\n");
   for (int i = 0; i < mf->ninputs; i++) slot_desc(f, mf->inputs[i], &gin[i], m);
   for (int i = 0; i < m->nparams; i++) {
@@ -605,9 +671,10 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
             pi->stages, pi->nstage_axes, pi->chunks, (long long)pi->chunk_layers);
     for (int k = 0; k < pi->nstage_axes; k++) fprintf(f, "  q->stage_axes[%d] = %d;\n", k, pi->stage_axes[k]);
     fprintf(f, "  return q;\n}\n");
-    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return rt_launch_main(argc, argv, pipelined(&q)); }\n");
+    fprintf(f, "int main(int argc, char **argv) { RtProgram q = program; return %s(argc, argv, pipelined(&q)); }\n",
+            mpi ? "rt_mpi_main" : "rt_launch_main");
   } else
-    fprintf(f, "int main(int argc, char **argv) { return rt_launch_main(argc, argv, &program); }\n");
+    fprintf(f, "int main(int argc, char **argv) { return %s(argc, argv, &program); }\n", mpi ? "rt_mpi_main" : "rt_launch_main");
 }
 
 /* The private directory of build's intermediate files and their paths. */
@@ -727,9 +794,18 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
     ok = false;
   }
   if (ok) { /* no shell: each argument is one string, whatever it holds */
-    char *argv[] = {"cc", "-O1", "-std=c11", "-I", SHARDC_RUNTIME_INCLUDE, "-o", b.exe, b.csrc, b.obj, SHARDC_RUNTIME_LIB,
-                    SHARDC_OPENBLAS_LIB, "-lpthread", "-lm", SHARDC_RUNTIME_SANITIZE, NULL};
-    if (!*argv[ARRAY_LEN(argv) - 2]) argv[ARRAY_LEN(argv) - 2] = NULL;
+    char *argv[32] = {"cc", "-O1", "-std=c11", "-I", SHARDC_RUNTIME_INCLUDE, "-o", b.exe, b.csrc, b.obj};
+    int n = 9;
+#ifdef SHARDC_HAVE_MPI
+    char mpi_libs[] = SHARDC_MPI_LINK; /* --backend mpi: the backend, then MPI's libraries, "|" between */
+    if (o->backend && strcmp(o->backend, "mpi") == 0) {
+      argv[n++] = SHARDC_RUNTIME_MPI_LIB;
+      for (char *t = strtok(mpi_libs, "|"); t && n < 24; t = strtok(NULL, "|")) argv[n++] = t;
+    }
+#endif
+    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = "-lpthread", argv[n++] = "-lm";
+    if (*SHARDC_RUNTIME_SANITIZE) argv[n++] = SHARDC_RUNTIME_SANITIZE;
+    argv[n] = NULL;
     int status = outfile_spawn_wait(argv, err, sizeof err);
     if (status != 0) {
       if (status > 0) diag_error((SrcLoc){0}, "build: linking failed: cc exited with status %d (its messages are above)", status);

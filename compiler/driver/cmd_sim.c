@@ -137,7 +137,7 @@ static void parse_diags(char *text, bool machine, cJSON *errors, cJSON *warnings
       else if (strncmp(m, "note: ", 6) != 0) add_diag(errors, warnings, "error", NULL, 0, 0, m);
     } else if (line[0] != ' ') {
       static const char *const levels[] = {"error", "warning", "note"};
-      for (int k = 0; k < 3; k++) {
+      for (int k = 0; k < 2; k++) {
         char pat[16];
         snprintf(pat, sizeof pat, ": %s: ", levels[k]);
         char *hit = strstr(line, pat);
@@ -174,8 +174,7 @@ static int line_cmp(const void *pa, const void *pb) {
 /* The items grouped by source line (compute and collectives apart), slowest first. */
 static int group_lines(const SimReport *r, bool collectives, Line *out, int max) {
   int n = 0;
-  Line *all = calloc((size_t)r->nitems + 1, sizeof *all);
-  if (!all) abort();
+  Line *all = mem_calloc((size_t)r->nitems + 1, sizeof *all, "the report's slowest lines");
   for (int i = 0; i < r->nitems; i++) {
     const SimItem *it = &r->items[i];
     if ((it->kind == SIMK_COLLECTIVE) != collectives || !(it->time_s > 0)) continue;
@@ -273,9 +272,12 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
   }
   fprintf(out, "\nsimulated: %d device%s standing for %lld, %lld task%s%s\n", r->nstages, r->nstages == 1 ? "" : "s",
           (long long)r->devices, (long long)r->tasks, r->tasks == 1 ? "" : "s",
-          r->repeated_loops ? arena_printf(a, " (%d loop%s as repeated blocks: the task limit)", r->repeated_loops,
-                                           r->repeated_loops == 1 ? "" : "s")
-                            : "");
+          r->steady_loops ? arena_printf(a, " (%d loop%s as blocks from their steady state: the task budget)",
+                                         r->steady_loops, r->steady_loops == 1 ? "" : "s")
+                          : "");
+  if (r->microbatches_simulated)
+    fprintf(out, "steady state: the pipeline's %d microbatches from its steady state, simulated at %d and %d\n",
+            r->microbatches, r->microbatches_simulated, r->microbatches_simulated + r->microbatches_period);
   if (o->trace) fprintf(out, "trace: %s (open in ui.perfetto.dev)\n", o->trace);
 }
 
@@ -311,6 +313,12 @@ static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const 
   cJSON_AddNumberToObject(j, "devices", (double)r->devices);
   cJSON_AddNumberToObject(j, "simulated_devices", r->nstages);
   cJSON_AddNumberToObject(j, "tasks", (double)r->tasks);
+  if (r->steady_loops) cJSON_AddNumberToObject(j, "steady_loops", r->steady_loops);
+  if (r->microbatches_simulated) {
+    cJSON *ms = cJSON_AddArrayToObject(j, "microbatches_simulated");
+    for (int k = 0; k < 2; k++)
+      cJSON_AddItemToArray(ms, cJSON_CreateNumber(r->microbatches_simulated + k * r->microbatches_period));
+  }
   cJSON_AddBoolToObject(j, "fits", mem->fits);
   cJSON *m = cJSON_AddObjectToObject(j, "memory");
   cJSON_AddNumberToObject(m, "total", (double)mem->total);

@@ -50,6 +50,11 @@ typedef struct Options {
   const char *load;        /* --load DIR */
   const char *save;        /* --save DIR */
   const char *backend;     /* --backend threads|mpi */
+  int threads_per_rank;    /* --threads-per-rank T (mpi; 0: 1) */
+  const char *hostfile;    /* --hostfile FILE (run --backend mpi) */
+  bool no_reference;       /* --no-reference: the one-device program neither run nor compared */
+  int argc;                /* the command line as given (run --backend mpi starts it again under mpirun) */
+  char **argv;
 } Options;
 
 /* Subcommands. Those without a function yet are listed in the table with NULL and answer

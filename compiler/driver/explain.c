@@ -185,13 +185,8 @@ static double op_bytes(const Op *op) {
 }
 
 static CollKind coll_kind_of(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  default: return COLL_PERMUTE;
-  }
+  int c = ir_op_info(k)->coll;
+  return c == NOCOLL ? COLL_PERMUTE : (CollKind)c;
 }
 
 /* One collective's figures: the bytes cost_collective takes for its kind, and the runs per step. */
@@ -310,9 +305,7 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
     for (int i = 0; i < R->noutputs; i++)
       if (pi->out[r][i].kind == POUT_ACT) act = R->outputs[i];
     if (!act) continue;
-    double sends = 0; /* over every stage, per step */
-    for (int i = 0; i < pi->first_action[pi->stages]; i++)
-      sends += pi->actions[i].kind == PA_SEND && pi->actions[i].backward == (dir == 1);
+    double sends = (double)schedule_count(pi, PA_SEND, dir == 1); /* over every stage, per step */
     CollRow c = {.op = NULL, .depth = depth, .kind = COLL_PERMUTE, .axes = st,
                  .phase = dir ? PHASE_BACKWARD : PHASE_FORWARD, .loc = op->loc, .x = act, .y = act,
                  .region = "pipeline transfers between stages, per microbatch"};

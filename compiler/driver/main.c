@@ -65,14 +65,21 @@ static void print_help(FILE *f) {
           "  --hbm BYTES            run: cap each device's memory at BYTES\n"
           "  --allow-nonfinite      run: a NaN or an infinity is no FAIL where both runs hold\n"
           "                         it at the same place (by default any is a FAIL)\n"
-          "  --backend threads      run: one thread per device (mpi: not implemented yet)\n"
+          "  --backend threads|mpi  run, build: one thread per device (default), or MPI ranks:\n"
+          "                         run starts mpirun itself (-np = the mesh's devices) unless\n"
+          "                         it already runs under it; build makes a program for mpirun\n"
+          "  --threads-per-rank T   mpi: T device threads in each of devices / T ranks\n"
+          "  --hostfile FILE        run --backend mpi: the hosts mpirun starts ranks on\n"
+          "  --no-reference         run: do not run the one-device program (nor compare)\n"
           "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
           "  --help, --version\n"
           "\nexit status: 0 success, 1 the program is wrong or does not fit, 2 usage error\n"
-          "environment: SHARDC_STDLIB overrides where `import \"x\"` looks for stdlib files\n");
+          "environment: SHARDC_STDLIB overrides where `import \"x\"` looks for stdlib files;\n"
+          "SHARDC_MPIRUN, SHARDC_MPIRUN_ARGS: the mpirun `run --backend mpi` starts, and more\n"
+          "arguments for it\n");
 }
 
 static bool json_requested; /* --format json anywhere on the command line: usage errors are JSON too */
@@ -129,7 +136,8 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 static int parse_args(int argc, char **argv, Options *o) {
   static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
                                        "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show",
-                                       "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend"};
+                                       "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend",
+                                       "--threads-per-rank", "--hostfile"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -151,6 +159,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(a, "--ideal") == 0) { o->ideal = true; continue; }
     if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
     if (strcmp(a, "--allow-nonfinite") == 0) { o->allow_nonfinite = true; continue; }
+    if (strcmp(a, "--no-reference") == 0) { o->no_reference = true; continue; }
 
     const char *opt = NULL, *v = NULL;
     for (size_t k = 0; k < ARRAY_LEN(valued) && !v; k++) {
@@ -184,10 +193,18 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "--show") == 0) o->show = v;
     else if (strcmp(opt, "--load") == 0) o->load = v;
     else if (strcmp(opt, "--save") == 0) o->save = v;
+    else if (strcmp(opt, "--hostfile") == 0) o->hostfile = v;
     else if (strcmp(opt, "--backend") == 0) {
-      if (strcmp(v, "threads") != 0)
-        return usage_error(strcmp(v, "mpi") == 0 ? "--backend %s is not implemented yet (threads is)" : "bad --backend '%s': expected threads or mpi", v);
+      if (strcmp(v, "threads") != 0 && strcmp(v, "mpi") != 0) return usage_error("bad --backend '%s': expected threads or mpi", v);
+#ifndef SHARDC_HAVE_MPI
+      if (strcmp(v, "mpi") == 0)
+        return usage_error("--backend %s: this shardc was built without MPI (install libopenmpi-dev and openmpi-bin, then rebuild)", v);
+#endif
       o->backend = v;
+    } else if (strcmp(opt, "--threads-per-rank") == 0) { /* as a built executable parses it (launch.c) */
+      uint64_t x;
+      if (!rt_arg_uint(v, 1, RT_DEFAULT_MAX_DEVICES, &x)) return usage_error("bad --threads-per-rank '%s': expected an integer from 1 to 64", v);
+      o->threads_per_rank = (int)x;
     } else if (strcmp(opt, "--steps") == 0 || strcmp(opt, "--seed") == 0 || strcmp(opt, "--hbm") == 0) {
       /* parsed as a built executable parses them (runtime/args.c) */
       uint64_t x;
@@ -234,6 +251,7 @@ int main(int argc, char **argv) {
                       (strcmp(argv[i], "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0);
   Options o = {0};
   o.argv0 = argv[0];
+  o.argc = argc, o.argv = argv;
   int rc = parse_args(argc, argv, &o);
   if (rc >= 0) {
     for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
@@ -247,6 +265,8 @@ int main(int argc, char **argv) {
   if (!cmd) return usage_error("unknown command '%s'", o.command);
   if (!cmd->fn) return usage_error("'%s' is not implemented yet", cmd->name);
   if (!o.input) return usage_error("missing input file for '%s'", cmd->name);
+  if ((o.threads_per_rank || o.hostfile) && !(o.backend && strcmp(o.backend, "mpi") == 0))
+    return usage_error("%s is an option of --backend mpi", o.threads_per_rank ? "--threads-per-rank" : "--hostfile");
 
   bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
   diag_configure(stderr, o.diag_format, color);

@@ -256,8 +256,9 @@ static bool place(RunSide *s, const Value *v, int dev, const Tensor *g, const Ru
  * at coordinate 0 on the axes v is replicated over), partial sums added. */
 static double *assemble(const RunSide *s, const Value *v, int slot) {
   int64_t n = tensor_type_elements(&v->type);
-  double *g = calloc((size_t)(n > 0 ? n : 1), sizeof *g);
-  if (!g) return NULL;
+  bool root = rt_process_rank(s->rt) == 0; /* under MPI rank 0 assembles, the others send their blocks */
+  double *g = root ? calloc((size_t)(n > 0 ? n : 1), sizeof *g) : NULL;
+  if (!g && rt_process_count(s->rt) == 1) return NULL;
   uint16_t used = v->sharding.partial;
   for (int d = 0; s->mesh && d < v->type.rank; d++)
     for (int k = 0; k < v->sharding.naxes[d]; k++) used |= (uint16_t)(1u << v->sharding.axes[d][k]);
@@ -275,16 +276,22 @@ static double *assemble(const RunSide *s, const Value *v, int slot) {
       for (int a = 0; a < s->mesh->naxes; a++)
         if (!(used >> a & 1) && !(by_stage && (stage_mask >> a & 1)) && rt_device_coord(rt_device(s->rt, dev), a) != 0) skip = true;
       if (by_stage && stage_of(s, dev) != first) skip = true;
-      if (!holds(s, v, dev) || !s->slots[dev][slot]) skip = true;
+      if (!holds(s, v, dev)) skip = true;
       if (skip) continue;
     }
     int64_t start[MAX_RANK], shape[MAX_RANK];
     block_of(s, v, dev, start, shape);
-    CopyCtx c = {.buf = s->slots[dev][slot], .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
-    for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
+    /* under MPI the block comes to rank 0 (every rank makes the same calls) */
+    size_t bytes = (size_t)block_elems(&v->type, shape) * (size_t)dtype_bytes(v->type.dtype);
+    void *scratch = g && !rt_device_local(s->rt, dev) ? malloc(bytes ? bytes : 1) : NULL;
+    if (g && !rt_device_local(s->rt, dev) && !scratch) free(g), g = NULL; /* rt_fetch_to_root drops what it cannot keep */
+    const void *buf = rt_fetch_to_root(s->rt, dev, s->slots[dev][slot], bytes, scratch);
+    CopyCtx c = {.buf = (void *)buf, .dt = v->type.dtype, .global = g, .add = s->mesh && v->sharding.partial};
+    if (buf && g) for_block_rows(s, &v->type, start, shape, rows, gather_elem, &c);
+    free(scratch);
   }
   free(rows);
-  return g;
+  return g; /* NULL but on rank 0 */
 }
 
 RunSide *run_side_open(const IrModule *m, const Mesh *mesh, RtEntry fn, const RtConfig *cfg, char *err, size_t n) {
@@ -332,22 +339,31 @@ void run_side_close(RunSide *s) {
   free(s);
 }
 
+static bool run_side_fill_local(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin,
+                                const RunGen *gpar, uint64_t seed);
+
 bool run_side_fill(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin, const RunGen *gpar,
                    uint64_t seed, char *err, size_t n) {
+  bool ok = run_side_fill_local(s, inputs, params, gin, gpar, seed);
+  snprintf(err, n, "%s", ok ? "" : rt_errmsg(s->rt));
+  return rt_processes_agree(s->rt, ok, err, n); /* under MPI: every rank placed its blocks */
+}
+
+/* This process's devices only (under MPI, a rank makes its own blocks alone). */
+static bool run_side_fill_local(RunSide *s, Tensor *const *inputs, Tensor *const *params, const RunGen *gin,
+                                const RunGen *gpar, uint64_t seed) {
   for (int dev = 0; dev < s->ndev; dev++) {
+    if (!rt_device_local(s->rt, dev)) continue;
     for (int i = 0; i < s->nin; i++) {
       const Value *v = s->m->main->inputs[i];
       int slot = v->def && v->def->kind == OP_INPUT ? v->def->index : i;
-      if (holds(s, v, dev) && !place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) goto fail;
+      if (holds(s, v, dev) && !place(s, v, dev, inputs[i], gin ? &gin[i] : NULL, seed, &s->slots[dev][slot], v->name ? v->name : "input")) return false;
     }
     for (int p = 0; p < s->nparams; p++)
       if (s->pval[p] && holds(s, s->pval[p], dev) && !place(s, s->pval[p], dev, params[p], gpar ? &gpar[p] : NULL, seed, &s->slots[dev][s->nin + p], s->m->params[p].path))
-        goto fail;
+        return false;
   }
   return true;
-fail:
-  snprintf(err, n, "%s", rt_errmsg(s->rt));
-  return false;
 }
 
 void run_side_carry(RunSide *s) {
@@ -429,6 +445,7 @@ void run_side_perturb(RunSide *s, int j, double delta) {
 
 double run_side_seconds(const RunSide *s) { return s->seconds; }
 int run_side_devices(const RunSide *s) { return s->ndev; }
+int run_side_processes(const RunSide *s) { return rt_process_count(s->rt); }
 
 void run_side_clock(const RunSide *s, double *compute_s, double *comm_s) {
   double c = 0, k = 0;
@@ -500,24 +517,34 @@ bool run_side_restate(RunSide *s, RunSide *from, char *err, size_t n) {
       *out = NULL;
     }
   }
-  bool ok = true;
+  bool ok = true, root = rt_process_rank(s->rt) == 0;
   for (int k = 0; k < ns && ok; k++) {
     const Value *v = slot_value(s, slots[k]);
-    Tensor *g = run_side_input(from, slots[k]);
-    if (!v || !g) {
+    if (!v) continue; /* a param main does not read (on every rank) */
+    /* under MPI `from` is rank 0's alone: rank 0 hands the whole value to every rank */
+    Tensor *g = root ? run_side_input(from, slots[k]) : tensor_new(&v->type);
+    char msg[256] = "out of host memory for the one-device run's state";
+    if (!rt_processes_agree(s->rt, g != NULL, msg, sizeof msg)) {
       tensor_free(g);
-      continue;
+      snprintf(err, n, "%s", msg);
+      free(slots);
+      return false;
     }
+    rt_bcast_from_root(s->rt, g->data, sizeof(double) * (size_t)g->n);
     for (int dev = 0; dev < s->ndev && ok; dev++) {
       void **p = &s->slots[dev][slots[k]];
-      if (!*p) continue; /* not held here (a pipeline stage without it) */
+      if (!*p || !rt_device_local(s->rt, dev)) continue; /* not held here (a pipeline stage without it, another rank's) */
       rt_free(rt_device(s->rt, dev), *p), *p = NULL;
       ok = place(s, v, dev, g, NULL, 0, p, v->name ? v->name : "state");
     }
     tensor_free(g);
+    if (!ok) snprintf(err, n, "%s", rt_errmsg(s->rt));
+    ok = rt_processes_agree(s->rt, ok, err, n); /* every rank placed its blocks */
   }
   free(slots);
-  if (!ok) snprintf(err, n, "%s", rt_errmsg(s->rt));
   return ok;
 }
+
+bool run_side_share_routes(RunSide *s, RtRouteLog *log) { return rt_route_log_share(s->rt, log) != 0; }
+
 

@@ -42,6 +42,11 @@ Tensor *run_side_input(RunSide *s, int slot);
  * step count) replaced by `from`'s, placed in s's blocks; s's outputs freed. Both runs then start
  * the next step from the same state. */
 bool run_side_restate(RunSide *s, RunSide *from, char *err, size_t n);
+/* Under MPI (`from` open on rank 0 alone, every rank calls it): rank 0 assembles each value and
+ * hands it to the others (rt_bcast_from_root); each rank places its own devices' blocks. Likewise
+ * the routing decisions rank 0's one-device run recorded (rt_route_log_share): false when a rank
+ * ran out of memory for them. */
+bool run_side_share_routes(RunSide *s, RtRouteLog *log);
 /* Output j of the last run, whole (the caller frees it). */
 Tensor *run_side_output(RunSide *s, int j);
 /* Tests: adds delta to element 0 of device 0's block of output j. */
@@ -52,6 +57,7 @@ size_t run_side_peak(const RunSide *s);
  * seconds, averaged over the devices (each pipeline stage's devices run that stage's share). */
 void run_side_clock(const RunSide *s, double *compute_s, double *comm_s);     /* the largest per-device peak of rt_alloc'd bytes */
 int run_side_devices(const RunSide *s);
+int run_side_processes(const RunSide *s); /* MPI ranks running it (1 under threads) */
 /* Under a pipeline (m->pipeline), the stages holding value v of main (PLACE_*: its op's Op.place,
  * a pipeline result's PipeInfo.result_place); PLACE_ALL otherwise. */
 uint8_t run_value_place(const IrModule *m, const Value *v);

@@ -412,7 +412,7 @@ static bool eval_loop(Interp *I, const Op *op) {
 }
 
 static bool eval_op(Interp *I, const Op *op) {
-  switch (op->kind) {
+  switch (op->kind) { /* kept: bound values and regions run here, not as kernels */
   case OP_INPUT:
   case OP_PARAM:
     for (int d = 0; d < I->ndev; d++)

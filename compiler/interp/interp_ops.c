@@ -10,9 +10,10 @@
  * take gathers only the rows the device holds (zeros elsewhere: a masked local gather).
  *
  * Everything computes in double; interp.c rounds the result to the options' precision. The
+ * elementwise functions, the activations' gradients and the optimizer's updates are ops.def's
+ * scalar functions (ir_scalar: the formulas the lowering builds in f32, operation for operation,
+ * e.g. gelu(x) = x/2 (1 + erf(x / sqrt 2)), exact, not the tanh approximation). The other
  * numeric definitions (docs/interpreter.md):
- *   gelu(x)    = x/2 (1 + erf(x / sqrt 2))                (exact, not the tanh approximation)
- *   sigmoid(x) = 1 / (1 + exp(-x)),  silu(x) = x sigmoid(x),  rsqrt(x) = 1 / sqrt(x)
  *   softmax    = exp(x - max) / sum exp(x - max) over the dim; a row that is all -inf gives 0s
  *   rmsnorm    = x / sqrt(mean(x^2) + 1e-5) * scale
  *   layernorm  = (x - mean) / sqrt(mean((x - mean)^2) + 1e-5) * scale + bias
@@ -178,26 +179,10 @@ Tensor *iop_unstack(const Tensor *t, int64_t i) {
 
 /* ---- elementwise ---- */
 
-static double unary(OpKind k, double v) {
-  switch (k) {
-  case OP_NEG: return -v;
-  case OP_EXP: return exp(v);
-  case OP_LOG: return log(v);
-  case OP_SQRT: return sqrt(v);
-  case OP_RSQRT: return 1 / sqrt(v);
-  case OP_TANH: return tanh(v);
-  case OP_SIGMOID: return 1 / (1 + exp(-v));
-  case OP_RELU: return v > 0 ? v : v <= 0 ? 0 : v; /* NaN stays NaN */
-  case OP_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
-  case OP_SILU: return v / (1 + exp(-v));
-  default: return NAN;
-  }
-}
-
 static Tensor *k_unary(Interp *I, const Op *op, const Tensor *x) {
   Tensor *r = tensor_new_block(&op->results[0]->type, x->start, x->shape);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
-  for (int64_t i = 0; i < x->n; i++) r->data[i] = unary(op->kind, x->data[i]);
+  for (int64_t i = 0; i < x->n; i++) r->data[i] = ir_scalar(op->kind, op, &x->data[i]);
   return r;
 }
 
@@ -213,20 +198,13 @@ static Tensor *k_binary(Interp *I, const Op *op, Tensor *a, Tensor *b) {
   Tensor *ts[3] = {r, a, b};
   for (int i = 0; i < rt->rank; i++) nest_dim(&N, rt->dims[i], r->shape[i], ts);
   for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
-    double u = a->data[N.off[1]], v = b->data[N.off[2]], z;
-    switch (op->kind) {
-    case OP_ADD: z = u + v; break;
-    case OP_SUB: z = u - v; break;
-    case OP_MUL: z = u * v; break;
-    default:
-      if (int_div && v == 0) {
-        tensor_free(r);
-        return interp_fail(I, op, "integer division by zero"), NULL;
-      }
-      z = int_div ? trunc(u / v) : u / v;
-      break;
+    double uv[2] = {a->data[N.off[1]], b->data[N.off[2]]};
+    if (int_div && uv[1] == 0) {
+      tensor_free(r);
+      return interp_fail(I, op, "integer division by zero"), NULL;
     }
-    r->data[N.off[0]] = z;
+    double z = ir_scalar(op->kind, op, uv);
+    r->data[N.off[0]] = int_div ? trunc(z) : z;
   }
   return r;
 }
@@ -579,10 +557,9 @@ static Tensor *k_causal(Interp *I, const Op *op, const Tensor *x) {
 
 /* ---- training ops (ir.h's semantics comments; docs/training.md) ---- */
 
-typedef double (*MapFn)(const Op *op, const double *v);
-
-/* fn over operands x[0..n) broadcast by dim name (each dim's block from the operands having it). */
-static Tensor *k_map(Interp *I, const Op *op, Tensor *const *x, int n, MapFn fn) {
+/* ops.def's scalar function of op over operands x[0..n) broadcast by dim name (each dim's block from
+ * the operands having it): the activations' gradients, the optimizer's updates. */
+static Tensor *k_map(Interp *I, const Op *op, Tensor *const *x, int n) {
   const TensorType *rt = &op->results[0]->type;
   Tensor *r = result_by_name(I, op, rt, x, n);
   if (!r) return NULL;
@@ -594,34 +571,9 @@ static Tensor *k_map(Interp *I, const Op *op, Tensor *const *x, int n, MapFn fn)
   double v[NEST_TENSORS];
   for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
     for (int i = 0; i < n; i++) v[i] = x[i]->data[N.off[i + 1]];
-    r->data[N.off[0]] = fn(op, v);
+    r->data[N.off[0]] = ir_scalar(op->kind, op, v);
   }
   return r;
-}
-
-static double f_relu_grad(const Op *op, const double *v) { return v[0] > 0 ? v[1] : 0; }
-
-static double f_gelu_grad(const Op *op, const double *v) {
-  double x = v[0], Phi = 0.5 * (1 + erf(x / sqrt(2.0))), phi = exp(-0.5 * x * x) / 2.5066282746310002 /* sqrt(2 pi) */;
-  return v[1] * (Phi + x * phi);
-}
-
-static double f_silu_grad(const Op *op, const double *v) {
-  double s = 1 / (1 + exp(-v[0]));
-  return v[1] * s * (1 + v[0] * (1 - s));
-}
-
-static double f_sgd(const Op *op, const double *v) { return v[0] - op->scalar * v[1]; }
-
-static double f_adam_moment(const Op *op, const double *v) {
-  double g = op->flag ? v[1] * v[1] : v[1];
-  return op->scalar * v[0] + (1 - op->scalar) * g;
-}
-
-static double f_adam_update(const Op *op, const double *v) {
-  double t = v[3];
-  double mh = v[1] / (1 - pow(IR_ADAM_BETA1, t)), vh = v[2] / (1 - pow(IR_ADAM_BETA2, t));
-  return v[0] - op->scalar * mh / (sqrt(vh) + IR_ADAM_EPS);
 }
 
 /* x repeated along the result's added dims (held whole here; an SPMD run slices the result). */
@@ -1331,7 +1283,12 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   for (int i = 0; i < op->noperands; i++)
     if (!x[i]) return interp_fail(I, op, "operand %d has no value", i), NULL;
   Tensor *r = NULL;
-  switch (op->kind) {
+  const OpInfo *info = ir_op_info(op->kind);
+  if (info->fn) { /* ops.def's scalar function over the elements */
+    if (info->cls == OC_EW_UNARY) r = k_unary(I, op, x[0]);
+    else if (info->cls == OC_EW_BINARY) r = k_binary(I, op, x[0], x[1]);
+    else r = k_map(I, op, x, op->noperands);
+  } else switch (op->kind) { /* the other kernels, each its own */
   case OP_CONST:
     r = tensor_new(rt);
     if (r && r->n == 1) r->data[0] = op->scalar;
@@ -1343,11 +1300,6 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
     else r = contract_into(I, op, x[0], x[1], op->dims, op->ndims, rt);
     break;
   }
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: r = k_binary(I, op, x[0], x[1]); break;
-  case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
-  case OP_RELU: case OP_GELU: case OP_SILU:
-    r = k_unary(I, op, x[0]);
-    break;
   case OP_SUM: case OP_MEAN: case OP_MAX: r = k_reduce(I, op, x[0]); break;
   case OP_SOFTMAX: r = softmax_of(I, op, x[0], op->dims[0]); break;
   case OP_RMSNORM: case OP_LAYERNORM: r = k_norm(I, op, x); break;
@@ -1359,9 +1311,6 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_TRANSPOSE: r = k_transpose(I, op, x[0]); break;
   case OP_ATTENTION: r = k_attention(I, op, x[0], x[1], x[2]); break;
   case OP_BROADCAST: r = k_broadcast(I, op, x[0]); break;
-  case OP_RELU_GRAD: r = k_map(I, op, x, 2, f_relu_grad); break;
-  case OP_GELU_GRAD: r = k_map(I, op, x, 2, f_gelu_grad); break;
-  case OP_SILU_GRAD: r = k_map(I, op, x, 2, f_silu_grad); break;
   case OP_MAX_GRAD: r = k_max_grad(I, op, x); break;
   case OP_SOFTMAX_GRAD: r = k_softmax_grad(I, op, x); break;
   case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: r = k_norm_grad(I, op, x); break;
@@ -1369,9 +1318,6 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_CAUSAL_GRAD: r = k_causal_grad(I, op, x[0]); break;
   case OP_ATTENTION_GRAD: r = k_attention_grad(I, op, x); break;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: r = k_cross_entropy(I, op, x); break;
-  case OP_SGD_UPDATE: r = k_map(I, op, x, 2, f_sgd); break;
-  case OP_ADAM_MOMENT: r = k_map(I, op, x, 2, f_adam_moment); break;
-  case OP_ADAM_UPDATE: r = k_map(I, op, x, 4, f_adam_update); break;
   case OP_PICK: r = k_pick(I, op, x[0], x[1]); break;
   case OP_SLICE: /* the device's block (an SPMD run wants it); a global run holds it all */
     r = I->want_set ? iop_slice(x[0], I->want_start, I->want_shape) : tensor_copy(x[0]);
@@ -1380,11 +1326,9 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_ONEHOT: r = k_onehot(I, op, x[0]); break;
   case OP_ROUTE: r = k_route(I, op, x[0]); break;
   case OP_ROUTE_GRAD: r = k_route_grad(I, op, x); break;
-  /* not kernels: interp.c and interp_spmd.c run these (no default: a new op kind without a
-   * kernel is a -Wswitch warning) */
-  case OP_INPUT: case OP_PARAM: case OP_LOOP: case OP_PIPELINE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE:
-  case OP_ALL_TO_ALL: case OP_PERMUTE: case OP__COUNT:
-    interp_fail(I, op, "not a kernel");
+  /* not kernels: interp.c and interp_spmd.c run the leaves, regions and collectives */
+  default:
+    interp_fail(I, op, "'%s' is not a kernel", ir_op_name(op->kind));
     break;
   }
   if (!r) return NULL;

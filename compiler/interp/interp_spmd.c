@@ -229,7 +229,7 @@ bool spmd_loop_check(Interp *I, const Op *op) {
 /* The dims an op sums over: held in part on a device, they leave its result a partial sum. */
 static int summed_dims(const Op *op, const Dim **out) {
   int n = 0;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: which dims an op sums over is its own */
   case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ROUTE_GRAD:
     for (int k = 0; k < op->ndims; k++) out[n++] = op->dims[k];
     return n;
@@ -250,26 +250,6 @@ static int summed_dims(const Op *op, const Dim **out) {
     return n;
   }
   default: return 0;
-  }
-}
-
-/* The operand an op is linear in (the others must not be partial sums): 0 for the linear ops of
- * one operand, j for the gradients that are linear in their incoming gradient; -1 for ops linear
- * in none (every operand must be whole sums); -2 for the arithmetic with rules of its own. */
-static int linear_operand(OpKind k) {
-  switch (k) {
-  case OP_NEG: case OP_CAST: case OP_TRANSPOSE: case OP_RENAME: case OP_SPLIT: case OP_MERGE: case OP_CAUSAL:
-  case OP_SLICE:
-  case OP_SUM: case OP_MEAN: case OP_BROADCAST: case OP_CAUSAL_GRAD: case OP_TAKE: case OP_PICK:
-    return 0;
-  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_SOFTMAX_GRAD: case OP_TAKE_GRAD:
-    return 1;
-  case OP_MAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY_GRAD:
-    return 2;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CONTRACT: case OP_MAX: case OP_ROUTE_GRAD:
-    return -2;
-  default:
-    return -1;
   }
 }
 
@@ -303,7 +283,7 @@ static bool derive_partial(Interp *I, const Op *op, const Sharding *eff, uint16_
       break;
     }
   *is_max = false;
-  int lin = linear_operand(op->kind);
+  int lin = ir_op_info(op->kind)->lin; /* ops.def: the operand it is linear in (>= 0), or a rule below */
   if (lin >= 0) {
     for (int i = 0; i < n && i < 16; i++)
       if (i != lin && P[i])
@@ -312,28 +292,30 @@ static bool derive_partial(Interp *I, const Op *op, const Sharding *eff, uint16_
     *out = (lin < 16 ? P[lin] : 0) | made;
     return true;
   }
-  switch (op->kind) {
-  case OP_MAX:
-    if (P[0]) break;
+  if (op->kind == OP_MAX) { /* a max over a dim held in part: unreduced maxima */
+    if (P[0]) return interp_fail(I, op, "%s is not linear, but reads a partial sum over %s", ir_op_name(op->kind),
+                                 axes_text(I, any, b1, sizeof b1));
     *out = made;
     *is_max = made != 0;
     return true;
-  case OP_ADD: case OP_SUB:
+  }
+  switch ((OpLin)lin) { /* the arithmetic's rules */
+  case LIN_SUM: /* every operand alike */
     if (P[0] != P[1])
       return interp_fail(I, op, "adds a partial sum over %s to one over %s", axes_text(I, P[0], b1, sizeof b1),
                          axes_text(I, P[1], b2, sizeof b2));
     *out = P[0];
     return true;
-  case OP_MUL: case OP_CONTRACT:
-    if (P[0] && P[1]) return interp_fail(I, op, "multiplies two partial sums");
-    *out = P[0] | P[1] | made;
+  case LIN_ONE: { /* a product: one factor at most (route_grad's operand 0 is its pattern, never one) */
+    int first = op->kind == OP_ROUTE_GRAD ? 1 : 0, np = 0;
+    if (first && P[0]) return interp_fail(I, op, "reads its pattern as a partial sum");
+    uint16_t o = made;
+    for (int i = first; i < n && i < 16; i++) np += P[i] != 0, o |= P[i];
+    if (np > 1) return interp_fail(I, op, "multiplies two partial sums");
+    *out = o;
     return true;
-  case OP_ROUTE_GRAD: /* a contraction of a and b at p's entries */
-    if (P[0]) return interp_fail(I, op, "reads its pattern as a partial sum");
-    if (P[1] && P[2]) return interp_fail(I, op, "multiplies two partial sums");
-    *out = P[1] | P[2] | made;
-    return true;
-  case OP_DIV:
+  }
+  case LIN_FIRST: /* a quotient: the numerator */
     if (P[1]) return interp_fail(I, op, "divides by a partial sum");
     *out = P[0];
     return true;
@@ -636,7 +618,7 @@ static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
   uint16_t Sp = real_axes(I, S->partial), Tp = real_axes(I, T->partial);
   char b1[128], b2[128];
   if (!valid_sharding(I, op, x) || !valid_sharding(I, op, r)) return false;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each collective's rules its own */
   case OP_ALL_REDUCE:
   case OP_REDUCE_SCATTER:
     if (A & ~Sp)

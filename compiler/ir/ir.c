@@ -8,34 +8,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "ir.h"
 
-/* ---- the op table ---- */
+/* ---- the op table (ops.def) ---- */
 
-static const char *const op_names[] = {
-#define X(e, s, n) [e] = s,
-  IR_OPS(X)
-#undef X
+/* fn and grad are read here only for whether an op has them (OpInfo.fn, OpInfo.dgrad). */
+#define FN(e) true
+#define NOFN false
+#define D(e) true
+#define GRAD_RULE false
+static const OpInfo op_table[OP__COUNT] = {
+#define OP(e, nm, ar, cl, fl, li, co, lo, at, cv, fnc, grc) \
+  [e] = {.name = nm, .arity = ar, .cls = cl, .flags = fl, .lin = li, .cost = co, .lower = lo, .attrs = at, \
+         .coll = cv, .fn = fnc, .dgrad = grc},
+#include "ops.def"
 };
+#undef FN
+#undef NOFN
+#undef D
+#undef GRAD_RULE
 
-static const int op_arity[] = {
-#define X(e, s, n) [e] = n,
-  IR_OPS(X)
-#undef X
-};
+static const OpInfo no_op = {.name = "?", .arity = -2, .lin = LIN_NONE, .coll = NOCOLL};
 
-const char *ir_op_name(OpKind k) {
-  if (k < 0 || k >= OP__COUNT) return "?";
-  return op_names[k];
+const OpInfo *ir_op_info(OpKind k) {
+  if ((int)k < 0 || k >= OP__COUNT) return &no_op;
+  return &op_table[k];
 }
 
-bool ir_op_is_collective(OpKind k) {
-  return k == OP_ALL_GATHER || k == OP_REDUCE_SCATTER || k == OP_ALL_REDUCE || k == OP_ALL_TO_ALL ||
-         k == OP_PERMUTE;
-}
+const char *ir_op_name(OpKind k) { return ir_op_info(k)->name; }
+
+bool ir_op_is_collective(OpKind k) { return ir_op_info(k)->cls == OC_COLLECTIVE; }
 
 bool ir_op_is_elementwise(OpKind k) {
-  return (k >= OP_ADD && k <= OP_SILU);
+  OpClass c = (OpClass)ir_op_info(k)->cls;
+  return c == OC_EW_UNARY || c == OC_EW_BINARY;
+}
+
+OpKind ir_coll_op(int k) {
+  for (int e = 0; e < OP__COUNT; e++)
+    if (op_table[e].coll == k && k != NOCOLL) return (OpKind)e;
+  return OP_PERMUTE;
 }
 
 /* ---- modules, functions, values, ops ---- */
@@ -370,7 +383,7 @@ static void verify_func(Verify *v, const IrFunc *f) {
   }
   for (const Op *op = f->first; op; op = op->next) {
     if (op->func != f) vfail(v, f, op, "op's func is not its list's function%.0d", 0);
-    int ar = op->kind >= 0 && op->kind < OP__COUNT ? op_arity[op->kind] : -2;
+    int ar = ir_op_info(op->kind)->arity;
     if (ar == -2) vfail(v, f, op, "bad op kind %d", (int)op->kind);
     else if (ar >= 0 && op->noperands != ar) vfail(v, f, op, "has %d operands", op->noperands);
     for (int i = 0; i < op->noperands; i++) {

@@ -12,168 +12,108 @@
 
 #include "program.h"
 
-/* X(enum, name, arity) ; arity -1 = variable. The order is the printing/golden order. */
-#define IR_OPS(X)                                                                          \
-  X(OP_INPUT, "input", 0)         /* function argument #index */                           \
-  X(OP_PARAM, "param", 0)         /* model parameter #index (IrParam) */                    \
-  X(OP_CONST, "const", 0)         /* scalar literal `scalar`, rank 0 */                     \
-  X(OP_CONTRACT, "contract", 2)   /* contract over dims[] (a @ b: every shared dim) */       \
-  X(OP_ADD, "add", 2)             /* elementwise, broadcast by dim name */                 \
-  X(OP_SUB, "sub", 2)                                                                      \
-  X(OP_MUL, "mul", 2)                                                                      \
-  X(OP_DIV, "div", 2)                                                                      \
-  X(OP_NEG, "neg", 1)                                                                      \
-  X(OP_EXP, "exp", 1)                                                                      \
-  X(OP_LOG, "log", 1)                                                                      \
-  X(OP_SQRT, "sqrt", 1)                                                                    \
-  X(OP_RSQRT, "rsqrt", 1)                                                                  \
-  X(OP_TANH, "tanh", 1)                                                                    \
-  X(OP_SIGMOID, "sigmoid", 1)                                                              \
-  X(OP_RELU, "relu", 1)                                                                    \
-  X(OP_GELU, "gelu", 1)                                                                    \
-  X(OP_SILU, "silu", 1)                                                                    \
-  X(OP_SUM, "sum", 1)             /* reduce over dims[] */                                 \
-  X(OP_MEAN, "mean", 1)                                                                    \
-  X(OP_MAX, "max", 1)                                                                      \
-  X(OP_SOFTMAX, "softmax", 1)     /* over dims[0]; computes in f32, returns input dtype */  \
-  X(OP_RMSNORM, "rmsnorm", 2)     /* (x, scale) over dims[0] */                            \
-  X(OP_LAYERNORM, "layernorm", 3) /* (x, scale, bias) over dims[0] */                      \
-  X(OP_RENAME, "rename", 1)       /* dims[2i] -> dims[2i+1] */                             \
-  X(OP_SPLIT, "split", 1)         /* dims[0] -> dims[1..] */                               \
-  X(OP_MERGE, "merge", 1)         /* dims[0..n-2] -> dims[n-1] */                          \
-  X(OP_TAKE, "take", 2)           /* (table, idx) */                                       \
-  X(OP_CAUSAL, "causal", 1)       /* mask where global index of dims[1] > dims[0] */        \
-  X(OP_CAST, "cast", 1)           /* to result dtype */                                    \
-  X(OP_TRANSPOSE, "transpose", 1) /* to the result's dim order */                          \
-  X(OP_ATTENTION, "attention", 3) /* fused (q, k, v): dims[0] head (contracted in q.k),    \
-                                     dims[1] key dim, dims[2] query dim; scalar = scale;    \
-                                     flag = causal */                                      \
-  X(OP_LOOP, "loop", -1)          /* operands: stacked params' values, then carried inputs, \
-                                     then invariants (nslices, ncarried); body runs `count` \
-                                     times; results: carried outputs, then `nstacked` stacked \
-                                     outputs (see Op.nstacked, Op.reverse) */               \
-  X(OP_ALL_GATHER, "all_gather", 1)                                                        \
-  X(OP_REDUCE_SCATTER, "reduce_scatter", 1)                                                \
-  X(OP_ALL_REDUCE, "all_reduce", 1)                                                        \
-  X(OP_ALL_TO_ALL, "all_to_all", 1)                                                        \
-  X(OP_PERMUTE, "collective_permute", 1)                                                  \
-  /* ---- training (autodiff.c, step.c; docs/training.md). Each has one result. "x's type" means  \
-     x's dtype and dims in x's order. Where an op computes "in f32", every operand is widened to \
-     f32 first and the result is rounded once to the result dtype. */                          \
-  X(OP_BROADCAST, "broadcast", 1) /* x repeated along the result's extra dims: result[i] =      \
-                                     x[i restricted to x's dims]; result: x's dtype, x's dims   \
-                                     plus dims[] (the added ones), in the result type's order   \
-                                     (a rank-0 x makes a filled tensor, e.g. zeros) */          \
-  X(OP_RELU_GRAD, "relu_grad", 2) /* (x, dy) -> dy where x > 0, else 0; x's type (dy: x's type) */ \
-  X(OP_GELU_GRAD, "gelu_grad", 2) /* (x, dy) -> dy * (Phi(x) + x phi(x)), the derivative of the  \
-                                     exact (erf) gelu; Phi, phi the normal cdf, pdf; in f32 */   \
-  X(OP_SILU_GRAD, "silu_grad", 2) /* (x, dy) -> dy * s (1 + x (1 - s)), s = sigmoid(x); in f32 */ \
-  X(OP_MAX_GRAD, "max_grad", 3)   /* (x, y, dy) of y = max(x, over: dims[]): dx = dy (broadcast  \
-                                     back over dims[]) / n where x == y, else 0; n = how many   \
-                                     elements of that reduction equal its max (ties share) */    \
-  X(OP_SOFTMAX_GRAD, "softmax_grad", 2) /* (y, dy) of y = softmax(x, over: dims[0]): dx = y (dy - \
-                                     sum over dims[0] of dy y); in f32; y's type */             \
-  X(OP_RMSNORM_GRAD, "rmsnorm_grad", 3) /* (x, scale, dy) of y = rmsnorm(x, scale, over: dims[0]): \
-                                     dx = r (dy s - xh mean(dy s xh)), r = 1 / sqrt(mean(x^2) + \
-                                     eps), xh = x r, s = scale broadcast to x, means over dims[0], \
-                                     eps that of OP_RMSNORM; in f32; x's type. (The scale's     \
-                                     gradient is built from ordinary ops: docs/training.md) */   \
-  X(OP_LAYERNORM_GRAD, "layernorm_grad", 3) /* (x, scale, dy) of layernorm over dims[0]: dx =    \
-                                     r (e - mean(e) - xh mean(e xh)), e = dy s, xh = (x - mean(x)) \
-                                     r, r = 1 / sqrt(var(x) + eps) (biased variance, OP_LAYERNORM's \
-                                     eps), means over dims[0]; in f32; x's type */               \
-  X(OP_TAKE_GRAD, "take_grad", 2) /* (idx, dy) of y = take(table, idx): the result has the table's \
-                                     type T; result[r, rest] = sum of dy[p, rest] over the      \
-                                     positions p of idx with idx[p] == r (rows: T's first dim;  \
-                                     accumulated in f32, zero where no index names the row) */   \
-  X(OP_CAUSAL_GRAD, "causal_grad", 1) /* dy with zeros where causal(s, dims[0], dims[1]) masks:  \
-                                     result = dy where the global index of dims[1] <= that of   \
-                                     dims[0], else 0; dy's type */                              \
-  X(OP_ATTENTION_GRAD, "attention_grad", 5) /* (q, k, v, o, do) of o = attention(q, k, v), same  \
-                                     dims[], scalar and flag; index 0: dq (q's type), 1: dk (k's \
-                                     type), 2: dv (v's type). With s = scalar * (q . k over      \
-                                     dims[0]) causally masked, p = softmax(s over dims[1]) (p is \
-                                     recomputed; the forward kept its row statistics beside o),  \
-                                     dp = do . v (over the dims o has from v only), D = sum of   \
-                                     do * o over those dims, ds = p (dp - D): dq = scalar ds . k \
-                                     (over dims[1]), dk = scalar ds . q and dv = p . do, each   \
-                                     summed over the dims that k (v) lacks; in f32.             \
-                                     FLOPs (the three make one flash-attention backward): dq =  \
-                                     QK + PV, dk = QK, dv = PV + QK (the recomputed scores),     \
-                                     QK and PV the forward's two contractions */                \
-  X(OP_CROSS_ENTROPY, "cross_entropy", 2) /* (logits, labels), class dim dims[0] (logits' last): \
-                                     f32 with labels' type's dims: logsumexp over dims[0] of    \
-                                     logits - logits[label]; labels: i32, logits' dims without  \
-                                     dims[0], same order; a label outside [0, |dims[0]|) is a   \
-                                     run-time error; in f32 */                                  \
-  X(OP_CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) /* (logits, labels, dl): (softmax over      \
-                                     dims[0] of logits - onehot(labels)) * dl (dl: f32, labels' \
-                                     dims); in f32; logits' type */                             \
-  X(OP_SGD_UPDATE, "sgd_update", 2) /* (p, g): p - scalar * g (scalar = lr); in f32; p's type (g \
-                                     has p's dims in p's order, any float dtype) */             \
-  X(OP_ADAM_MOMENT, "adam_moment", 2) /* (m, g): scalar m + (1 - scalar) g (flag 0: the first    \
-                                     moment, scalar = beta1) or g^2 (flag 1: the second, beta2); \
-                                     in f32; m's type (f32) */                                  \
-  X(OP_ADAM_UPDATE, "adam_update", 4) /* (p, m, v, t): p - scalar mh / (sqrt(vh) + IR_ADAM_EPS),  \
-                                     mh = m / (1 - IR_ADAM_BETA1^t), vh = v / (1 -               \
-                                     IR_ADAM_BETA2^t); t: rank-0 f32 step count (1 on the first \
-                                     step); scalar = lr; in f32; p's type */                    \
-  /* ---- partitioning (partition.c): the pieces of a cross entropy whose class dim is sharded  \
-     (Megatron's vocab-parallel loss: local statistics and small AllReduces, never the logits) */ \
-  X(OP_PICK, "pick", 2)           /* (x, idx) along dims[0], a dim of x: per position, x's element \
-                                     at index idx: result[p] = x[p, idx[p]] (p: x's other dims); \
-                                     idx: integer, exactly x's dims without dims[0]; the result: \
-                                     x's dtype, idx's dims in x's order. An index outside [0,     \
-                                     |dims[0]|) is a run-time error. With dims[0] sharded, each   \
-                                     device picks from the block it holds and gives 0 where the  \
-                                     index is outside it: a partial sum over those axes */       \
-  X(OP_ONEHOT, "onehot", 1)       /* (idx) -> 1 where the index along dims[0] equals idx, else 0: \
-                                     result[p, c] = (idx[p] == c); the result type's dtype, idx's \
-                                     dims plus dims[0] (in the result type's order); an index    \
-                                     outside [0, |dims[0]|) is a run-time error. With dims[0]    \
-                                     sharded, each device makes the block it holds (global c) */ \
-  /* ---- localisation (shard/localize.c): the per-device program states every slice */      \
-  X(OP_SLICE, "slice", 1)         /* x -> the device's block of x under the result's sharding, \
-                                     which refines x's: on each dim listed in Op.offs, the     \
-                                     result's axes extend x's tuple (the extra axes, in order); \
-                                     the device keeps the block at Op.offs[i] (relative to the \
-                                     block it holds); no communication */ \
-  /* ---- pipelines (shard/stages.c): a pipelined step's microbatch loop, made explicit */     \
-  X(OP_PIPELINE, "pipeline", -1)  /* operands and results as the microbatch loop it replaces \
-                                     (slices, carried accumulators, invariants); runs Op.pipe: \
-                                     per stage, its regions in the schedule's order */       \
-  /* ---- mixture of experts (route.h, ir_route.c; docs/moe.md) */                            \
-  X(OP_ROUTE, "route", 1)         /* (logits) -> f32, the logits' dims then dims[2] (the slot  \
-                                     dim): 1 where a token (an index of the logits' dims but   \
-                                     dims[0], the expert dim) sends one of its `index` = k     \
-                                     choices (the k largest logits along dims[0], ties to the  \
-                                     lower index) to that expert in that slot, else 0. Within  \
-                                     a group (an index of the dims but dims[0] and dims[1], the \
-                                     token dim) an expert's slots fill with every first choice \
-                                     in order of dims[1], then every second choice, and so on; \
-                                     a choice that finds its expert's slots full is dropped.   \
-                                     No gradient; dims[0], dims[1] whole where it runs */      \
-  X(OP_ROUTE_GRAD, "route_grad", 3) /* (p, a, b): contract(a, b, over: dims[]) where p is      \
-                                     nonzero, 0 elsewhere; p: a route pattern (Value.route)   \
-                                     with the result's dims; the result: p's dims (in any     \
-                                     order), a's dtype. The gradient of the patterned operand \
-                                     of a dispatch or a combine (autodiff.c): k dot products  \
-                                     per token */
-
-/* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8). */
+/* Adam's constants (language.md: betas 0.9, 0.999; epsilon 1e-8; ops.def's adam_update). */
 #define IR_ADAM_BETA1 0.9
 #define IR_ADAM_BETA2 0.999
 #define IR_ADAM_EPS 1e-8
 
+/* The ops (ops.def: one entry each, with their traits), in printing/golden order. */
 typedef enum {
-#define X(e, s, n) e,
-  IR_OPS(X)
-#undef X
+#define OP(e, ...) e,
+#include "ops.def"
   OP__COUNT
 } OpKind;
+
+/* ---- the op table's traits (ops.def says what each column means) ---- */
+typedef enum {
+  OC_LEAF,              /* input, param, const */
+  OC_CONTRACT,
+  OC_EW_BINARY,         /* + - * / broadcast by dim name */
+  OC_EW_UNARY,          /* an elementwise function of one tensor */
+  OC_REDUCE,            /* sum, mean, max over dims[] */
+  OC_NORM,              /* softmax and the norms: statistics over dims[0] */
+  OC_LAYOUT,            /* moves or relabels data, computes nothing: rename, split, merge, transpose,
+                           broadcast, slice */
+  OC_INDEX,             /* take, pick, onehot */
+  OC_MASK,              /* causal */
+  OC_CAST,
+  OC_ATTENTION,
+  OC_REGION,            /* loop, pipeline: ops with bodies */
+  OC_COLLECTIVE,
+  OC_GRAD,              /* a forward op's gradient (autodiff.c) */
+  OC_LOSS,
+  OC_OPTIMIZER,
+  OC_ROUTE              /* route */
+} OpClass;
+enum {
+  OPF_CALL = 1,         /* a function of the language, called by its name */
+  OPF_INT = 2,          /* the lowering computes it on integers too */
+  OPF_INPLACE = 4       /* reads each element where it writes it: may write over an operand */
+};
+/* Which operands may be unreduced partial sums (the result then is one over the same axes). */
+typedef enum {
+  LIN_NONE = -1,        /* none */
+  LIN_0 = 0, LIN_1 = 1, LIN_2 = 2, /* that operand alone (linear in it) */
+  LIN_SUM = -2,         /* every operand alike (add, sub) */
+  LIN_ONE = -3,         /* exactly one (a product) */
+  LIN_FIRST = -4        /* the numerator (div) */
+} OpLin;
+/* What opcost.c and the simulator price an op as. */
+typedef enum {
+  CC_NONE,              /* no kernel: leaves, and regions (their ops are priced one by one) */
+  CC_VIEW,              /* a view of its operand's buffer: no traffic */
+  CC_FUSED,             /* memory-bound, and joins a producer-consumer group (XLA's loop fusion) */
+  CC_MEMORY,            /* a memory-bound kernel of its operands' and results' bytes */
+  CC_BLOCK,             /* reads the block it keeps, writes it (slice) */
+  CC_CONTRACT,          /* a matmul (a routed dispatch or combine moves rows: memory-bound) */
+  CC_ROUTED,            /* route_grad: k dot products per token, memory-bound */
+  CC_ATTENTION,         /* flash attention */
+  CC_COLLECTIVE
+} CostClass;
+/* How codegen lowers an op (lower.c). */
+typedef enum {
+  LK_NONE, LK_INPUT, LK_CONST,
+  LK_MAP,               /* a loop nest over the result computing ops.def's fn (fused into its
+                           consumer's nest where it can), or a conversion (cast, broadcast) */
+  LK_VIEW,              /* a view of the operand's buffer */
+  LK_COPY,              /* a view where the buffer plan makes one, else a copy (transpose, slice) */
+  LK_CAUSAL, LK_REDUCE, LK_CONTRACT,
+  LK_ROWS,              /* runtime/nn.c over rows (softmax, norms, losses and their gradients) */
+  LK_TAKE, LK_SELECT, LK_ATTENTION, LK_ROUTE, LK_ROUTE_GRAD, LK_LOOP, LK_PIPELINE,
+  LK_COLLECTIVE         /* a runtime collective */
+} LowerKind;
+/* The attributes `--emit-ir` prints after an op's operands (ir_print.c). */
+typedef enum {
+  AT_NONE, AT_INDEX, AT_NUMBER, AT_LOOP, AT_OVER, AT_DIMS, AT_ADDING, AT_ROUTE, AT_ATTENTION, AT_LR,
+  AT_BETA, AT_RENAME, AT_SPLIT, AT_MERGE, AT_COLL
+} AttrKind;
+#define NOCOLL (-1)     /* ops.def's coll column: not a collective */
+
+typedef struct OpInfo {
+  const char *name;
+  int8_t arity;         /* -1: variable */
+  uint8_t cls;          /* OpClass */
+  uint8_t flags;        /* OPF_* */
+  int8_t lin;           /* OpLin */
+  uint8_t cost;         /* CostClass */
+  uint8_t lower;        /* LowerKind */
+  uint8_t attrs;        /* AttrKind */
+  int8_t coll;          /* a collective's CollKind (cost.h); NOCOLL */
+  bool fn;              /* ops.def gives its scalar function (ir_scalar) */
+  bool dgrad;           /* ops.def gives its gradient as an expression (autodiff.c) */
+} OpInfo;
+/* The table's row for k (an out-of-range k gets an empty row: no name, arity -2). */
+const OpInfo *ir_op_info(OpKind k);
 const char *ir_op_name(OpKind k);
-bool ir_op_is_collective(OpKind k);
-bool ir_op_is_elementwise(OpKind k); /* unary functions and the four binary arithmetic ops */
+bool ir_op_is_collective(OpKind k);  /* class OC_COLLECTIVE */
+bool ir_op_is_elementwise(OpKind k); /* the unary functions and the four binary arithmetic ops */
+/* The collective op of CollKind k (cost.h); OP_PERMUTE for none. */
+OpKind ir_coll_op(int k);
+/* ops.def's scalar function of an op with one (OpInfo.fn) at operands v[0..arity), in double
+ * (ir_scalar.c): the interpreter's numerics and constant folding. `op` gives the scalar and flag
+ * attributes (optimizer ops); NULL for the others. NaN for an op without one. */
+struct Op;
+double ir_scalar(OpKind k, const struct Op *op, const double *v);
 
 /* Where a device's block of a dim starts (localize.c; the lowering and the interpreter compute
  * global indices from it): offset = extent x the device's block number over `axes` (its
@@ -269,6 +209,15 @@ typedef struct PipeAction {
   int peer;             /* PA_SEND / PA_RECV: the other stage */
 } PipeAction;
 
+/* A span of a stage's schedule in bounded form (shard/schedule.h): listed actions [first, first +
+ * len) of the stage's form run `reps` times in a row, each run's microbatches `stride` above the
+ * previous run's (the steady state of 1f1b and interleaved, gpipe's forwards and backwards). */
+typedef struct PipeSpan {
+  int first, len;       /* indices into PipeInfo.form; len 0: no span */
+  int reps;             /* >= 1 */
+  int stride;
+} PipeSpan;
+
 typedef struct PipeInfo {
   int stages;           /* p: the product of the stage axes' sizes */
   int8_t stage_axes[MAX_AXES_PER_DIM]; /* the stacked dim's axes, major first (a stage's index is
@@ -288,8 +237,15 @@ typedef struct PipeInfo {
   PipeSlot *in[PR__COUNT];     /* per region input */
   PipeSlot *out[PR__COUNT];    /* per region output */
   uint8_t *result_place;       /* per result: the stages holding it (PLACE_*) */
-  PipeAction *actions;         /* every stage's actions, stage 0's first */
-  int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]) */
+  PipeAction *actions;         /* every stage's actions, stage 0's first; NULL when the schedule has more
+                                  than SCHEDULE_LIST_MAX actions (shard/schedule.h): then only `form` */
+  int *first_action;           /* [stages + 1]: stage s runs actions [first_action[s], first_action[s+1]);
+                                  NULL with `actions` */
+  int64_t nactions;            /* the schedule's actions over every stage, listed or not */
+  PipeAction *form;            /* the same schedule in bounded form (O(p V) per stage whatever N): each
+                                  stage's actions with each of its spans listed once */
+  int *first_form;             /* [stages + 1]: stage s's form is form[first_form[s] .. first_form[s+1]) */
+  PipeSpan *spans;             /* [2 stages]: stage s's spans (at most two, in order; len 0: none) */
   int in_flight_max[2];        /* the schedule's peak of microbatch-chunks whose forward ran and backward
                                   did not, on the first and the last stage (activation memory) */
   uint16_t send_split;         /* the axes (none of the stage's) over which the activation crossing a

@@ -293,8 +293,7 @@ static const char *contract_hint(Builder *b, const Value *v) {
                                          "fewer, use contract(a, b, over: d))", what, dims_text(b, o->dims, o->ndims));
       return arena_printf(&b->ck->tmp, "; %s contracted %s", what, dims_text(b, o->dims, o->ndims));
     }
-    bool follow = (o->kind >= OP_NEG && o->kind <= OP_SILU) || o->kind == OP_CAST || o->kind == OP_TRANSPOSE ||
-                  o->kind == OP_ADD || o->kind == OP_SUB || o->kind == OP_MUL || o->kind == OP_DIV;
+    bool follow = ir_op_is_elementwise(o->kind) || o->kind == OP_CAST || o->kind == OP_TRANSPOSE;
     if (!follow || o->noperands < 1) break;
     v = o->operands[0];
   }
@@ -420,29 +419,52 @@ typedef struct Builtin {
   OverMode over;
 } Builtin;
 
-static const Builtin builtins[] = {
-  {"exp", OP_EXP, 1, OVER_NO},          {"log", OP_LOG, 1, OVER_NO},
-  {"sqrt", OP_SQRT, 1, OVER_NO},        {"rsqrt", OP_RSQRT, 1, OVER_NO},
-  {"tanh", OP_TANH, 1, OVER_NO},        {"sigmoid", OP_SIGMOID, 1, OVER_NO},
-  {"relu", OP_RELU, 1, OVER_NO},        {"gelu", OP_GELU, 1, OVER_NO},
-  {"silu", OP_SILU, 1, OVER_NO},        {"sum", OP_SUM, 1, OVER_DIMS},
-  {"mean", OP_MEAN, 1, OVER_DIMS},      {"max", OP_MAX, 1, OVER_DIMS},
-  {"softmax", OP_SOFTMAX, 1, OVER_ONE}, {"rmsnorm", OP_RMSNORM, 2, OVER_ONE},
-  {"layernorm", OP_LAYERNORM, 3, OVER_ONE}, {"contract", OP_CONTRACT, 2, OVER_DIMS},
-  {"split", OP_SPLIT, 2, OVER_NO},      {"merge", OP_MERGE, 2, OVER_NO},
-  {"take", OP_TAKE, 2, OVER_NO},        {"causal", OP_CAUSAL, 3, OVER_NO},
+/* The elementwise functions are the op table's OPF_CALL ops (ops.def), by their names; then these. */
+static const Builtin op_builtins[OP__COUNT] = {
+#define OP(e, nm, ...) [e] = {nm, e, 1, OVER_NO},
+#include "ops.def"
 };
 
+static const Builtin builtins[] = {
+  {"sum", OP_SUM, 1, OVER_DIMS},         {"mean", OP_MEAN, 1, OVER_DIMS},
+  {"max", OP_MAX, 1, OVER_DIMS},         {"softmax", OP_SOFTMAX, 1, OVER_ONE},
+  {"rmsnorm", OP_RMSNORM, 2, OVER_ONE},  {"layernorm", OP_LAYERNORM, 3, OVER_ONE},
+  {"contract", OP_CONTRACT, 2, OVER_DIMS}, {"split", OP_SPLIT, 2, OVER_NO},
+  {"merge", OP_MERGE, 2, OVER_NO},       {"take", OP_TAKE, 2, OVER_NO},
+  {"causal", OP_CAUSAL, 3, OVER_NO},
+};
+
+static bool is_call_op(int k) { return ir_op_info((OpKind)k)->flags & OPF_CALL; }
+
 static const Builtin *find_builtin(Name n) {
+  for (int k = 0; k < OP__COUNT; k++)
+    if (is_call_op(k) && strcmp(op_builtins[k].name, n) == 0) return &op_builtins[k];
   for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
     if (strcmp(builtins[i].name, n) == 0) return &builtins[i];
   return NULL;
 }
 
-static const char known_functions[] =
-  "exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, sum, mean, max, softmax, rmsnorm, "
-  "layernorm, contract, split, merge, take, causal, route, size, the casts f32 bf16 f16 f8 i32 i8, "
-  "and a model's own fns";
+/* Every builtin, in the order find_builtin tries them (for suggestions). */
+static void suggest_builtins(Suggest *s) {
+  for (int k = 0; k < OP__COUNT; k++)
+    if (is_call_op(k)) suggest_try(s, op_builtins[k].name);
+  for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(s, builtins[i].name);
+}
+
+/* "exp, log, ..., causal, route, size, the casts ..., and a model's own fns" */
+static const char *known_functions(Builder *b) {
+  static const char rest[] = "route, size, the casts f32 bf16 f16 f8 i32 i8, and a model's own fns";
+  size_t n = sizeof rest;
+  for (int k = 0; k < OP__COUNT; k++)
+    if (is_call_op(k)) n += strlen(op_builtins[k].name) + 2;
+  for (size_t i = 0; i < ARRAY_LEN(builtins); i++) n += strlen(builtins[i].name) + 2;
+  char *t = arena_alloc(&b->ck->tmp, n), *p = t;
+  for (int k = 0; k < OP__COUNT; k++)
+    if (is_call_op(k)) p += sprintf(p, "%s, ", op_builtins[k].name);
+  for (size_t i = 0; i < ARRAY_LEN(builtins); i++) p += sprintf(p, "%s, ", builtins[i].name);
+  strcpy(p, rest);
+  return t;
+}
 
 /* ---- emitting ---- */
 
@@ -987,23 +1009,12 @@ static bool arity(Builder *b, const Node *call, const char *fname, const CallArg
   return false;
 }
 
-/* The functions exp ... silu: one float tensor, same type out. On a number they fold. */
+/* The functions (OPF_CALL ops: exp ... silu): one float tensor, same type out. On a number they
+ * fold. */
 static Ex lower_unary_fn(Builder *b, const Builtin *bi, const Node *call, const Node *arg, Ex x) {
   if (x.kind == EX_ERR) return x;
   if (x.kind == EX_LIT) {
-    double v = x.num, r = 0;
-    switch (bi->op) {
-    case OP_EXP: r = exp(v); break;
-    case OP_LOG: r = log(v); break;
-    case OP_SQRT: r = sqrt(v); break;
-    case OP_RSQRT: r = 1 / sqrt(v); break;
-    case OP_TANH: r = tanh(v); break;
-    case OP_SIGMOID: r = 1 / (1 + exp(-v)); break;
-    case OP_RELU: r = v > 0 ? v : 0; break;
-    case OP_GELU: r = 0.5 * v * (1 + erf(v / sqrt(2.0))); break;
-    case OP_SILU: r = v / (1 + exp(-v)); break;
-    default: break;
-    }
+    double v = x.num, r = ir_scalar(bi->op, NULL, &v); /* the interpreter's numerics (ops.def) */
     if (!isfinite(r)) {
       err(b, expr_span(call), "%s(%g) is not a finite number", bi->name, v);
       return ex_err();
@@ -1409,13 +1420,13 @@ static Ex lower_call(Builder *b, const Node *call) {
     const FnDecl *fn = b->inst ? model_fn(b->inst->model, fname) : NULL;
     if (fn) return call_fn(b, call, fn, b->inst, fname);
     Suggest s = suggest_begin(worth_suggesting() ? fname : NULL);
-    for (size_t i = 0; i < ARRAY_LEN(builtins); i++) suggest_try(&s, builtins[i].name);
+    suggest_builtins(&s);
     suggest_try(&s, "size");
     suggest_try(&s, "route");
     for (int i = 0; i < DT__COUNT; i++) suggest_try(&s, dtype_name((DType)i));
     for (int i = 0; b->inst && i < b->inst->model->nfns; i++) suggest_try(&s, b->inst->model->fns[i].name);
     char sb[160];
-    err(b, callee->loc, "unknown function %s%s (known: %s)", fname, suggest_text(&s, sb, sizeof sb), known_functions);
+    err(b, callee->loc, "unknown function %s%s (known: %s)", fname, suggest_text(&s, sb, sizeof sb), known_functions(b));
     return ex_err();
   }
   bool ok = call_args(b, call, fname, bi->over != OVER_NO, &ca);
@@ -1445,10 +1456,8 @@ static Ex lower_call(Builder *b, const Node *call) {
   }
   if (!ok) return ex_err();
   SrcLoc loc = expr_span(call);
-  switch (bi->op) {
-  case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU:
-  case OP_GELU: case OP_SILU:
-    return lower_unary_fn(b, bi, call, ca.pos[0], a[0]);
+  if (is_call_op(bi->op)) return lower_unary_fn(b, bi, call, ca.pos[0], a[0]);
+  switch (bi->op) { /* each builtin's own checks and result type */
   case OP_SUM: case OP_MEAN: case OP_MAX: {
     a[0] = need_tensor(b, a[0], ca.pos[0], fname);
     if (a[0].kind != EX_VAL) return ex_err();

@@ -81,6 +81,13 @@ static void print_axes(FILE *out, const IrModule *m, uint16_t axes) {
 }
 
 static void print_func(FILE *out, const IrModule *m, const IrFunc *f, int depth);
+static void print_action(FILE *out, const PipeAction *a) {
+  static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
+  fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb, a->chunk);
+  if (a->kind >= PA_SEND) fprintf(out, "%s%d", a->kind == PA_SEND ? ">" : "<", a->peer);
+  fputc(')', out);
+}
+
 static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth);
 static void print_op(FILE *out, const IrModule *m, const Op *op, int depth);
 
@@ -114,6 +121,7 @@ static void print_local_facts(FILE *out, const IrModule *m, const Op *op) {
     fputs(" divisor ", out);
     print_number(out, op->divisor);
   }
+  /* (each collective's reduction and its parts' verbs are its own) */
   if (op->kind == OP_ALL_REDUCE) fputs(op->reduce_max ? " max" : " sum", out);
   if (op->kind == OP_REDUCE_SCATTER) fputs(" sum", out);
   if (op->coll) {
@@ -138,17 +146,18 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
   for (int i = 0; i < op->nresults; i++) fprintf(out, "%s%%%d", i ? ", " : "", op->results[i]->id);
   if (op->nresults) fputs(" = ", out);
   fputs(ir_op_name(op->kind), out);
-  switch (op->kind) {
-  case OP_INPUT:
-  case OP_PARAM:
+  /* the operands (or what stands for them), then the attributes: by the table's AttrKind */
+  AttrKind at = (AttrKind)ir_op_info(op->kind)->attrs;
+  switch (at) {
+  case AT_INDEX:
     fprintf(out, " #%d", op->index);
     if (op->nresults && op->results[0]->name) fprintf(out, " %s", op->results[0]->name);
     break;
-  case OP_CONST:
+  case AT_NUMBER:
     fputc(' ', out);
     print_number(out, op->scalar);
     break;
-  case OP_LOOP:
+  case AT_LOOP:
     fprintf(out, " %s x%lld slices(", op->stack_dim ? op->stack_dim->name : "?", (long long)op->count);
     print_refs(out, op->operands, 0, op->nslices);
     fputs(") carried(", out);
@@ -164,83 +173,70 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
     print_refs(out, op->operands, 0, op->noperands);
     break;
   }
-  switch (op->kind) {
-  case OP_CONTRACT: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM:
-  case OP_MAX_GRAD: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY:
-  case OP_CROSS_ENTROPY_GRAD: case OP_PICK: case OP_ONEHOT: case OP_ROUTE_GRAD:
+  switch (at) {
+  case AT_OVER:
     fputs(" over ", out);
     print_dims(out, op->dims, op->ndims);
     if (ir_route_contract(op, NULL) != CONTRACT_DENSE) fprintf(out, " (%s)", ir_op_label(op));
     break;
-  case OP_ROUTE:
+  case AT_ROUTE:
     if (op->ndims == 3)
       fprintf(out, " top %d over [%s] tokens [%s] slots [%s]", op->index, op->dims[0]->name, op->dims[1]->name,
               op->dims[2]->name);
     break;
-  case OP_BROADCAST:
+  case AT_ADDING:
     fputs(" adding ", out);
     print_dims(out, op->dims, op->ndims);
     break;
-  case OP_CAUSAL_GRAD:
+  case AT_DIMS:
     fputc(' ', out);
     print_dims(out, op->dims, op->ndims);
     break;
-  case OP_ATTENTION_GRAD:
+  case AT_ATTENTION: /* attention_grad: which gradient, after the forward's attributes */
     if (op->ndims == 3)
       fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
     fputs(" scale ", out);
     print_number(out, op->scalar);
     if (op->flag) fputs(" causal", out);
-    fprintf(out, " d%c", op->index == 0 ? 'q' : op->index == 1 ? 'k' : 'v');
+    if (op->kind == OP_ATTENTION_GRAD) fprintf(out, " d%c", op->index == 0 ? 'q' : op->index == 1 ? 'k' : 'v');
     break;
-  case OP_SGD_UPDATE: case OP_ADAM_UPDATE:
+  case AT_LR:
     fputs(" lr ", out);
     print_number(out, op->scalar);
     break;
-  case OP_ADAM_MOMENT:
+  case AT_BETA:
     fputs(" beta ", out);
     print_number(out, op->scalar);
     if (op->flag) fputs(" squared", out);
     break;
-  case OP_RENAME:
+  case AT_RENAME:
     fputs(" [", out);
     for (int i = 0; i + 1 < op->ndims; i += 2)
       fprintf(out, "%s%s -> %s", i ? ", " : "", op->dims[i]->name, op->dims[i + 1]->name);
     fputc(']', out);
     break;
-  case OP_SPLIT:
+  case AT_SPLIT:
     if (op->ndims >= 2) {
       fprintf(out, " [%s -> (", op->dims[0]->name);
       for (int i = 1; i < op->ndims; i++) fprintf(out, "%s%s", i > 1 ? ", " : "", op->dims[i]->name);
       fputs(")]", out);
     }
     break;
-  case OP_MERGE:
+  case AT_MERGE:
     if (op->ndims >= 2) {
       fputs(" [(", out);
       for (int i = 0; i + 1 < op->ndims; i++) fprintf(out, "%s%s", i ? ", " : "", op->dims[i]->name);
       fprintf(out, ") -> %s]", op->dims[op->ndims - 1]->name);
     }
     break;
-  case OP_CAUSAL:
-    fputc(' ', out);
-    print_dims(out, op->dims, op->ndims);
-    break;
-  case OP_ATTENTION:
-    if (op->ndims == 3)
-      fprintf(out, " head [%s] key [%s] query [%s]", op->dims[0]->name, op->dims[1]->name, op->dims[2]->name);
-    fputs(" scale ", out);
-    print_number(out, op->scalar);
-    if (op->flag) fputs(" causal", out);
-    break;
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE:
+  case AT_COLL:
     fputs(" over ", out);
     print_axes(out, m, op->axes);
     if (op->coll) break; /* localised: print_local_facts gives every part */
     if (op->dim_index >= 0) fprintf(out, " dim %d", op->dim_index);
     if (op->kind == OP_ALL_TO_ALL && op->dim_index2 >= 0) fprintf(out, " to %d", op->dim_index2);
     break;
-  default:
+  case AT_NONE: case AT_INDEX: case AT_NUMBER: case AT_LOOP:
     break;
   }
   print_local_facts(out, m, op);
@@ -252,7 +248,7 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
     }
   }
   print_loc(out, op->loc);
-  if (op->kind != OP_INPUT && op->kind != OP_PARAM && op->nresults == 1 && op->results[0]->name)
+  if (at != AT_INDEX && op->nresults == 1 && op->results[0]->name)
     fprintf(out, "  (%s)", op->results[0]->name);
   for (int i = 0; i < op->nresults; i++)
     if (op->results[i]->saved) {
@@ -278,7 +274,9 @@ static void print_op(FILE *out, const IrModule *m, const Op *op, int depth) {
  *     in %44 : ...  (saved #1)        what the forward of this chunk kept
  *     ...
  *     yield %50 (act), %51 (save #1), %52 (acc #3)
- *   stage 0: first(0) fwd(0.0) send(0.1>1) ...   (microbatch.chunk; > the peer stage) */
+ *   stage 0: first(0) fwd(0.0) send(0.1>1) ...   (microbatch.chunk; > the peer stage)
+ * or, when the schedule is too long to list (shard/schedule.h), its bounded form, where
+ *   [ fwd(3.0) ... bwd(0.0) ]x1000 +1              runs 1000 times, microbatches 1 higher each run */
 static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int depth) {
   static const char *const rname[PR__COUNT] = {"first", "chunk_fwd", "last", "chunk_bwd", "first_bwd"};
   static const char *const iname[] = {"env", "act", "chunk", "saved"};
@@ -316,16 +314,23 @@ static void print_pipeline(FILE *out, const IrModule *m, const PipeInfo *pi, int
     }
     fputc('\n', out);
   }
-  static const char *const aname[] = {"first", "fwd", "last", "bwd", "first_bwd", "send", "recv"};
-  for (int st = 0; pi->first_action && st < pi->stages; st++) {
+  /* the whole list when it is kept, else the bounded form: each span once, as [ ... ] xRUNS +STRIDE */
+  bool listed = pi->actions && pi->first_action;
+  if (!listed && pi->form) {
+    indent(out, depth);
+    fprintf(out, "schedule of %lld actions, in bounded form:\n", (long long)pi->nactions);
+  }
+  for (int st = 0; (listed || pi->form) && st < pi->stages; st++) {
     indent(out, depth);
     fprintf(out, "stage %d:", st);
-    for (int i = pi->first_action[st]; i < pi->first_action[st + 1]; i++) {
-      const PipeAction *a = &pi->actions[i];
-      fprintf(out, " %s%s(%d.%d", aname[a->kind], a->kind >= PA_SEND ? (a->backward ? "_grad" : "_act") : "", a->mb,
-              a->chunk);
-      if (a->kind >= PA_SEND) fprintf(out, "%s%d", a->kind == PA_SEND ? ">" : "<", a->peer);
-      fputc(')', out);
+    int i0 = listed ? pi->first_action[st] : pi->first_form[st], i1 = listed ? pi->first_action[st + 1] : pi->first_form[st + 1];
+    const PipeSpan *sp = listed ? NULL : &pi->spans[2 * st];
+    for (int i = i0; i < i1; i++) {
+      for (int k = 0; sp && k < 2; k++)
+        if (sp[k].len > 0 && sp[k].first == i) fputs(" [", out);
+      print_action(out, listed ? &pi->actions[i] : &pi->form[i]);
+      for (int k = 0; sp && k < 2; k++)
+        if (sp[k].len > 0 && sp[k].first + sp[k].len - 1 == i) fprintf(out, " ]x%d +%d", sp[k].reps, sp[k].stride);
     }
     fputc('\n', out);
   }

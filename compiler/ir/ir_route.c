@@ -40,14 +40,14 @@ static const Op *product_keeps(const Value *a, const Value *b) {
 static const Op *result_route(const Op *op) {
   if (op->nresults != 1) return NULL;
   const Value *r = op->results[0];
-  switch (op->kind) {
-  case OP_ROUTE: return op->ndims >= 3 ? op : NULL;
-  case OP_ROUTE_GRAD: return op->noperands == 3 ? route_of(op->operands[0]) : NULL;
-  case OP_CAST: case OP_TRANSPOSE: case OP_SLICE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER:
-  case OP_ALL_REDUCE: case OP_ALL_TO_ALL: case OP_PERMUTE: {
+  /* the data moved or cast, not changed: a cast, a transpose, a slice, every collective */
+  if (ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE || op->kind == OP_SLICE) {
     const Op *R = op->noperands == 1 ? route_of(op->operands[0]) : NULL;
     return R && tensor_type_same_dims(&r->type, &op->operands[0]->type) ? R : NULL;
   }
+  switch (op->kind) { /* kept: how a pattern survives a product or a sum is each op's own */
+  case OP_ROUTE: return op->ndims >= 3 ? op : NULL;
+  case OP_ROUTE_GRAD: return op->noperands == 3 ? route_of(op->operands[0]) : NULL;
   case OP_MUL: {
     if (op->noperands != 2) return NULL;
     const Op *R = product_keeps(op->operands[0], op->operands[1]);

@@ -155,7 +155,7 @@ static bool by_name(OpKind k) {
 /* The dims op computes over whole (a softmax's or a norm's dim, attention's head and key dims):
  * an operand is never sliced on them; a result sharded on one is computed whole, then sliced. */
 static bool needs_whole(const Op *op, const Dim *d) {
-  switch (op->kind) {
+  switch (op->kind) { /* kept: which of its dims an op reads whole is its own */
   case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD:
   case OP_LAYERNORM_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_MAX_GRAD: case OP_PICK:
     for (int k = 0; k < op->ndims; k++)
@@ -299,7 +299,7 @@ static void add_off_of(Loc *L, Op *op, const Value *v, const Dim *d, int cap) {
 static void coll_part(Loc *L, CollSpec *c, int dim, const int8_t *axes, int n);
 
 static void localize_facts(Loc *L, Op *op) {
-  switch (op->kind) {
+  switch (op->kind) { /* kept: which global indices an op reads differs op by op */
   case OP_CAUSAL: case OP_CAUSAL_GRAD: /* dims[0] the query dim, dims[1] the key dim */
     if (op->ndims >= 2) {
       add_off_of(L, op, op->operands[0], op->dims[0], 2);
@@ -370,7 +370,7 @@ static void localize_collective(Loc *L, Op *op) {
   int rank = x->type.rank;
   uint16_t moved = 0;
   int8_t a[MAX_AXES_PER_DIM], b[MAX_AXES_PER_DIM];
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each collective's parts its own */
   case OP_ALL_GATHER:
     for (int d = 0; d < rank; d++) {
       int na = real_tuple(L->mesh, &x->sharding, d, a), nb = real_tuple(L->mesh, &r->sharding, d, b);

@@ -480,15 +480,7 @@ static const char *step_reason(const Walk *W, const ReshardStep *s, const Value 
 
 /* ---- building collective ops ---- */
 
-static OpKind coll_op(CollKind k) {
-  switch (k) {
-  case COLL_ALL_GATHER: return OP_ALL_GATHER;
-  case COLL_REDUCE_SCATTER: return OP_REDUCE_SCATTER;
-  case COLL_ALL_REDUCE: return OP_ALL_REDUCE;
-  case COLL_ALL_TO_ALL: return OP_ALL_TO_ALL;
-  default: return OP_PERMUTE;
-  }
-}
+static OpKind coll_op(CollKind k) { return ir_coll_op(k); }
 
 /* A collective op over `axes` reading x, its result sharded `after`; not yet in any list. */
 static Op *coll_new(Walk *W, IrFunc *f, OpKind kind, SrcLoc loc, Value *x, const Sharding *after, uint16_t axes,
@@ -834,7 +826,7 @@ static Value *expand_stats(Walk *W, IrFunc *f, Op *op) {
   for (Op *o = f->first; o && o != op; o = o->next) prev = o;
   Value *xf = f32_before(W, f, op, loc, x, &sx);
   Value *y;
-  switch (op->kind) {
+  switch (op->kind) { /* kept: each statistics op's own decomposition into local pieces */
   case OP_SOFTMAX: {
     Value *m = reduce_all(W, f, op, OP_MAX, loc, xf, &sx, d, ax, why);
     Value *z = bin_before(W, f, op, OP_SUB, loc, xf, m, &tf, &sx);

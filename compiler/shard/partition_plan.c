@@ -262,8 +262,6 @@ static void rule_map_operand(Rule *r, const Op *op, int i, Dim *const *from, Dim
   }
 }
 
-static bool is_unary_elementwise(OpKind k) { return k >= OP_NEG && k <= OP_SILU; }
-
 /* Operand dims the result lacks get `k` (a contraction's dims, attention_grad's summed dims), unless
  * the rule already gave them a kind. */
 static void rule_missing_dims(Rule *r, const Op *op, int i, FactorKind k) {
@@ -297,7 +295,9 @@ static void rule_missing_dims(Rule *r, const Op *op, int i, FactorKind k) {
  * Routing (route.h): route needs its expert and token dims whole and makes its slot dim whole;
  * route_grad is a contraction whose mask operand has the result's dims. A dispatch or a combine
  * is an OP_CONTRACT, planned as one.
- * Partial sums pass through the operand an op is linear in (interp_spmd.c's linear_operand). */
+ * Partial sums pass through the operands an op is linear in (ops.def's lin, which interp_spmd.c
+ * checks too), except where the plan reduces them first (causal, take, the statistics ops'
+ * gradients, a widening cast). */
 static bool rule_build(const Op *op, Rule *r) {
   memset(r, 0, sizeof *r);
   memset(r->omap, -1, sizeof r->omap);
@@ -305,43 +305,49 @@ static bool rule_build(const Op *op, Rule *r) {
   r->lin = -1;
   if (op->nresults != 1 || op->noperands > PLAN_MAX_OPERANDS) return false;
   const TensorType *rt = &op->results[0]->type;
-  switch (op->kind) {
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_CAUSAL: case OP_CAST: case OP_TRANSPOSE:
-  case OP_RENAME: case OP_SUM: case OP_MEAN: case OP_MAX: case OP_SOFTMAX: case OP_RMSNORM:
-  case OP_LAYERNORM: case OP_TAKE: case OP_CONTRACT: case OP_ATTENTION:
+  if (!ir_op_is_elementwise(op->kind)) switch (op->kind) { /* elementwise ops: a factor per dim, generic */
+  case OP_CAUSAL: case OP_CAST: case OP_TRANSPOSE: case OP_RENAME: case OP_SUM: case OP_MEAN: case OP_MAX:
+  case OP_SOFTMAX: case OP_RMSNORM: case OP_LAYERNORM: case OP_TAKE: case OP_CONTRACT: case OP_ATTENTION:
   case OP_BROADCAST: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_MAX_GRAD:
   case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_TAKE_GRAD: case OP_CAUSAL_GRAD:
   case OP_ATTENTION_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_SGD_UPDATE:
   case OP_ADAM_MOMENT: case OP_ADAM_UPDATE: case OP_ROUTE: case OP_ROUTE_GRAD:
-    break;
-  default:
-    if (!is_unary_elementwise(op->kind)) return false;
+    break; /* the other ops with a rule (below where their dims say more) */
+  default: return false; /* none: leaves, regions, collectives, split, merge, pick, onehot, slice */
   }
   for (int d = 0; d < rt->rank; d++) r->rmap[d] = (int8_t)rule_factor(r, rt->dims[d], FK_KEEP);
   r->nopnd = op->noperands;
   Dim *ren_from[MAX_RANK], *ren_to[MAX_RANK];
   int nren = 0;
+  /* partial sums pass through the operands the op is linear in (ops.def's lin) */
+  int lin = ir_op_info(op->kind)->lin;
+  switch ((OpLin)lin) {
+  case LIN_SUM: r->pass = PASS_SAME; break;
+  case LIN_ONE: r->pass = PASS_ONE; break;
+  case LIN_FIRST: r->pass = PASS_FIRST; break;
+  case LIN_0: r->pass = PASS_UNARY; break;
+  case LIN_1: case LIN_2: r->pass = PASS_LIN, r->lin = lin; break;
+  case LIN_NONE: break; /* the unary functions, the optimizer, ... */
+  }
+  /* what each op's dims say (its factors' kinds): the rules differ op by op */
   switch (op->kind) {
-  case OP_ADD: case OP_SUB: r->pass = PASS_SAME; break;
-  case OP_MUL: r->pass = PASS_ONE; break;
-  case OP_DIV: r->pass = PASS_FIRST; break;
-  case OP_NEG: case OP_TRANSPOSE: case OP_BROADCAST: case OP_CAUSAL_GRAD: r->pass = PASS_UNARY; break;
   case OP_CAST: /* summing a widened value costs more bytes: reduce before widening; but a step's
                   * microbatch accumulation widens each microbatch's gradient to f32 and reduces
                   * the sum once, after its loop */
     r->pass = dtype_bytes(rt->dtype) > dtype_bytes(op->operands[0]->type.dtype) && op->phase != PHASE_ACCUMULATE
                   ? PASS_NONE : PASS_UNARY;
     break;
+  case OP_CAUSAL: /* linear, but the plan reduces a partial operand first */
+    r->pass = PASS_NONE;
+    break;
   case OP_RENAME:
     for (int j = 0; j + 1 < op->ndims && nren < MAX_RANK; j += 2) {
       ren_from[nren] = op->dims[j];
       ren_to[nren++] = op->dims[j + 1];
     }
-    r->pass = PASS_UNARY;
     break;
   case OP_SUM: case OP_MEAN:
     for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
-    r->pass = PASS_UNARY;
     r->sums = true;
     break;
   case OP_MAX:
@@ -356,21 +362,21 @@ static bool rule_build(const Op *op, Rule *r) {
     /* softmax_grad: sum(dy y); rmsnorm_grad: mean(x^2), mean(e xh); layernorm_grad: mean(x),
      * var(x), mean(e), mean(e xh) */
     r->nstats = op->kind == OP_SOFTMAX_GRAD ? 1 : op->kind == OP_RMSNORM_GRAD ? 2 : 4;
+    r->pass = PASS_NONE; /* linear in dy, but the plan reduces a partial dy first */
     break;
   case OP_TAKE:
     if (op->noperands == 2 && op->operands[0]->type.rank > 0) {
       rule_set_kind(r, op->operands[0]->type.dims[0], FK_SUM); /* masked local gather of the rows held */
       r->sums = true;
     }
+    r->pass = PASS_NONE; /* linear in the table, but the plan reduces a partial table first */
     break;
   case OP_TAKE_GRAD: /* (idx, dy): the positions summed; the table's rows are the result's own */
     for (int d = 0; d < op->operands[0]->type.rank; d++) rule_set_kind(r, op->operands[0]->type.dims[d], FK_SUM);
     r->sums = true;
-    r->pass = PASS_LIN, r->lin = 1;
     break;
   case OP_CONTRACT:
     for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
-    r->pass = PASS_ONE;
     r->sums = true;
     break;
   case OP_ATTENTION:
@@ -394,6 +400,7 @@ static bool rule_build(const Op *op, Rule *r) {
      * the gradient reuses the logsumexp its cross entropy kept (0) */
     if (op->ndims > 0) rule_set_kind(r, op->dims[0], FK_STATS);
     r->nstats = op->kind == OP_CROSS_ENTROPY ? 3 : 0;
+    r->pass = PASS_NONE; /* (the gradient: linear in dl, but the plan reduces a partial dl first) */
     break;
   case OP_ROUTE: /* top-k along the expert dim, slots filled in order of the token dim (partition.c
                   * reports a token dim sharded where route reads it); the slot dim made whole */
@@ -401,12 +408,9 @@ static bool rule_build(const Op *op, Rule *r) {
     break;
   case OP_ROUTE_GRAD: /* a contraction at the pattern's entries: its mask keeps the result's dims */
     for (int j = 0; j < op->ndims; j++) rule_set_kind(r, op->dims[j], FK_SUM);
-    r->pass = PASS_ONE;
     r->sums = true;
     break;
-  case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: r->pass = PASS_LIN, r->lin = 1; break;
-  case OP_MAX_GRAD: r->pass = PASS_LIN, r->lin = 2; break;
-  default: break; /* the other unary elementwise functions and the optimizer: not linear */
+  default: break; /* elementwise: a factor per dim, kept */
   }
   for (int i = 0; i < op->noperands; i++) rule_map_operand(r, op, i, ren_from, ren_to, nren);
   for (int d = 0; d < rt->rank; d++)

@@ -773,3 +773,16 @@ bool stages_module(IrModule *m, const Program *p) {
   tie(&S, pipe);
   return true;
 }
+
+bool stages_require_list(const IrModule *m, const Program *p, const char *cmd) {
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
+  if (!pi || schedule_listed(pi)) return true;
+  const Step *st = p->step;
+  SrcLoc loc = st ? (st->key_loc[SK_MICROBATCHES].file ? st->key_loc[SK_MICROBATCHES] : st->loc) : m->pipeline->loc;
+  diag_error(loc,
+             "%s: the pipeline's schedule has %lld actions (%d stages, %d microbatches, %d chunk%s), more than the %lld "
+             "`run` and `build` execute one by one; use fewer microbatches, or predict the step with `shardc sim`",
+             cmd, (long long)pi->nactions, pi->stages, pi->microbatches, pi->chunks, pi->chunks == 1 ? "" : "s",
+             (long long)SCHEDULE_LIST_MAX);
+  return false;
+}

@@ -22,6 +22,11 @@
  * params used outside the layers, a schedule that does not fit the shape). */
 bool stages_module(IrModule *m, const Program *p);
 
+/* For `run` and `build`, which execute the schedule action by action: true when m has no pipeline
+ * or its schedule is listed in full (schedule.h: at most SCHEDULE_LIST_MAX actions); else a
+ * located error naming `cmd`, at the train step's `microbatches`, and false. */
+bool stages_require_list(const IrModule *m, const Program *p, const char *cmd);
+
 /* The stage of device `dev` (0 .. p-1) along pi's stage axes, on mesh. */
 int stages_of_device(const PipeInfo *pi, const Mesh *mesh, int64_t dev);
 

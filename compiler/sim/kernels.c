@@ -14,8 +14,8 @@
  *                     backward (dq, dk, dv) are one kernel
  *   elementwise       a producer-consumer group (XLA's loop fusion): an elementwise op, a cast
  *                     to another dtype, an activation's gradient, a causal mask or a broadcast
- *                     joins the group of each operand it alone consumes; the group moves only
- *                     its external bytes (cost_fused_chain)
+ *                     (ops.def's CC_FUSED) joins the group of each operand it alone consumes; the
+ *                     group moves only its external bytes (cost_fused_chain)
  *   views             renames, splits, merges, casts to the same dtype, transposes to the same
  *                     dim order, slices of the leading dim alone: no kernel (bufplan.h's views)
  *   everything else   a memory-bound kernel (reductions, softmax, norms and their gradients,
@@ -24,6 +24,7 @@
  */
 #include <string.h>
 
+#include "bufplan.h"
 #include "opcost.h"
 #include "route.h"
 #include "sim.h"
@@ -54,50 +55,17 @@ static double local_extent(const Value *v, const Dim *d) {
 
 /* ---- which ops are what ---- */
 
-static bool is_view(const Op *op) {
-  switch (op->kind) {
-  case OP_RENAME: case OP_SPLIT: case OP_MERGE:
-    return true;
-  case OP_CAST:
-    return op->operands[0]->type.dtype == op->results[0]->type.dtype;
-  case OP_TRANSPOSE: /* to the same dim order: nothing moves */
-    return tensor_type_equal(&op->operands[0]->type, &op->results[0]->type);
-  case OP_SLICE: /* a slice of the leading dim alone keeps rows of the operand's buffer */
-    return op->noffs == 1 && op->offs && op->operands[0]->type.rank > 0 &&
-           op->offs[0].dim == op->operands[0]->type.dims[0];
-  default:
-    return false;
-  }
-}
+/* views: bufplan.h's (no kernel, no traffic) */
+static bool is_view(const Op *op) { return bufplan_is_view(op); }
 
-static bool is_fusible(const Op *op) {
-  if (ir_op_is_elementwise(op->kind)) return true;
-  switch (op->kind) {
-  case OP_CAST: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_CAUSAL:
-  case OP_CAUSAL_GRAD: case OP_BROADCAST:
-    return true;
-  default:
-    return false;
-  }
-}
+/* joins a producer-consumer group: the table's CC_FUSED ops (ops.def) */
+static bool is_fusible(const Op *op) { return ir_op_info(op->kind)->cost == CC_FUSED; }
 
-static bool no_kernel(const Op *op) {
-  switch (op->kind) {
-  case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_LOOP: case OP_PIPELINE:
-    return true;
-  default:
-    return op->nresults == 0;
-  }
-}
+static bool no_kernel(const Op *op) { return ir_op_info(op->kind)->cost == CC_NONE || op->nresults == 0; }
 
 static CollKind coll_kind_of(OpKind k) {
-  switch (k) {
-  case OP_ALL_GATHER: return COLL_ALL_GATHER;
-  case OP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
-  case OP_ALL_REDUCE: return COLL_ALL_REDUCE;
-  case OP_ALL_TO_ALL: return COLL_ALL_TO_ALL;
-  default: return COLL_PERMUTE;
-  }
+  int c = ir_op_info(k)->coll;
+  return c == NOCOLL ? COLL_PERMUTE : (CollKind)c;
 }
 
 /* ---- pricing one op ---- */
@@ -151,11 +119,12 @@ double sim_op_seconds(const Mesh *mesh, const Op *op, bool ideal, OpTime *out) {
   if (out) *out = z;
   if (!mesh || !op || no_kernel(op) || is_view(op) || ir_op_is_collective(op->kind)) return 0;
   const Target *t = mesh->target;
-  if (op->kind == OP_CONTRACT && op->noperands == 2 && ir_route_contract(op, NULL) == CONTRACT_DENSE)
+  CostClass cc = (CostClass)ir_op_info(op->kind)->cost;
+  if (cc == CC_CONTRACT && op->noperands == 2 && ir_route_contract(op, NULL) == CONTRACT_DENSE)
     return price_matmul(t, op, ideal, out); /* (a dispatch or a combine moves rows: memory-bound) */
-  if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->noperands >= 3 && op->ndims >= 3)
-    return cost_attention(t, op->operands[0]->type.dtype, attention_shape(op), op->kind == OP_ATTENTION_GRAD,
-                          ideal, out);
+  if (cc == CC_ATTENTION && op->noperands >= 3 && op->ndims >= 3) /* (a gradient: the backward) */
+    return cost_attention(t, op->operands[0]->type.dtype, attention_shape(op),
+                          ir_op_info(op->kind)->cls == OC_GRAD, ideal, out);
   OpCost c;
   opcost(op, true, &c);
   return cost_memory_op(t, c.bytes, ideal, out);
@@ -333,9 +302,10 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
       continue;
     }
     if (!is_fusible(op)) {
-      SimKernelKind kind = op->kind == OP_CONTRACT && ir_route_contract(op, NULL) == CONTRACT_DENSE ? SIMK_MATMUL
-                           : op->kind == OP_ATTENTION ? SIMK_ATTENTION
-                           : op->kind == OP_ATTENTION_GRAD ? SIMK_ATTENTION_BWD : SIMK_MEMORY;
+      CostClass cc = (CostClass)ir_op_info(op->kind)->cost;
+      bool grad = ir_op_info(op->kind)->cls == OC_GRAD;
+      SimKernelKind kind = cc == CC_CONTRACT && ir_route_contract(op, NULL) == CONTRACT_DENSE ? SIMK_MATMUL
+                           : cc == CC_ATTENTION ? (grad ? SIMK_ATTENTION_BWD : SIMK_ATTENTION) : SIMK_MEMORY;
       SimKernel *k = new_kernel(K, op, kind);
       k->time_s = sim_op_seconds(c->mesh, op, c->ideal, &k->op);
       if (op->ring) k->time_s = ring_seconds(c->mesh, op, k->time_s, c->ideal);

@@ -36,8 +36,8 @@ bool sim_pipe_valid(ScheduleKind kind, int p, int n, int v, const char **why) {
   const char *w = NULL;
   if ((int)kind < 0 || kind > SCHED_INTERLEAVED) w = "unknown schedule";
   else if (p < 1 || n < 1 || v < 1) w = "stages, microbatches and chunks must be at least 1";
-  else if (p > PIPE_MAX || n > PIPE_MAX || v > PIPE_MAX || (double)n * p * v > (double)(1 << 28))
-    w = "schedule too large";
+  else if (p > PIPE_MAX || n > PIPE_MAX || v > PIPE_MAX || (double)n * p * v > (double)(1 << 20))
+    w = "schedule too large"; /* (sim_pipe_build holds every action) */
   else if (kind != SCHED_INTERLEAVED && v != 1) w = "gpipe and 1f1b have one chunk per stage";
   else if (kind == SCHED_INTERLEAVED && v > 1 && n % p != 0)
     w = "the interleaved schedule needs the microbatches to be a multiple of the stages";
@@ -60,14 +60,19 @@ int sim_pipe_actions(ScheduleKind kind, int p, int n, int v, int stage, SimPipeS
   PipeInfo pi;
   int k = -1;
   if (schedule_of(&a, kind, p, n, v, &pi)) {
+    /* the stage's list, expanded from its bounded form (the full list may not be kept) */
+    int64_t len = schedule_expand(&pi, stage, NULL, 0);
+    PipeAction *acts = mem_alloc(sizeof *acts * (size_t)len, "a pipeline schedule's actions");
+    schedule_expand(&pi, stage, acts, len);
     k = 0;
-    for (int i = pi.first_action[stage]; i < pi.first_action[stage + 1]; i++) {
-      const PipeAction *x = &pi.actions[i];
+    for (int64_t i = 0; i < len; i++) {
+      const PipeAction *x = &acts[i];
       if (x->kind != PA_FWD && x->kind != PA_BWD) continue;
       SimPipeStep st = {stage, x->kind == PA_BWD, x->mb, x->chunk / p};
       if (out && k < cap) out[k] = st;
       k++;
     }
+    free(acts);
   }
   arena_free(&a);
   return k;
@@ -92,10 +97,10 @@ bool sim_pipe_build(SimGraph *g, ScheduleKind kind, int p, int n, int v, const i
   if (!g || !compute_streams || !sim_pipe_valid(kind, p, n, v, NULL)) return false;
   int per = 2 * n * v, pv = p * v;
   size_t slots = (size_t)n * (size_t)pv;
-  SimPipeStep *acts = malloc(sizeof *acts * (size_t)per * (size_t)p);
-  int *fwd = malloc(sizeof *fwd * slots), *bwd = malloc(sizeof *bwd * slots);
-  int *fsend = malloc(sizeof *fsend * slots), *bsend = malloc(sizeof *bsend * slots);
-  if (!acts || !fwd || !bwd || !fsend || !bsend) abort();
+  const char *what = "a pipeline schedule's timeline";
+  SimPipeStep *acts = mem_alloc(sizeof *acts * (size_t)per * (size_t)p, what);
+  int *fwd = mem_alloc(sizeof *fwd * slots, what), *bwd = mem_alloc(sizeof *bwd * slots, what);
+  int *fsend = mem_alloc(sizeof *fsend * slots, what), *bsend = mem_alloc(sizeof *bsend * slots, what);
   for (size_t i = 0; i < slots; i++) fwd[i] = bwd[i] = fsend[i] = bsend[i] = -1;
   sim_graph_reserve(g, sim_task_count(g) + 2 * per * p, 0);
   for (int s = 0; s < p; s++) {
@@ -169,8 +174,7 @@ bool sim_pipe_simulate(ScheduleKind kind, int p, int n, int v, double fwd_s, dou
   if (out) memset(out, 0, sizeof *out);
   if (!sim_pipe_valid(kind, p, n, v, NULL)) return false;
   SimGraph *g = sim_graph_new();
-  int *cs = malloc(sizeof *cs * (size_t)p), *ps = malloc(sizeof *ps * (size_t)p);
-  if (!cs || !ps) abort();
+  int *cs = mem_alloc(sizeof *cs * (size_t)p, "a pipeline's streams"), *ps = mem_alloc(sizeof *ps * (size_t)p, "a pipeline's streams");
   for (int s = 0; s < p; s++) {
     int d = sim_device_add(g, "stage", 1);
     cs[s] = sim_stream_add(g, d, SIM_STREAM_COMPUTE, NULL);

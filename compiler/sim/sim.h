@@ -21,7 +21,9 @@
  *                stream (in program order) and every collective on a communication stream of its
  *                link class (in the order collectives become ready), dependencies from the
  *                dataflow, loops unrolled, a pipeline's regions per its schedule with the transfers
- *                on a point-to-point stream. */
+ *                on a point-to-point stream; what repeats past the task budget (a long loop, many
+ *                microbatches) simulated a few times and extrapolated from its steady state, so
+ *                that time and memory do not grow with layers or microbatches. */
 #ifndef SHARDC_SIM_H
 #define SHARDC_SIM_H
 
@@ -109,9 +111,14 @@ double sim_value_bytes(const Value *v);
 typedef struct SimOptions {
   bool ideal;              /* peak figures, no efficiency factors (the book's arithmetic) */
   bool keep_graph;         /* keep the timelines for sim_trace_write */
-  int64_t max_tasks;       /* tasks the unrolled timeline may hold before loops run as repeated
-                              blocks (each iteration one task of the body's simulated time);
-                              0: the default, 4,000,000 */
+  int64_t max_tasks;       /* loops are unrolled while the timelines hold fewer tasks, else run as
+                              blocks from their steady state. 0: the default, 1,000,000. The
+                              budget of a steady state's search, and of a block or a pipeline
+                              simulated whole, is the larger of this and the default: past it, a
+                              located error */
+  bool full;               /* never from a steady state: every microbatch of a pipeline, every
+                              iteration of a loop run as a block, whatever the budget (tests
+                              compare the two) */
 } SimOptions;
 
 /* One source op (or the pipeline's transfers, or its gradient accumulation) over a whole step. */
@@ -161,12 +168,19 @@ typedef struct SimReport {
   SimItem *items;               /* every op with time, slowest first */
   int nitems;
   int64_t tasks;                /* tasks simulated (all timelines) */
-  int repeated_loops;           /* loops simulated as repeated blocks (the task limit) */
+  int steady_loops;             /* loops simulated as blocks from their steady state (the budget) */
+  int microbatches;             /* a pipeline's microbatches (0 without one) */
+  int microbatches_simulated;   /* when the step was extrapolated from its steady state: k, the
+                                   smaller of the two numbers of microbatches it was simulated at
+                                   (k and k + microbatches_period); 0: all simulated */
+  int microbatches_period;
   void *detail;                 /* the timelines, with keep_graph (for sim_trace_write) */
 } SimReport;
 
 /* Simulates m's step (or forward) on p->mesh. m must have passed pipeline_run. Returns false
- * (with a located diagnostic) only when the timeline cannot be scheduled, which would be a bug. */
+ * with a located diagnostic when the step is past the task budget (a pipeline too large to
+ * simulate even from its steady state, a loop with no steady state within it) or cannot be
+ * scheduled (a bug); the report's figures are then zero. */
 bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimReport *out);
 /* Frees what sim_program allocated (the report's arrays and the timelines). */
 void sim_report_free(SimReport *r);

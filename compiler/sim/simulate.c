@@ -27,9 +27,24 @@
  * and its collectives, and the f32 accumulation of the gradients it yields), and each stage runs
  * the schedule's actions: a region as one task of that duration, a send as a transfer on the p2p
  * stream (cost_collective(COLL_PERMUTE) over the stage axes), which the receiving stage's next
- * region waits for. A loop whose unrolling would pass the task limit is simulated the same way:
- * its body alone, then each iteration one task.
- */
+ * region waits for.
+ *
+ * Steady states. Time and memory do not grow with the number of layers or microbatches: what
+ * repeats is simulated a few times and the rest follows in closed form. Identical iterations (or
+ * microbatches) settle into a steady state where the timeline repeats exactly, every c of them one
+ * shift later; steady_period proves it on a simulated timeline (a check of every task, not of a
+ * figure), and then every figure F of n iterations is F(k) + (n - k) / (cP) (F(k + cP) - F(k)).
+ *   - A loop whose unrolling would pass the task budget (SimOptions.max_tasks) is a block: the loop
+ *     simulated alone with k0 = 24 P iterations (P: the period of its pipeline permutes, 1
+ *     otherwise; k0 doubling while no steady state shows) for the cycle c, then with k = n mod cP
+ *     and k + cP, both proven periodic; one compute task of the extrapolated time in the timeline
+ *     that runs it.
+ *   - A 1f1b or interleaved pipeline of N microbatches, when that costs less than simulating N: the
+ *     whole step simulated at fewer microbatches the same way, a run of the schedule's steady span
+ *     (schedule.h) being the unit (P = p under interleaving, else 1). gpipe runs every forward
+ *     before any backward, its stages drifting apart with no steady state: always in full.
+ * What shows no steady state within the budget, and is too large to simulate whole, is a located
+ * error. tests/unit/test_sim_steady.c checks both against full simulations. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +55,7 @@
 #include "outfile.h"
 #include "partition.h"
 #include "route.h"
+#include "schedule.h"
 #include "sim.h"
 #include "sim_int.h"
 #include "stages.h"
@@ -47,7 +63,16 @@
 
 enum { TAG_KERNEL, TAG_ACCUM, TAG_SEND_ACT, TAG_SEND_GRAD, TAG_REGION, TAG_REPEAT };
 enum { LINK_FAST, LINK_SLOW, NLINK };
-enum { DEFAULT_MAX_TASKS = 4000000 };
+enum { DEFAULT_MAX_TASKS = 1000000 };
+/* A pipeline simulated whole (gpipe, or no steady state found) may take this many budgets: 4,000,000
+ * tasks, what every loop and pipeline could take before steady states. */
+enum { WHOLE_PIPELINE_BUDGETS = 4 };
+
+/* The longest cycle, in periods, a steady state is looked for with (a timeline may repeat every
+ * second microbatch rather than every one: stages of unequal time). */
+enum { STEADY_MAX_CYCLE = 8 };
+/* Units a steady state is first looked for in (a pipeline: on its stage with the fewest). */
+enum { STEADY_UNITS = 24 };
 
 typedef struct TaskInfo {
   const Op *op;    /* the kernel's anchor; the pipeline op or the loop for the others */
@@ -55,6 +80,8 @@ typedef struct TaskInfo {
   int sub;         /* TAG_REGION, TAG_REPEAT: the sub-timeline it runs, else -1 */
   int mb, chunk;   /* TAG_REGION, sends: microbatch and model chunk */
   uint8_t tag;
+  int unit;        /* the repeating unit it belongs to (a loop block's iterations, a pipeline's steady
+                      span's runs), -1 none (Sim.cur_unit when added) */
 } TaskInfo;
 
 /* One timeline and what each of its tasks stands for. */
@@ -70,17 +97,22 @@ typedef struct Dev {
   int last_compute; /* the last compute task added, -1 */
 } Dev;
 
-/* A function simulated alone: a pipeline region, or the body of a loop run as repeated blocks. */
+/* A timeline simulated alone: a pipeline region, or a loop run as a block. */
 typedef struct Sub {
-  const IrFunc *f;
+  const IrFunc *f;     /* the region; NULL for a loop block */
   const Op *op;        /* the pipeline or the loop */
   int region;          /* PR_* or -1 */
+  int64_t iters;       /* a loop block: the iterations its timeline runs */
+  int index;           /* in Sim.subs */
   Timeline tl;
   Dev d;
-  double time_s;       /* its makespan */
-  SimDeviceStats st;
+  double time_s;       /* its makespan (a block: extrapolated to the loop's count) */
+  SimDeviceStats st;   /* (a block: extrapolated) */
   bool link_used[NLINK];
   double mult;         /* runs per step over all simulated devices (the items' weights) */
+  struct Sub *lin;     /* a block standing for more iterations than its timeline runs: its items are
+                          (1 - lin_m) x its own timeline's + lin_m x lin's (P more iterations) */
+  double lin_m;
 } Sub;
 
 /* The context of the loop iteration being unrolled. */
@@ -95,6 +127,24 @@ typedef struct JoinRec {
   int task;
 } JoinRec;
 
+/* One simulation of the step: its timeline, its devices and its figures. */
+typedef struct Top {
+  Timeline tl;
+  Dev *devs;
+  int ndevs;
+  int *pipe_first, *pipe_last; /* by simulated device: its first and last region task, -1 */
+  int nmb;                     /* the microbatches its schedule runs (0 without a pipeline) */
+  bool ok;                     /* every task scheduled */
+  double step_s;
+  SimStageStats *stages;       /* [ndevs] */
+} Top;
+
+/* A loop's way through the simulation, decided once (the step may be simulated several times). */
+typedef struct LoopMode {
+  const Op *loop;
+  Sub *block;          /* NULL: unrolled */
+} LoopMode;
+
 typedef struct Sim {
   const Program *p;
   const IrModule *m;
@@ -106,30 +156,31 @@ typedef struct Sim {
                           there from the start */
   int32_t *ktask;      /* by kernel: its task in the iteration being built */
   const char **kname;  /* by kernel: its label */
-  int64_t max_tasks, ntasks_total;
+  int64_t max_tasks;   /* unrolled loops: the timelines' tasks before loops become blocks */
+  int64_t budget;      /* what a steady state's search, or a block or a pipeline simulated whole, may take */
+  int64_t ntasks_total;
   Sub **subs;
   int nsubs, capsubs;
-  Timeline top;
-  Dev *devs;
-  int ndevs;
+  LoopMode *modes;
+  int nmodes, capmodes;
+  int blocks;          /* loops simulated as blocks */
   const PipeInfo *pi;
   uint16_t stage_mask;
-  /* pipeline, while building */
+  /* the step being built */
+  Top *top;
+  const PipeInfo *sched; /* its schedule: pi, or pi at fewer microbatches */
   int32_t *send_task;  /* by (backward, mb, chunk) */
   int *recv_wait, *recv_task; /* pairs: key, region task that waits for it */
   int nrecv, caprecv;
-  double *pipe_t0, *pipe_t1; /* by simulated device: its first region's start, last one's end */
-  int *pipe_first, *pipe_last; /* the tasks */
   JoinRec *joins;
   int njoins, capjoins;
-  int repeated;
+  bool failed;         /* a located error was reported */
+  bool full;           /* SimOptions.full: no steady state, every iteration and microbatch */
+  int cur_unit;        /* the unit the tasks being added belong to, -1 none */
+  const Op *unit_loop; /* the loop whose iterations are units (a block being built) */
+  int64_t unit_period; /* its iterations per unit */
+  double outer_runs;   /* runs of what is being built: the product of the enclosing unrolled loops' counts */
 } Sim;
-
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) abort();
-  return q;
-}
 
 /* ---- timelines ---- */
 
@@ -139,9 +190,10 @@ static int tl_add(Sim *S, Timeline *tl, int stream, double dur, const char *name
   if (t >= tl->cap) {
     tl->cap = tl->cap ? 2 * tl->cap : 1024;
     while (tl->cap <= t) tl->cap *= 2;
-    tl->info = xrealloc(tl->info, sizeof *tl->info * (size_t)tl->cap);
+    tl->info = mem_realloc(tl->info, sizeof *tl->info * (size_t)tl->cap, "the simulated timeline's tasks");
   }
   tl->info[t] = info;
+  tl->info[t].unit = S->cur_unit;
   tl->n = t + 1;
   S->ntasks_total++;
   return t;
@@ -255,298 +307,6 @@ static const char *kernel_label(Sim *S, int ki) {
   return s;
 }
 
-/* ---- the translation ---- */
-
-static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc);
-static Sub *sub_for(Sim *S, const IrFunc *f, const Op *op, int region);
-static int sub_index(const Sim *S, const Sub *sb);
-
-static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
-  return !(S->pi && f == S->m->main && stage >= 0) || stages_runs_on(op->place, stage, S->pi->stages);
-}
-
-/* Tasks the unrolled body of f would add (loops at their trips; a pipeline is never inside). */
-static double tasks_of(const Sim *S, const IrFunc *f) {
-  double n = 0;
-  for (const Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP && op->body) {
-      n += (double)(op->count > 0 ? op->count : 1) * tasks_of(S, op->body);
-      continue;
-    }
-    const SimKernel *k = sim_costs_kernel(&S->c, op);
-    n += k && k->anchor == op && k->kind != SIMK_VIEW;
-  }
-  return n;
-}
-
-/* By value id of f's values: needs nothing an iteration computes (a loop body's stacked slices and
- * invariants, and what only they feed). */
-static bool *hoistable(Sim *S, const Op *loop) {
-  const IrFunc *b = loop->body;
-  bool *h = ARENA_ARRAY(S->a, bool, S->m->nvalues + 1);
-  for (int j = 0; j < b->ninputs; j++)
-    h[b->inputs[j]->id] = j < loop->nslices || j >= loop->nslices + loop->ncarried;
-  for (const Op *op = b->first; op; op = op->next) {
-    if (op->kind == OP_LOOP || op->kind == OP_PIPELINE) continue;
-    bool ok = op->kind != OP_INPUT;
-    for (int i = 0; i < op->noperands && ok; i++) ok = h[op->operands[i]->id];
-    for (int r = 0; r < op->nresults; r++) h[op->results[r]->id] = ok;
-  }
-  return h;
-}
-
-static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
-  const IrFunc *b = op->body;
-  int64_t n = op->count > 0 ? op->count : 1;
-  int nc = op->ncarried, ns = op->nslices;
-  if ((double)n * tasks_of(S, b) > (double)(S->max_tasks - S->ntasks_total) && n > 1) {
-    /* repeated blocks: the body simulated alone, each iteration one task of its time */
-    Sub *sb = sub_for(S, b, op, -1);
-    const char *name = arena_printf(S->a, "loop iteration (x%lld, repeated)", (long long)n);
-    int first = -1, t = -1;
-    for (int64_t i = 0; i < n; i++) {
-      t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc, (TaskInfo){op, -1, sub_index(S, sb), (int)i, 0, TAG_REPEAT});
-      if (first < 0) first = t;
-    }
-    for (int i = 0; i < op->noperands; i++) dep(tl, prod_of(S, op->operands[i]), first);
-    d->last_compute = t;
-    for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = t;
-    S->repeated++;
-    return;
-  }
-  bool *h = hoistable(S, op);
-  int32_t *carried = ARENA_ARRAY(S->a, int32_t, nc + 1);
-  for (int j = 0; j < nc; j++) carried[j] = prod_of(S, op->operands[ns + j]);
-  int marker_prev = d->last_compute;
-  for (int64_t i = 0; i < n; i++) {
-    for (int j = 0; j < b->ninputs && j < op->noperands; j++)
-      S->prod[b->inputs[j]->id] = (j >= ns && j < ns + nc) ? carried[j - ns] : prod_of(S, op->operands[j]);
-    int marker_now = d->last_compute;
-    LoopCtx lc = {.iter = i, .hoist = h, .marker = i == 0 ? marker_now : marker_prev};
-    marker_prev = marker_now;
-    build_func(S, tl, d, b, stage, &lc);
-    for (int j = 0; j < nc; j++) carried[j] = prod_of(S, b->outputs[j]);
-  }
-  for (int r = 0; r < op->nresults && r < b->noutputs; r++)
-    S->prod[op->results[r]->id] = r < nc ? carried[r] : prod_of(S, b->outputs[r]);
-}
-
-/* The f32 accumulation a pipeline region adds into its carried results (POUT_ACC): each run reads
- * the accumulator and the gradient and writes the accumulator back, one fused kernel each. */
-static double accumulation_time(const Mesh *mesh, const Value *g, bool ideal) {
-  double elems = sim_value_bytes(g) / (dtype_bytes(g->type.dtype) > 0 ? dtype_bytes(g->type.dtype) : 1);
-  return cost_fused_chain(mesh->target, sim_value_bytes(g) + 2 * 4 * elems, 2, ideal, NULL);
-}
-
-double sim_pipe_accumulate_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
-  const IrFunc *R = r >= 0 && r < PR__COUNT ? pi->region[r] : NULL;
-  double t = 0;
-  for (int i = 0; R && i < R->noutputs; i++)
-    if (pi->out[r][i].kind == POUT_ACC) t += accumulation_time(mesh, R->outputs[i], ideal);
-  return t;
-}
-
-static void build_accumulation(Sim *S, Sub *sb) {
-  const PipeInfo *pi = sb->op->pipe;
-  const IrFunc *R = sb->f;
-  for (int i = 0; i < R->noutputs; i++) {
-    if (pi->out[sb->region][i].kind != POUT_ACC) continue;
-    const Value *g = R->outputs[i];
-    double t = accumulation_time(S->mesh, g, S->ideal);
-    int x = tl_add(S, &sb->tl, sb->d.compute, t,
-                   arena_printf(S->a, "accumulate %s (f32)", g->name ? g->name : "gradient"), sb->op->loc,
-                   (TaskInfo){sb->op, -1, -1, 0, 0, TAG_ACCUM});
-    dep(&sb->tl, prod_of(S, g), x);
-  }
-}
-
-static Sub *sub_for(Sim *S, const IrFunc *f, const Op *op, int region) {
-  for (int k = 0; k < S->nsubs; k++)
-    if (S->subs[k]->f == f) return S->subs[k];
-  Sub *sb = calloc(1, sizeof *sb);
-  if (!sb) abort();
-  sb->f = f, sb->op = op, sb->region = region;
-  sb->tl.g = sim_graph_new();
-  static const char *const rnames[PR__COUNT] = {"region first", "region chunk forward", "region last",
-                                                "region chunk backward", "region first backward"};
-  dev_init(&sb->tl, &sb->d, region >= 0 ? rnames[region] : "loop body", 1);
-  for (int j = 0; j < f->ninputs; j++) S->prod[f->inputs[j]->id] = -1;
-  build_func(S, &sb->tl, &sb->d, f, -1, NULL);
-  if (region >= 0) build_accumulation(S, sb);
-  if (!sim_run(sb->tl.g)) {
-    diag_error(op->loc, "internal error: the simulated timeline of %s cannot be scheduled (%d tasks wait)",
-               region >= 0 ? "a pipeline region" : "a loop body", sim_unscheduled(sb->tl.g));
-  }
-  sb->time_s = sim_makespan(sb->tl.g);
-  sim_device_stats(sb->tl.g, sb->d.dev, &sb->st);
-  for (int c = 0; c < NLINK; c++) sb->link_used[c] = sb->d.comm[c] >= 0;
-  if (S->nsubs == S->capsubs) {
-    S->capsubs = S->capsubs ? 2 * S->capsubs : 8;
-    S->subs = xrealloc(S->subs, sizeof *S->subs * (size_t)S->capsubs);
-  }
-  S->subs[S->nsubs++] = sb;
-  return sb;
-}
-
-static int sub_index(const Sim *S, const Sub *sb) {
-  for (int k = 0; k < S->nsubs; k++)
-    if (S->subs[k] == sb) return k;
-  return -1;
-}
-
-/* ---- pipelines ---- */
-
-static int region_of(int kind) {
-  switch (kind) {
-  case PA_FIRST: return PR_FIRST;
-  case PA_FWD: return PR_CHUNK_FWD;
-  case PA_LAST: return PR_LAST;
-  case PA_BWD: return PR_CHUNK_BWD;
-  case PA_FIRST_BWD: return PR_FIRST_BWD;
-  default: return -1;
-  }
-}
-
-static int64_t send_key(const PipeInfo *pi, bool backward, int mb, int chunk) {
-  int64_t pv = (int64_t)pi->stages * pi->chunks;
-  return ((int64_t)(backward ? 1 : 0) * pi->microbatches + mb) * pv + chunk;
-}
-
-/* The activation (or gradient) region r sends: its POUT_ACT output. */
-static const Value *act_out(const PipeInfo *pi, int r) {
-  const IrFunc *R = pi->region[r];
-  if (!R) return NULL;
-  for (int i = 0; i < R->noutputs; i++)
-    if (pi->out[r][i].kind == POUT_ACT) return R->outputs[i];
-  return NULL;
-}
-
-/* A transfer: the send over the stage axes, and under Megatron's scatter-gather (PipeInfo.send_split)
- * 1/n of it followed by the receiving stage's AllGather over the split axes. */
-double sim_pipe_transfer_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
-  const Value *v = r >= 0 && r < PR__COUNT ? act_out(pi, r) : NULL;
-  if (!v) return 0;
-  uint16_t stages = 0;
-  for (int k = 0; k < pi->nstage_axes; k++) stages |= (uint16_t)(1u << pi->stage_axes[k]);
-  double bytes = sim_value_bytes(v);
-  uint16_t sp = pi->send_split;
-  if (!sp) return cost_collective(mesh, COLL_PERMUTE, stages, bytes, ideal, NULL);
-  double n = (double)sharding_axes_product(mesh, sp);
-  return cost_collective(mesh, COLL_PERMUTE, stages, bytes / n, ideal, NULL) +
-         cost_collective(mesh, COLL_ALL_GATHER, sp, bytes, ideal, NULL);
-}
-
-static double transfer_time(Sim *S, int r) { return sim_pipe_transfer_seconds(S->mesh, S->pi, r, S->ideal); }
-
-static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
-  const PipeInfo *pi = op->pipe;
-  static const char *const rnames[PR__COUNT] = {"first", "forward", "last", "backward", "first backward"};
-  int last_region = -1, first_region = -1;
-  int64_t pending[8]; /* receives not yet matched to the region that reads them */
-  int npending = 0;
-  double xt[PR__COUNT];
-  for (int r = 0; r < PR__COUNT; r++) xt[r] = transfer_time(S, r);
-  for (int i = pi->first_action[s]; i < pi->first_action[s + 1]; i++) {
-    const PipeAction *a = &pi->actions[i];
-    int r = region_of(a->kind);
-    if (r >= 0 && pi->region[r]) {
-      Sub *sb = sub_for(S, pi->region[r], op, r);
-      for (int c = 0; c < NLINK; c++)
-        if (sb->link_used[c]) comm_stream(S, tl, d, c);
-      const char *name = r == PR_CHUNK_FWD || r == PR_CHUNK_BWD
-                             ? arena_printf(S->a, "%s chunk %d, microbatch %d", rnames[r], a->chunk, a->mb)
-                             : arena_printf(S->a, "%s, microbatch %d", rnames[r], a->mb);
-      int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc,
-                     (TaskInfo){op, -1, sub_index(S, sb), a->mb, a->chunk, TAG_REGION});
-      if (first_region < 0) {
-        first_region = t;
-        for (int k = 0; k < op->noperands; k++) dep(tl, prod_of(S, op->operands[k]), t);
-      }
-      /* the region reads what was received for its own microbatch and chunk (a forward the
-       * activation, a backward the gradient) */
-      int64_t mine = send_key(pi, r == PR_CHUNK_BWD || r == PR_FIRST_BWD, a->mb, a->chunk);
-      for (int k = 0; k < npending; k++) {
-        if (pending[k] != mine) continue;
-        if (S->nrecv == S->caprecv) {
-          S->caprecv = S->caprecv ? 2 * S->caprecv : 1024;
-          S->recv_wait = xrealloc(S->recv_wait, sizeof *S->recv_wait * (size_t)S->caprecv);
-          S->recv_task = xrealloc(S->recv_task, sizeof *S->recv_task * (size_t)S->caprecv);
-        }
-        S->recv_wait[S->nrecv] = (int)mine, S->recv_task[S->nrecv++] = t;
-        pending[k--] = pending[--npending];
-      }
-      last_region = t;
-      d->last_compute = t;
-      continue;
-    }
-    if (a->kind == PA_SEND) {
-      /* what the last region ran sends: a forward sends its activation, a backward its gradient */
-      int rr = last_region >= 0 ? S->subs[tl->info[last_region].sub]->region : (a->backward ? PR_LAST : PR_FIRST);
-      int x = tl_add(S, tl, p2p_stream(tl, d), xt[rr],
-                     arena_printf(S->a, "send %s, microbatch %d, to stage %d", a->backward ? "gradient" : "activation",
-                                  a->mb, a->peer),
-                     op->loc, (TaskInfo){op, -1, -1, a->mb, a->chunk, a->backward ? TAG_SEND_GRAD : TAG_SEND_ACT});
-      dep(tl, last_region, x);
-      S->send_task[send_key(pi, a->backward, a->mb, a->chunk)] = x;
-    } else if (a->kind == PA_RECV && npending < (int)(sizeof pending / sizeof *pending)) {
-      pending[npending++] = send_key(pi, a->backward, a->mb, a->chunk);
-    }
-  }
-  for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = last_region;
-  S->pipe_first[d - S->devs] = first_region;
-  S->pipe_last[d - S->devs] = last_region;
-}
-
-/* ---- a function's ops ---- */
-
-static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc) {
-  for (const Op *op = f->first; op; op = op->next) {
-    if (!on_stage(S, f, op, stage)) continue;
-    if (op->kind == OP_LOOP && op->body) {
-      build_loop(S, tl, d, op, stage);
-      continue;
-    }
-    if (op->kind == OP_PIPELINE && op->pipe) {
-      if (stage >= 0) build_pipeline(S, tl, d, op, stage);
-      continue;
-    }
-    int ki = op->nresults ? S->c.kernel_of[op->results[0]->id] : -1;
-    if (ki < 0) {
-      for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = -1;
-      continue;
-    }
-    const SimKernel *k = &S->c.kernels[ki];
-    if (k->kind == SIMK_VIEW) {
-      S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
-      continue;
-    }
-    /* a pipeline's stage-to-stage permute inside a loop moves once every coll_period iterations */
-    if (op->kind == OP_PERMUTE && op->coll_period > 1 && lc && (lc->iter + 1) % op->coll_period != 0) {
-      S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
-      continue;
-    }
-    if (k->anchor == op) {
-      bool coll = k->kind == SIMK_COLLECTIVE;
-      int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
-      int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL});
-      for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
-      if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id]) dep(tl, lc->marker, t);
-      if (!coll) d->last_compute = t;
-      if (coll && S->pi && f == S->m->main && (op->axes & S->stage_mask)) {
-        if (S->njoins == S->capjoins) {
-          S->capjoins = S->capjoins ? 2 * S->capjoins : 16;
-          S->joins = xrealloc(S->joins, sizeof *S->joins * (size_t)S->capjoins);
-        }
-        S->joins[S->njoins++] = (JoinRec){op, t};
-      }
-      S->ktask[ki] = t;
-    } else if (k->kind == SIMK_FUSED) {
-      continue; /* a member before its group's root: read only inside the group */
-    }
-    for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = S->ktask[ki];
-  }
-}
-
 /* ---- figures ---- */
 
 typedef struct Iv {
@@ -596,9 +356,9 @@ static double iv_cover(const Iv *v, int n, double t0, double t1) {
 static void tl_by_device(const Timeline *tl, int ndev, int **first_out, int **order_out) {
   SimGraph *g = tl->g;
   int n = sim_task_count(g);
-  int *first = calloc((size_t)ndev + 1, sizeof *first), *order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1));
-  int *fill = malloc(sizeof *fill * ((size_t)ndev + 1));
-  if (!first || !order || !fill) abort();
+  const char *what = "the simulated devices' tasks";
+  int *first = mem_calloc((size_t)ndev + 1, sizeof *first, what), *order = mem_alloc(sizeof *order * (size_t)n, what);
+  int *fill = mem_alloc(sizeof *fill * ((size_t)ndev + 1), what);
   for (int t = 0; t < n; t++) first[sim_stream_device(g, sim_task_stream(g, t)) + 1]++;
   for (int d = 0; d < ndev; d++) first[d + 1] += first[d];
   memcpy(fill, first, sizeof *fill * (size_t)ndev);
@@ -610,13 +370,13 @@ static void tl_by_device(const Timeline *tl, int ndev, int **first_out, int **or
 static void tl_exposure(Timeline *tl, int ndev, Iv **compute_out, int *ncompute, Iv **all_out, int *nall) {
   SimGraph *g = tl->g;
   int n = sim_task_count(g);
-  tl->exposed = xrealloc(tl->exposed, sizeof *tl->exposed * (size_t)(n > 0 ? n : 1));
+  tl->exposed = mem_realloc(tl->exposed, sizeof *tl->exposed * (size_t)n, "the collectives' exposure");
   int *first, *order;
   tl_by_device(tl, ndev, &first, &order);
   for (int dv = 0; dv < ndev; dv++) {
     int m = first[dv + 1] - first[dv];
-    Iv *cv = malloc(sizeof *cv * (size_t)(m > 0 ? m : 1)), *av = malloc(sizeof *av * (size_t)(m > 0 ? m : 1));
-    if (!cv || !av) abort();
+    const char *what = "the simulated devices' busy intervals";
+    Iv *cv = mem_alloc(sizeof *cv * (size_t)m, what), *av = mem_alloc(sizeof *av * (size_t)m, what);
     int nc = 0, na = 0;
     for (int k = first[dv]; k < first[dv + 1]; k++) {
       int t = order[k], s = sim_task_stream(g, t);
@@ -668,8 +428,7 @@ static unsigned key_hash(const Op *op, int tag) {
 static SimItem *item_get(Items *I, const Op *op, int tag) {
   if (I->n * 2 >= I->hcap) {
     int nh = I->hcap ? 2 * I->hcap : 1024;
-    int *h = malloc(sizeof *h * (size_t)nh);
-    if (!h) abort();
+    int *h = mem_alloc(sizeof *h * (size_t)nh, "the step's items");
     for (int i = 0; i < nh; i++) h[i] = -1;
     for (int i = 0; i < I->n; i++) {
       unsigned j = key_hash(I->key[i].op, I->key[i].tag) & (unsigned)(nh - 1);
@@ -687,8 +446,8 @@ static SimItem *item_get(Items *I, const Op *op, int tag) {
   }
   if (I->n == I->cap) {
     I->cap = I->cap ? 2 * I->cap : 256;
-    I->v = xrealloc(I->v, sizeof *I->v * (size_t)I->cap);
-    I->key = xrealloc(I->key, sizeof *I->key * (size_t)I->cap);
+    I->v = mem_realloc(I->v, sizeof *I->v * (size_t)I->cap, "the step's items");
+    I->key = mem_realloc(I->key, sizeof *I->key * (size_t)I->cap, "the step's items");
   }
   I->hash[j] = I->n;
   I->key[I->n] = (ItemKey){op, tag};
@@ -697,13 +456,31 @@ static SimItem *item_get(Items *I, const Op *op, int tag) {
   return it;
 }
 
-static void items_add(Sim *S, Items *I, Timeline *tl, double weight, double *sub_mult) {
+static void items_free(Items *I) {
+  free(I->v);
+  free(I->key);
+  free(I->hash);
+  memset(I, 0, sizeof *I);
+}
+
+/* The runs of a region or a block: on sub_mult (by Sub.index), a block standing for more
+ * iterations than it ran split between its own timeline and its P-longer one. */
+static void sub_runs(const Sub *sb, double weight, double *sub_mult) {
+  if (sb->lin) {
+    sub_mult[sb->index] += weight * (1 - sb->lin_m);
+    sub_mult[sb->lin->index] += weight * sb->lin_m;
+  } else {
+    sub_mult[sb->index] += weight;
+  }
+}
+
+static void items_add(Sim *S, Items *I, const Timeline *tl, double weight, double *sub_mult) {
   int n = sim_task_count(tl->g);
   for (int t = 0; t < n; t++) {
     const TaskInfo *in = &tl->info[t];
     double dur = sim_task_end(tl->g, t) - sim_task_start(tl->g, t);
     if (in->tag == TAG_REGION || in->tag == TAG_REPEAT) {
-      if (in->sub >= 0) sub_mult[in->sub] += weight;
+      if (in->sub >= 0) sub_runs(S->subs[in->sub], weight, sub_mult);
       continue;
     }
     SimItem *it = item_get(I, in->op, in->tag);
@@ -729,9 +506,680 @@ static void items_add(Sim *S, Items *I, Timeline *tl, double weight, double *sub
   }
 }
 
+/* Every item of the timelines tls[i], each weighted w[i], with the regions and blocks they run
+ * (subs made later first: a sub runs only subs made before it). keep_mult: record each sub's runs
+ * (Sub.mult). */
+static Items items_table(Sim *S, const Timeline *const *tls, const double *w, int n, bool keep_mult) {
+  Items I = {0};
+  double *mult = mem_calloc((size_t)S->nsubs + 1, sizeof *mult, "the step's items");
+  for (int i = 0; i < n; i++)
+    if (w[i] != 0) items_add(S, &I, tls[i], w[i], mult);
+  for (int k = S->nsubs - 1; k >= 0; k--) {
+    if (keep_mult) S->subs[k]->mult = mult[k];
+    if (mult[k] != 0) items_add(S, &I, &S->subs[k]->tl, mult[k], mult);
+  }
+  free(mult);
+  return I;
+}
+
 static int item_cmp(const void *pa, const void *pb) {
   const SimItem *a = pa, *b = pb;
   return a->time_s > b->time_s ? -1 : a->time_s < b->time_s;
+}
+
+/* ---- steady states ----
+ * A timeline whose unit tasks (TaskInfo.unit) repeat one pattern per simulated device -- each unit
+ * the same tasks, with the same durations and the same dependencies relative to the unit -- is
+ * a max-plus system: a task starts when its stream and what it waits for let it. steady_period
+ * checks, on a timeline of U units, that over a run of units [j, j2) every task of unit u + c
+ * starts and ends exactly one shift after its counterpart in unit u (one shift for every device;
+ * the first units warm up, the last ones may differ with nothing after them), the run being at
+ * least 2 D + c + 1 units long, D the farthest (in units) a dependency, or two tasks one after the
+ * other on a stream, reach. A task's times are fixed by the tasks within D units of it, so the
+ * timeline of U + m c units is this one with m copies of the block [ins - c, ins) (ins = j + D + c)
+ * inserted before unit ins, everything from there on moved m shifts later. That needs the tasks
+ * outside the units to keep out of the way: on each device, what stays (units before the block,
+ * and the other tasks no unit from ins on leads to through dependencies, streams and joins) ends
+ * before what moves (units from ins on and what they lead to) starts. Every figure (makespan, busy
+ * and exposed times, each item's runs and time) is then one linear function of m:
+ * F(U + m c) = F(U) + m (F(U + c) - F(U)). tests/unit/test_sim_steady.c sets it against full
+ * simulations. */
+
+/* Times equal to this fraction of the makespan (rounding over long sums; a true drift exceeds it). */
+#define PERIOD_TOL 1e-10
+
+typedef struct StartKey {
+  double start;
+  int task;
+} StartKey;
+
+static int cmp_start(const void *pa, const void *pb) {
+  const StartKey *a = pa, *b = pb;
+  return a->start < b->start ? -1 : a->start > b->start ? 1 : (a->task > b->task) - (a->task < b->task);
+}
+
+/* Is tl periodic, c units at a time, from some unit on (the comment above)? */
+static bool steady_period(const Timeline *tl, int c) {
+  const SimGraph *g = tl->g;
+  int n = sim_task_count(g), ndev = sim_device_count(g), nstreams = sim_stream_count(g);
+  if (n == 0 || ndev == 0 || c < 1) return false;
+  const char *what = "the steady state's check";
+  double tol = PERIOD_TOL * sim_makespan(g);
+  int *dev = mem_alloc(sizeof *dev * (size_t)n, what);
+  int *nu = mem_calloc((size_t)ndev, sizeof *nu, what), *per = mem_calloc((size_t)ndev, sizeof *per, what);
+  int *tot = mem_calloc((size_t)ndev, sizeof *tot, what), *base = mem_calloc((size_t)ndev + 1, sizeof *base, what);
+  int *run = mem_calloc((size_t)ndev, sizeof *run, what);
+  int *idx = NULL, *order = NULL, *sfirst = NULL;
+  bool *reach = NULL;
+  int *queue = NULL;
+  bool ok = true;
+  /* each device's unit tasks: units 0, 1, ... in order, each of per[d] tasks */
+  for (int t = 0; t < n; t++) {
+    int d = dev[t] = sim_stream_device(g, sim_task_stream(g, t)), u = tl->info[t].unit;
+    if (u < 0) continue;
+    if (u + 1 > nu[d]) nu[d] = u + 1;
+    per[d] += u == 0;
+    tot[d]++;
+  }
+  int umin = INT32_MAX;
+  for (int d = 0; d < ndev; d++) {
+    if (nu[d] == 0 || per[d] == 0 || tot[d] != nu[d] * per[d]) ok = false;
+    if (nu[d] < umin) umin = nu[d];
+    base[d + 1] = base[d] + tot[d];
+  }
+  if (!ok || umin <= c) goto done;
+  idx = mem_alloc(sizeof *idx * (size_t)base[ndev], what);
+  for (int t = 0; t < n && ok; t++) {
+    int d = dev[t], u = tl->info[t].unit;
+    if (u < 0) continue;
+    int k = run[d]++;
+    if (k / per[d] != u) ok = false;
+    else idx[base[d] + k] = t;
+  }
+  if (!ok) goto done;
+#define UNIT_TASK(d, u, i) idx[base[d] + (u) * per[d] + (i)]
+  /* the periodic run: units u of [j, j2) are units u + c moved by one shift (the first units warm
+   * up; the last may differ too, with nothing after them to compete with on a stream) */
+  int j = 0, j2 = 0;
+  double shift = 0;
+  for (int u = 0, start = 0; u < umin - c; u++) {
+    double su = sim_task_start(g, UNIT_TASK(0, u + c, 0)) - sim_task_start(g, UNIT_TASK(0, u, 0));
+    bool same = u == start || fabs(su - shift) <= tol;
+    for (int d = 0; d < ndev && same; d++)
+      for (int i = 0; i < per[d] && same; i++) {
+        int x = UNIT_TASK(d, u, i), y = UNIT_TASK(d, u + c, i);
+        same = fabs(sim_task_start(g, y) - sim_task_start(g, x) - su) <= tol &&
+               fabs(sim_task_end(g, y) - sim_task_end(g, x) - su) <= tol;
+      }
+    if (!same) { /* a run may start at the next unit */
+      start = u + 1;
+      continue;
+    }
+    if (u == start) shift = su;
+    if (u + 1 - start > j2 - j) j = start, j2 = u + 1;
+  }
+  /* D: the dependencies, and the tasks each stream runs one after the other */
+  order = mem_alloc(sizeof *order * (size_t)n, what);
+  sfirst = mem_calloc((size_t)nstreams + 1, sizeof *sfirst, what);
+  for (int t = 0; t < n; t++) sfirst[sim_task_stream(g, t) + 1]++;
+  for (int s = 0; s < nstreams; s++) sfirst[s + 1] += sfirst[s];
+  {
+    int *fill = mem_alloc(sizeof *fill * (size_t)(nstreams + 1), what);
+    StartKey *keys = mem_alloc(sizeof *keys * (size_t)n, what);
+    memcpy(fill, sfirst, sizeof *fill * (size_t)(nstreams + 1));
+    for (int t = 0; t < n; t++) keys[fill[sim_task_stream(g, t)]++] = (StartKey){sim_task_start(g, t), t};
+    for (int s = 0; s < nstreams; s++) qsort(keys + sfirst[s], (size_t)(sfirst[s + 1] - sfirst[s]), sizeof *keys, cmp_start);
+    for (int k = 0; k < n; k++) order[k] = keys[k].task;
+    free(keys);
+    free(fill);
+  }
+  int D = 0;
+  for (int e = 0; e < sim_dep_count(g); e++) {
+    int a, b;
+    sim_dep_get(g, e, &a, &b);
+    int ua = tl->info[a].unit, ub = tl->info[b].unit;
+    if (ua >= 0 && ub >= 0 && abs(ua - ub) > D) D = abs(ua - ub);
+  }
+  for (int s = 0; s < nstreams; s++)
+    for (int k = sfirst[s] + 1; k < sfirst[s + 1]; k++) {
+      int ua = tl->info[order[k - 1]].unit, ub = tl->info[order[k]].unit;
+      if (ua >= 0 && ub >= 0 && abs(ua - ub) > D) D = abs(ua - ub);
+    }
+
+  if (j2 - j < 2 * D + c + 1) {
+    ok = false;
+    goto done;
+  }
+  /* the copies go in after unit ins - 1: D periodic units before the block [ins - c, ins) they copy,
+   * D after */
+  int ins = j + D + c;
+  /* what moves: units from ins on, and what waits for them (dependencies, streams, joins) */
+  reach = mem_calloc((size_t)n, sizeof *reach, what);
+  queue = mem_alloc(sizeof *queue * (size_t)n, what);
+  int *succ_off = mem_calloc((size_t)n + 1, sizeof *succ_off, what), *succ, *at = mem_alloc(sizeof *at * (size_t)n, what);
+  int *jhead = mem_alloc(sizeof *jhead * (size_t)n, what), *jnext = mem_alloc(sizeof *jnext * (size_t)n, what);
+  for (int e = 0; e < sim_dep_count(g); e++) {
+    int x, y;
+    sim_dep_get(g, e, &x, &y);
+    succ_off[x + 1]++;
+  }
+  for (int t = 0; t < n; t++) succ_off[t + 1] += succ_off[t];
+  succ = mem_alloc(sizeof *succ * (size_t)(succ_off[n] + 1), what);
+  memcpy(at, succ_off, sizeof *at * (size_t)n);
+  for (int e = 0; e < sim_dep_count(g); e++) {
+    int x, y;
+    sim_dep_get(g, e, &x, &y);
+    succ[at[x]++] = y;
+  }
+  for (int k = 0; k < n; k++) at[order[k]] = k; /* position in its stream's order */
+  for (int t = 0; t < n; t++) jhead[t] = -1;
+  for (int t = n - 1; t >= 0; t--) {
+    int r = sim_task_join_group(g, t);
+    jnext[t] = jhead[r], jhead[r] = t;
+  }
+  int qh = 0, qt = 0;
+  for (int t = 0; t < n; t++)
+    if (tl->info[t].unit >= ins) reach[t] = true, queue[qt++] = t;
+#define VISIT(x)                                                                                       \
+  do {                                                                                                 \
+    int x_ = (x);                                                                                      \
+    if (x_ >= 0 && tl->info[x_].unit < 0 && !reach[x_]) reach[x_] = true, queue[qt++] = x_;           \
+  } while (0)
+  while (qh < qt) {
+    int t = queue[qh++], st = sim_task_stream(g, t), k = at[t];
+    if (k + 1 < sfirst[st + 1]) VISIT(order[k + 1]);
+    for (int m = jhead[sim_task_join_group(g, t)]; m >= 0; m = jnext[m]) VISIT(m);
+    for (int i = succ_off[t]; i < succ_off[t + 1]; i++) VISIT(succ[i]);
+  }
+#undef VISIT
+  /* on each device, what stays ends before what moves starts */
+  double *lo = mem_alloc(sizeof *lo * (size_t)ndev, what), *hi = mem_alloc(sizeof *hi * (size_t)ndev, what);
+  for (int d = 0; d < ndev; d++) lo[d] = INFINITY, hi[d] = -INFINITY;
+  for (int t = 0; t < n; t++) {
+    int d = dev[t], u = tl->info[t].unit;
+    if (u >= ins || (u < 0 && reach[t])) lo[d] = fmin(lo[d], sim_task_start(g, t));
+    else if (u < ins - c) hi[d] = fmax(hi[d], sim_task_end(g, t));
+  }
+  for (int d = 0; d < ndev && ok; d++) ok = hi[d] <= lo[d] + tol;
+  free(lo), free(hi), free(succ_off), free(succ), free(at), free(jhead), free(jnext);
+#undef UNIT_TASK
+done:
+  free(dev), free(nu), free(per), free(tot), free(base), free(run), free(idx), free(order), free(sfirst);
+  free(reach), free(queue);
+  return ok;
+}
+
+/* a + m (b - a): a figure at k, moved m periods along the line through its value at k + c. */
+static double extrapolate(double a, double b, double m) { return a + m * (b - a); }
+
+/* ---- the translation ---- */
+
+static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc);
+
+static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
+  return !(S->pi && f == S->m->main && stage >= 0) || stages_runs_on(op->place, stage, S->pi->stages);
+}
+
+/* The period of a loop's timeline in iterations: a pipeline's permute inside it moves once every
+ * coll_period iterations (ir.h), else 1. 0 when a few periods would be too many iterations. */
+static int64_t loop_period(const Op *loop) {
+  int64_t P = 1;
+  for (const Op *op = loop->body->first; op; op = op->next) {
+    if (op->kind != OP_PERMUTE || op->coll_period <= 1) continue;
+    int64_t a = P, b = op->coll_period;
+    while (b) {
+      int64_t t = a % b;
+      a = b, b = t;
+    }
+    P = P / a * op->coll_period;
+    if (P > 4096) return 0;
+  }
+  return P;
+}
+
+/* Iterations a block simulates, about: a probe of STEADY_UNITS periods, then k and k + cP. */
+static double block_iterations(int64_t P) { return 3.0 * (STEADY_UNITS + STEADY_MAX_CYCLE) * (double)P; }
+
+/* Tasks simulating f takes: each loop unrolled, or as a block when that is fewer (a pipeline is
+ * never inside). An estimate, to decide what runs as a block. */
+static double tasks_of(const Sim *S, const IrFunc *f) {
+  double n = 0;
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) {
+      double it = (double)(op->count > 0 ? op->count : 1), P = (double)loop_period(op);
+      if (P > 0 && block_iterations((int64_t)P) < it) it = block_iterations((int64_t)P);
+      n += it * tasks_of(S, op->body);
+      continue;
+    }
+    const SimKernel *k = sim_costs_kernel(&S->c, op);
+    n += k && k->anchor == op && k->kind != SIMK_VIEW;
+  }
+  return n;
+}
+
+/* By value id of f's values: needs nothing an iteration computes (a loop body's stacked slices and
+ * invariants, and what only they feed). */
+static bool *hoistable(Sim *S, const Op *loop) {
+  const IrFunc *b = loop->body;
+  bool *h = ARENA_ARRAY(S->a, bool, S->m->nvalues + 1);
+  for (int j = 0; j < b->ninputs; j++)
+    h[b->inputs[j]->id] = j < loop->nslices || j >= loop->nslices + loop->ncarried;
+  for (const Op *op = b->first; op; op = op->next) {
+    if (op->kind == OP_LOOP || op->kind == OP_PIPELINE) continue;
+    bool ok = op->kind != OP_INPUT;
+    for (int i = 0; i < op->noperands && ok; i++) ok = h[op->operands[i]->id];
+    for (int r = 0; r < op->nresults; r++) h[op->results[r]->id] = ok;
+  }
+  return h;
+}
+
+/* The loop's first n iterations, unrolled into tl. */
+static void unroll(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage, int64_t n) {
+  const IrFunc *b = op->body;
+  int nc = op->ncarried, ns = op->nslices;
+  bool *h = hoistable(S, op);
+  int32_t *carried = ARENA_ARRAY(S->a, int32_t, nc + 1);
+  for (int j = 0; j < nc; j++) carried[j] = prod_of(S, op->operands[ns + j]);
+  int marker_prev = d->last_compute;
+  double outer = S->outer_runs;
+  S->outer_runs = outer * (double)n;
+  for (int64_t i = 0; i < n; i++) {
+    for (int j = 0; j < b->ninputs && j < op->noperands; j++)
+      S->prod[b->inputs[j]->id] = (j >= ns && j < ns + nc) ? carried[j - ns] : prod_of(S, op->operands[j]);
+    int marker_now = d->last_compute;
+    if (op == S->unit_loop) S->cur_unit = (int)(i / S->unit_period);
+    LoopCtx lc = {.iter = i, .hoist = h, .marker = i == 0 ? marker_now : marker_prev};
+    marker_prev = marker_now;
+    build_func(S, tl, d, b, stage, &lc);
+    for (int j = 0; j < nc; j++) carried[j] = prod_of(S, b->outputs[j]);
+  }
+  S->outer_runs = outer;
+  if (op == S->unit_loop) S->cur_unit = -1;
+  for (int r = 0; r < op->nresults && r < b->noutputs; r++)
+    S->prod[op->results[r]->id] = r < nc ? carried[r] : prod_of(S, b->outputs[r]);
+}
+
+/* The f32 accumulation a pipeline region adds into its carried results (POUT_ACC): each run reads
+ * the accumulator and the gradient and writes the accumulator back, one fused kernel each. */
+static double accumulation_time(const Mesh *mesh, const Value *g, bool ideal) {
+  double elems = sim_value_bytes(g) / (dtype_bytes(g->type.dtype) > 0 ? dtype_bytes(g->type.dtype) : 1);
+  return cost_fused_chain(mesh->target, sim_value_bytes(g) + 2 * 4 * elems, 2, ideal, NULL);
+}
+
+double sim_pipe_accumulate_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
+  const IrFunc *R = r >= 0 && r < PR__COUNT ? pi->region[r] : NULL;
+  double t = 0;
+  for (int i = 0; R && i < R->noutputs; i++)
+    if (pi->out[r][i].kind == POUT_ACC) t += accumulation_time(mesh, R->outputs[i], ideal);
+  return t;
+}
+
+static void build_accumulation(Sim *S, Sub *sb) {
+  const PipeInfo *pi = sb->op->pipe;
+  const IrFunc *R = sb->f;
+  for (int i = 0; i < R->noutputs; i++) {
+    if (pi->out[sb->region][i].kind != POUT_ACC) continue;
+    const Value *g = R->outputs[i];
+    double t = accumulation_time(S->mesh, g, S->ideal);
+    int x = tl_add(S, &sb->tl, sb->d.compute, t,
+                   arena_printf(S->a, "accumulate %s (f32)", g->name ? g->name : "gradient"), sb->op->loc,
+                   (TaskInfo){sb->op, -1, -1, 0, 0, TAG_ACCUM, -1});
+    dep(&sb->tl, prod_of(S, g), x);
+  }
+}
+
+static Sub *sub_new(const IrFunc *f, const Op *op, int region, const char *name) {
+  Sub *sb = mem_calloc(1, sizeof *sb, "a region's timeline");
+  sb->f = f, sb->op = op, sb->region = region;
+  sb->tl.g = sim_graph_new();
+  dev_init(&sb->tl, &sb->d, name, 1);
+  return sb;
+}
+
+/* Runs a sub's timeline and files it in S->subs. */
+static void sub_finish(Sim *S, Sub *sb, const char *what) {
+  if (!sim_run(sb->tl.g)) {
+    diag_error(sb->op->loc, "internal error: the simulated timeline of %s cannot be scheduled (%d tasks wait)", what,
+               sim_unscheduled(sb->tl.g));
+    S->failed = true;
+  }
+  sb->time_s = sim_makespan(sb->tl.g);
+  sim_device_stats(sb->tl.g, sb->d.dev, &sb->st);
+  for (int c = 0; c < NLINK; c++) sb->link_used[c] = sb->d.comm[c] >= 0;
+  tl_exposure(&sb->tl, 1, NULL, NULL, NULL, NULL);
+  if (S->nsubs == S->capsubs) {
+    S->capsubs = S->capsubs ? 2 * S->capsubs : 8;
+    S->subs = mem_realloc(S->subs, sizeof *S->subs * (size_t)S->capsubs, "the simulated regions");
+  }
+  sb->index = S->nsubs;
+  S->subs[S->nsubs++] = sb;
+}
+
+/* A pipeline region, simulated once. */
+static Sub *region_sub(Sim *S, const IrFunc *f, const Op *op, int region) {
+  for (int k = 0; k < S->nsubs; k++)
+    if (S->subs[k]->f == f) return S->subs[k];
+  static const char *const rnames[PR__COUNT] = {"region first", "region chunk forward", "region last",
+                                                "region chunk backward", "region first backward"};
+  Sub *sb = sub_new(f, op, region, rnames[region]);
+  for (int j = 0; j < f->ninputs; j++) S->prod[f->inputs[j]->id] = -1;
+  int was_unit = S->cur_unit;
+  S->cur_unit = -1;
+  build_func(S, &sb->tl, &sb->d, f, -1, NULL);
+  S->cur_unit = was_unit;
+  build_accumulation(S, sb);
+  sub_finish(S, sb, "a pipeline region");
+  return sb;
+}
+
+/* The loop alone with `iters` iterations, its operands there from the start; each run of P
+ * iterations a unit (steady_period). */
+static Sub *block_sub(Sim *S, const Op *loop, int stage, int64_t iters, int64_t P) {
+  Sub *sb = sub_new(NULL, loop, -1, "loop block");
+  sb->iters = iters;
+  int32_t *saved = ARENA_ARRAY(S->a, int32_t, loop->noperands + 1);
+  for (int i = 0; i < loop->noperands; i++) saved[i] = prod_of(S, loop->operands[i]);
+  for (int i = 0; i < loop->noperands; i++) S->prod[loop->operands[i]->id] = -1;
+  const Op *was_loop = S->unit_loop;
+  int64_t was_period = S->unit_period;
+  int was_unit = S->cur_unit;
+  double was_runs = S->outer_runs; /* (built once, whatever runs it) */
+  S->unit_loop = loop, S->unit_period = P, S->cur_unit = -1, S->outer_runs = 1;
+  unroll(S, &sb->tl, &sb->d, loop, stage, iters);
+  S->unit_loop = was_loop, S->unit_period = was_period, S->cur_unit = was_unit, S->outer_runs = was_runs;
+  for (int i = 0; i < loop->noperands; i++) S->prod[loop->operands[i]->id] = saved[i];
+  sub_finish(S, sb, "a loop");
+  return sb;
+}
+
+/* Frees the last subs made (a steady state not found), when nothing made after them remains. */
+static void subs_drop(Sim *S, Sub *const *sb, int n) {
+  for (int i = n - 1; i >= 0; i--) {
+    if (!sb[i] || sb[i]->index != S->nsubs - 1) continue;
+    tl_free(&S->subs[--S->nsubs]->tl);
+    free(S->subs[S->nsubs]);
+  }
+}
+
+/* The cycle (in units, 1 .. STEADY_MAX_CYCLE) of a timeline's steady state, 0 none. */
+static int steady_cycle(const Timeline *tl) {
+  for (int c = 1; c <= STEADY_MAX_CYCLE; c++)
+    if (steady_period(tl, c)) return c;
+  return 0;
+}
+
+/* A loop of n iterations as one block (file comment): simulated alone with k0 = STEADY_UNITS P
+ * iterations (k0 doubling while no steady state shows), its cycle c read off that, then with
+ * k = n mod cP and k + cP iterations, both in their steady state, and its figures extrapolated to
+ * n; or the whole loop simulated once that is cheaper. NULL after a located error (no steady
+ * state within the budget). */
+static Sub *block_for(Sim *S, const Op *loop, int stage, int64_t P) {
+  int64_t n = loop->count;
+  double body = tasks_of(S, loop->body), spent = 0;
+  if (S->full) return block_sub(S, loop, stage, n, P);
+  for (int64_t k0 = STEADY_UNITS * P; !S->failed; k0 *= 2) {
+    if (3 * (k0 + STEADY_MAX_CYCLE * P) >= n) { /* the whole loop costs no more */
+      if ((double)n * body > (double)S->budget) break;
+      return block_sub(S, loop, stage, n, P);
+    }
+    spent += (double)k0 * body;
+    if (spent > (double)S->budget) break;
+    Sub *probe = block_sub(S, loop, stage, k0, P);
+    int c = S->failed ? 0 : steady_cycle(&probe->tl);
+    if (!c) {
+      subs_drop(S, &probe, 1);
+      continue;
+    }
+    int64_t step = c * P, k = k0 + (n - k0) % step;
+    if (k != k0) subs_drop(S, &probe, 1);
+    spent += (double)(k + step) * body + (k != k0 ? (double)k * body : 0);
+    if (spent > (double)S->budget) break;
+    Sub *a = k == k0 ? probe : block_sub(S, loop, stage, k, P), *b = block_sub(S, loop, stage, k + step, P);
+    if (S->failed) return NULL;
+    if (steady_period(&a->tl, c) && steady_period(&b->tl, c)) {
+      double m = (double)(n - k) / (double)step;
+      a->lin = b, a->lin_m = m;
+      a->time_s = extrapolate(a->time_s, b->time_s, m);
+      a->st.step_s = extrapolate(a->st.step_s, b->st.step_s, m);
+      a->st.last_end_s = extrapolate(a->st.last_end_s, b->st.last_end_s, m);
+      a->st.compute_s = extrapolate(a->st.compute_s, b->st.compute_s, m);
+      a->st.comm_s = extrapolate(a->st.comm_s, b->st.comm_s, m);
+      a->st.exposed_comm_s = extrapolate(a->st.exposed_comm_s, b->st.exposed_comm_s, m);
+      a->st.idle_s = fmax(0, extrapolate(a->st.idle_s, b->st.idle_s, m));
+      return a;
+    }
+    Sub *t[2] = {a, b};
+    subs_drop(S, t, 2);
+  }
+  if (!S->failed)
+    diag_error(loop->loc,
+               "sim: this loop of %lld iterations (%.0f tasks each) shows no steady state within the %lld tasks sim "
+               "simulates, and is too long to simulate whole (docs/sim.md, Limits)",
+               (long long)n, body, (long long)S->budget);
+  S->failed = true;
+  return NULL;
+}
+
+static LoopMode *loop_mode(Sim *S, const Op *loop) {
+  for (int i = 0; i < S->nmodes; i++)
+    if (S->modes[i].loop == loop) return &S->modes[i];
+  return NULL;
+}
+
+static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
+  int64_t n = op->count > 0 ? op->count : 1;
+  LoopMode *lm = loop_mode(S, op);
+  if (!lm) { /* decided once: unrolled while the budget lasts, else a block */
+    int64_t P = loop_period(op);
+    /* (unrolled inside unrolled loops, it runs once per iteration of each) */
+    double want = (double)n * tasks_of(S, op->body) * S->outer_runs;
+    bool block = n > 1 && want > (double)(S->max_tasks - S->ntasks_total) && (P == 0 || (double)n > block_iterations(P));
+    Sub *sb = NULL;
+    if (block && P == 0) {
+      diag_error(op->loc, "sim: this loop of %lld iterations moves a pipeline transfer too rarely to find its steady state",
+                 (long long)n);
+      S->failed = true;
+      return;
+    }
+    if (block && !(sb = block_for(S, op, stage, P))) return;
+    if (S->nmodes == S->capmodes) {
+      S->capmodes = S->capmodes ? 2 * S->capmodes : 16;
+      S->modes = mem_realloc(S->modes, sizeof *S->modes * (size_t)S->capmodes, "the simulated loops");
+    }
+    S->modes[S->nmodes] = (LoopMode){op, sb};
+    lm = &S->modes[S->nmodes++];
+    if (sb) S->blocks++;
+  }
+  if (!lm->block) {
+    unroll(S, tl, d, op, stage, n);
+    return;
+  }
+  Sub *sb = lm->block;
+  const char *name =
+      sb->lin ? arena_printf(S->a, "loop of %lld iterations (steady state from %lld simulated)", (long long)n, (long long)sb->iters)
+              : arena_printf(S->a, "loop of %lld iterations", (long long)n);
+  int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc, (TaskInfo){op, -1, sb->index, 0, 0, TAG_REPEAT, -1});
+  for (int i = 0; i < op->noperands; i++) dep(tl, prod_of(S, op->operands[i]), t);
+  d->last_compute = t;
+  for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = t;
+}
+
+/* ---- pipelines ---- */
+
+static int region_of(int kind) {
+  switch (kind) {
+  case PA_FIRST: return PR_FIRST;
+  case PA_FWD: return PR_CHUNK_FWD;
+  case PA_LAST: return PR_LAST;
+  case PA_BWD: return PR_CHUNK_BWD;
+  case PA_FIRST_BWD: return PR_FIRST_BWD;
+  default: return -1;
+  }
+}
+
+static int64_t send_key(const PipeInfo *sched, bool backward, int mb, int chunk) {
+  int64_t pv = (int64_t)sched->stages * sched->chunks;
+  return ((int64_t)(backward ? 1 : 0) * sched->microbatches + mb) * pv + chunk;
+}
+
+/* The activation (or gradient) region r sends: its POUT_ACT output. */
+static const Value *act_out(const PipeInfo *pi, int r) {
+  const IrFunc *R = pi->region[r];
+  if (!R) return NULL;
+  for (int i = 0; i < R->noutputs; i++)
+    if (pi->out[r][i].kind == POUT_ACT) return R->outputs[i];
+  return NULL;
+}
+
+/* A transfer: the send over the stage axes, and under Megatron's scatter-gather (PipeInfo.send_split)
+ * 1/n of it followed by the receiving stage's AllGather over the split axes. */
+double sim_pipe_transfer_seconds(const Mesh *mesh, const PipeInfo *pi, int r, bool ideal) {
+  const Value *v = r >= 0 && r < PR__COUNT ? act_out(pi, r) : NULL;
+  if (!v) return 0;
+  uint16_t stages = 0;
+  for (int k = 0; k < pi->nstage_axes; k++) stages |= (uint16_t)(1u << pi->stage_axes[k]);
+  double bytes = sim_value_bytes(v);
+  uint16_t sp = pi->send_split;
+  if (!sp) return cost_collective(mesh, COLL_PERMUTE, stages, bytes, ideal, NULL);
+  double n = (double)sharding_axes_product(mesh, sp);
+  return cost_collective(mesh, COLL_PERMUTE, stages, bytes / n, ideal, NULL) +
+         cost_collective(mesh, COLL_ALL_GATHER, sp, bytes, ideal, NULL);
+}
+
+static double transfer_time(Sim *S, int r) { return sim_pipe_transfer_seconds(S->mesh, S->pi, r, S->ideal); }
+
+/* What a stage's actions leave for the next ones. */
+typedef struct PipeWalk {
+  int last_region, first_region;
+  int64_t pending[8]; /* receives not yet matched to the region that reads them */
+  int npending;
+  double xt[PR__COUNT];
+} PipeWalk;
+
+/* One action of stage d's schedule. */
+static void pipe_action(Sim *S, Timeline *tl, Dev *d, const Op *op, const PipeAction *a, PipeWalk *w) {
+  const PipeInfo *pi = op->pipe, *sched = S->sched;
+  static const char *const rnames[PR__COUNT] = {"first", "forward", "last", "backward", "first backward"};
+  int r = region_of(a->kind);
+  if (r >= 0 && pi->region[r]) {
+    Sub *sb = region_sub(S, pi->region[r], op, r);
+    for (int c = 0; c < NLINK; c++)
+      if (sb->link_used[c]) comm_stream(S, tl, d, c);
+    const char *name = r == PR_CHUNK_FWD || r == PR_CHUNK_BWD
+                           ? arena_printf(S->a, "%s chunk %d, microbatch %d", rnames[r], a->chunk, a->mb)
+                           : arena_printf(S->a, "%s, microbatch %d", rnames[r], a->mb);
+    int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc,
+                   (TaskInfo){op, -1, sb->index, a->mb, a->chunk, TAG_REGION, -1});
+    if (w->first_region < 0) {
+      w->first_region = t;
+      for (int k = 0; k < op->noperands; k++) dep(tl, prod_of(S, op->operands[k]), t);
+    }
+    /* the region reads what was received for its own microbatch and chunk (a forward the
+     * activation, a backward the gradient) */
+    int64_t mine = send_key(sched, r == PR_CHUNK_BWD || r == PR_FIRST_BWD, a->mb, a->chunk);
+    for (int k = 0; k < w->npending; k++) {
+      if (w->pending[k] != mine) continue;
+      if (S->nrecv == S->caprecv) {
+        S->caprecv = S->caprecv ? 2 * S->caprecv : 1024;
+        S->recv_wait = mem_realloc(S->recv_wait, sizeof *S->recv_wait * (size_t)S->caprecv, "the pipeline's receives");
+        S->recv_task = mem_realloc(S->recv_task, sizeof *S->recv_task * (size_t)S->caprecv, "the pipeline's receives");
+      }
+      S->recv_wait[S->nrecv] = (int)mine, S->recv_task[S->nrecv++] = t;
+      w->pending[k--] = w->pending[--w->npending];
+    }
+    w->last_region = t;
+    d->last_compute = t;
+    return;
+  }
+  if (a->kind == PA_SEND) {
+    /* what the last region ran sends: a forward sends its activation, a backward its gradient */
+    int rr = w->last_region >= 0 ? S->subs[tl->info[w->last_region].sub]->region : (a->backward ? PR_LAST : PR_FIRST);
+    int x = tl_add(S, tl, p2p_stream(tl, d), w->xt[rr],
+                   arena_printf(S->a, "send %s, microbatch %d, to stage %d", a->backward ? "gradient" : "activation",
+                                a->mb, a->peer),
+                   op->loc, (TaskInfo){op, -1, -1, a->mb, a->chunk, a->backward ? TAG_SEND_GRAD : TAG_SEND_ACT, -1});
+    dep(tl, w->last_region, x);
+    S->send_task[send_key(sched, a->backward, a->mb, a->chunk)] = x;
+  } else if (a->kind == PA_RECV && w->npending < (int)(sizeof w->pending / sizeof *w->pending)) {
+    w->pending[w->npending++] = send_key(sched, a->backward, a->mb, a->chunk);
+  }
+}
+
+/* Stage s's actions of the schedule being simulated (S->sched), on the stage's device, read off
+ * its bounded form: each run of its steady span is a unit (steady_period; gpipe's two spans are
+ * not one unit). */
+static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
+  const PipeInfo *sched = S->sched;
+  PipeWalk w = {.last_region = -1, .first_region = -1};
+  for (int r = 0; r < PR__COUNT; r++) w.xt[r] = transfer_time(S, r);
+  bool units = sched->schedule != SCHED_GPIPE;
+  for (int i = sched->first_form[s]; i < sched->first_form[s + 1] && !S->failed;) {
+    const PipeSpan *sp = schedule_span_at(sched, s, i);
+    int len = sp ? sp->len : 1, reps = sp ? sp->reps : 1, stride = sp ? sp->stride : 0;
+    for (int run = 0; run < reps && !S->failed; run++) {
+      S->cur_unit = units && sp ? run : -1;
+      for (int t = 0; t < len && !S->failed; t++) {
+        PipeAction a = sched->form[i + t];
+        a.mb += run * stride;
+        pipe_action(S, tl, d, op, &a, &w);
+      }
+    }
+    S->cur_unit = -1;
+    i += len;
+  }
+  for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = w.last_region;
+  S->top->pipe_first[d - S->top->devs] = w.first_region;
+  S->top->pipe_last[d - S->top->devs] = w.last_region;
+}
+
+/* ---- a function's ops ---- */
+
+static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc) {
+  for (const Op *op = f->first; op && !S->failed; op = op->next) {
+    if (!on_stage(S, f, op, stage)) continue;
+    if (op->kind == OP_LOOP && op->body) {
+      build_loop(S, tl, d, op, stage);
+      continue;
+    }
+    if (op->kind == OP_PIPELINE && op->pipe) {
+      if (stage >= 0) build_pipeline(S, tl, d, op, stage);
+      continue;
+    }
+    int ki = op->nresults ? S->c.kernel_of[op->results[0]->id] : -1;
+    if (ki < 0) {
+      for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = -1;
+      continue;
+    }
+    const SimKernel *k = &S->c.kernels[ki];
+    if (k->kind == SIMK_VIEW) {
+      S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
+      continue;
+    }
+    /* a pipeline's stage-to-stage permute inside a loop moves once every coll_period iterations */
+    if (op->kind == OP_PERMUTE && op->coll_period > 1 && lc && (lc->iter + 1) % op->coll_period != 0) {
+      S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
+      continue;
+    }
+    if (k->anchor == op) {
+      bool coll = k->kind == SIMK_COLLECTIVE;
+      int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
+      int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1});
+      for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
+      if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id]) dep(tl, lc->marker, t);
+      if (!coll) d->last_compute = t;
+      if (coll && S->pi && f == S->m->main && (op->axes & S->stage_mask)) {
+        if (S->njoins == S->capjoins) {
+          S->capjoins = S->capjoins ? 2 * S->capjoins : 16;
+          S->joins = mem_realloc(S->joins, sizeof *S->joins * (size_t)S->capjoins, "the simulated step's joins");
+        }
+        S->joins[S->njoins++] = (JoinRec){op, t};
+      }
+      S->ktask[ki] = t;
+    } else if (k->kind == SIMK_FUSED) {
+      continue; /* a member before its group's root: read only inside the group */
+    }
+    for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = S->ktask[ki];
+  }
 }
 
 /* ---- tokens ---- */
@@ -756,6 +1204,7 @@ static double tokens_per_step(const IrModule *m) {
   return global_elements(&x->type, dtype_is_int(x->type.dtype) ? 0 : 1);
 }
 
+
 /* ---- the step ---- */
 
 typedef struct Detail { /* what sim_trace_write needs */
@@ -768,130 +1217,260 @@ typedef struct Detail { /* what sim_trace_write needs */
   SimReport summary; /* the figures (otherData) */
 } Detail;
 
-bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimReport *out) {
-  memset(out, 0, sizeof *out);
-  if (!p || !m || !m->main || !p->mesh) return false;
-  Sim S = {.p = p, .m = m, .mesh = p->mesh, .a = m->arena, .ideal = o && o->ideal};
-  S.max_tasks = o && o->max_tasks > 0 ? o->max_tasks : DEFAULT_MAX_TASKS;
-  sim_costs_build(S.a, m, S.mesh, S.ideal, &S.c);
-  S.prod = malloc(sizeof *S.prod * (size_t)(m->nvalues + 1));
-  S.ktask = malloc(sizeof *S.ktask * (size_t)(S.c.nkernels + 1));
-  S.kname = calloc((size_t)S.c.nkernels + 1, sizeof *S.kname);
-  if (!S.prod || !S.ktask || !S.kname) abort();
-  for (int i = 0; i <= m->nvalues; i++) S.prod[i] = -1;
-  for (int i = 0; i <= S.c.nkernels; i++) S.ktask[i] = -1;
-  S.pi = m->pipeline ? m->pipeline->pipe : NULL;
-  int64_t devices = S.mesh->devices;
-  S.top.g = sim_graph_new();
-  S.ndevs = S.pi ? S.pi->stages : 1;
-  S.devs = calloc((size_t)S.ndevs, sizeof *S.devs);
-  S.pipe_first = malloc(sizeof(int) * (size_t)S.ndevs);
-  S.pipe_last = malloc(sizeof(int) * (size_t)S.ndevs);
-  if (!S.devs || !S.pipe_first || !S.pipe_last) abort();
-  for (int s = 0; s < S.ndevs; s++) S.pipe_first[s] = S.pipe_last[s] = -1;
-  if (S.pi) {
-    for (int k = 0; k < S.pi->nstage_axes; k++) S.stage_mask |= (uint16_t)(1u << S.pi->stage_axes[k]);
-    int64_t nkeys = 2 * (int64_t)S.pi->microbatches * S.pi->stages * S.pi->chunks;
-    S.send_task = malloc(sizeof *S.send_task * (size_t)(nkeys > 0 ? nkeys : 1));
-    if (!S.send_task) abort();
-    for (int64_t i = 0; i < nkeys; i++) S.send_task[i] = -1;
-    for (int s = 0; s < S.ndevs; s++) {
-      dev_init(&S.top, &S.devs[s],
-               arena_printf(S.a, "stage %d (%lld devices)", s, (long long)(devices / S.ndevs)), devices / S.ndevs);
-      for (int j = 0; j < m->main->ninputs; j++) S.prod[m->main->inputs[j]->id] = -1;
-      build_func(&S, &S.top, &S.devs[s], m->main, s, NULL);
+static void top_free(Top *T) {
+  tl_free(&T->tl);
+  free(T->devs);
+  free(T->pipe_first);
+  free(T->pipe_last);
+  free(T->stages);
+  memset(T, 0, sizeof *T);
+}
+
+/* The step with schedule `sched` (S->pi at its own or at fewer microbatches; NULL without a
+ * pipeline): built, run, and its figures per simulated device. */
+static void top_build(Sim *S, Top *T, const PipeInfo *sched) {
+  const IrModule *m = S->m;
+  int64_t devices = S->mesh->devices;
+  memset(T, 0, sizeof *T);
+  S->top = T, S->sched = sched;
+  T->tl.g = sim_graph_new();
+  T->ndevs = S->pi ? S->pi->stages : 1;
+  T->devs = mem_calloc((size_t)T->ndevs, sizeof *T->devs, "the simulated devices");
+  T->pipe_first = mem_alloc(sizeof(int) * (size_t)T->ndevs, "the simulated devices");
+  T->pipe_last = mem_alloc(sizeof(int) * (size_t)T->ndevs, "the simulated devices");
+  for (int s = 0; s < T->ndevs; s++) T->pipe_first[s] = T->pipe_last[s] = -1;
+  for (int i = 0; i <= m->nvalues; i++) S->prod[i] = -1;
+  S->nrecv = S->njoins = 0;
+  if (S->pi) {
+    T->nmb = sched->microbatches;
+    int64_t nkeys = 2 * (int64_t)sched->microbatches * sched->stages * sched->chunks;
+    S->send_task = mem_alloc(sizeof *S->send_task * (size_t)nkeys, "the pipeline's sends");
+    for (int64_t i = 0; i < nkeys; i++) S->send_task[i] = -1;
+    for (int s = 0; s < T->ndevs && !S->failed; s++) {
+      dev_init(&T->tl, &T->devs[s],
+               arena_printf(S->a, "stage %d (%lld devices)", s, (long long)(devices / T->ndevs)), devices / T->ndevs);
+      for (int j = 0; j < m->main->ninputs; j++) S->prod[m->main->inputs[j]->id] = -1;
+      build_func(S, &T->tl, &T->devs[s], m->main, s, NULL);
     }
-    for (int i = 0; i < S.nrecv; i++) dep(&S.top, S.send_task[S.recv_wait[i]], S.recv_task[i]);
-    for (int i = 0; i < S.njoins; i++)
-      for (int j = i + 1; j < S.njoins; j++)
-        if (S.joins[j].op == S.joins[i].op) sim_task_join(S.top.g, S.joins[i].task, S.joins[j].task);
+    for (int i = 0; i < S->nrecv; i++) dep(&T->tl, S->send_task[S->recv_wait[i]], S->recv_task[i]);
+    for (int i = 0; i < S->njoins; i++)
+      for (int j = i + 1; j < S->njoins; j++)
+        if (S->joins[j].op == S->joins[i].op) sim_task_join(T->tl.g, S->joins[i].task, S->joins[j].task);
+    free(S->send_task);
+    S->send_task = NULL;
   } else {
-    dev_init(&S.top, &S.devs[0], arena_printf(S.a, "every device (%lld)", (long long)devices), devices);
-    build_func(&S, &S.top, &S.devs[0], m->main, -1, NULL);
+    dev_init(&T->tl, &T->devs[0], arena_printf(S->a, "every device (%lld)", (long long)devices), devices);
+    build_func(S, &T->tl, &T->devs[0], m->main, -1, NULL);
   }
-  bool ok = sim_run(S.top.g);
-  if (!ok)
-    diag_error(p->entry ? p->entry->loc : (SrcLoc){0},
-               "internal error: the simulated step cannot be scheduled (%d tasks wait forever)", sim_unscheduled(S.top.g));
+  if (S->failed) return;
+  T->ok = sim_run(T->tl.g);
+  if (!T->ok)
+    diag_error(S->p->entry ? S->p->entry->loc : (SrcLoc){0},
+               "internal error: the simulated step cannot be scheduled (%d tasks wait forever)", sim_unscheduled(T->tl.g));
 
   /* figures per simulated device */
-  Iv **all = calloc((size_t)S.ndevs, sizeof *all);
-  int *nall = calloc((size_t)S.ndevs, sizeof *nall);
-  if (!all || !nall) abort();
-  tl_exposure(&S.top, S.ndevs, NULL, NULL, all, nall);
+  int nd = T->ndevs;
+  Iv **all = mem_calloc((size_t)nd, sizeof *all, "the simulated devices' busy intervals");
+  int *nall = mem_calloc((size_t)nd, sizeof *nall, "the simulated devices' busy intervals");
+  tl_exposure(&T->tl, nd, NULL, NULL, all, nall);
   int *dfirst, *dorder;
-  tl_by_device(&S.top, S.ndevs, &dfirst, &dorder);
-  for (int k = 0; k < S.nsubs; k++) tl_exposure(&S.subs[k]->tl, 1, NULL, NULL, NULL, NULL);
-  out->ideal = S.ideal;
-  out->step_s = sim_makespan(S.top.g);
-  out->devices = devices;
-  out->nstages = S.ndevs;
-  out->stages = calloc((size_t)S.ndevs, sizeof *out->stages);
-  if (!out->stages) abort();
+  tl_by_device(&T->tl, nd, &dfirst, &dorder);
+  T->step_s = sim_makespan(T->tl.g);
+  T->stages = mem_calloc((size_t)nd, sizeof *T->stages, "the simulated devices");
   /* the pipeline runs from the first stage's first region to the last region any stage runs */
   double pipe_t0 = INFINITY, pipe_t1 = -INFINITY;
-  for (int s = 0; S.pi && s < S.ndevs; s++)
-    if (S.pipe_first[s] >= 0) {
-      pipe_t0 = fmin(pipe_t0, sim_task_start(S.top.g, S.pipe_first[s]));
-      pipe_t1 = fmax(pipe_t1, sim_task_end(S.top.g, S.pipe_last[s]));
+  for (int s = 0; S->pi && s < nd; s++)
+    if (T->pipe_first[s] >= 0) {
+      pipe_t0 = fmin(pipe_t0, sim_task_start(T->tl.g, T->pipe_first[s]));
+      pipe_t1 = fmax(pipe_t1, sim_task_end(T->tl.g, T->pipe_last[s]));
     }
-  for (int s = 0; s < S.ndevs; s++) {
+  for (int s = 0; s < nd; s++) {
     SimDeviceStats st;
-    sim_device_stats(S.top.g, S.devs[s].dev, &st);
-    SimStageStats *x = &out->stages[s];
-    x->stage = S.pi ? s : -1;
+    sim_device_stats(T->tl.g, T->devs[s].dev, &st);
+    SimStageStats *x = &T->stages[s];
+    x->stage = S->pi ? s : -1;
     x->represents = st.represents;
     x->compute_s = st.compute_s;
     x->comm_s = st.comm_s;
     x->exposed_comm_s = st.exposed_comm_s;
     x->end_s = st.last_end_s;
     double idle = st.idle_s;
-    /* a region or repeated block counts as compute on this timeline: what it held that was not
-     * compute is its own exposed communication (and idle, none on one device) */
-    for (int k = dfirst[S.devs[s].dev]; k < dfirst[S.devs[s].dev + 1]; k++) {
-      int t = dorder[k];
-      const TaskInfo *in = &S.top.info[t];
+    /* a region or block counts as compute on this timeline: what it held that was not compute is
+     * its own exposed communication (and idle, none on one device) */
+    for (int k = dfirst[T->devs[s].dev]; k < dfirst[T->devs[s].dev + 1]; k++) {
+      const TaskInfo *in = &T->tl.info[dorder[k]];
       if (in->sub < 0) continue;
-      const Sub *sb = S.subs[in->sub];
+      const Sub *sb = S->subs[in->sub];
       x->compute_s -= sb->time_s - sb->st.compute_s;
       x->exposed_comm_s += sb->st.exposed_comm_s;
       x->comm_s += sb->st.comm_s;
       idle += sb->st.idle_s;
     }
-    if (S.pi && pipe_t1 > pipe_t0) { /* idle while the pipeline runs: its fill and drain */
+    if (S->pi && pipe_t1 > pipe_t0) { /* idle while the pipeline runs: its fill and drain */
       x->bubble_s = (pipe_t1 - pipe_t0) - iv_cover(all[s], nall[s], pipe_t0, pipe_t1);
       if (x->bubble_s < 0) x->bubble_s = 0;
     }
     x->idle_s = idle - x->bubble_s;
     if (x->idle_s < 0) x->idle_s = 0;
-    out->compute_s += x->compute_s / S.ndevs;
-    out->comm_s += x->comm_s / S.ndevs;
-    out->exposed_comm_s += x->exposed_comm_s / S.ndevs;
-    out->bubble_s += x->bubble_s / S.ndevs;
-    out->idle_s += x->idle_s / S.ndevs;
     free(all[s]);
   }
   free(all);
   free(nall);
   free(dfirst);
   free(dorder);
+}
 
-  /* items: every task weighted 1 / simulated devices (per device, averaged); a sub's tasks by the
-   * runs of it, subs made later first (a sub may repeat the subs made while it was built) */
-  Items I = {0};
-  double *mult = calloc((size_t)S.nsubs + 1, sizeof *mult);
-  if (!mult) abort();
-  items_add(&S, &I, &S.top, 1.0 / S.ndevs, mult);
-  for (int k = S.nsubs - 1; k >= 0; k--) {
-    S.subs[k]->mult = mult[k];
-    if (mult[k] > 0) items_add(&S, &I, &S.subs[k]->tl, mult[k], mult);
+/* a's figures moved to k + m P microbatches along the line through b. */
+static void top_extrapolate(Top *a, const Top *b, double m) {
+  a->step_s = extrapolate(a->step_s, b->step_s, m);
+  for (int s = 0; s < a->ndevs; s++) {
+    SimStageStats *x = &a->stages[s];
+    const SimStageStats *y = &b->stages[s];
+    x->compute_s = extrapolate(x->compute_s, y->compute_s, m);
+    x->comm_s = extrapolate(x->comm_s, y->comm_s, m);
+    x->exposed_comm_s = extrapolate(x->exposed_comm_s, y->exposed_comm_s, m);
+    x->bubble_s = fmax(0, extrapolate(x->bubble_s, y->bubble_s, m)); /* (rounding: never below 0) */
+    x->idle_s = fmax(0, extrapolate(x->idle_s, y->idle_s, m));
+    x->end_s = extrapolate(x->end_s, y->end_s, m);
   }
-  free(mult);
-  if (I.n > 1) qsort(I.v, (size_t)I.n, sizeof *I.v, item_cmp); /* (no items: I.v is NULL) */
-  out->items = I.v;
-  out->nitems = I.n;
-  free(I.key);
-  free(I.hash);
+}
+
+/* pi's schedule at n microbatches (the regions are pi's). */
+static const PipeInfo *schedule_at(Sim *S, int n) {
+  if (n == S->pi->microbatches) return S->pi;
+  PipeInfo *q = ARENA_NEW(S->a, PipeInfo);
+  *q = *S->pi;
+  q->microbatches = n;
+  const char *why = NULL;
+  return schedule_build(S->a, q, S->pi->region[PR_CHUNK_BWD] != NULL, &why) ? q : NULL;
+}
+
+static SrcLoc schedule_loc(const Sim *S) {
+  const Step *st = S->p->step;
+  if (st && st->key_loc[SK_MICROBATCHES].file) return st->key_loc[SK_MICROBATCHES];
+  if (st && st->key_loc[SK_SCHEDULE].file) return st->key_loc[SK_SCHEDULE];
+  return S->m->pipeline ? S->m->pipeline->loc : (SrcLoc){0};
+}
+
+/* Tasks the step takes at this schedule: its actions, roughly (receives are none, main's ops a
+ * few). Past the budget: a located error at `microbatches`. */
+static bool schedule_affordable(Sim *S, const PipeInfo *sched, bool searched) {
+  if ((double)sched->nactions <= (double)WHOLE_PIPELINE_BUDGETS * (double)S->budget) return true;
+  diag_error(schedule_loc(S),
+             "sim: microbatches = %d on a pipeline of %d stages x %d chunk%s is too large to simulate: its schedule "
+             "takes about %.3g tasks, more than the %lld sim simulates%s (docs/sim.md, Limits)",
+             sched->microbatches, sched->stages, sched->chunks, sched->chunks == 1 ? "" : "s", (double)sched->nactions,
+             (long long)(WHOLE_PIPELINE_BUDGETS * S->budget), searched ? " (and no steady state was found)" : "");
+  S->failed = true;
+  return false;
+}
+
+/* The step, simulated in full or, for a 1f1b or interleaved pipeline of many microbatches, from
+ * its steady state (file comment): a probe at k0 microbatches (STEADY_UNITS units on every stage;
+ * k0 doubling while none shows) gives the cycle c, then k = N mod cP and k + cP microbatches, both
+ * certified by steady_period, give the figures of N. On return T holds the step (at k when
+ * extrapolated), *items the items, *simulated k (0: all simulated) and *period cP. */
+static void simulate_step(Sim *S, Top *T, Items *items, int *simulated, int *period, bool full) {
+  *simulated = *period = 0;
+  const PipeInfo *pi = S->pi;
+  bool searched = false;
+  if (pi && pi->region[PR_CHUNK_BWD] && pi->schedule != SCHED_GPIPE && !full) {
+    int64_t N = pi->microbatches, p = pi->stages, V = pi->chunks;
+    bool il = pi->schedule == SCHED_INTERLEAVED && V > 1;
+    int64_t P = il ? p : 1, warm = il ? 2 * (p - 1) + (V - 1) * p : p - 1, unit = il ? p * V : 1;
+    int64_t k0 = P * ((warm + STEADY_UNITS * unit + P * V - 1) / (P * V));
+    double spent = 0;
+    for (; !S->failed && 3 * (k0 + STEADY_MAX_CYCLE * P) < N; k0 *= 2) {
+      searched = true;
+      const PipeInfo *probe = schedule_at(S, (int)k0);
+      /* (a search that could not afford the two simulations after its probe is not started) */
+      if (!probe || (spent += (double)probe->nactions) > (double)S->budget / 3) break;
+      top_build(S, T, probe);
+      int c = S->failed || !T->ok ? 0 : steady_cycle(&T->tl);
+      if (!c) {
+        top_free(T);
+        continue;
+      }
+      int64_t step = c * P, k = k0 + (N - k0) % step;
+      const PipeInfo *sa = schedule_at(S, (int)k), *sb = schedule_at(S, (int)(k + step));
+      if (!sa || !sb) break;
+      if (k != k0) {
+        top_free(T);
+        if ((spent += (double)sa->nactions) > (double)S->budget) break;
+        top_build(S, T, sa);
+      }
+      if ((spent += (double)sb->nactions) > (double)S->budget) break;
+      Top B;
+      top_build(S, &B, sb);
+      bool ok = !S->failed && T->ok && B.ok && steady_period(&T->tl, c) && steady_period(&B.tl, c);
+      if (ok) {
+        double m = (double)(N - k) / (double)step, w = 1.0 / T->ndevs;
+        const Timeline *tls[2] = {&T->tl, &B.tl};
+        double ws[2] = {w * (1 - m), w * m};
+        *items = items_table(S, tls, ws, 2, true);
+        top_extrapolate(T, &B, m);
+        *simulated = (int)k;
+        *period = (int)step;
+      }
+      top_free(&B);
+      if (ok || S->failed) return;
+      top_free(T);
+    }
+    top_free(T);
+  }
+  if (S->failed || (pi && !S->full && !schedule_affordable(S, pi, searched))) return;
+  top_build(S, T, pi);
+  if (S->failed) return;
+  const Timeline *tl = &T->tl;
+  double w = 1.0 / T->ndevs;
+  *items = items_table(S, &tl, &w, 1, true);
+}
+
+bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimReport *out) {
+  memset(out, 0, sizeof *out);
+  if (!p || !m || !m->main || !p->mesh) return false;
+  const char *was = mem_activity("simulating the step");
+  Sim S = {.p = p, .m = m, .mesh = p->mesh, .a = m->arena, .ideal = o && o->ideal};
+  S.max_tasks = o && o->max_tasks > 0 ? o->max_tasks : DEFAULT_MAX_TASKS;
+  S.budget = S.max_tasks > DEFAULT_MAX_TASKS ? S.max_tasks : DEFAULT_MAX_TASKS;
+  S.full = o && o->full;
+  S.cur_unit = -1;
+  S.outer_runs = 1;
+  sim_costs_build(S.a, m, S.mesh, S.ideal, &S.c);
+  S.prod = mem_alloc(sizeof *S.prod * (size_t)(m->nvalues + 1), "the simulated step");
+  S.ktask = mem_alloc(sizeof *S.ktask * (size_t)(S.c.nkernels + 1), "the simulated step");
+  S.kname = mem_calloc((size_t)S.c.nkernels + 1, sizeof *S.kname, "the simulated step");
+  for (int i = 0; i <= S.c.nkernels; i++) S.ktask[i] = -1;
+  S.pi = m->pipeline ? m->pipeline->pipe : NULL;
+  for (int k = 0; S.pi && k < S.pi->nstage_axes; k++) S.stage_mask |= (uint16_t)(1u << S.pi->stage_axes[k]);
+  int64_t devices = S.mesh->devices;
+
+  Top T = {0};
+  Items I = {0};
+  int simulated = 0, period = 0;
+  simulate_step(&S, &T, &I, &simulated, &period, S.full);
+  bool ok = !S.failed && T.ok;
+  out->ideal = S.ideal;
+  out->devices = devices;
+  if (ok) {
+    out->step_s = T.step_s;
+    out->nstages = T.ndevs;
+    out->stages = T.stages;
+    T.stages = NULL;
+    for (int s = 0; s < T.ndevs; s++) {
+      const SimStageStats *x = &out->stages[s];
+      out->compute_s += x->compute_s / T.ndevs;
+      out->comm_s += x->comm_s / T.ndevs;
+      out->exposed_comm_s += x->exposed_comm_s / T.ndevs;
+      out->bubble_s += x->bubble_s / T.ndevs;
+      out->idle_s += x->idle_s / T.ndevs;
+    }
+    if (I.n > 1) qsort(I.v, (size_t)I.n, sizeof *I.v, item_cmp); /* (no items: I.v is NULL) */
+    out->items = I.v;
+    out->nitems = I.n;
+    I.v = NULL;
+  }
+  items_free(&I);
 
   /* FLOPs (memory.c's count, check's flops_per_step), MFU, tokens */
   StepFlops fl;
@@ -905,38 +1484,40 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   out->tokens_per_step = tokens_per_step(m);
   out->tokens_per_s = out->step_s > 0 ? out->tokens_per_step / out->step_s : 0;
   out->tasks = S.ntasks_total;
-  out->repeated_loops = S.repeated;
+  out->steady_loops = S.blocks;
+  out->microbatches = S.pi ? S.pi->microbatches : 0;
+  out->microbatches_simulated = simulated;
+  out->microbatches_period = period;
 
-  if (o && o->keep_graph) {
-    Detail *dt = calloc(1, sizeof *dt);
-    if (!dt) abort();
-    dt->top = S.top;
+  if (ok && o && o->keep_graph) {
+    Detail *dt = mem_calloc(1, sizeof *dt, "the trace");
+    dt->top = T.tl;
     dt->subs = S.subs;
     dt->nsubs = S.nsubs;
     dt->mesh = S.mesh;
-    dt->devs = S.devs;
-    dt->ndevs = S.ndevs;
+    dt->devs = T.devs;
+    dt->ndevs = T.ndevs;
     dt->summary = *out;
     out->detail = dt;
-    S.devs = NULL;
+    T.devs = NULL;
+    memset(&T.tl, 0, sizeof T.tl);
   } else {
-    tl_free(&S.top);
     for (int k = 0; k < S.nsubs; k++) {
       tl_free(&S.subs[k]->tl);
       free(S.subs[k]);
     }
     free(S.subs);
   }
+  top_free(&T);
   free(S.prod);
   free(S.ktask);
   free(S.kname);
-  free(S.devs);
-  free(S.pipe_first);
-  free(S.pipe_last);
   free(S.send_task);
   free(S.recv_wait);
   free(S.recv_task);
   free(S.joins);
+  free(S.modes);
+  mem_activity(was);
   return ok;
 }
 
@@ -1075,8 +1656,11 @@ static bool trace_write_to(const SimReport *r, FILE *f) {
   }
   const SimReport *x = &dt->summary;
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"shardc sim\",\"ideal\":%s,"
-             "\"step_time_s\":%.9g,\"mfu\":%.6g,\"devices\":%lld,\"simulated_devices\":%d}}\n",
+             "\"step_time_s\":%.9g,\"mfu\":%.6g,\"devices\":%lld,\"simulated_devices\":%d",
           x->ideal ? "true" : "false", x->step_s, x->mfu, (long long)x->devices, x->nstages);
+  if (x->microbatches_simulated) /* the trace holds k microbatches; the figures are N's */
+    fprintf(f, ",\"microbatches\":%d,\"microbatches_simulated\":%d", x->microbatches, x->microbatches_simulated);
+  fputs("}}\n", f);
   return !ferror(f);
 }
 

@@ -87,8 +87,7 @@ static void *grow(void *p, int *cap, int need, size_t elem) {
   if (need <= *cap) return p;
   int nc = *cap ? *cap : 16;
   while (nc < need) nc = nc > (1 << 29) ? need : nc * 2;
-  void *q = realloc(p, (size_t)nc * elem);
-  if (!q) abort();
+  void *q = mem_realloc(p, (size_t)nc * elem, "the simulated timeline");
   *cap = nc;
   return q;
 }
@@ -105,8 +104,7 @@ const char *sim_stream_kind_name(SimStreamKind k) {
 }
 
 SimGraph *sim_graph_new(void) {
-  SimGraph *g = calloc(1, sizeof *g);
-  if (!g) abort();
+  SimGraph *g = mem_calloc(1, sizeof *g, "the simulated timeline");
   return g;
 }
 
@@ -220,6 +218,21 @@ bool sim_task_join(SimGraph *g, int a, int b) {
   g->any_join = true;
   g->run = false;
   return true;
+}
+
+int sim_dep_count(const SimGraph *g) { return g ? g->ndeps : 0; }
+
+bool sim_dep_get(const SimGraph *g, int e, int *before, int *after) {
+  if (!g || e < 0 || e >= g->ndeps) return false;
+  *before = g->dfrom[e], *after = g->dto[e];
+  return true;
+}
+
+int sim_task_join_group(const SimGraph *g, int task) {
+  if (!g || task < 0 || task >= g->ntasks) return -1;
+  int x = task;
+  while (g->tasks[x].join != x) x = g->tasks[x].join;
+  return x;
 }
 
 /* ---- the event heap ---- */
@@ -365,8 +378,7 @@ static void device_stats(SimGraph *g) {
     if (t->end > g->devices[d].stats.last_end_s) g->devices[d].stats.last_end_s = t->end;
     if (t->dur > 0) n += 2;
   }
-  Mark *m = malloc(sizeof *m * (size_t)(n > 0 ? n : 1));
-  if (!m) abort();
+  Mark *m = mem_alloc(sizeof *m * (size_t)n, "the simulated devices' busy intervals");
   n = 0;
   for (int i = 0; i < g->ntasks; i++) {
     const Task *t = &g->tasks[i];
@@ -405,10 +417,9 @@ bool sim_run(SimGraph *g) {
   free(g->soff);
   free(g->sto);
   free(g->slag);
-  g->soff = calloc((size_t)n + 1, sizeof *g->soff);
-  g->sto = malloc(sizeof *g->sto * (size_t)(g->ndeps > 0 ? g->ndeps : 1));
-  g->slag = malloc(sizeof *g->slag * (size_t)(g->ndeps > 0 ? g->ndeps : 1));
-  if (!g->soff || !g->sto || !g->slag) abort();
+  g->soff = mem_calloc((size_t)n + 1, sizeof *g->soff, "the simulated timeline's dependencies");
+  g->sto = mem_alloc(sizeof *g->sto * (size_t)g->ndeps, "the simulated timeline's dependencies");
+  g->slag = mem_alloc(sizeof *g->slag * (size_t)g->ndeps, "the simulated timeline's dependencies");
   for (int i = 0; i < n; i++) {
     Task *t = &g->tasks[i];
     t->npred = 0;
@@ -421,8 +432,7 @@ bool sim_run(SimGraph *g) {
     g->tasks[g->dto[e]].npred++;
   }
   for (int i = 0; i < n; i++) g->soff[i + 1] += g->soff[i];
-  int *fill = malloc(sizeof *fill * (size_t)(n > 0 ? n : 1));
-  if (!fill) abort();
+  int *fill = mem_alloc(sizeof *fill * (size_t)n, "the simulated timeline's dependencies");
   memcpy(fill, g->soff, sizeof *fill * (size_t)n);
   for (int e = 0; e < g->ndeps; e++) {
     int k = fill[g->dfrom[e]]++;
@@ -435,9 +445,8 @@ bool sim_run(SimGraph *g) {
   Group *groups = NULL;
   int *gnext = NULL;
   if (g->any_join) {
-    groups = calloc((size_t)n, sizeof *groups);
-    gnext = malloc(sizeof *gnext * (size_t)n);
-    if (!groups || !gnext) abort();
+    groups = mem_calloc((size_t)n, sizeof *groups, "the simulated timeline's joined tasks");
+    gnext = mem_alloc(sizeof *gnext * (size_t)n, "the simulated timeline's joined tasks");
     for (int i = 0; i < n; i++) groups[i].first = -1;
     for (int i = n - 1; i >= 0; i--) {
       int r = find_root(g->tasks, i);
@@ -456,8 +465,7 @@ bool sim_run(SimGraph *g) {
     st->nheap = 0;
   }
   free(g->dirty);
-  g->dirty = malloc(sizeof *g->dirty * (size_t)(g->nstreams > 0 ? g->nstreams : 1));
-  if (!g->dirty) abort();
+  g->dirty = mem_alloc(sizeof *g->dirty * (size_t)g->nstreams, "the simulated timeline's streams");
   g->ndirty = 0;
   g->nev = 0;
   for (int i = 0; i < n; i++)

@@ -80,6 +80,12 @@ bool sim_dep_add(SimGraph *g, int before, int after, double lag_s);
 /* a and b (and everything joined to either) start at the same time. False for bad ids. */
 bool sim_task_join(SimGraph *g, int a, int b);
 
+/* The dependencies as added (e = 0 .. sim_dep_count - 1): false for a bad index. */
+int sim_dep_count(const SimGraph *g);
+bool sim_dep_get(const SimGraph *g, int e, int *before, int *after);
+/* The task standing for task's join group (itself when it was joined to none), -1 for a bad id. */
+int sim_task_join_group(const SimGraph *g, int task);
+
 /* Schedules every task. False when some task can never start (a dependency cycle, or an order of
  * in-order streams that waits on itself); sim_unscheduled says how many. Adding tasks after a run
  * and running again is allowed (everything is recomputed). */

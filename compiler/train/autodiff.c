@@ -152,7 +152,8 @@ static Value *bin(Ctx *c, OpKind k, SrcLoc loc, Value *a, Value *b) {
   return bval(c, k, loc, ops, 2, union_type(&a->type, &b->type, a->type.dtype));
 }
 
-static Value *neg(Ctx *c, SrcLoc loc, Value *a) { return bval(c, OP_NEG, loc, &a, 1, a->type); }
+static Value *un(Ctx *c, OpKind k, SrcLoc loc, Value *a) { return bval(c, k, loc, &a, 1, a->type); } /* k(a) */
+static Value *neg(Ctx *c, SrcLoc loc, Value *a) { return un(c, OP_NEG, loc, a); }
 
 static Value *cast(Ctx *c, SrcLoc loc, Value *a, DType dt) {
   if (a->type.dtype == dt) return a;
@@ -486,11 +487,55 @@ static Value *normalised(Ctx *c, Op *op) {
   return k->results[0];
 }
 
-static void backprop_op(Ctx *c, Op *op) {
+/* The gradient of a one-operand elementwise op y = f(a) whose ops.def entry gives it as an
+ * expression D(...) of the incoming gradient g, x = a and y: the table's words as ops of the
+ * backward (numbers as constants of y's dtype). NULL for every other op. */
+static Value *table_grad(Ctx *c, Op *op, Value *g, SrcLoc loc) {
+  Value *a = op->operands[0], *y = op->results[0], *T0 = NULL, *T1 = NULL;
+  DType dt = y->type.dtype;
+  (void)a, (void)y, (void)T0, (void)T1, (void)dt;
+#define G g
+#define Y X(y)
+#define X0 X(a)
+#define K(v) cst(c, (v), dt, loc)
+#define ADD(p, q) bin(c, OP_ADD, loc, p, q)
+#define SUB(p, q) bin(c, OP_SUB, loc, p, q)
+#define MUL(p, q) bin(c, OP_MUL, loc, p, q)
+#define DIV(p, q) bin(c, OP_DIV, loc, p, q)
+#define NEG(p) neg(c, loc, p)
+#define GOP(k) bval(c, k, loc, (Value *[2]){X(a), g}, 2, a->type)
+#define UN(k, p) un(c, k, loc, p)
+#define LET(t, e, body) ((t) = (e), (body))
+#define D(e) return (e);
+#define GRAD_RULE return NULL;
   switch (op->kind) {
-  case OP_INPUT: case OP_PARAM: case OP_CONST: return;
-  case OP_LOOP: backprop_loop(c, op); return;
-  default: break;
+#define OP(e, nm, ar, cl, fl, li, co, lo, at, cv, fn, gr) \
+  case e:                                                 \
+    gr
+#include "ops.def"
+  default: return NULL;
+  }
+#undef G
+#undef Y
+#undef X0
+#undef K
+#undef ADD
+#undef SUB
+#undef MUL
+#undef DIV
+#undef NEG
+#undef GOP
+#undef UN
+#undef LET
+#undef D
+#undef GRAD_RULE
+}
+
+static void backprop_op(Ctx *c, Op *op) {
+  if (ir_op_info(op->kind)->cls == OC_LEAF) return;
+  if (op->kind == OP_LOOP) {
+    backprop_loop(c, op);
+    return;
   }
   if (op->nresults != 1) return;
   Value *y = op->results[0];
@@ -503,7 +548,11 @@ static void backprop_op(Ctx *c, Op *op) {
   Value *a = op->noperands > 0 ? op->operands[0] : NULL;
   Value *b = op->noperands > 1 ? op->operands[1] : NULL;
   DType dt = y->type.dtype;
-  switch (op->kind) {
+  if (ir_op_info(op->kind)->dgrad) { /* the table's expression (ops.def) */
+    add_grad(c, a, table_grad(c, op, g, loc), loc);
+    return;
+  }
+  switch (op->kind) { /* the ops with rules of their own */
   case OP_ADD:
     add_grad(c, a, g, loc);
     add_grad(c, b, g, loc);
@@ -520,34 +569,6 @@ static void backprop_op(Ctx *c, Op *op) {
     Value *t = bin(c, OP_DIV, loc, g, X(b)); /* g / b */
     add_grad(c, a, t, loc);
     if (needs(c, b)) add_grad(c, b, neg(c, loc, bin(c, OP_DIV, loc, bin(c, OP_MUL, loc, t, X(a)), X(b))), loc);
-    break;
-  }
-  case OP_NEG: add_grad(c, a, neg(c, loc, g), loc); break;
-  case OP_EXP: add_grad(c, a, bin(c, OP_MUL, loc, g, X(y)), loc); break;
-  case OP_LOG: add_grad(c, a, bin(c, OP_DIV, loc, g, X(a)), loc); break;
-  case OP_SQRT: /* 1 / (2 y) */
-    add_grad(c, a, bin(c, OP_DIV, loc, bin(c, OP_MUL, loc, g, cst(c, 0.5, dt, loc)), X(y)), loc);
-    break;
-  case OP_RSQRT: { /* -y^3 / 2 */
-    Value *yy = X(y);
-    Value *y3 = bin(c, OP_MUL, loc, bin(c, OP_MUL, loc, yy, yy), yy);
-    add_grad(c, a, bin(c, OP_MUL, loc, bin(c, OP_MUL, loc, g, y3), cst(c, -0.5, dt, loc)), loc);
-    break;
-  }
-  case OP_TANH: { /* 1 - y^2 */
-    Value *yy = X(y);
-    add_grad(c, a, bin(c, OP_MUL, loc, g, bin(c, OP_SUB, loc, cst(c, 1, dt, loc), bin(c, OP_MUL, loc, yy, yy))), loc);
-    break;
-  }
-  case OP_SIGMOID: { /* y (1 - y) */
-    Value *yy = X(y);
-    add_grad(c, a, bin(c, OP_MUL, loc, g, bin(c, OP_MUL, loc, yy, bin(c, OP_SUB, loc, cst(c, 1, dt, loc), yy))), loc);
-    break;
-  }
-  case OP_RELU: case OP_GELU: case OP_SILU: {
-    OpKind k = op->kind == OP_RELU ? OP_RELU_GRAD : op->kind == OP_GELU ? OP_GELU_GRAD : OP_SILU_GRAD;
-    Value *ops[2] = {X(a), g};
-    add_grad(c, a, bval(c, k, loc, ops, 2, a->type), loc);
     break;
   }
   case OP_SUM: case OP_MEAN: {

@@ -20,6 +20,12 @@
 
 static const char *const test_axis_names[] = {"x", "y", "z", "w"};
 
+/* Which devices' results this process checks: every one under threads; test_mpi.c, which runs
+ * test_collectives.c's matrix over MPI, checks its rank's own. */
+#ifndef RT_TEST_LOCAL
+#define RT_TEST_LOCAL(dev) 1
+#endif
+
 static inline RtConfig test_mesh(int naxes, const int *sizes) {
   RtConfig c = {0};
   c.naxes = naxes;

@@ -130,14 +130,14 @@ set_tests_properties(build.llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "\"pass\
 
 # A device that stops taking part (SHARDC_RUN_STALL=S: device 0 sleeps S s, then returns without
 # running): a collective of the others times out after --timeout and names its device, the
-# collective and the device it waits for (which device notices first depends on the threads'
-# timing: one waiting for device 0, or one waiting for a device that waits for it); with S 0 they
-# notice at once. An error, never a hang.
+# collective with its op's line (rt_at_line) and the device it waits for (which device notices first
+# depends on the threads' timing: one waiting for device 0, or one waiting for a device that waits
+# for it); with S 0 they notice at once. An error, never a hang.
 add_test(NAME run.error.timeout
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
                  --mesh "h100[data: 2, model: 2]" --timeout 0.3)
 set_tests_properties(run.error.timeout PROPERTIES ENVIRONMENT "SHARDC_RUN_STALL=1" TIMEOUT 20
-  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: (all_gather|all_reduce) over \\((data|model)\\) timed out after 0.3 s waiting for device [0-9] \\[data=[01], model=[01]\\]")
+  PASS_REGULAR_EXPRESSION "sharded program failed: device [0-9] \\[data=[01], model=[01]\\]: line [0-9]+: (all_gather|all_reduce) over \\((data|model)\\) timed out after 0.3 s waiting for device [0-9] \\[data=[01], model=[01]\\] \\(")
 add_test(NAME run.error.device_returned
          COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --entry mlp.forward
                  --mesh "h100[data: 2, model: 2]")
