@@ -83,8 +83,9 @@ static int64_t *storage_rows(const RunSide *s, const Value *v) {
   const PipeInfo *pi = pipe_of(s);
   if (!pi || pi->chunks <= 1 || v->type.rank < 1 || v->type.dims[0] != pi->stack_dim) return NULL;
   int64_t n = v->type.dims[0]->size, Lc = pi->chunk_layers, V = pi->chunks, p = pi->stages;
-  int64_t *rows = malloc(sizeof *rows * (size_t)(n > 0 ? n : 1));
-  for (int64_t st = 0; rows && st < n; st++) {
+  /* not NULL on failure: NULL means model order, which would place the rows wrongly */
+  int64_t *rows = mem_calloc((size_t)(n > 0 ? n : 1), sizeof *rows, "a stacked value's storage order");
+  for (int64_t st = 0; st < n; st++) {
     int64_t g = st / Lc, j = st % Lc, stage = g / V, c = g % V;
     rows[st] = (c * p + stage) * Lc + j;
   }
@@ -371,7 +372,7 @@ void run_side_carry(RunSide *s) {
   for (int dev = 0; dev < s->ndev; dev++) {
     RtDevice *d = rt_device(s->rt, dev);
     void **sl = s->slots[dev];
-    bool *kept = calloc((size_t)s->nout + 1, sizeof(bool));
+    bool *kept = mem_calloc((size_t)s->nout + 1, sizeof(bool), "the step's carried outputs");
     for (int k = 0; si && k < si->nparams; k++) {
       const StepParam *sp = &si->params[k];
       int pairs[4][2] = {{sp->param >= 0 ? s->nin + sp->param : -1, sp->out_param}, {sp->in_master, sp->out_master}, {sp->in_m, sp->out_m}, {sp->in_v, sp->out_v}};

@@ -4,7 +4,7 @@
 #
 # Reads the keywords from grammar/lexer.re (its `"word" { kind = TK_X ...` rules), the builtin
 # functions from compiler/ir/ir_build.c (the `builtins[]` table and the calls lowered by name:
-# size, route), the dtypes from compiler/sema/program.h (DTYPES) and the train step's keys (STEP_KEYS),
+# size, route) and compiler/ir/ops.def (the OPF_CALL ops), the dtypes from compiler/sema/program.h (DTYPES) and the train step's keys (STEP_KEYS),
 # then the same four lists from the TextMate grammar (editors/vscode/syntaxes/shard.tmLanguage.json:
 # the alternations of its declaration + control, dtype, builtin and step-key patterns) and the Vim
 # syntax file (editors/vim/syntax/shard.vim: its `syn keyword` lines). Fails, naming each word, when
@@ -43,7 +43,10 @@ string(FIND "${table}" "};" end)
 string(SUBSTRING "${table}" 0 ${end} table)
 words_of(builtins "${table}" "{\"([a-z]+)\", OP_")
 words_of(by_name "${build}" "strcmp\\(fname, \"([a-z]+)\"\\)")
-list(APPEND builtins ${by_name})
+# the elementwise functions: compiler/ir/ops.def's OPF_CALL ops (ir_build.c finds them by name)
+file(READ ${SRC}/compiler/ir/ops.def opsdef)
+words_of(calls "${opsdef}" "OP\\(OP_[A-Z0-9_]+, \"([a-z0-9_]+)\", [-0-9]+, [A-Z_]+, [A-Z_ |]*OPF_CALL")
+list(APPEND builtins ${by_name} ${calls})
 list(REMOVE_DUPLICATES builtins)
 list(SORT builtins)
 file(READ ${SRC}/compiler/sema/program.h program)
