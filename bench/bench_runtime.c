@@ -18,11 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shardrt.h"
 
 static int reps = 5;
 static int smoke = 0;
+static int engines_only = 0;
+static const char *engine_shapes = NULL; /* --shapes S: only the engine shapes whose name holds S */
 
 static double best(double a, double b) { return a < b ? a : b; }
 
@@ -115,6 +118,160 @@ static void bench_gemm(void) {
     if (g->ab != RT_F32) snprintf(shape + len, sizeof shape - (size_t)len, " (%s A, B)", rt_dtype_name(g->ab));
     printf("  %-28s %7.1f GF/s %7.1f GF/s %7.2fx\n", shape, flops / g->direct * 1e-9, flops / g->rt * 1e-9,
            g->direct / g->rt);
+  }
+  rt_close(rt);
+}
+
+/* ---- GEMM engines: the measurements behind gemm.c's rule ---- */
+
+/* One shape of the products the benches' steps run (SHARDC_GEMM_TRACE=1 lists them), each engine
+ * timed on the same data in one device thread, interleaved rep by rep, the best of the reps in
+ * thread CPU time (the machine is shared: CPU time leaves out the time other processes hold the
+ * core, and the best leaves out most of what their traffic in the caches adds; docs/benchmarks.md). */
+typedef struct EngineShape {
+  int m, n, k, batch, ta, tb;
+  const char *where;
+  double t[6]; /* best seconds: f32 on openblas, onednn-f32, auto; bf16 on openblas (widened), onednn-f32 (widened), onednn (as they are) */
+  double t_auto16;
+  RtGemmEngine pick32, pick16;
+} EngineShape;
+
+static double thread_cpu(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int engines_device(RtDevice *dev, void *arg) {
+  EngineShape *e = arg;
+  int64_t nb = e->batch ? e->batch : 1;
+  size_t a_len = (size_t)nb * e->m * e->k, b_len = (size_t)nb * e->k * e->n, c_len = (size_t)nb * e->m * e->n;
+  float *a, *b, *c;
+  void *a16, *b16, *c16;
+  int rc = rt_alloc(dev, a_len * 4, "A", (void **)&a);
+  if (!rc) rc = rt_alloc(dev, b_len * 4, "B", (void **)&b);
+  if (!rc) rc = rt_alloc(dev, c_len * 4, "C", (void **)&c);
+  if (!rc) rc = rt_alloc(dev, a_len * 2, "A16", &a16);
+  if (!rc) rc = rt_alloc(dev, b_len * 2, "B16", &b16);
+  if (!rc) rc = rt_alloc(dev, c_len * 2, "C16", &c16);
+  if (rc) return rc;
+  fill(a, a_len, 1);
+  fill(b, b_len, 2);
+  rt_convert(a16, RT_BF16, a, RT_F32, a_len);
+  rt_convert(b16, RT_BF16, b, RT_F32, b_len);
+  RtGemm g32 = {.a_type = RT_F32, .b_type = RT_F32, .c_type = RT_F32, .trans_a = e->ta, .trans_b = e->tb, .m = e->m, .n = e->n,
+                .k = e->k, .batch = e->batch, .a = a, .lda = e->ta ? e->m : e->k, .stride_a = (int64_t)e->m * e->k,
+                .b = b, .ldb = e->tb ? e->k : e->n, .stride_b = (int64_t)e->k * e->n, .c = c, .ldc = e->n,
+                .stride_c = (int64_t)e->m * e->n, .alpha = 1, .beta = 0};
+  RtGemm g16 = g32;
+  g16.a_type = g16.b_type = g16.c_type = RT_BF16; /* the programs' bf16 contractions: bf16 in and out */
+  g16.a = a16, g16.b = b16, g16.c = c16;
+  e->pick32 = rt_gemm_choice(&g32), e->pick16 = rt_gemm_choice(&g16);
+  /* repetitions: about 0.2 s of work per engine at 50 GFLOP/s, 3 to 25 */
+  double flops = 2.0 * e->m * e->n * e->k * nb;
+  int n = (int)(0.2 * 50e9 / flops);
+  n = smoke ? 1 : n < 3 ? 3 : n > 25 ? 25 : n;
+  /* (engine, operands) per column; column 6 is auto on bf16 */
+  static const RtGemmEngine eng[7] = {RT_GEMM_OPENBLAS, RT_GEMM_ONEDNN_F32, RT_GEMM_AUTO, RT_GEMM_OPENBLAS,
+                                      RT_GEMM_ONEDNN_F32, RT_GEMM_ONEDNN, RT_GEMM_AUTO};
+  double *times = calloc((size_t)(7 * (n + 1)), sizeof(double));
+  for (int r = 0; r <= n && !rc; r++) /* round 0 warms up (creates the primitives) and is not counted */
+    for (int col = 0; col < 7 && !rc; col++) {
+      rt_gemm_engine(dev, eng[col]);
+      double t0 = thread_cpu();
+      rc = rt_gemm(dev, col < 3 ? &g32 : &g16);
+      times[col * (n + 1) + r] = thread_cpu() - t0;
+    }
+  rt_gemm_engine(dev, RT_GEMM_AUTO);
+  for (int col = 0; col < 7 && !rc; col++) {
+    double *t = times + col * (n + 1) + 1;
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    if (col < 6) e->t[col] = t[0];
+    else e->t_auto16 = t[0];
+  }
+  free(times);
+  rt_free(dev, a), rt_free(dev, b), rt_free(dev, c), rt_free(dev, a16), rt_free(dev, b16), rt_free(dev, c16);
+  return rc;
+}
+
+static void bench_gemm_engines(void) {
+  EngineShape shapes[] = {
+      /* the MLP step (batch 16 x seq 256 rows, embed 512, hidden 2048), one device */
+      {4096, 2048, 512, 1, 0, 0, "mlp x.w_in", {0}, 0, 0, 0},
+      {4096, 512, 2048, 1, 0, 0, "mlp h.w_out", {0}, 0, 0, 0},
+      {4096, 2048, 512, 1, 0, 1, "mlp dy.w_out^T", {0}, 0, 0, 0},
+      {512, 2048, 4096, 1, 1, 0, "mlp x^T.dh", {0}, 0, 0, 0},
+      {2048, 512, 4096, 1, 1, 0, "mlp h^T.dy", {0}, 0, 0, 0},
+      /* ... on two devices (half the rows each) */
+      {2048, 2048, 512, 1, 0, 0, "mlp/2 x.w_in", {0}, 0, 0, 0},
+      {256, 2048, 2048, 1, 1, 0, "mlp/2 x^T.dh", {0}, 0, 0, 0},
+      /* the LLaMA block (batch 4 x seq 256 rows, embed 512, kv 128, hidden 1536), one device */
+      {1024, 512, 512, 1, 0, 0, "llama x.wq", {0}, 0, 0, 0},
+      {1024, 128, 512, 1, 0, 0, "llama x.wk", {0}, 0, 0, 0},
+      {1024, 1536, 512, 1, 0, 0, "llama m.wg", {0}, 0, 0, 0},
+      {1024, 512, 1536, 1, 0, 0, "llama h.wd", {0}, 0, 0, 0},
+      {1024, 1536, 512, 1, 0, 1, "llama dy.wd^T", {0}, 0, 0, 0},
+      {512, 1536, 1024, 1, 1, 0, "llama m^T.dg", {0}, 0, 0, 0},
+      {512, 128, 1024, 1, 1, 0, "llama x^T.dk", {0}, 0, 0, 0},
+      {1024, 512, 128, 1, 0, 1, "llama dk.wk^T", {0}, 0, 0, 0},
+      /* attention's products per (batch, head): 32 of seq 256 x head 64 */
+      {256, 256, 64, 32, 0, 1, "attn q.k^T", {0}, 0, 0, 0},
+      {256, 64, 256, 32, 0, 0, "attn p.v", {0}, 0, 0, 0},
+      /* the samples at the README's small sizes */
+      {64, 64, 32, 1, 0, 0, "small 64x64x32", {0}, 0, 0, 0},
+      {64, 32, 64, 1, 0, 1, "small 64x32x64", {0}, 0, 0, 0},
+      {8, 8, 8, 16, 0, 1, "small 8^3 x16", {0}, 0, 0, 0},
+      /* around the rule's edges */
+      {1024, 256, 512, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {1024, 512, 256, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {256, 1024, 1024, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {4096, 128, 512, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {4096, 512, 128, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {2048, 128, 2048, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {64, 64, 64, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {96, 96, 96, 1, 0, 0, "edge", {0}, 0, 0, 0},
+      {128, 128, 64, 8, 0, 1, "edge", {0}, 0, 0, 0},
+      {64, 64, 64, 8, 0, 1, "edge", {0}, 0, 0, 0},
+      {512, 512, 64, 16, 0, 1, "edge", {0}, 0, 0, 0},
+      /* squares */
+      {128, 128, 128, 1, 0, 0, "square 128", {0}, 0, 0, 0},
+      {256, 256, 256, 1, 0, 0, "square 256", {0}, 0, 0, 0},
+      {512, 512, 512, 1, 0, 0, "square 512", {0}, 0, 0, 0},
+      {1024, 1024, 1024, 1, 0, 0, "square 1024", {0}, 0, 0, 0},
+      {2048, 2048, 2048, 1, 0, 0, "square 2048", {0}, 0, 0, 0},
+  };
+  int ns = sizeof shapes / sizeof *shapes;
+  if (smoke) shapes[0] = (EngineShape){48, 32, 40, 2, 0, 1, "smoke", {0}, 0, 0, 0}, ns = 1;
+  if (engine_shapes) { /* keep the shapes whose name holds the string, in order */
+    int kept = 0;
+    for (int i = 0; i < ns; i++)
+      if (strstr(shapes[i].where, engine_shapes)) shapes[kept++] = shapes[i];
+    ns = kept;
+  }
+  const RtCpu *cpu = rt_cpu();
+  printf("gemm engines: GFLOP/s, one device thread, best of 3-25 reps in thread CPU time; oneDNN %s, ISA %s, bf16 units %s%s\n",
+         cpu->dnnl_version, cpu->dnnl_isa, cpu->bf16_native ? "yes" : "no", cpu->amx ? " (AMX)" : "");
+  printf("  %-16s %-22s | %9s %9s %9s %5s | %9s %9s %9s %9s %5s\n", "", "m x n x k", "f32:blas", "dnnl", "auto", "pick",
+         "bf16:blas", "dnnl-f32", "dnnl", "auto", "pick");
+  RtConfig cfg = {0};
+  Runtime *rt;
+  check(rt_open(&cfg, &rt), rt);
+  for (int i = 0; i < ns; i++) {
+    EngineShape *e = &shapes[i];
+    check(rt_run(rt, engines_device, e), rt);
+    double fl = 2.0 * e->m * e->n * e->k * (e->batch ? e->batch : 1) * 1e-9;
+    char shape[48];
+    snprintf(shape, sizeof shape, "%dx%dx%d%s%s%s", e->m, e->n, e->k, e->ta ? " A^T" : "", e->tb ? " B^T" : "",
+             e->batch > 1 ? " batched" : "");
+    static const char *const tag[] = {"auto", "blas", "dnnl", "dnnl"};
+    printf("  %-16s %-22s | %9.1f %9.1f %9.1f %5s | %9.1f %9.1f %9.1f %9.1f %5s\n", e->where, shape, fl / e->t[0], fl / e->t[1],
+           fl / e->t[2], tag[e->pick32], fl / e->t[3], fl / e->t[4], fl / e->t[5], fl / e->t_auto16,
+           e->pick16 == RT_GEMM_ONEDNN ? "dnnl16" : tag[e->pick16]);
   }
   rt_close(rt);
 }
@@ -251,12 +408,16 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--smoke")) smoke = 1, reps = 1;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--engines")) engines_only = 1;
+    else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) engine_shapes = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_runtime [--smoke] [--reps N]\n");
+      fprintf(stderr, "usage: bench_runtime [--smoke] [--reps N] [--engines] [--shapes NAME]\n");
       return 2;
     }
   }
   if (reps < 1) reps = 1;
+  bench_gemm_engines();
+  if (engines_only) return 0;
   bench_gemm();
   bench_all_reduce();
   bench_barrier();

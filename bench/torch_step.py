@@ -5,6 +5,12 @@ figure. Needs Debian's python3-torch (run with /usr/bin/python3); installs nothi
 
     /usr/bin/python3 bench/torch_step.py build/shardc
 
+It prints issue 23's table: shardc's step with the programs as written (bf16 params) and with every
+bf16 in them and in the stdlib they import (but the targets' tables) made f32 (a copy in a temporary directory, SHARDC_STDLIB
+pointing at it), against PyTorch bf16 autocast and f32; then the GEMM engines' rates on the same
+CPU (build/bench/bench_runtime --engines: OpenBLAS sgemm, oneDNN f32 and bf16 matmul, one thread),
+and the load average before and after (the machine may be shared: compare within one run).
+
 Cases: the MLP sample (batch 16 x seq 256, embed 512, hidden 2048: gelu(x @ w_in) @ w_out, MSE,
 adam) and one LLaMA block (bench/native/llama_block.shard: RMSNorm, grouped-query causal attention
 with 8 heads over 2 KV heads of 64, SwiGLU 1536; batch 4 x seq 256, embed 512; MSE, adam). The
@@ -14,6 +20,9 @@ runs one device thread per thread (`--mesh 'h100[data: T, model: 1]'`, data para
 OpenBLAS thread; PyTorch runs torch.set_num_threads(T)."""
 import json
 import os
+import re
+import shutil
+import tempfile
 import subprocess
 import sys
 import time
@@ -24,9 +33,9 @@ import torch.nn.functional as F
 STEPS = 5
 
 
-def shardc_step(shardc, root, args, threads):
+def shardc_step(shardc, root, args, threads, env=None):
     out = subprocess.run([shardc, "run", *args, "--mesh", f"h100[data: {threads}, model: 1]", "--steps", str(STEPS),
-                          "--format", "json"], cwd=root, capture_output=True, text=True, check=True).stdout
+                          "--format", "json"], cwd=root, capture_output=True, text=True, check=True, env=env).stdout
     j = json.loads(out)
     assert j["pass"], out
     return j["step_time_s"]
@@ -100,24 +109,62 @@ def llama_case():
     return [wq, wk, wv, wo, wg, wu, wd, n1, n2], loss_fn
 
 
+def f32_copy(root, tmp, files):
+    """The files and the stdlib with every bf16 made f32, under tmp; the environment that imports it."""
+    bf16 = re.compile(r"\bbf16\b")
+    shutil.copytree(os.path.join(root, "stdlib"), os.path.join(tmp, "stdlib"))
+    for dirpath, _, names in os.walk(tmp):
+        for n in names:
+            if n.endswith(".shard") and n != "targets.shard":  # the targets' flops tables keep their bf16 rows
+                path = os.path.join(dirpath, n)
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(bf16.sub("f32", text))
+    for rel in files:
+        with open(os.path.join(root, rel)) as f:
+            text = f.read()
+        os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+        with open(os.path.join(tmp, rel), "w") as f:
+            f.write(bf16.sub("f32", text))
+    return dict(os.environ, SHARDC_STDLIB=os.path.join(tmp, "stdlib"))
+
+
+def load():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
 def main():
     shardc = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/shardc")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cases = [("mlp train step", mlp_case, ["samples/mlp.shard", "-D", "batch=16", "-D", "seq=256", "-D", "embed=512",
                                           "-D", "hidden=2048", "--layout", "dp"]),
              ("llama block train step", llama_case, ["bench/native/llama_block.shard", "--layout", "dp"])]
-    print(f"torch_step: torch {torch.__version__}, {os.cpu_count()} cores; mean of {STEPS} steps after 2 warm-up")
-    print(f"  {'case':24} {'threads':>7} {'shardc':>10} {'torch bf16':>11} {'torch f32':>10} {'bf16/shardc':>12} {'f32/shardc':>11}")
-    for name, make, args in cases:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            torch.manual_seed(0)
-            mixed = time_steps(*make(), mixed=True)
-            torch.manual_seed(0)
-            plain = time_steps(*make(), mixed=False)
-            ours = shardc_step(shardc, root, args, threads)
-            print(f"  {name:24} {threads:>7} {ours * 1e3:8.1f} ms {mixed * 1e3:8.1f} ms {plain * 1e3:7.1f} ms"
-                  f" {mixed / ours:11.2f}x {plain / ours:10.2f}x")
+    tmp = tempfile.mkdtemp(prefix="torch_step.")
+    try:
+        env32 = f32_copy(root, tmp, [c[2][0] for c in cases])
+        print(f"torch_step: torch {torch.__version__}, {os.cpu_count()} cores; mean of {STEPS} steps after 2 warm-up; {load()}")
+        print(f"  {'case':24} {'threads':>7} {'shardc bf16':>12} {'shardc f32':>11} {'torch bf16':>11} {'torch f32':>10}"
+              f" {'torch bf16/shardc bf16':>23} {'torch f32/shardc f32':>21}")
+        for name, make, args in cases:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                torch.manual_seed(0)
+                mixed = time_steps(*make(), mixed=True)
+                torch.manual_seed(0)
+                plain = time_steps(*make(), mixed=False)
+                ours = shardc_step(shardc, root, args, threads)
+                ours32 = shardc_step(shardc, tmp, args, threads, env32)
+                print(f"  {name:24} {threads:>7} {ours * 1e3:9.1f} ms {ours32 * 1e3:8.1f} ms {mixed * 1e3:8.1f} ms {plain * 1e3:7.1f} ms"
+                      f" {mixed / ours:22.2f}x {plain / ours32:20.2f}x", flush=True)
+    finally:
+        shutil.rmtree(tmp)
+    print(f"torch_step: {load()}")
+    bench = os.path.join(os.path.dirname(shardc), "bench", "bench_runtime")
+    if os.path.exists(bench):
+        print("torch_step: the GEMM engines on this CPU (bench_runtime --engines --shapes square)", flush=True)
+        subprocess.run([bench, "--engines", "--shapes", "square"], check=True)
+        print(f"torch_step: {load()}")
 
 
 if __name__ == "__main__":

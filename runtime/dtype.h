@@ -22,11 +22,10 @@ static inline float rtd_float(uint32_t u) {
 
 /* bf16 is f32's top half: round the low 16 bits away (to even), a carry moving into the
  * exponent as it should (the largest values round to infinity). A NaN stays a quiet NaN. */
-static inline uint16_t rtd_to_bf16(float x) {
+static inline uint16_t rtd_to_bf16(float x) { /* branch-free, so that loops of it vectorise */
   uint32_t u = rtd_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x0040u);
-  u += 0x7fffu + (u >> 16 & 1u);
-  return (uint16_t)(u >> 16);
+  uint32_t rounded = (u + 0x7fffu + (u >> 16 & 1u)) >> 16, quiet = u >> 16 | 0x0040u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 static inline float rtd_from_bf16(uint16_t h) { return rtd_float((uint32_t)h << 16); }

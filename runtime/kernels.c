@@ -14,14 +14,21 @@ float rt_bf16_to_f32(uint16_t h) { return rtd_from_bf16(h); }
 uint16_t rt_f32_to_f16(float x) { return rtd_to_f16(x); }
 float rt_f16_to_f32(uint16_t h) { return rtd_from_f16(h); }
 
+RT_VECTOR void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rtd_from_bf16(src[i]);
+}
+
+RT_VECTOR void rtk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = rtd_to_bf16(src[i]);
+}
+
 /* ---- f32 tiles ---- */
 
 static void load_tile(float *acc, const void *src, size_t m, RtDtype dt) {
   if (dt == RT_F32) {
     memcpy(acc, src, m * sizeof *acc);
   } else if (dt == RT_BF16) {
-    const uint16_t *s = src;
-    for (size_t i = 0; i < m; i++) acc[i] = rtd_from_bf16(s[i]);
+    rtk_bf16_to_f32(acc, src, m);
   } else {
     const uint16_t *s = src;
     for (size_t i = 0; i < m; i++) acc[i] = rtd_from_f16(s[i]);
@@ -32,8 +39,7 @@ static void store_tile(void *dst, const float *acc, size_t m, RtDtype dt) {
   if (dt == RT_F32) {
     memcpy(dst, acc, m * sizeof *acc);
   } else if (dt == RT_BF16) {
-    uint16_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = rtd_to_bf16(acc[i]);
+    rtk_f32_to_bf16(dst, acc, m);
   } else {
     uint16_t *d = dst;
     for (size_t i = 0; i < m; i++) d[i] = rtd_to_f16(acc[i]);
@@ -121,6 +127,14 @@ int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, s
   if ((dst_type == RT_I32) != (src_type == RT_I32)) return RT_E_ARG;
   if (dst_type == src_type) {
     memmove(dst, src, count * rt_dtype_size(dst_type));
+    return RT_OK;
+  }
+  if (dst_type == RT_F32 && src_type == RT_BF16) { /* the buffers do not overlap (shardrt.h) */
+    rtk_bf16_to_f32(dst, src, count);
+    return RT_OK;
+  }
+  if (dst_type == RT_BF16 && src_type == RT_F32) {
+    rtk_f32_to_bf16(dst, src, count);
     return RT_OK;
   }
   float acc[TILE];

@@ -77,6 +77,10 @@ struct RtDevice {
   _Alignas(64) _Atomic uint32_t *_Atomic sleep_bell;
   _Atomic uint32_t bell;
   _Atomic uint32_t sleepers;
+  /* GEMM (gemm.c, gemm_dnnl.c; own thread only) */
+  int gemm_engine;          /* RtGemmEngine: AUTO or forced */
+  int omp_saved;            /* the thread's OpenMP team size before the run (restored after) */
+  struct RtDnnlDev *dnnl;   /* its oneDNN stream and scratchpad, made at its first oneDNN product */
 };
 
 struct Runtime {
@@ -96,6 +100,9 @@ struct Runtime {
   int local_lo, local_hi; /* the devices this process runs: [local_lo, local_hi) */
   int process_rank, process_count;
   RtDevice *devices; /* [ndev] */
+  struct RtDnnl *dnnl;  /* oneDNN's engine and the cache of primitives (gemm_dnnl.c) */
+  int gemm_engine;      /* RtGemmEngine every device starts with (SHARDC_GEMM) */
+  bool gemm_trace;      /* SHARDC_GEMM_TRACE: every product's shape and engine on stderr */
   RtEntry entry;
   void *entry_arg;
 
@@ -189,7 +196,41 @@ void rtsync_wake(RtDevice *dev);
 void rtsync_wake_all(Runtime *rt);
 void rtsync_policy(Runtime *rt);   /* sets the spin budgets for the mesh and the cores */
 
+/* ---- gemm_dnnl.c: oneDNN's matmul ---- */
+int rtdnnl_open(Runtime *rt);   /* the cache (the engine is made at the first product) */
+void rtdnnl_close(Runtime *rt); /* the primitives, the devices' streams and scratchpads */
+/* Around a device's entry function: its OpenMP team size set to 1 (checked), then restored. */
+int rtdnnl_device_begin(RtDevice *dev);
+void rtdnnl_device_end(RtDevice *dev);
+/* g through the cached primitive for its key (made if new). *ran false (and RT_OK) when oneDNN
+ * has no implementation for it: the caller runs it elsewhere. */
+int rtdnnl_gemm(RtDevice *dev, const RtGemm *g, bool *ran);
+void rtdnnl_counts(const Runtime *rt, uint64_t *created, uint64_t *hits);
+
+/* Loops worth vectorising: compiled for AVX-512 (x86-64-v4), AVX2 + FMA (v3) and the baseline,
+ * the CPU's best version picked when the program loads (function multiversioning: the CPU is
+ * detected at run time, never assumed from the build machine). The files holding them are
+ * compiled at -O3 (runtime/CMakeLists.txt): GCC's -O2 vectorises only the cheapest loops. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RT_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RT_SANITIZED 1
+#endif
+/* Not under the sanitizers: the clones' resolvers run while the dynamic loader relocates the
+ * program, before the sanitizer's runtime is up, and their instrumentation crashes there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(RT_SANITIZED)
+#define RT_VECTOR __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RT_VECTOR
+#endif
+
 /* ---- kernels.c ---- */
+/* bf16 <-> f32 over arrays, vectorised (round to nearest even, NaN kept quiet) */
+void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+void rtk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* dst[i] = op over srcs[0..n-1][i] in that order; floats accumulate in f32 and round once. Any
  * src may alias dst elementwise (each element is read before it is written). */
 void rtk_reduce(RtDtype dt, RtReduceOp op, void *dst, const void *const *srcs, int n, size_t count);

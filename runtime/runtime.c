@@ -178,6 +178,24 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
     rtmem_init(&d->mem);
   }
   rtsync_policy(rt);
+  const char *engine = getenv("SHARDC_GEMM"); /* benches and tests: one engine for every product */
+  if (engine && *engine) {
+    int e = -1;
+    for (int i = RT_GEMM_AUTO; i <= RT_GEMM_ONEDNN; i++)
+      if (strcmp(engine, rt_gemm_engine_name((RtGemmEngine)i)) == 0) e = i;
+    if (e < 0) {
+      rt->backend = NULL;
+      return open_error(rt, RT_E_ARG, "SHARDC_GEMM=%s: expected auto, openblas, onednn-f32 or onednn", engine);
+    }
+    rt->gemm_engine = e;
+  }
+  for (int i = 0; i < rt->ndev; i++) rt->devices[i].gemm_engine = rt->gemm_engine;
+  const char *trace = getenv("SHARDC_GEMM_TRACE");
+  rt->gemm_trace = trace && *trace && strcmp(trace, "0") != 0;
+  if ((rc = rtdnnl_open(rt))) {
+    rt->backend = NULL;
+    return open_error(rt, rc, "out of memory for the GEMM cache");
+  }
   const RtBackend *b = rt->backend;
   rc = b->open(rt);
   if (rc) {
@@ -193,6 +211,7 @@ void rt_close(Runtime *rt) {
   if (rt->devices) {
     /* The backend first: it may hold messages on the devices' accounts. */
     if (rt->backend) rt->backend->close(rt);
+    rtdnnl_close(rt);
     for (int i = 0; i < rt->ndev; i++) {
       rtmem_release_all(&rt->devices[i]);
       pthread_mutex_destroy(&rt->devices[i].mem.lock);
@@ -209,6 +228,12 @@ int rt_device_count(const Runtime *rt) { return rt && rt->backend ? rt->ndev : 0
 RtDevice *rt_device(Runtime *rt, int index) {
   if (!rt || !rt->backend || index < 0 || index >= rt->ndev) return NULL;
   return &rt->devices[index];
+}
+
+int rt_gemm_cache_stats(const Runtime *rt, uint64_t *created, uint64_t *reused) {
+  if (!rt || !rt->dnnl || !created || !reused) return RT_E_ARG;
+  rtdnnl_counts(rt, created, reused);
+  return RT_OK;
 }
 
 int rt_stats(const Runtime *rt, int device, RtStats *out) {
@@ -271,7 +296,9 @@ int rt_run(Runtime *rt, RtEntry fn, void *arg) {
 
 void rtrun_device_main(RtDevice *dev) {
   Runtime *rt = dev->rt;
-  int rc = rt->entry(dev, rt->entry_arg);
+  int rc = rtdnnl_device_begin(dev);
+  if (!rc) rc = rt->entry(dev, rt->entry_arg);
+  rtdnnl_device_end(dev);
   dev->rc = rc;
   /* An error the runtime did not see (the entry's own code): record it, so the run stops. */
   if (rc != RT_OK && !rtrun_stopped(rt))

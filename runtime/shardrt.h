@@ -24,6 +24,7 @@
 #ifndef SHARDRT_H
 #define SHARDRT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -333,9 +334,11 @@ int rt_pipeline(RtDevice *dev, const RtPipe *p, void *const *operands, void **re
 
 /* ---- compute helpers ---- */
 
-/* C = alpha op(A) op(B) + beta C, row-major, OpenBLAS's sgemm underneath. bf16 and f16 operands
- * are converted to f32 around the product (through rt_alloc'd scratch), C rounded once.
- * Leading dims and batch strides are in elements; batch 0 or 1 is one product. */
+/* C = alpha op(A) op(B) + beta C, row-major, products accumulated in f32 and C rounded once to
+ * its dtype. Leading dims and batch strides are in elements; batch 0 or 1 is one product; a
+ * stride of 0 shares that operand across the batch. The engine (OpenBLAS's sgemm or oneDNN's
+ * matmul, bf16 natively where the CPU has it, else bf16 and f16 widened to f32 through rt_alloc'd
+ * scratch) is chosen per shape by a measured rule (gemm.c, docs/runtime.md "GEMM engines"). */
 typedef struct RtGemm {
   RtDtype a_type, b_type, c_type; /* RT_F32, RT_BF16 or RT_F16 */
   int trans_a, trans_b;           /* nonzero: op(X) = X transposed */
@@ -350,6 +353,33 @@ typedef struct RtGemm {
   float alpha, beta;
 } RtGemm;
 int rt_gemm(RtDevice *dev, const RtGemm *g);
+
+/* The engine of a device's products: RT_GEMM_AUTO is gemm.c's rule; the others force one (benches,
+ * tests; SHARDC_GEMM=auto|openblas|onednn-f32|onednn sets every device's at rt_open).
+ * RT_GEMM_ONEDNN_F32 widens bf16 and f16 operands as OpenBLAS does; RT_GEMM_ONEDNN takes them as
+ * they are (emulated where the CPU has no bf16 units). A product oneDNN has no implementation
+ * for runs on OpenBLAS. The device's own thread, or the host between runs. */
+typedef enum { RT_GEMM_AUTO, RT_GEMM_OPENBLAS, RT_GEMM_ONEDNN_F32, RT_GEMM_ONEDNN } RtGemmEngine;
+int rt_gemm_engine(RtDevice *dev, RtGemmEngine e);
+/* What the rule picks for g on this CPU (the engine AUTO runs, before any fallback). */
+RtGemmEngine rt_gemm_choice(const RtGemm *g);
+const char *rt_gemm_engine_name(RtGemmEngine e);
+/* oneDNN primitives this runtime created, and products that reused one (created once per shape). */
+int rt_gemm_cache_stats(const Runtime *rt, uint64_t *created, uint64_t *reused);
+/* The OpenMP team size a oneDNN product would use on the calling thread (1 on a device thread). */
+int rt_gemm_threads(void);
+
+/* The CPU, detected at run time (cpuid, and oneDNN's own ISA query, which ONEDNN_MAX_CPU_ISA can
+ * lower): what the GEMM rule decides on. */
+enum { RT_CPU_AVX512F = 1, RT_CPU_AVX512_BF16 = 2, RT_CPU_AVX512_FP16 = 4, RT_CPU_AMX_TILE = 8, RT_CPU_AMX_BF16 = 16 };
+typedef struct RtCpu {
+  unsigned features;      /* RT_CPU_* from cpuid */
+  bool bf16_native;       /* oneDNN runs bf16 products on AVX512-BF16 or AMX units */
+  bool amx;               /* ... on AMX tiles */
+  const char *dnnl_isa;   /* oneDNN's effective ISA, "avx512_core_vnni" */
+  char dnnl_version[16];  /* "2.6.3" */
+} RtCpu;
+const RtCpu *rt_cpu(void);
 
 /* Conversions, round to nearest even; NaN stays NaN, overflow goes to infinity. */
 uint16_t rt_f32_to_bf16(float x);

@@ -53,6 +53,8 @@ typedef struct PW {
   uint8_t *reusable;    /* per root: an op may write its result over it in place */
   uint8_t *alive;       /* per root: allocated in the walk now */
   uint8_t *paired;      /* per value: an updated param or state written over what it replaces */
+  int32_t *lvpos;       /* per root: its entry in the live list of the walk that noted it (a
+                           root alive has one), so that freeing it does not scan the list */
   bool keep_live;       /* record every buffer live at each peak (Peak.all) */
 } PW;
 
@@ -270,8 +272,70 @@ static void insert_largest(BufLive *top, int *n, BufLive x) {
 }
 
 /* A new peak candidate: live + inner (a body's or a pipeline's peak at this op). */
-static void consider(PW *W, Peak *best, const Use *live, const LiveVec *lv, const Peak *inner, const Op *op,
-                     int in_flight) {
+/* The live list's largest entries without a scan of it: a tournament tree over its positions, each
+ * node holding the position of the largest entry below it (ties: the lower position, as a scan in
+ * order keeps the first of equal entries). A walk notes and frees one entry per op, and sets a new
+ * peak at nearly every op of a forward: scanning the list at each peak made the walk quadratic in a
+ * long function (a written-out chain of layers). */
+typedef struct LiveTree {
+  const LiveVec *lv;
+  int32_t *node;        /* 1..2*size-1; leaves at size + position; -1 none */
+  int size;
+} LiveTree;
+
+static bool live_before(const LiveVec *lv, int32_t a, int32_t b) { /* a ahead of b in the stable order */
+  if (b < 0) return a >= 0;
+  if (a < 0) return false;
+  if (lv->data[a].bytes != lv->data[b].bytes) return lv->data[a].bytes > lv->data[b].bytes;
+  return a < b;
+}
+
+static void live_tree_init(Arena *a, LiveTree *t, const LiveVec *lv, int cap) {
+  t->lv = lv;
+  t->size = 1;
+  while (t->size < cap) t->size *= 2;
+  t->node = ARENA_ARRAY(a, int32_t, 2 * t->size);
+  for (int i = 0; i < 2 * t->size; i++) t->node[i] = -1;
+}
+
+/* Position pos holds a new entry (or none, past the list's end). */
+static void live_tree_set(LiveTree *t, int pos) {
+  if (pos < 0 || pos >= t->size) return;
+  int i = t->size + pos;
+  t->node[i] = pos < t->lv->len ? pos : -1;
+  for (i /= 2; i >= 1; i /= 2) {
+    int32_t l = t->node[2 * i], r = t->node[2 * i + 1];
+    t->node[i] = live_before(t->lv, r, l) ? r : l;
+  }
+}
+
+/* The list's entries in the stable order (largest first), at most k of them, into pos[]. */
+static int live_tree_top(const LiveTree *t, int32_t *pos, int k) {
+  int32_t heap[2 * BUFPLAN_LARGEST * 24]; /* nodes to open, best first (at most k pops, 2 pushes each) */
+  int nh = 0, n = 0;
+  if (t->node[1] < 0) return 0;
+  heap[nh++] = 1;
+  while (nh > 0 && n < k) {
+    int b = 0; /* the best node (few: a scan is enough) */
+    for (int i = 1; i < nh; i++)
+      if (live_before(t->lv, t->node[heap[i]], t->node[heap[b]])) b = i;
+    int v = heap[b];
+    heap[b] = heap[--nh];
+    if (v >= t->size) { /* a leaf: the next entry */
+      pos[n++] = t->node[v];
+      continue;
+    }
+    /* the child holding the node's best is opened through (its best is the node's); the other
+     * child waits in the heap */
+    int bc = t->node[2 * v] == t->node[v] ? 2 * v : 2 * v + 1, oc = bc ^ 1;
+    if (t->node[oc] >= 0 && nh < (int)(sizeof heap / sizeof heap[0])) heap[nh++] = oc;
+    if (nh < (int)(sizeof heap / sizeof heap[0])) heap[nh++] = bc;
+  }
+  return n;
+}
+
+static void consider(PW *W, Peak *best, const Use *live, const LiveVec *lv, const LiveTree *tree, const Peak *inner,
+                     const Op *op, int in_flight) {
   Use u = *live;
   if (inner) use_add(&u, &inner->at);
   if (best->set && use_total(&u) <= use_total(&best->at)) return;
@@ -280,7 +344,13 @@ static void consider(PW *W, Peak *best, const Use *live, const LiveVec *lv, cons
   best->op = inner && inner->op ? inner->op : op;
   best->nlargest = 0;
   best->in_flight = in_flight;
-  for (int i = 0; i < lv->len; i++) insert_largest(best->largest, &best->nlargest, lv->data[i]);
+  if (tree) { /* the list's largest, in the order a scan would keep them: the same largest */
+    int32_t top[BUFPLAN_LARGEST];
+    int n = live_tree_top(tree, top, BUFPLAN_LARGEST);
+    for (int i = 0; i < n; i++) insert_largest(best->largest, &best->nlargest, lv->data[top[i]]);
+  } else {
+    for (int i = 0; i < lv->len; i++) insert_largest(best->largest, &best->nlargest, lv->data[i]);
+  }
   for (int i = 0; inner && i < inner->nlargest; i++) insert_largest(best->largest, &best->nlargest, inner->largest[i]);
   if (!W->keep_live) return;
   best->all.len = 0;
@@ -354,7 +424,7 @@ static void walk_pipeline(PW *W, const Op *pipe, Peak *out) {
         lv.len = 0;
         int in_flight = stores > INT32_MAX ? INT32_MAX : (int)stores;
         if (stores > 0 && kept) VEC_PUSH(W->a, lv, ((BufLive){kept, sat_mul(keep, stores), BUF_ACT, in_flight}));
-        consider(W, out, &live, &lv, &rp[r], pipe, in_flight);
+        consider(W, out, &live, &lv, NULL, &rp[r], pipe, in_flight);
         /* after the region: its activation leaves, what it read arrives no more, residuals kept */
         live.c[BUF_TEMP] = sat_add(live.c[BUF_TEMP], act_out[r] - act_in[r]);
         if (r == PR_CHUNK_FWD && pi->region[PR_CHUNK_BWD]) stores++, live.c[BUF_ACT] = sat_add(live.c[BUF_ACT], keep);
@@ -373,6 +443,10 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
   bool main_fn = f == W->m->main;
   Use live = {0};
   LiveVec lv = {0};
+  int nres = 0;
+  for (const Op *op = f->first; op; op = op->next) nres += op->nresults;
+  LiveTree tree;
+  live_tree_init(W->a, &tree, &lv, nres > 0 ? nres : 1);
   int k = 0;
   for (const Op *op = f->first; op; op = op->next, k++) {
     if (main_fn && pi && !stages_runs_on(op->place, W->stage, pi->stages)) continue;
@@ -382,7 +456,9 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       W->alive[x] = 1;
       uint8_t c = W->bp->cls[x];
       live.c[c] = sat_add(live.c[c], W->bytes[x]);
+      W->lvpos[x] = lv.len;
       note_live(&lv, op->results[r], W->bytes[x], c, W->a);
+      live_tree_set(&tree, lv.len - 1);
     }
     Peak inner;
     bool has_inner = false;
@@ -403,9 +479,9 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       Peak ring = {0};
       ring.at.c[BUF_TEMP] = op->kind == OP_ATTENTION_GRAD ? sat_add(blk, blk) : blk;
       ring.op = op; /* (no value of the program holds it: it is in no list of the largest buffers) */
-      consider(W, out, &live, &lv, &ring, op, 0);
+      consider(W, out, &live, &lv, &tree, &ring, op, 0);
     }
-    consider(W, out, &live, &lv, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
+    consider(W, out, &live, &lv, &tree, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
     /* free what this op read (or made) for the last time */
     for (int pass = 0; pass < 2; pass++) {
       int n = pass ? op->nresults : op->noperands;
@@ -416,10 +492,21 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
         W->alive[x] = 0;
         uint8_t c = W->bp->cls[x];
         live.c[c] = sat_add(live.c[c], -W->bytes[x]);
-        for (int j = 0; j < lv.len; j++)
-          if (find(W, lv.data[j].v->id) == x) {
-            lv.data[j] = lv.data[--lv.len];
-            j--;
+        int32_t j = W->lvpos[x];
+        if (j >= 0 && j < lv.len && find(W, lv.data[j].v->id) == x) { /* its one entry, swapped out */
+          lv.data[j] = lv.data[--lv.len];
+          if (j < lv.len) W->lvpos[find(W, lv.data[j].v->id)] = j;
+          live_tree_set(&tree, j);
+          live_tree_set(&tree, lv.len);
+          continue;
+        }
+        for (int jj = 0; jj < lv.len; jj++) /* (noted elsewhere: as before, by a scan) */
+          if (find(W, lv.data[jj].v->id) == x) {
+            lv.data[jj] = lv.data[--lv.len];
+            if (jj < lv.len) W->lvpos[find(W, lv.data[jj].v->id)] = jj;
+            live_tree_set(&tree, jj);
+            live_tree_set(&tree, lv.len);
+            jj--;
           }
       }
     }
@@ -440,6 +527,7 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   out->cls = ARENA_ARRAY(a, uint8_t, nv);
   PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live};
   W.parent = ARENA_ARRAY(a, int32_t, nv);
+  W.lvpos = ARENA_ARRAY(a, int32_t, nv);
   W.last = ARENA_ARRAY(a, int32_t, nv);
   W.bytes = ARENA_ARRAY(a, int64_t, nv);
   W.external = ARENA_ARRAY(a, uint8_t, nv);

@@ -197,13 +197,15 @@ static double apply_rules(const Search *S, const FRule *rules, int nrules, const
   }
   for (int r = 0; r < nrules; r++) {
     const FRule *f = &rules[r];
-    if (f->nax == 0 || (f->mask & used)) continue;
+    /* a multi-axis rule keeps those of its axes the tensor does not use yet (none: skipped) */
+    uint16_t keep = (uint16_t)(f->mask & ~used);
+    if (f->nax == 0 || !keep) continue;
     int i = 0;
     while (i < rank && !(spec->dims[i] && spec->dims[i]->name == f->dim)) i++;
-    if (i == rank || set[i] || dim_size(c, spec->dims[i]) % f->prod != 0) continue;
+    if (i == rank || set[i] || dim_size(c, spec->dims[i]) % axes_prod(S->mesh, keep) != 0) continue;
     set[i] = true;
-    dim_mask[i] = f->mask;
-    used |= f->mask;
+    dim_mask[i] = keep;
+    used |= keep;
   }
   double elems = 1;
   for (int i = 0; i < rank; i++)

@@ -215,17 +215,7 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
     const char *ax = mesh_axes_text(a, mesh, tp);
     const char *per = "per layer and microbatch";
     int most = full ? 6 : 4;
-    bool gathered = m->plan_choice.tp_axes && !m->plan_choice.kept;
-    if (gathered) { /* the weights are gathered over those axes: not Megatron's, no book figure */
-      const char *st = arena_printf(a, "activations sharded over %s with the weights gathered over it", ax);
-      for (int k = 0; k < CENSUS_KINDS; k++)
-        if (c->n[ROLE_ACTIVATION][k])
-          add_row(rows, &n, (TextbookRow){.strategy = st, .source = "no textbook figure", .kind = (CollKind)k,
-                                           .got = c->n[ROLE_ACTIVATION][k], .want = -1,
-                                           .runs = c->runs[ROLE_ACTIVATION][k],
-                                           .got_bytes = c->bytes[ROLE_ACTIVATION][k] / c->n[ROLE_ACTIVATION][k],
-                                           .per = per});
-    } else if (c->n[ROLE_ACTIVATION][COLL_ALL_GATHER] || c->n[ROLE_ACTIVATION][COLL_REDUCE_SCATTER]) {
+    if (c->n[ROLE_ACTIVATION][COLL_ALL_GATHER] || c->n[ROLE_ACTIVATION][COLL_REDUCE_SCATTER]) {
       const char *st = arena_printf(a, "Megatron sequence parallelism over %s", ax);
       for (int k = COLL_ALL_GATHER; k <= COLL_REDUCE_SCATTER; k++) {
         int got = c->n[ROLE_ACTIVATION][k];
@@ -335,46 +325,4 @@ int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerC
                                      .per = "per microbatch, over all stages"});
   }
   return n;
-}
-
-/* Where the plan gathers the weights over the tensor-parallel axes and the layer's activation is
- * sharded over them on a dim other than `batch` (the sequence): its collectives are what that
- * sharding costs, and sharding `batch` over those axes instead needs none of them when the
- * microbatch divides. */
-const char *textbook_note(Arena *a, const IrModule *m, const Program *p, const LayerCensus *c) {
-  const struct PlanChoice *pc = &m->plan_choice;
-  if (!pc->tp_axes || pc->kept || !c->loop || c->loop->ncarried < 1 || c->loop->nslices >= c->loop->body->ninputs)
-    return NULL;
-  const Value *x = c->loop->body->inputs[c->loop->nslices];
-  const Mesh *mesh = p->mesh;
-  int bd = -1, sd = -1;
-  for (int d = 0; d < x->type.rank; d++) {
-    const char *nm = x->type.dims[d]->name;
-    uint16_t ax = 0;
-    for (int k = 0; k < x->sharding.naxes[d]; k++) ax |= (uint16_t)(1u << x->sharding.axes[d][k]);
-    if (nm && strcmp(nm, "batch") == 0) bd = d;
-    else if (ax & pc->tp_axes) sd = d;
-  }
-  if (bd < 0 || sd < 0) return NULL;
-  int nact = 0;
-  double bytes = 0;
-  for (int k = 0; k < CENSUS_KINDS; k++) nact += c->n[ROLE_ACTIVATION][k], bytes += c->bytes[ROLE_ACTIVATION][k];
-  if (!nact) return NULL;
-  /* batch per microbatch over its axes and the tensor-parallel ones */
-  int64_t b = x->type.dims[bd]->size;
-  double ways = axes_size(mesh, (uint16_t)(c->dp | pc->tp_axes));
-  bool divides = ways > 0 && b % (int64_t)ways == 0;
-  return arena_printf(a,
-                      "the layout shards %s over %s, so each layer moves %d activation collectives (%.2f MB per "
-                      "device) that a plan with %s whole does not; %s",
-                      x->type.dims[sd]->name, mesh_axes_text(a, mesh, pc->tp_axes), nact, bytes / 1e6,
-                      x->type.dims[sd]->name,
-                      divides ? arena_printf(a, "the microbatch's %lld sequences divide over %s, so sharding batch "
-                                                "over %s instead needs none of them (more activation memory per "
-                                                "device: each holds whole sequences)",
-                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes)),
-                                             mesh_axes_text(a, mesh, pc->tp_axes))
-                              : arena_printf(a, "batch (%lld per microbatch) does not divide over %s, so it cannot "
-                                                "take those axes instead",
-                                             (long long)b, mesh_axes_text(a, mesh, (uint16_t)(c->dp | pc->tp_axes))));
 }

@@ -81,8 +81,4 @@ enum { TEXTBOOK_MAX_ROWS = 16 };
 /* The rows for the strategies m's plan uses (none recognised: 0). */
 int textbook_compare(Arena *a, const IrModule *m, const Program *p, const LayerCensus *c, TextbookRow *rows);
 
-/* A sentence on why the plan moves activations where the layout shards a non-batch dim over the
- * axes its weights are gathered over (NULL: nothing to say). */
-const char *textbook_note(Arena *a, const IrModule *m, const Program *p, const LayerCensus *c);
-
 #endif

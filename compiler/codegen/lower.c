@@ -1285,6 +1285,7 @@ Lowered *lower_new(void) {
 void lower_free(Lowered *lw) {
   if (!lw) return;
   if (lw->jit) LLVMOrcDisposeLLJIT(lw->jit); /* the functions it made are gone after this */
+  if (lw->obj) LLVMDisposeMemoryBuffer(lw->obj);
   if (!lw->consumed) LLVMDisposeModule(lw->M);
   LLVMOrcDisposeThreadSafeContext(lw->tsc);
   free(lw);

@@ -42,6 +42,14 @@ void lower_set_clock(Lowered *lw, const SimCosts *costs);
 /* Verifies the module, then optimises it at O2 for the host CPU. false with the reason in err. */
 bool lower_finish(Lowered *lw, char *err, size_t n);
 
+/* lower_finish, then the module compiled to an object for lower_jit, through the on-disk cache
+ * (objcache.h) keyed by the module's bitcode before optimisation, the host CPU and its features,
+ * LLVM's version, the pass pipeline and the code generation level: on a hit neither optimisation
+ * nor code generation runs (*hit true; the module stays unoptimised, so not for lower_print or
+ * lower_emit_object). A cache that cannot be used, or a bad entry, is said in warn (empty when
+ * none) and the module is compiled without it. false (err) only when compiling fails. */
+bool lower_finish_cached(Lowered *lw, bool *hit, char *warn, size_t wn, char *err, size_t n);
+
 /* Writes the module as an object file for the host into out (after lower_finish; not after
  * lower_jit); a write error shows in ferror(out). */
 bool lower_emit_object(Lowered *lw, FILE *out, char *err, size_t n);

@@ -14,6 +14,7 @@ struct Lowered {
   bool finished;
   bool consumed;        /* handed to the JIT */
   void *jit;            /* the LLJIT (LLVMOrcLLJITRef) holding the compiled code, disposed with it */
+  void *obj;            /* lower_finish_cached: the compiled object (LLVMMemoryBufferRef) lower_jit loads */
   const SimCosts *clock; /* lower_set_clock */
 };
 

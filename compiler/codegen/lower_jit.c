@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/BitWriter.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
@@ -14,6 +15,8 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "lower_int.h"
+#include "objcache.h"
+#include "sha256.h"
 
 static bool native_ready(void) {
   static int done = 0;
@@ -117,11 +120,98 @@ void lower_print(Lowered *lw, FILE *out) {
   LLVMDisposeMessage(s);
 }
 
+/* the JIT's code generation level (LLVMCodeGenOptLevel), 2 by default; SHARDC_JIT_CODEGEN=0
+ * for experiments (docs/run.md, "Compile time": 5x faster, streaming loops 40% slower) */
+static int jit_level(void) {
+  const char *lv = getenv("SHARDC_JIT_CODEGEN");
+  return lv && *lv >= '0' && *lv <= '3' ? *lv - '0' : 2;
+}
+
+static void hash_str(Sha256 *s, const char *str) { sha256_update(s, str ? str : "", strlen(str ? str : "") + 1); }
+
+/* The cache key: everything the object depends on besides shardc's own build (its version is in it). */
+static void cache_key(Lowered *lw, char key[65]) {
+  Sha256 s;
+  sha256_init(&s);
+  hash_str(&s, "shardc object cache 1");
+  hash_str(&s, SHARDC_VERSION);
+  unsigned v[3];
+  LLVMGetVersion(&v[0], &v[1], &v[2]);
+  sha256_update(&s, v, sizeof v);
+  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  hash_str(&s, triple), hash_str(&s, cpu), hash_str(&s, features);
+  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+  hash_str(&s, getenv("SHARDC_PASSES"));
+  int level = jit_level();
+  sha256_update(&s, &level, sizeof level);
+  LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(lw->M);
+  sha256_update(&s, LLVMGetBufferStart(bc), LLVMGetBufferSize(bc));
+  LLVMDisposeMemoryBuffer(bc);
+  unsigned char d[32];
+  sha256_final(&s, d);
+  sha256_hex(d, key);
+}
+
+bool lower_finish_cached(Lowered *lw, bool *hit, char *warn, size_t wn, char *err, size_t n) {
+  *hit = false, warn[0] = 0;
+  if (!native_ready()) {
+    snprintf(err, n, "LLVM's native target is not available");
+    return false;
+  }
+  char key[65];
+  cache_key(lw, key);
+  ObjCache c;
+  bool have = objcache_open(&c, warn, wn);
+  void *data;
+  size_t len;
+  bool bad;
+  if (have && objcache_get(&c, key, &data, &len, &bad, warn, wn)) {
+    lw->obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len, "shardc cached object");
+    free(data);
+    objcache_close(&c);
+    lw->finished = *hit = true;
+    return true;
+  }
+  if (!lower_finish(lw, err, n)) {
+    objcache_close(&c);
+    return false;
+  }
+  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)jit_level(), LLVMCodeModelJITDefault, err, n);
+  if (!tm) {
+    objcache_close(&c);
+    return false;
+  }
+  char *msg = NULL;
+  LLVMMemoryBufferRef buf = NULL;
+  bool ok = !LLVMTargetMachineEmitToMemoryBuffer(tm, lw->M, LLVMObjectFile, &msg, &buf);
+  if (!ok) snprintf(err, n, "compiling the module: %s", msg ? msg : "");
+  LLVMDisposeMessage(msg);
+  LLVMDisposeTargetMachine(tm);
+  if (ok) {
+    lw->obj = buf;
+    size_t used = strlen(warn);
+    if (have && !objcache_put(&c, key, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf), warn + used, wn - used)) { /* said; the run goes on */
+    }
+  }
+  objcache_close(&c);
+  return ok;
+}
+
 static bool jit_error(LLVMErrorRef e, const char *what, char *err, size_t n) {
   char *m = LLVMGetErrorMessage(e);
   snprintf(err, n, "%s: %s", what, m);
   LLVMDisposeErrorMessage(m);
   return false;
+}
+
+static bool lookup_all(LLVMOrcLLJITRef jit, const char *const *names, int n, void **fns, char *err, size_t errn) {
+  for (int i = 0; i < n; i++) {
+    LLVMOrcExecutorAddress addr = 0;
+    LLVMErrorRef e = LLVMOrcLLJITLookup(jit, &addr, names[i]);
+    if (e) return jit_error(e, "looking up the entry", err, errn);
+    fns[i] = (void *)(uintptr_t)addr;
+  }
+  return true;
 }
 
 /* The JIT lives in lw until lower_free (the functions it made are valid until then). */
@@ -132,11 +222,7 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   }
   LLVMOrcLLJITRef jit;
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
-  /* the JIT's code generation level (LLVMCodeGenOptLevel), 2 by default; SHARDC_JIT_CODEGEN=0
-   * for experiments (docs/run.md, "Compile time": 5x faster, streaming loops 40% slower) */
-  const char *lv = getenv("SHARDC_JIT_CODEGEN");
-  int level = lv && *lv >= '0' && *lv <= '3' ? *lv - '0' : 2;
-  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)level, LLVMCodeModelJITDefault, err, errn);
+  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)jit_level(), LLVMCodeModelJITDefault, err, errn);
   if (!tm) return false;
   LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(builder, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, builder);
@@ -147,16 +233,16 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   if (e) return jit_error(e, "resolving the runtime's symbols", err, errn);
   LLVMOrcJITDylibRef main = LLVMOrcLLJITGetMainJITDylib(jit);
   LLVMOrcJITDylibAddGenerator(main, gen);
+  if (lw->obj) { /* compiled already (lower_finish_cached): the JIT links the object; it owns it now */
+    e = LLVMOrcLLJITAddObjectFile(jit, main, lw->obj);
+    lw->obj = NULL;
+    if (e) return jit_error(e, "adding the compiled object to the JIT (from the cache? --no-cache compiles afresh)", err, errn);
+    return lookup_all(jit, names, n, fns, err, errn);
+  }
   /* the module moves into the JIT (lower_free then drops our reference to its context) */
   LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(lw->M, lw->tsc);
   lw->consumed = true;
   e = LLVMOrcLLJITAddLLVMIRModule(jit, main, tsm);
   if (e) return jit_error(e, "adding the module to the JIT", err, errn);
-  for (int i = 0; i < n; i++) {
-    LLVMOrcExecutorAddress addr = 0;
-    e = LLVMOrcLLJITLookup(jit, &addr, names[i]);
-    if (e) return jit_error(e, "looking up the entry", err, errn);
-    fns[i] = (void *)(uintptr_t)addr;
-  }
-  return true;
+  return lookup_all(jit, names, n, fns, err, errn);
 }

@@ -317,10 +317,14 @@ static int run(const Options *o, Arena *arena, bool build) {
   bool simulated = ok && sim_program(p, m, &sim_opts, &sim);
   char err[512];
   double t_lower = rt_seconds();
-  if (ok && !lower_finish(lw, err, sizeof err)) {
+  /* run: through the on-disk object cache (not for build and --emit-llvm, which want the optimised module) */
+  bool cached = ok && !build && !o->emit_llvm && !o->no_cache, hit = false;
+  char warn[1400];
+  if (ok && !(cached ? lower_finish_cached(lw, &hit, warn, sizeof warn, err, sizeof err) : lower_finish(lw, err, sizeof err))) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
+  if (cached && warn[0]) fprintf(stderr, "shardc: warning: %s\n", warn);
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
     else ok = build_executable(o, lw, m, mesh, gin, gpar, cmp, simulated ? &sim : NULL);
@@ -349,8 +353,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   double compile_s = rt_seconds() - t0;
   if (getenv("SHARDC_RUN_TIMING")) /* where compile time goes: lowering, verify + O2, JIT */
-    fprintf(stderr, "run: lowering %.1f ms, O2 %.1f ms, JIT %.1f ms\n", (t_lower - t0) * 1e3, (t_o2 - t_lower) * 1e3,
-            (rt_seconds() - t_o2) * 1e3);
+    fprintf(stderr, "run: lowering %.1f ms, O2%s %.1f ms, JIT %.1f ms%s\n", (t_lower - t0) * 1e3, cached ? " + code generation" : "",
+            (t_o2 - t_lower) * 1e3, (rt_seconds() - t_o2) * 1e3, !cached ? "" : hit ? " (object from the cache)" : " (object cached)");
   if (!ok) {
     sim_report_free(&sim);
     lower_free(lw);
@@ -803,7 +807,9 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
       for (char *t = strtok(mpi_libs, "|"); t && n < 24; t = strtok(NULL, "|")) argv[n++] = t;
     }
 #endif
-    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = "-lpthread", argv[n++] = "-lm";
+    argv[n++] = SHARDC_RUNTIME_LIB, argv[n++] = SHARDC_OPENBLAS_LIB, argv[n++] = SHARDC_DNNL_LIB;
+    if (*SHARDC_DNNL_THREADING_LIB) argv[n++] = SHARDC_DNNL_THREADING_LIB; /* oneDNN's OpenMP runtime (libgomp) */
+    argv[n++] = "-lpthread", argv[n++] = "-lm";
     if (*SHARDC_RUNTIME_SANITIZE) argv[n++] = SHARDC_RUNTIME_SANITIZE;
     argv[n] = NULL;
     int status = outfile_spawn_wait(argv, err, sizeof err);

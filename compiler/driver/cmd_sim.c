@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "explain_textbook.h"
 #include "memory.h"
 #include "outfile.h"
 #include "partition.h"
@@ -197,8 +198,8 @@ static const char *runs_text(Arena *a, double runs) {
   return arena_printf(a, "x%.3g", runs);
 }
 
-static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r, const MemoryReport *mem,
-                       const Options *o) {
+static void print_text(FILE *out, Arena *a, const Program *p, const IrModule *m, const SimReport *r,
+                       const MemoryReport *mem, const Options *o) {
   const Mesh *mesh = p->mesh;
   char axes[256] = "";
   int k = 0;
@@ -233,6 +234,8 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
   }
   fprintf(out, "memory per device  %s of %s: %s\n", fmt_bytes(a, (double)mem->total), fmt_bytes(a, mem->capacity),
           mem->fits ? "fits" : "DOES NOT FIT");
+  const char *forbidden = layout_weigh_text(a, m, p);
+  if (forbidden) fprintf(out, "layout             %s\n", forbidden);
 
   Line lines[TOP_LINES];
   int nl = group_lines(r, false, lines, TOP_LINES);
@@ -281,7 +284,8 @@ static void print_text(FILE *out, Arena *a, const Program *p, const SimReport *r
   if (o->trace) fprintf(out, "trace: %s (open in ui.perfetto.dev)\n", o->trace);
 }
 
-static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const MemoryReport *mem, const Options *o) {
+static cJSON *json_report(Arena *a, const Program *p, const IrModule *m, const SimReport *r, const MemoryReport *mem,
+                          const Options *o) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddNumberToObject(j, "step_time_s", r->step_s);
   cJSON_AddNumberToObject(j, "compute_s", r->compute_s);
@@ -296,6 +300,7 @@ static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const 
   cJSON_AddNumberToObject(j, "model_flops_per_step", r->model_flops_per_step);
   cJSON_AddNumberToObject(j, "tokens_per_step", r->tokens_per_step);
   cJSON_AddNumberToObject(j, "peak_flops", r->peak_flops);
+  cJSON_AddItemToObject(j, "forbidden_cheaper", layout_weigh_json(a, m, p));
   if (o->tokens > 0) {
     double flops = r->tokens_per_step > 0 ? r->model_flops_per_step / r->tokens_per_step * o->tokens : 0;
     double secs = o->mfu > 0 ? sim_train_seconds(flops, (double)r->devices, r->peak_flops, o->mfu)
@@ -320,10 +325,10 @@ static cJSON *json_report(Arena *a, const Program *p, const SimReport *r, const 
       cJSON_AddItemToArray(ms, cJSON_CreateNumber(r->microbatches_simulated + k * r->microbatches_period));
   }
   cJSON_AddBoolToObject(j, "fits", mem->fits);
-  cJSON *m = cJSON_AddObjectToObject(j, "memory");
-  cJSON_AddNumberToObject(m, "total", (double)mem->total);
-  cJSON_AddNumberToObject(m, "capacity", mem->capacity);
-  cJSON_AddBoolToObject(m, "fits", mem->fits);
+  cJSON *mj = cJSON_AddObjectToObject(j, "memory");
+  cJSON_AddNumberToObject(mj, "total", (double)mem->total);
+  cJSON_AddNumberToObject(mj, "capacity", mem->capacity);
+  cJSON_AddBoolToObject(mj, "fits", mem->fits);
   if (r->nstages > 1) {
     cJSON *ps = cJSON_AddArrayToObject(j, "stages");
     for (int s = 0; s < r->nstages; s++) {
@@ -392,6 +397,7 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
   }
   Program *p = cp.prog;
   IrModule *m = cp.ir;
+  m->weigh.want = true; /* a plan the layout forbids, weighed (never taken): sim says so */
   if (!pipeline_run(m, p) || diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
   MemoryReport mem;
   memory_estimate(p, m, &mem);
@@ -410,8 +416,8 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     sim_report_free(&r);
     return EXIT_PROGRAM_ERROR;
   }
-  if (json) *report = json_report(arena, p, &r, &mem, o);
-  else print_text(stdout, arena, p, &r, &mem, o);
+  if (json) *report = json_report(arena, p, m, &r, &mem, o);
+  else print_text(stdout, arena, p, m, &r, &mem, o);
   sim_report_free(&r);
   return EXIT_OK;
 }

@@ -53,6 +53,7 @@ typedef struct Options {
   int threads_per_rank;    /* --threads-per-rank T (mpi; 0: 1) */
   const char *hostfile;    /* --hostfile FILE (run --backend mpi) */
   bool no_reference;       /* --no-reference: the one-device program neither run nor compared */
+  bool no_cache;           /* --no-cache: run compiles without the on-disk object cache */
   int argc;                /* the command line as given (run --backend mpi starts it again under mpirun) */
   char **argv;
 } Options;

@@ -592,6 +592,8 @@ static void print_overview(FILE *out, const Explain *E) {
     fprintf(out, "  per layer (one iteration of the loop at %s%s): compute %s, communication %s: %s\n",
             where(E, E->layer_loop->loc), E->m->step ? ", forward and backward" : "", fmt_time(E->a, E->layer_compute_s),
             fmt_time(E->a, E->layer_comm_s), E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
+  const char *forbidden = layout_weigh_text(E->a, E->m, E->p);
+  if (forbidden) fprintf(out, "  layout: %s\n", forbidden);
   if (E->colls.len == 0 || E->comm_s <= 0) return;
   int *idx = colls_by_time(E), n = E->colls.len < TOP ? E->colls.len : TOP;
   fprintf(out, "  the collectives that take longest (%d of %d; numbered as listed below):\n", n, E->colls.len);
@@ -960,6 +962,7 @@ static cJSON *json_report(const Explain *E) {
   cJSON_AddBoolToObject(mem, "fits", E->mem.fits);
   cJSON_AddBoolToObject(o, "fits", E->mem.fits);
   cJSON_AddItemToObject(o, "textbook", explain_textbook_json(E->a, E->m, E->p));
+  cJSON_AddItemToObject(o, "forbidden_cheaper", layout_weigh_json(E->a, E->m, E->p));
   if (E->pipe) {
     const PipeInfo *pi = E->pipe;
     uint16_t st = 0;
@@ -1000,6 +1003,7 @@ int cmd_explain(const Options *o) {
   Program *p = cp.prog;
   IrModule *m = cp.ir;
   Explain E = {.o = o, .p = p, .m = m, .mesh = p->mesh, .a = &arena};
+  m->weigh.want = !o->show; /* a plan the layout forbids, weighed (never taken) */
   if (!pipeline_run(m, p) || diag_error_count() > 0) {
     arena_free(&arena);
     return EXIT_PROGRAM_ERROR;

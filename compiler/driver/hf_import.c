@@ -875,8 +875,8 @@ static void write_program(Plan *p, FILE *f, const char *name, HfProgram *out) {
   fprintf(f, "  %-28s# data parallelism\n", m.ep > 1 ? "batch: (data, ep)" : "batch: data");
   if (m.ep > 1) fprintf(f, "  %-28s# expert parallelism\n", "expert: ep");
   if (fsdp && m.ep > 1) {
-    fprintf(f, "  %-28s# FSDP: the weights without `expert`\n", "embed: (data, ep)");
-    if (m.data > 1) fprintf(f, "  %-28s# and the experts' (ep holds their `expert`)\n", "embed: data");
+    /* an expert's weights already use ep (their `expert`): the rule keeps data for them */
+    fprintf(f, "  %-28s# FSDP: the weights (the experts': over data)\n", "embed: (data, ep)");
   } else if (fsdp) {
     fprintf(f, "  %-28s# FSDP: the weights too\n", "embed: data");
   }

@@ -71,6 +71,8 @@ static void print_help(FILE *f) {
           "  --threads-per-rank T   mpi: T device threads in each of devices / T ranks\n"
           "  --hostfile FILE        run --backend mpi: the hosts mpirun starts ranks on\n"
           "  --no-reference         run: do not run the one-device program (nor compare)\n"
+          "  --no-cache             run: compile without the on-disk cache of compiled objects\n"
+          "                         ($SHARDC_CACHE_DIR, else ~/.cache/shardc)\n"
           "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
@@ -160,6 +162,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
     if (strcmp(a, "--allow-nonfinite") == 0) { o->allow_nonfinite = true; continue; }
     if (strcmp(a, "--no-reference") == 0) { o->no_reference = true; continue; }
+    if (strcmp(a, "--no-cache") == 0) { o->no_cache = true; continue; }
 
     const char *opt = NULL, *v = NULL;
     for (size_t k = 0; k < ARRAY_LEN(valued) && !v; k++) {

@@ -425,13 +425,18 @@ typedef struct IrModule {
     uint16_t axes;      /* 0: none */
     int n;
   } zigzag;
-  struct PlanChoice {   /* propagate.c's two whole-step candidates, where the layout shards a
-                           weight over axes that do not shard the batch (tensor parallelism) */
-    uint16_t tp_axes;   /* those axes; 0: one candidate only, nothing to report */
-    bool kept;          /* the plan keeping every weight sharded over them won (or tied) */
-    double kept_s, free_s;     /* the step's collective time under each (partition_cost) */
-    double kept_count, free_count;
-  } plan_choice;
+  struct LayoutWeigh {  /* propagate.c: the plan the layout binds against the one propagation
+                           would choose without the binding (never taken; explain and sim say so) */
+    bool want;          /* set before pipeline_run: weigh the unbound plan (costs a search) */
+    bool done;          /* it was weighed */
+    bool cheaper;       /* the unbound plan's collectives take less time (beyond 0.1%) */
+    double bound_s, free_s;         /* the step's collective time under each (partition_cost, ideal) */
+    double bound_count, free_count; /* collectives per step */
+    const LayoutRule *rule;         /* the rule binding most values the unbound plan shards otherwise */
+    int nvalues;                    /* how many values that rule binds otherwise */
+    const struct Value *example;    /* the first of them, */
+    Sharding example_free;          /* and its sharding in the unbound plan */
+  } weigh;
   bool localized;       /* localize.c ran: every value has its local extents, every slice is an
                            OP_SLICE, every collective its CollSpec */
 } IrModule;

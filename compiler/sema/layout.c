@@ -1,16 +1,20 @@
-/* layout.c: the sharding of a tensor written at a boundary, from its `@`s and the chosen layout.
+/* layout.c: the sharding a layout binds a tensor to, from its `@`s and the chosen layout.
  *
- * In: a TypeSpec (a param, a function argument or result, a typed let), Program.mesh and
- * Program.layout. Out: a Sharding (mesh axes per dim) and, per dim, where its axes came from.
+ * In: a TypeSpec (a param, a function argument or result, a typed let) or, for every other value
+ * the step holds or computes, its dims (layout_map_dims; language.md: a layout binds); Program.mesh
+ * and Program.layout. Out: a Sharding (mesh axes per dim) and, per dim, where its axes came from.
  * The rules are language.md's (fixed):
- *   - an explicit `@` decides its dim; its axes must exist on the mesh, divide the dim evenly and
- *     shard no other dim of the tensor (each is an error);
- *   - then the layout's rules apply in the order written, each to the one dim it names. A rule is
- *     skipped for this tensor when its dim already has axes (an `@`, or an earlier rule), when the
- *     tensor already uses one of its axes (silently: that is how `batch: data` and `embed: data`
- *     give data-parallel activations and FSDP weights from one layout), when the mesh lacks one of
- *     its axes (one warning at the rule), or when the axes do not divide the dim (a warning naming
- *     both sizes; never a silent replication). A multi-axis rule applies whole or not at all.
+ *   - an explicit `@` decides its dim; its axes must exist on the mesh, divide the dim evenly, shard
+ *     no other dim of the tensor, and not be the pipeline's (each is an error);
+ *   - then the layout's rules apply in the order written, each to the one dim it names, except that
+ *     in a tensor holding a route's expert dim without its tokens dim the expert dim's rule applies
+ *     first (Routing). A rule is skipped for this tensor when its dim already has axes (an `@`, or an
+ *     earlier rule); a multi-axis rule keeps, in order, those of its axes the tensor does not use yet,
+ *     and is skipped silently when it uses them all (that is how `batch: data` and `embed: data` give
+ *     data-parallel activations and FSDP weights from one layout). A rule is skipped with one
+ *     warning at the rule when the mesh lacks one of its axes (skipped whole) or when it names the
+ *     pipeline's axis for another dim (layout_stage_axes); for a tensor whose dim its axes do not
+ *     divide, with a warning naming both sizes (never a silent replication).
  * The same spec is applied many times (each use of a param, the IR builder and the checker), so
  * every diagnostic is reported once: DiagOnce remembers (place, kind) pairs already reported. */
 #include <stdio.h>
@@ -28,6 +32,8 @@ typedef enum {
   ONCE_NOT_DIVISIBLE,
   ONCE_RULE_NO_AXIS,
   ONCE_RULE_NOT_DIVISIBLE,
+  ONCE_RULE_STAGE,
+  ONCE_STAGE_AXIS,
 } OnceKind;
 
 typedef struct OnceKey {
@@ -140,14 +146,6 @@ static void warn_rule_missing_axis(const Program *p, const LayoutRule *r, Name a
                mesh_axis_list(p->mesh, ab, sizeof ab));
 }
 
-void layout_check_rules(const Program *p) {
-  if (!p->layout || !p->mesh) return;
-  for (int i = 0; i < p->layout->nrules; i++) {
-    const LayoutRule *r = &p->layout->rules[i];
-    Name missing = rule_missing_axis(p->mesh, r);
-    if (missing) warn_rule_missing_axis(p, r, missing);
-  }
-}
 
 /* Explicit `@`s of dim i: mesh axis indices into idx. Reports and returns false when wrong. */
 static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int owner[MAX_MESH_AXES], int *idx,
@@ -220,20 +218,193 @@ int64_t layout_pad_size(int64_t size, int64_t prod) {
   return (double)(to - size) <= 0.01 * (double)size ? to : 0;
 }
 
+
+/* ---- the pipeline's axes ---- */
+
+static bool is_stack_dim(const Program *p, Name dim) {
+  for (int i = 0; i < p->nstack_dims; i++)
+    if (p->stack_dims[i]->name == dim) return true;
+  return false;
+}
+
+/* The mesh axes of rule r, as indices, when the mesh has every one; else false. */
+static bool rule_axes(const Mesh *m, const LayoutRule *r, int *idx) {
+  if (r->naxes < 1 || r->naxes > MAX_AXES_PER_DIM) return false;
+  for (int j = 0; j < r->naxes; j++)
+    if ((idx[j] = mesh_axis_index(m, r->axes[j])) < 0) return false;
+  return true;
+}
+
+uint16_t layout_stage_axes(const Program *p, const LayoutRule **rule) {
+  if (rule) *rule = NULL;
+  if (!p || !p->mesh || !p->layout) return 0;
+  const Mesh *m = p->mesh;
+  for (int r = 0; r < p->layout->nrules; r++) {
+    const LayoutRule *lr = &p->layout->rules[r];
+    int idx[MAX_AXES_PER_DIM];
+    if (!is_stack_dim(p, lr->dim) || !rule_axes(m, lr, idx)) continue;
+    const Dim *d = NULL;
+    for (int i = 0; i < p->nstack_dims && !d; i++)
+      if (p->stack_dims[i]->name == lr->dim) d = p->stack_dims[i];
+    int64_t prod = 1;
+    uint16_t mask = 0;
+    for (int j = 0; j < lr->naxes; j++) prod = sat_mul(prod, m->axes[idx[j]].size), mask |= (uint16_t)(1u << idx[j]);
+    if (prod <= 1 || d->size % prod != 0) continue;
+    if (rule) *rule = lr;
+    return mask;
+  }
+  return 0;
+}
+
+/* "layers: stage" as written, for messages about the pipeline's rule. */
+static const char *stage_rule_where(const LayoutRule *r, char *buf, size_t size) {
+  char rb[256];
+  const char *path = r->loc.file && r->loc.file->path ? r->loc.file->path : "?";
+  const char *base = strrchr(path, '/');
+  snprintf(buf, size, "%s at %s:%d", rule_text(r, rb, sizeof rb), base ? base + 1 : path, r->loc.line);
+  return buf;
+}
+
+/* A rule for another dim naming an axis of the pipeline's: skipped, with one warning at the rule. */
+static bool rule_on_stage(const Program *p, const LayoutRule *r, uint16_t stage, const LayoutRule *srule, bool warn) {
+  if (!stage || is_stack_dim(p, r->dim)) return false;
+  int idx[MAX_AXES_PER_DIM];
+  if (!rule_axes(p->mesh, r, idx)) return false;
+  int hit = -1;
+  for (int j = 0; j < r->naxes && hit < 0; j++)
+    if (stage & (1u << idx[j])) hit = j;
+  if (hit < 0) return false;
+  if (warn && once(p, r->loc, ONCE_RULE_STAGE)) {
+    char rb[256], sb[320];
+    diag_warning(r->loc,
+                 "layout rule %s is skipped: axis '%s' belongs to the pipeline (layout rule %s shards the stacked "
+                 "layers over it), so no other dim may be sharded over it",
+                 rule_text(r, rb, sizeof rb), r->axes[hit], stage_rule_where(srule, sb, sizeof sb));
+  }
+  return true;
+}
+
+void layout_check_rules(const Program *p) {
+  if (!p->layout || !p->mesh) return;
+  const LayoutRule *srule;
+  uint16_t stage = layout_stage_axes(p, &srule);
+  for (int i = 0; i < p->layout->nrules; i++) {
+    const LayoutRule *r = &p->layout->rules[i];
+    Name missing = rule_missing_axis(p->mesh, r);
+    if (missing) warn_rule_missing_axis(p, r, missing);
+    else rule_on_stage(p, r, stage, srule, true);
+  }
+}
+
+/* ---- the rules applied to one tensor ---- */
+
+/* Whether a tensor of these dims holds a route's expert dim without its tokens dim (the dispatched
+ * tokens, the experts' weights and outputs): that dim's rule then applies first (language.md,
+ * Routing). */
+static Name expert_first(const Program *p, Dim *const *dims, int rank) {
+  for (int k = 0; k < p->nroute_dims; k++) {
+    bool e = false, t = false;
+    for (int i = 0; i < rank; i++) {
+      if (!dims[i]) continue;
+      e |= dims[i] == p->route_dims[k].expert;
+      t |= dims[i] == p->route_dims[k].tokens;
+    }
+    if (e && !t) return p->route_dims[k].expert->name;
+  }
+  return NULL;
+}
+
+/* The layout's rules on a tensor of these dims, after the dims already set in out (owner: which dim
+ * each mesh axis shards). `warn`: report a skipped rule's warnings (once each). */
+static void apply_rules(const Program *p, Dim *const *dims, int rank, Sharding *out, ShardOrigin *origin,
+                        int owner[MAX_MESH_AXES], unsigned fixed, bool warn) {
+  const Mesh *m = p->mesh;
+  if (!m || !p->layout) return;
+  const LayoutRule *srule;
+  uint16_t stage = layout_stage_axes(p, &srule);
+  Name first = expert_first(p, dims, rank);
+  for (int pass = first ? 0 : 1; pass < 2; pass++)
+    for (int r = 0; r < p->layout->nrules; r++) {
+      const LayoutRule *rule = &p->layout->rules[r];
+      if (rule->naxes < 1 || rule->naxes > MAX_AXES_PER_DIM) continue;
+      if ((pass == 0) != (rule->dim == first)) continue;
+      int i = 0;
+      while (i < rank && !(dims[i] && dims[i]->name == rule->dim)) i++;
+      if (i == rank || (fixed & (1u << i)) || out->naxes[i] > 0) continue;
+      Name missing = rule_missing_axis(m, rule);
+      if (missing) {
+        if (warn) warn_rule_missing_axis(p, rule, missing);
+        continue;
+      }
+      if (rule_on_stage(p, rule, stage, srule, warn)) continue;
+      /* the rule's axes this tensor does not use yet, in order (none: skipped, silently) */
+      int idx[MAX_AXES_PER_DIM], n = 0;
+      int64_t product = 1;
+      for (int j = 0; j < rule->naxes; j++) {
+        int a = mesh_axis_index(m, rule->axes[j]);
+        if (owner[a] >= 0) continue;
+        idx[n++] = a;
+        product = sat_mul(product, m->axes[a].size);
+      }
+      if (n == 0) continue;
+      if (product > 0 && dims[i]->size % product != 0) {
+        if (warn && once(p, rule->loc, ONCE_RULE_NOT_DIVISIBLE)) {
+          char rb[256], ab[256];
+          int64_t pad = layout_pad_size(dims[i]->size, product);
+          char pb[160] = "";
+          if (pad > 0)
+            snprintf(pb, sizeof pb, "; padded to %lld (+%.2f%%, `-D %s=%lld`) it would divide", (long long)pad,
+                     100.0 * (double)(pad - dims[i]->size) / (double)dims[i]->size, rule->dim, (long long)pad);
+          diag_warning(rule->loc, "layout rule %s is skipped: dim '%s' (%lld) is not divisible by %s%s",
+                       rule_text(rule, rb, sizeof rb), rule->dim, (long long)dims[i]->size,
+                       axes_text(m, idx, n, product, ab, sizeof ab), pb);
+        }
+        continue;
+      }
+      for (int j = 0; j < n; j++) {
+        owner[idx[j]] = i;
+        out->axes[i][j] = (int8_t)idx[j];
+      }
+      out->naxes[i] = (uint8_t)n;
+      if (origin) {
+        origin->kind[i] = ORIGIN_LAYOUT;
+        origin->loc[i] = rule->loc;
+      }
+    }
+}
+
 bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOrigin *origin) {
   memset(out, 0, sizeof *out);
   if (origin) memset(origin, 0, sizeof *origin);
   if (!spec) return true;
-  const Mesh *m = p->mesh;
   int rank = spec->rank < 0 ? 0 : spec->rank > MAX_RANK ? MAX_RANK : spec->rank;
   int owner[MAX_MESH_AXES]; /* which dim each mesh axis shards, -1 if none */
   for (int a = 0; a < MAX_MESH_AXES; a++) owner[a] = -1;
   bool ok = true;
+  unsigned fixed = 0; /* dims with an explicit `@` (right or wrong): no rule applies to them */
+  const LayoutRule *srule = NULL;
+  uint16_t stage = layout_stage_axes(p, &srule);
 
   for (int i = 0; i < rank; i++) {
     if (spec->nat[i] <= 0 || !spec->dims[i]) continue;
+    fixed |= 1u << i;
     int idx[MAX_MESH_AXES], n = 0;
     if (!apply_explicit(p, spec, i, owner, idx, &n)) {
+      ok = false;
+      continue;
+    }
+    int hit = -1;
+    for (int j = 0; j < n && hit < 0; j++)
+      if (stage & (1u << idx[j])) hit = idx[j];
+    if (hit >= 0 && !is_stack_dim(p, spec->dims[i]->name)) {
+      SrcLoc loc = spec->dim_loc[i].file ? spec->dim_loc[i] : spec->loc;
+      char sb[320];
+      if (once(p, loc, ONCE_STAGE_AXIS))
+        diag_error(loc, "'%s@%s': axis '%s' belongs to the pipeline (layout rule %s shards the stacked layers over "
+                        "it), so no other dim may be sharded over it",
+                   spec->dims[i]->name, p->mesh->axes[hit].name, p->mesh->axes[hit].name,
+                   stage_rule_where(srule, sb, sizeof sb));
+      for (int j = 0; j < n; j++) owner[idx[j]] = -1;
       ok = false;
       continue;
     }
@@ -244,51 +415,16 @@ bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOr
       origin->loc[i] = spec->dim_loc[i];
     }
   }
-
-  if (!m || !p->layout) return ok;
-  for (int r = 0; r < p->layout->nrules; r++) {
-    const LayoutRule *rule = &p->layout->rules[r];
-    if (rule->naxes < 1 || rule->naxes > MAX_AXES_PER_DIM) continue;
-    int i = 0;
-    while (i < rank && !(spec->dims[i] && spec->dims[i]->name == rule->dim)) i++;
-    if (i == rank || spec->nat[i] > 0 || out->naxes[i] > 0) continue;
-    Name missing = rule_missing_axis(m, rule);
-    if (missing) {
-      warn_rule_missing_axis(p, rule, missing);
-      continue;
-    }
-    int idx[MAX_AXES_PER_DIM];
-    int64_t product = 1;
-    bool taken = false;
-    for (int j = 0; j < rule->naxes; j++) {
-      idx[j] = mesh_axis_index(m, rule->axes[j]);
-      if (owner[idx[j]] >= 0) taken = true;
-      product = sat_mul(product, m->axes[idx[j]].size);
-    }
-    if (taken) continue;
-    if (product > 0 && spec->dims[i]->size % product != 0) {
-      if (once(p, rule->loc, ONCE_RULE_NOT_DIVISIBLE)) {
-        char rb[256], ab[256];
-        int64_t pad = layout_pad_size(spec->dims[i]->size, product);
-        char pb[160] = "";
-        if (pad > 0)
-          snprintf(pb, sizeof pb, "; padded to %lld (+%.2f%%, `-D %s=%lld`) it would divide", (long long)pad,
-                   100.0 * (double)(pad - spec->dims[i]->size) / (double)spec->dims[i]->size, rule->dim, (long long)pad);
-        diag_warning(rule->loc, "layout rule %s is skipped: dim '%s' (%lld) is not divisible by %s%s",
-                     rule_text(rule, rb, sizeof rb), rule->dim, (long long)spec->dims[i]->size,
-                     axes_text(m, idx, rule->naxes, product, ab, sizeof ab), pb);
-      }
-      continue;
-    }
-    for (int j = 0; j < rule->naxes; j++) {
-      owner[idx[j]] = i;
-      out->axes[i][j] = (int8_t)idx[j];
-    }
-    out->naxes[i] = (uint8_t)rule->naxes;
-    if (origin) {
-      origin->kind[i] = ORIGIN_LAYOUT;
-      origin->loc[i] = rule->loc;
-    }
-  }
+  apply_rules(p, spec->dims, rank, out, origin, owner, fixed, true);
   return ok;
+}
+
+void layout_map_dims(const Program *p, Dim *const *dims, int rank, Sharding *out, ShardOrigin *origin, bool warn) {
+  memset(out, 0, sizeof *out);
+  if (origin) memset(origin, 0, sizeof *origin);
+  if (!p) return;
+  if (rank > MAX_RANK) rank = MAX_RANK;
+  int owner[MAX_MESH_AXES];
+  for (int a = 0; a < MAX_MESH_AXES; a++) owner[a] = -1;
+  apply_rules(p, dims, rank, out, origin, owner, 0, warn);
 }

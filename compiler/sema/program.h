@@ -177,18 +177,30 @@ typedef struct ShardOrigin {
 } ShardOrigin;
 
 /* The sharding of a tensor written as `spec` on p->mesh under p->layout (layout.c): explicit `@`s
- * first (errors: unknown axis, not divisible, an axis on two dims), then the layout's rules in
- * order (skipped, with a warning, where the tensor already uses an axis of the rule [silently: that
- * is how FSDP and DP share one layout], the mesh lacks an axis [one warning at the rule], or the
- * dim does not divide [warning naming both sizes]). Diagnostics are reported once per spec.
- * Returns false if an explicit `@` was wrong. */
+ * first (errors: unknown axis, not divisible, an axis on two dims, the pipeline's axis on another
+ * dim), then the layout's rules in order (a route's expert dim first in a tensor without its tokens
+ * dim; a rule skipped where the tensor already uses every axis of it [silently: that is how FSDP
+ * and DP share one layout; a multi-axis rule keeps the axes left, in order], the mesh lacks an axis
+ * [one warning at the rule], the rule names the pipeline's axis for another dim [one warning at the
+ * rule], or the dim does not divide [warning naming both sizes]). Diagnostics are reported once per
+ * spec. Returns false if an explicit `@` was wrong. */
 bool layout_apply(const Program *p, const TypeSpec *spec, Sharding *out, ShardOrigin *origin);
+/* The same rules on a tensor of these dims with no `@` (any value the step holds or computes: the
+ * layout binds it); `warn`: report skipped rules' warnings (once each), as layout_apply does. */
+void layout_map_dims(const Program *p, Dim *const *dims, int rank, Sharding *out, ShardOrigin *origin, bool warn);
+/* The pipeline's mesh axes: those of the first rule that shards a stacking dim of the entry's
+ * stacked params evenly over more than one device (`layers: stage`), or 0; *rule: that rule. */
+uint16_t layout_stage_axes(const Program *p, const LayoutRule **rule);
 
 /* A size near `size` that `prod` divides, for a dim a rule cannot shard: the next multiple of
  * lcm(prod, LAYOUT_PAD_QUANTUM), where that adds at most 1%; else 0 (also when prod divides size).
  * The skipped rule's warning and check's suggestions offer it. */
 #define LAYOUT_PAD_QUANTUM 64
 int64_t layout_pad_size(int64_t size, int64_t prod);
+
+/* A route call's expert (over:) and tokens (tokens:) dims (layout.c applies the expert dim's rule
+ * first in a tensor that holds it without the tokens dim). */
+typedef struct RouteDims { const Dim *expert, *tokens; } RouteDims;
 
 /* ---- models ---- */
 typedef struct Model Model;
@@ -283,6 +295,9 @@ struct Program {
   const Source *main_file;       /* the file named on the command line (last of the program) */
   struct DiagOnce *diag_once;    /* layout.c: diagnostics already reported (applying a spec twice
                                     reports nothing new) */
+  /* what the layout's rules need of the models (sema_program, after the choices) */
+  Dim **stack_dims; int nstack_dims;     /* the stacking dims of the entry's stacked params */
+  RouteDims *route_dims; int nroute_dims; /* (over:, tokens:) of every route call in a function */
 };
 
 typedef struct SemaOptions {

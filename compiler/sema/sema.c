@@ -1411,6 +1411,63 @@ static void check_schedule(Sema *s) {
                pipe->stack_dim->name, pipe->name, (long long)per);
 }
 
+/* ---- what the layout's rules need of the models ---- */
+
+/* The stacking dims of model m's stacked params and of the models it holds (depth-limited: a
+ * cycle is reported elsewhere). */
+static void stack_dims_of(Sema *s, const Model *m, int depth) {
+  Program *p = s->p;
+  if (!m || depth > MAX_MODEL_DEPTH) return;
+  for (int k = 0; k < m->nparams; k++) {
+    const ParamDecl *pd = &m->params[k];
+    if (pd->kind == PARAM_STACK && pd->stack_dim) {
+      bool seen = false;
+      for (int i = 0; i < p->nstack_dims; i++) seen |= p->stack_dims[i] == pd->stack_dim;
+      if (!seen && p->nstack_dims < MAX_RANK) p->stack_dims[p->nstack_dims++] = pd->stack_dim;
+    }
+    if (pd->kind != PARAM_TENSOR) stack_dims_of(s, pd->model, depth + 1);
+  }
+}
+
+/* route(l, ..., over: e, tokens: t, ...) anywhere below n: (e, t) into p->route_dims. */
+static void route_dims_in(Sema *s, const Node *n, int depth) {
+  Program *p = s->p;
+  for (; n && depth < 4096; n = n->next) {
+    if (n->kind == N_CALL && n->lhs && n->lhs->kind == N_NAME && n->lhs->name && strcmp(n->lhs->name, "route") == 0) {
+      const Dim *e = NULL, *t = NULL;
+      for (const Node *a = n->items; a; a = a->next) {
+        if (a->kind != N_NAMED_ARG || !a->name || !a->value || a->value->kind != N_NAME) continue;
+        if (strcmp(a->name, "over") == 0) e = program_find_dim(p, a->value->name);
+        if (strcmp(a->name, "tokens") == 0) t = program_find_dim(p, a->value->name);
+      }
+      bool seen = !e || !t || e == t;
+      for (int i = 0; i < p->nroute_dims && !seen; i++)
+        seen = p->route_dims[i].expert == e && p->route_dims[i].tokens == t;
+      if (!seen) {
+        RouteDims *nd = ARENA_ARRAY(s->a, RouteDims, p->nroute_dims + 1);
+        if (p->nroute_dims) memcpy(nd, p->route_dims, sizeof *nd * (size_t)p->nroute_dims);
+        nd[p->nroute_dims++] = (RouteDims){e, t};
+        p->route_dims = nd;
+      }
+    }
+    route_dims_in(s, n->lhs, depth + 1);
+    route_dims_in(s, n->rhs, depth + 1);
+    route_dims_in(s, n->value, depth + 1);
+    route_dims_in(s, n->items, depth + 1);
+    route_dims_in(s, n->body, depth + 1);
+  }
+}
+
+static void layout_needs(Sema *s) {
+  Program *p = s->p;
+  p->stack_dims = ARENA_ARRAY(s->a, Dim *, MAX_RANK);
+  p->nstack_dims = 0;
+  if (p->entry) stack_dims_of(s, p->entry->model, 0);
+  for (int i = 0; i < p->nmodels; i++)
+    for (int k = 0; k < p->models[i]->nfns; k++)
+      if (p->models[i]->fns[k].ast) route_dims_in(s, p->models[i]->fns[k].ast->body, 0);
+}
+
 /* ---- the whole program ---- */
 
 /* Pass 1: every declaration by kind; duplicates of a name are errors (a note at the first). */
@@ -1544,6 +1601,7 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
     diag_error(p->entry->loc, "compiling '%s.%s' needs a mesh, and the program declares none (for example "
                               "`mesh pod = tpu_v5e[data: 8]` after `import \"targets\"`)",
                p->entry->model->name, p->entry->name);
+  layout_needs(&s);
   layout_check_rules(p);
   uint8_t *done = ARENA_ARRAY(a, uint8_t, s.models.len > 0 ? s.models.len : 1);
   for (int i = 0; i < s.models.len; i++)

@@ -32,11 +32,15 @@ typedef struct BW {
   uint8_t *weight, *grad; /* by value id */
   int next_id;
   int formed;
-  /* the function being bucketed: each op's predecessor in it (NULL: the first), open addressing
-   * by op, kept up to date by move_before, so that a move does not walk the function */
+  /* the function being bucketed: each op's predecessor in it (NULL: the first) and an order key
+   * (increasing along the function), open addressing by op, kept up to date by move_before, so
+   * that neither a move nor a question of order walks the function */
   const Op **pkey;
   Op **pval;
+  int64_t *kval;
   size_t pcap;
+  int *uses;            /* by value id: the reads of it in the function (its ops' operands, its
+                           outputs), as ir_count_uses counts them */
 } BW;
 
 static size_t prev_slot(const BW *W, const Op *op) {
@@ -53,7 +57,17 @@ static void set_prev(BW *W, const Op *op, Op *prev) {
   W->pval[j] = prev;
 }
 
-/* f's ops with their predecessors, for move_before. */
+#define KEY_GAP ((int64_t)1 << 20)
+
+static int64_t key_of(const BW *W, const Op *op) { return W->kval[prev_slot(W, op)]; }
+
+/* Order keys from scratch: the ops of f in order, KEY_GAP apart. */
+static void keys_renumber(BW *W, const IrFunc *f) {
+  int64_t k = 0;
+  for (const Op *o = f->first; o; o = o->next) W->kval[prev_slot(W, o)] = k += KEY_GAP;
+}
+
+/* f's ops with their predecessors and order keys, for move_before; the reads of every value. */
 static void prev_build(BW *W, IrFunc *f) {
   size_t n = 0;
   for (const Op *o = f->first; o; o = o->next) n++;
@@ -61,8 +75,16 @@ static void prev_build(BW *W, IrFunc *f) {
   while (W->pcap < 2 * n + 2) W->pcap *= 2;
   W->pkey = ARENA_ARRAY(W->a, const Op *, W->pcap);
   W->pval = ARENA_ARRAY(W->a, Op *, W->pcap);
+  W->kval = ARENA_ARRAY(W->a, int64_t, W->pcap);
   Op *prev = NULL;
   for (Op *o = f->first; o; prev = o, o = o->next) set_prev(W, o, prev);
+  keys_renumber(W, f);
+  W->uses = ARENA_ARRAY(W->a, int, W->m->nvalues + 1);
+  for (const Op *o = f->first; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] && o->operands[i]->id >= 0 && o->operands[i]->id < W->m->nvalues) W->uses[o->operands[i]->id]++;
+  for (int i = 0; i < f->noutputs; i++)
+    if (f->outputs[i] && f->outputs[i]->id >= 0 && f->outputs[i]->id < W->m->nvalues) W->uses[f->outputs[i]->id]++;
 }
 
 static bool passes_through(OpKind k) {
@@ -147,27 +169,25 @@ static bool is_reduction(const BW *W, const Op *op) {
 }
 
 /* Whether x exists where `first` runs in f (an input of f, or made by an op before it). */
-static bool exists_before(const IrFunc *f, const Value *x, const Op *first) {
+static bool exists_before(const BW *W, const IrFunc *f, const Value *x, const Op *first) {
   if (!x->def || x->func != f) return true;
-  for (const Op *o = f->first; o && o != first; o = o->next)
-    if (o == x->def) return true;
-  return false;
+  return key_of(W, x->def) < key_of(W, first);
 }
 
 /* A cast or view read by nothing else, which may move up with the collective that reads it. */
-static bool movable_def(const IrFunc *f, const Value *x) {
+static bool movable_def(const BW *W, const IrFunc *f, const Value *x) {
   const Op *d = x->def;
   return d && d->func == f && d->noperands == 1 && d->nresults == 1 &&
          (d->kind == OP_CAST || d->kind == OP_RENAME || d->kind == OP_TRANSPOSE || d->kind == OP_SLICE) &&
-         ir_count_uses(f, x) == 1;
+         x->id >= 0 && x->id < W->m->nvalues && W->uses[x->id] == 1;
 }
 
 /* Whether x can be had at position `at`: it exists there, or it is made from what exists there
  * by a short chain of movable casts and views (moved up with the collective). */
-static bool can_have_before(const IrFunc *f, const Value *x, const Op *first) {
+static bool can_have_before(const BW *W, const IrFunc *f, const Value *x, const Op *first) {
   for (int depth = 0; depth < 4; depth++) {
-    if (exists_before(f, x, first)) return true;
-    if (!movable_def(f, x)) return false;
+    if (exists_before(W, f, x, first)) return true;
+    if (!movable_def(W, f, x)) return false;
     x = x->def->operands[0];
   }
   return false;
@@ -175,12 +195,12 @@ static bool can_have_before(const IrFunc *f, const Value *x, const Op *first) {
 
 /* The ops a hoisted member brings along: the chain of casts and views making its operand that
  * is not made before the bucket's first member (deepest first), then the member. */
-static int hoisted_chain(const IrFunc *f, Op *op, const Op *first, Op **chain) {
+static int hoisted_chain(const BW *W, const IrFunc *f, Op *op, const Op *first, Op **chain) {
   Op *rev[5];
   int n = 0;
   rev[n++] = op;
-  for (const Value *x = op->operands[0]; n < 5 && movable_def(f, x); x = x->def->operands[0]) {
-    if (exists_before(f, x, first)) break;
+  for (const Value *x = op->operands[0]; n < 5 && movable_def(W, f, x); x = x->def->operands[0]) {
+    if (exists_before(W, f, x, first)) break;
     rev[n++] = x->def;
   }
   for (int i = 0; i < n; i++) chain[i] = rev[n - 1 - i];
@@ -225,20 +245,31 @@ static void move_before(BW *W, IrFunc *f, Op **ops, int n, Op *pos) {
   }
   if (m == 0) return;
   size_t j = pos ? prev_slot(W, pos) : 0;
+  int64_t lo, hi;
   if (!pos || !W->pkey[j]) {
     Op *last = f->last;
     if (last) last->next = mv[0];
     else f->first = mv[0];
     set_prev(W, mv[0], last);
     f->last = mv[m - 1];
+    lo = last ? key_of(W, last) : 0;
+    hi = lo + (int64_t)(m + 1) * KEY_GAP;
+  } else {
+    Op *before = W->pval[j];
+    mv[m - 1]->next = pos;
+    set_prev(W, pos, mv[m - 1]);
+    if (before) before->next = mv[0];
+    else f->first = mv[0];
+    set_prev(W, mv[0], before);
+    lo = before ? key_of(W, before) : key_of(W, pos) - (int64_t)(m + 1) * KEY_GAP;
+    hi = key_of(W, pos);
+  }
+  /* the moved ops' keys between their new neighbours' (or all renumbered, where no room is left) */
+  if (hi - lo <= m) {
+    keys_renumber(W, f);
     return;
   }
-  Op *before = W->pval[j];
-  mv[m - 1]->next = pos;
-  set_prev(W, pos, mv[m - 1]);
-  if (before) before->next = mv[0];
-  else f->first = mv[0];
-  set_prev(W, mv[0], before);
+  for (int i = 0; i < m; i++) W->kval[prev_slot(W, mv[i])] = lo + (hi - lo) / (m + 1) * (i + 1);
 }
 
 /* Moves the members next to each other (hoisted up to the first, or sunk down to the last) and
@@ -254,7 +285,7 @@ static void close_bucket(BW *W, IrFunc *f, Bucket *b) {
     OpVec chains = {0};
     for (int i = 1; i < b->ops.len; i++) {
       Op *chain[5];
-      int n = hoisted_chain(f, b->ops.data[i], first, chain);
+      int n = hoisted_chain(W, f, b->ops.data[i], first, chain);
       for (int j = 0; j + 1 < n; j++) VEC_PUSH(W->a, chains, chain[j]);
     }
     move_before(W, f, chains.data, chains.len, first);
@@ -309,7 +340,7 @@ static void bucket_func(BW *W, IrFunc *f) {
       if (c->open && c->kind == op->kind && c->axes == op->axes && c->dtype == dt && c->phase == op->phase) b = c;
     }
     if (b) {
-      bool hoist = b->mode != MODE_SINK && can_have_before(f, op->operands[0], b->ops.data[0]);
+      bool hoist = b->mode != MODE_SINK && can_have_before(W, f, op->operands[0], b->ops.data[0]);
       bool sink = b->mode != MODE_HOIST && !b->read;
       if (b->bytes + bytes > BUCKET_CAP_BYTES || (!hoist && !sink)) {
         close_bucket(W, f, b);

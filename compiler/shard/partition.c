@@ -44,8 +44,17 @@ typedef struct Cached {
   Sharding to;
   Value *out;
   int phase;            /* phase_class of the op that asked for it */
+  int prev;             /* the entry before it of the same value, or -1 */
 } Cached;
-typedef VEC(Cached) CacheVec;
+/* A region's reshards, in order (data, len, cap: a VEC), and by value (its last entry, open
+ * addressing), so that a look-up reads only that value's entries. */
+typedef struct CacheVec {
+  Cached *data;
+  int len, cap;
+  const Value **hkey;
+  int *hval;
+  int hcap, hlen;
+} CacheVec;
 
 struct LseKept;
 
@@ -271,6 +280,10 @@ static const char *time_text(const Walk *W, double s) {
 /* "; chosen by cost: 55.9 us against 28.7 ms the other way" when the op's plan was a choice. */
 static const char *choice_text(const Walk *W, const OpPlan *pl) {
   if (!pl->conflict || pl->alt_time_s < 0) return "";
+  if (pl->kept) /* the plan-choice rule's costs come after the layout's binding of the weights */
+    return arena_printf(W->m->arena, "; the layout binds the weights' tensor-parallel shards, so a plan that gathers "
+                                     "them is not taken (it would take %s against %s)",
+                        time_text(W, pl->alt_time_s), time_text(W, pl->time_s));
   return arena_printf(W->m->arena, "; chosen by cost: %s against %s for the next best plan", time_text(W, pl->time_s),
                       time_text(W, pl->alt_time_s));
 }
@@ -587,14 +600,49 @@ static void charge(Walk *W, double time, double n, double mult) {
 static Value *ledger_reshard(Walk *W, IrFunc *f, Value *v, const Sharding *to, double mult);
 
 /* v brought to `to` before `pos` (NULL: at f's end): the value to use instead of v. */
+static size_t cache_slot(const CacheVec *c, const Value *v) {
+  uint64_t x = (uint64_t)(uintptr_t)v;
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  size_t j = (size_t)(x ^ (x >> 29)) & (size_t)(c->hcap - 1);
+  while (c->hkey[j] && c->hkey[j] != v) j = (j + 1) & (size_t)(c->hcap - 1);
+  return j;
+}
+
+static const Cached *cache_find(const Walk *W, const CacheVec *c, const Value *v, const Sharding *to) {
+  if (!c->hcap) return NULL;
+  size_t j = cache_slot(c, v);
+  for (int i = c->hkey[j] ? c->hval[j] : -1; i >= 0; i = c->data[i].prev)
+    if (c->data[i].phase == phase_class(W->phase) && sharding_equal(&c->data[i].to, to, v->type.rank)) return &c->data[i];
+  return NULL;
+}
+
+static void cache_add(Walk *W, CacheVec *c, Cached e) {
+  if (2 * (c->hlen + 1) > c->hcap) {
+    int ncap = c->hcap ? 2 * c->hcap : 64;
+    const Value **nk = ARENA_ARRAY(W->tmp, const Value *, ncap);
+    int *nv = ARENA_ARRAY(W->tmp, int, ncap);
+    CacheVec g = {.hkey = nk, .hval = nv, .hcap = ncap};
+    for (int i = 0; i < c->hcap; i++)
+      if (c->hkey[i]) {
+        size_t j = cache_slot(&g, c->hkey[i]);
+        nk[j] = c->hkey[i];
+        nv[j] = c->hval[i];
+      }
+    c->hkey = nk, c->hval = nv, c->hcap = ncap;
+  }
+  size_t j = cache_slot(c, e.v);
+  e.prev = c->hkey[j] ? c->hval[j] : -1;
+  if (!c->hkey[j]) c->hkey[j] = e.v, c->hlen++;
+  c->hval[j] = c->len;
+  VEC_PUSH(W->tmp, *c, e);
+}
+
 static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Sharding *to, double mult, CacheVec *cache,
                             const Op *op, int operand, const char *who, SrcLoc loc) {
   if (sharding_equal(&v->sharding, to, v->type.rank)) return v;
   if (W->ledger) return ledger_reshard(W, f, v, to, mult);
-  for (int i = 0; i < cache->len; i++)
-    if (cache->data[i].v == v && cache->data[i].phase == phase_class(W->phase) &&
-        sharding_equal(&cache->data[i].to, to, v->type.rank))
-      return cache->data[i].out;
+  const Cached *hit = cache_find(W, cache, v, to);
+  if (hit) return hit->out;
   /* A rename is a view: its source is resharded (once, whoever else reads it: attention's q reads
    * x, its k and v read x[seq -> kseq]) and renamed again. The sharding maps by position. */
   const Op *rn = v->def;
@@ -617,8 +665,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
       out->name = v->name;
       insert_before(W, f, pos, r);
     }
-    Cached c = {v, *to, out, phase_class(W->phase)};
-    VEC_PUSH(W->tmp, *cache, c);
+    cache_add(W, cache, (Cached){v, *to, out, phase_class(W->phase), -1});
     return out;
   }
   Reshard rs;
@@ -629,8 +676,7 @@ static Value *reshard_value(Walk *W, IrFunc *f, Op *pos, Value *v, const Shardin
     Op *first = chain_new(W, f, loc, v, &rs, op, operand, who, &out);
     splice_before(W, f, pos, first);
   }
-  Cached c = {v, *to, out, phase_class(W->phase)};
-  VEC_PUSH(W->tmp, *cache, c);
+  cache_add(W, cache, (Cached){v, *to, out, phase_class(W->phase), -1});
   return out;
 }
 
@@ -971,7 +1017,10 @@ static void raw_origins(Value *r, const Op *op) {
  * produces: each operand dim that is a result dim it keeps is read sliced alike (Op.in_shard); a
  * dim it reduces over (a norm's) is computed whole and its result sliced. */
 static void slice_operands_to(Walk *W, Op *op, const Value *r) {
-  if (!op->plan || !op->plan->factored || op->results[0] != r) return;
+  bool planned = op->plan && op->plan->factored;
+  bool elementwise = op->kind == OP_ADD || op->kind == OP_SUB || op->kind == OP_MUL || op->kind == OP_DIV ||
+                     op->kind == OP_CAST || op->kind == OP_TRANSPOSE; /* (the ops a statistics form ends with) */
+  if ((!planned && !elementwise) || op->nresults != 1 || op->results[0] != r) return;
   const Sharding *R = &r->sharding;
   for (int i = 0; i < op->noperands; i++) {
     const Value *v = op->operands[i];
@@ -982,8 +1031,10 @@ static void slice_operands_to(Walk *W, Op *op, const Value *r) {
       for (int j = 0; op->kind == OP_RENAME && j + 1 < op->ndims; j += 2)
         if (op->dims[j] == dim) dim = op->dims[j + 1];
       int e = tensor_type_find(&r->type, dim), f = 0;
-      while (f < op->plan->nf && op->plan->fdim[f] != dim) f++;
-      if (f == op->plan->nf || op->plan->fkind[f] != FK_KEEP) continue; /* reduced over: computed whole */
+      if (planned) {
+        while (f < op->plan->nf && op->plan->fdim[f] != dim) f++;
+        if (f == op->plan->nf || op->plan->fkind[f] != FK_KEEP) continue; /* reduced over: computed whole */
+      }
       if (e < 0 || s.naxes[d] >= R->naxes[e] || memcmp(s.axes[d], R->axes[e], s.naxes[d]) != 0) continue;
       s.naxes[d] = R->naxes[e];
       memcpy(s.axes[d], R->axes[e], sizeof s.axes[d]);
@@ -1008,8 +1059,12 @@ static void reshard_result(Walk *W, IrFunc *f, Op *after, Value *r, const Shardi
   const Op *op = r->def ? r->def : after;
   Sharding want = r->sharding;
   const char *grad = r->spec ? NULL : grad_subject(W, r);
+  bool bound = false; /* a dim held as a layout rule maps it (the layout binds the value) */
+  for (int d = 0; d < r->type.rank; d++) bound |= want.naxes[d] && r->dim_src[d] == SHARD_LAYOUT;
   const char *who = r->spec ? arena_printf(W->m->arena, "%s, %s,", spec_text(W, r->spec), shard_text(W, &r->type, &want))
-                    : grad  ? arena_printf(W->m->arena, "its stacked gradient's sharding, %s (propagation's choice),",
+                    : grad  ? arena_printf(W->m->arena, "its stacked gradient's sharding, %s (%s),",
+                                           shard_text(W, &r->type, &want), bound ? "the layout's" : "propagation's choice")
+                    : bound ? arena_printf(W->m->arena, "the layout's sharding of %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want))
                             : arena_printf(W->m->arena, "propagation's choice for %s, %s,", value_text(W, r),
                                            shard_text(W, &r->type, &want));
@@ -1216,9 +1271,17 @@ static void walk_replicated(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *c
   reshard_result(W, f, op, op->results[0], &none, mult);
 }
 
-static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult) {
+static void walk_reshape(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   OpPlan *pl = op->plan;
   if (!pl) return;
+  if (pl->nopnd == 1 && !sharding_equal(&pl->req[0], &op->operands[0]->sharding, op->operands[0]->type.rank)) {
+    /* the operand gathered on the dims the reshape cannot keep (the layout binds the result) */
+    const char *who = WHO(W, "the %s at %s (it cannot keep %s's sharding, %s, on its parts)", ir_op_name(op->kind),
+                          where(W, op->loc), value_text(W, op->operands[0]),
+                          shard_text(W, &op->operands[0]->type, &op->operands[0]->sharding));
+    Value *nv = reshard_value(W, f, op, op->operands[0], &pl->req[0], mult, cache, NULL, -1, who, op->loc);
+    if (W->apply) op->operands[0] = nv;
+  }
   if (pl->reshape_bad_dim >= 0) {
     W->cost.errors++;
     if (W->apply) {
@@ -1450,7 +1513,7 @@ static void walk_op(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
     return;
   }
   if (op->kind == OP_ROUTE) route_tokens_whole(W, op);
-  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult);
+  if (op->kind == OP_SPLIT || op->kind == OP_MERGE) walk_reshape(W, f, op, mult, cache);
   else if (op->plan && op->plan->factored) walk_factored(W, f, op, mult, cache);
   else if (op->nresults == 1 && op->noperands > 0) walk_replicated(W, f, op, mult, cache);
   if (W->apply) op->partitioned = true;
@@ -2040,66 +2103,227 @@ void partition_ledger_free(PartLedger *L) {
  * read by nothing else, is R(add(a, b)): the partial sums are added first (an add is linear), and
  * one collective of the same bytes replaces two. The backward of attention meets this where the
  * gradients of q, k and v's projections reach the same input (Megatron-SP reduce-scatters them
- * once). Repeated until nothing changes, so a sum of three reduces once. */
-static bool same_reduction(const Op *x, const Op *y) {
-  if (x->kind != y->kind || (x->kind != OP_ALL_REDUCE && x->kind != OP_REDUCE_SCATTER)) return false;
-  const Value *a = x->operands[0], *b = y->operands[0];
-  int rank = a->type.rank;
-  return x->axes == y->axes && x->reduce_max == y->reduce_max && !x->reduce_max &&
-         tensor_type_equal(&a->type, &b->type) && sharding_equal(&a->sharding, &b->sharding, rank) &&
-         sharding_equal(&x->results[0]->sharding, &y->results[0]->sharding, rank) && a->partial_max == b->partial_max;
+ * once). A reduction seen through a rename (a key gradient renamed back to the sequence) is the
+ * rename of the reduction of the renamed partial sum; and add(add(c, R(a)), R(b)), a parallel
+ * block's x + attention + MLP, is add(c, R(add(a, b))). Since the layout binds every value, each
+ * contraction's result is reduced where it is made (its bound dims take the summed axes): this
+ * is what puts the reductions of a sum back together.
+ *
+ * One walk per round over each function, O(ops): uses are counted once per round, a replaced
+ * result is mapped to its replacement as later readers are met, inserted ops are spliced before
+ * the current one, and the ops made dead are unlinked at the round's end. Rounds repeat until
+ * nothing changes (a sum of three reduces once after two). */
+
+typedef struct Sinker {
+  IrModule *m;
+  IrFunc *f;
+  int nv;               /* value ids below this are counted in uses */
+  int *uses;            /* by value id: readers in f (ops' operands, f's outputs) */
+  Value **repl;         /* by value id: the value that replaced it */
+  uint8_t *dead;        /* by value id of an op's first result: the op goes at the round's end */
+  Op *prev;             /* the op before the current one (where new ops are spliced) */
+} Sinker;
+
+static int sink_uses(const Sinker *S, const Value *v) { return v->id >= 0 && v->id < S->nv ? S->uses[v->id] : -1; }
+
+static void sink_kill(Sinker *S, const Op *op) {
+  if (op->nresults > 0 && op->results[0]->id >= 0 && op->results[0]->id < S->nv) S->dead[op->results[0]->id] = 1;
 }
 
-static int sink_reductions(IrModule *m, IrFunc *f) {
+static bool sink_is_dead(const Sinker *S, const Op *op) {
+  return op->nresults > 0 && op->results[0]->id >= 0 && op->results[0]->id < S->nv && S->dead[op->results[0]->id];
+}
+
+/* v as a reduction read by nothing else: the reduction op, and the rename v is of it (or NULL). */
+typedef struct SinkArm {
+  Op *red, *ren;
+} SinkArm;
+
+static bool sink_arm(const Sinker *S, Value *v, SinkArm *arm) {
+  Op *d = v->def;
+  arm->red = arm->ren = NULL;
+  if (!d || d->func != S->f || sink_is_dead(S, d) || sink_uses(S, v) != 1) return false;
+  if (d->kind == OP_RENAME && d->noperands == 1) {
+    Value *u = d->operands[0];
+    Op *r = u->def;
+    if (!r || r->func != S->f || sink_is_dead(S, r) || sink_uses(S, u) != 1) return false;
+    arm->ren = d;
+    d = r;
+  }
+  if ((d->kind != OP_ALL_REDUCE && d->kind != OP_REDUCE_SCATTER) || d->reduce_max || d->noperands != 1) return false;
+  arm->red = d;
+  return true;
+}
+
+/* The value an arm stands for: its reduction's result, renamed. */
+static const Value *arm_out(const SinkArm *a) { return a->ren ? a->ren->results[0] : a->red->results[0]; }
+
+static bool same_arms(const SinkArm *x, const SinkArm *y) {
+  const Value *a = x->red->operands[0], *b = y->red->operands[0], *ra = arm_out(x), *rb = arm_out(y);
+  int rank = ra->type.rank;
+  return x->red->kind == y->red->kind && x->red->axes == y->red->axes && a->partial_max == b->partial_max &&
+         tensor_type_equal(&ra->type, &rb->type) && a->type.rank == rank && b->type.rank == rank &&
+         sharding_equal(&a->sharding, &b->sharding, rank) && sharding_equal(&ra->sharding, &rb->sharding, rank);
+}
+
+static void sink_splice(Sinker *S, Op *before, Op *op) {
+  op->func = S->f;
+  op->next = before;
+  if (S->prev) S->prev->next = op;
+  else S->f->first = op;
+  S->prev = op;
+}
+
+/* The partial sum an arm reduces, as the arm's result names its dims (renamed where it was). */
+static Value *arm_partial(Sinker *S, const SinkArm *a, Op *before) {
+  Value *x = a->red->operands[0];
+  if (!a->ren) return x;
+  Op *r = ir_op_new(S->m, S->f, OP_RENAME, a->ren->loc, &x, 1, &a->ren->results[0]->type, 1);
+  r->dims = a->ren->dims;
+  r->ndims = a->ren->ndims;
+  r->phase = a->ren->phase;
+  r->partitioned = true;
+  Value *y = r->results[0];
+  y->sharding = x->sharding;
+  y->partial_max = x->partial_max;
+  y->shard_source = SHARD_PROPAGATED;
+  y->partial_loc = x->partial_loc;
+  sink_splice(S, before, r);
+  return y;
+}
+
+/* R(add(a, b)) before `before`, its result taking `like`'s identity: returns the reduced value. */
+static Value *sink_build(Sinker *S, const SinkArm *x, const SinkArm *y, Op *before, const Value *like) {
+  Value *ab[2] = {arm_partial(S, x, before), arm_partial(S, y, before)};
+  const Op *R = x->red;
+  Op *add = ir_op_new(S->m, S->f, OP_ADD, before->loc, ab, 2, &ab[0]->type, 1);
+  add->phase = before->phase;
+  add->partitioned = true;
+  Value *sum = add->results[0];
+  sum->sharding = ab[0]->sharding;
+  sum->partial_max = false;
+  sum->shard_source = SHARD_PROPAGATED;
+  sum->partial_loc = ab[0]->partial_loc;
+  sink_splice(S, before, add);
+  Op *red = ir_op_new(S->m, S->f, R->kind, R->loc, &sum, 1, &like->type, 1);
+  red->phase = R->phase;
+  red->axes = R->axes;
+  red->dim_index = R->dim_index;
+  red->dim_index2 = R->dim_index2;
+  red->partitioned = true;
+  red->reason = arena_printf(S->m->arena, "%s; the gradients that reach it from several ops are added first and "
+                             "reduced once", R->reason ? R->reason : "a partial sum");
+  Value *r = red->results[0];
+  r->sharding = arm_out(x)->sharding;
+  r->shard_source = SHARD_PROPAGATED;
+  memcpy(r->dim_src, arm_out(x)->dim_src, sizeof r->dim_src);
+  memcpy(r->dim_loc, arm_out(x)->dim_loc, sizeof r->dim_loc);
+  sink_splice(S, before, red);
+  sink_kill(S, x->red), sink_kill(S, y->red);
+  if (x->ren) sink_kill(S, x->ren);
+  if (y->ren) sink_kill(S, y->ren);
+  return r;
+}
+
+static void sink_replace(Sinker *S, Op *op, Value *r) {
+  Value *old = op->results[0];
+  r->name = old->name;
+  r->spec = old->spec;
+  r->shard_source = old->shard_source;
+  memcpy(r->dim_src, old->dim_src, sizeof r->dim_src);
+  memcpy(r->dim_loc, old->dim_loc, sizeof r->dim_loc);
+  if (old->id >= 0 && old->id < S->nv) S->repl[old->id] = r;
+  sink_kill(S, op);
+}
+
+static Value *sink_resolve(const Sinker *S, Value *v) {
+  while (v && v->id >= 0 && v->id < S->nv && S->repl[v->id]) v = S->repl[v->id];
+  return v;
+}
+
+/* One round over f (and its loop bodies): how many sums it reduced once. */
+static int sink_round(IrModule *m, IrFunc *f, Arena *a) {
   int n = 0;
+  for (Op *op = f->first; op; op = op->next)
+    if (op->kind == OP_LOOP && op->body) n += sink_round(m, op->body, a);
   /* not in a step's microbatch body: there the two sums may come from two pipeline stages (a tied
    * embedding's gradient), each reduced where it is made */
-  bool here = !(m->step && m->step->micro_loop && m->step->micro_loop->body == f);
-  for (Op *op = f->first; op; op = op->next) {
-    if (op->kind == OP_LOOP && op->body) n += sink_reductions(m, op->body);
-    if (!here || op->kind != OP_ADD || op->noperands != 2) continue;
-    Op *x = op->operands[0]->def, *y = op->operands[1]->def;
-    if (!x || !y || x == y || x->func != f || y->func != f || !same_reduction(x, y)) continue;
-    if (ir_count_uses(f, op->operands[0]) != 1 || ir_count_uses(f, op->operands[1]) != 1) continue;
-    if (!tensor_type_equal(&op->results[0]->type, &x->results[0]->type)) continue;
-    /* the add must hold the reductions' blocks: where it computes a finer block (reading them
-     * sliced), the one reduction would produce that block from a coarser sum (issue 18: a size-1
-     * axis in two rules; localize: "an all_reduce that changes blocks") */
-    if (!sharding_equal(&op->results[0]->sharding, &x->results[0]->sharding, op->results[0]->type.rank)) continue;
-    /* add the partial sums, then reduce the one sum */
-    Value *ab[2] = {x->operands[0], y->operands[0]};
-    Op *add = ir_op_new(m, f, OP_ADD, op->loc, ab, 2, &op->results[0]->type, 1);
-    add->phase = op->phase;
-    add->partitioned = true;
-    Value *sum = add->results[0];
-    sum->sharding = x->operands[0]->sharding;
-    sum->partial_max = false;
-    sum->shard_source = SHARD_PROPAGATED;
-    Op *red = ir_op_new(m, f, x->kind, x->loc, &sum, 1, &op->results[0]->type, 1);
-    red->phase = x->phase;
-    red->axes = x->axes;
-    red->dim_index = x->dim_index;
-    red->dim_index2 = x->dim_index2;
-    red->partitioned = true;
-    red->reason = arena_printf(m->arena, "%s; the gradients that reach it from several ops are added first and "
-                               "reduced once", x->reason ? x->reason : "a partial sum");
-    Value *r = red->results[0];
-    r->sharding = op->results[0]->sharding;
-    r->name = op->results[0]->name;
-    r->spec = op->results[0]->spec;
-    r->shard_source = op->results[0]->shard_source;
-    memcpy(r->dim_src, op->results[0]->dim_src, sizeof r->dim_src);
-    memcpy(r->dim_loc, op->results[0]->dim_loc, sizeof r->dim_loc);
-    ir_insert_before(f, op, add);
-    ir_insert_before(f, op, red);
-    ir_replace_uses(f, op->results[0], r);
-    ir_remove(f, x);
-    ir_remove(f, y);
-    Op *prev = red;
-    ir_remove(f, op);
-    op = prev;
-    n++;
+  if (m->step && m->step->micro_loop && m->step->micro_loop->body == f) return n;
+  Sinker S = {.m = m, .f = f, .nv = m->nvalues};
+  S.uses = ARENA_ARRAY(a, int, S.nv + 1);
+  S.repl = ARENA_ARRAY(a, Value *, S.nv + 1);
+  S.dead = ARENA_ARRAY(a, uint8_t, S.nv + 1);
+  for (const Op *o = f->first; o; o = o->next)
+    for (int i = 0; i < o->noperands; i++)
+      if (o->operands[i] && o->operands[i]->id >= 0 && o->operands[i]->id < S.nv) S.uses[o->operands[i]->id]++;
+  for (int i = 0; i < f->noutputs; i++)
+    if (f->outputs[i] && f->outputs[i]->id >= 0 && f->outputs[i]->id < S.nv) S.uses[f->outputs[i]->id]++;
+  int round = 0;
+  for (Op *op = f->first; op; S.prev = op, op = op->next) {
+    for (int i = 0; i < op->noperands; i++) op->operands[i] = sink_resolve(&S, op->operands[i]);
+    if (op->kind != OP_ADD || op->noperands != 2 || sink_is_dead(&S, op)) continue;
+    const Value *res = op->results[0];
+    SinkArm x, y;
+    /* add(R(a), R(b)) */
+    if (sink_arm(&S, op->operands[0], &x) && sink_arm(&S, op->operands[1], &y) && x.red != y.red &&
+        same_arms(&x, &y) && tensor_type_equal(&res->type, &arm_out(&x)->type) &&
+        /* the add must hold the reductions' blocks: where it computes a finer block (reading them
+         * sliced), the one reduction would produce that block from a coarser sum (issue 18: a
+         * size-1 axis in two rules; localize: "an all_reduce that changes blocks") */
+        sharding_equal(&res->sharding, &arm_out(&x)->sharding, res->type.rank)) {
+      sink_replace(&S, op, sink_build(&S, &x, &y, op, res));
+      round++;
+      continue;
+    }
+    /* add(add(c, R(a)), R(b)) and its mirror images: add(c, R(add(a, b))) */
+    for (int k = 0; k < 2; k++) {
+      Value *u = op->operands[k];
+      Op *inner = u->def;
+      if (!sink_arm(&S, op->operands[1 - k], &y) || !inner || inner->func != f || inner->kind != OP_ADD ||
+          inner->noperands != 2 || sink_is_dead(&S, inner) || sink_uses(&S, u) != 1)
+        continue;
+      int j = sink_arm(&S, inner->operands[0], &x) ? 0 : sink_arm(&S, inner->operands[1], &x) ? 1 : -1;
+      if (j < 0 || x.red == y.red || !same_arms(&x, &y)) continue;
+      Value *c = inner->operands[1 - j];
+      if (!tensor_type_equal(&res->type, &arm_out(&x)->type) || !tensor_type_equal(&c->type, &res->type) ||
+          !sharding_equal(&c->sharding, &arm_out(&x)->sharding, res->type.rank) ||
+          !sharding_equal(&res->sharding, &arm_out(&x)->sharding, res->type.rank)) /* the blocks, as above */
+        continue;
+      Value *r = sink_build(&S, &x, &y, op, res);
+      Value *cr[2] = {c, r};
+      Op *add = ir_op_new(m, f, OP_ADD, op->loc, cr, 2, &res->type, 1);
+      add->phase = op->phase;
+      add->partitioned = true;
+      add->results[0]->sharding = res->sharding;
+      sink_splice(&S, op, add);
+      sink_kill(&S, inner);
+      sink_replace(&S, op, add->results[0]);
+      round++;
+      break;
+    }
   }
+  for (int i = 0; i < f->noutputs; i++) f->outputs[i] = sink_resolve(&S, f->outputs[i]);
+  /* the dead ops unlinked, in one pass */
+  Op *prev = NULL;
+  for (Op *o = f->first, *next; o; o = next) {
+    next = o->next;
+    if (!sink_is_dead(&S, o)) {
+      prev = o;
+      continue;
+    }
+    if (prev) prev->next = next;
+    else f->first = next;
+    o->next = NULL;
+  }
+  f->last = prev;
+  return n + round;
+}
+
+static int sink_reductions(IrModule *m) {
+  Arena a;
+  arena_init(&a);
+  int n = sink_round(m, m->main, &a);
+  arena_free(&a);
   return n;
 }
 
@@ -2120,7 +2344,7 @@ bool partition_module(IrModule *m, const Program *p) {
   Walk W = {.m = m, .p = p, .mesh = p->mesh, .apply = true, .tmp = &tmp};
   walk_module(&W);
   arena_free(&tmp);
-  while (W.errors == 0 && sink_reductions(m, m->main) > 0) {
+  while (W.errors == 0 && sink_reductions(m) > 0) {
   }
   if (W.errors == 0) drop_dead_renames(m->main);
   return W.errors == 0;

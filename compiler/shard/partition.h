@@ -28,6 +28,7 @@ typedef struct ReshardStep {
   uint16_t axes;        /* mesh axes it runs over */
   int dim, dim2;        /* AllGather / ReduceScatter: the dim (-1: several); AllToAll: from, to */
   double bytes;
+  double bytes_per_device; /* what each device sends (CollCost's; the plan choice's bytes) */
   double time_s;        /* ideal */
   Sharding before, after;
 } ReshardStep;
@@ -52,10 +53,13 @@ bool reshard_plan(const Mesh *m, const TensorType *t, const Sharding *from, cons
 bool sharding_equal(const Sharding *a, const Sharding *b, int rank);
 uint16_t sharding_axes_used(const Sharding *s, int rank);   /* dims' axes, not partial */
 int64_t sharding_axes_product(const Mesh *m, uint16_t axes);
-/* The layout's mapping for a tensor of type t (layout rules in order, each skipped where its axes
- * are taken, missing from the mesh, or do not divide), without diagnostics: what propagation
- * prefers for an intermediate value when costs tie. */
+/* The sharding the layout binds a tensor of type t to (layout_map_dims: rules in order, a route's
+ * expert dim first where the tokens dim is absent, each skipped where its axes are taken [a
+ * multi-axis rule keeps those left], missing from the mesh, the pipeline's, or do not divide),
+ * without diagnostics; *bound (optional): bit d set where a rule maps dim d (the other dims are
+ * open: propagation decides them). */
 void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out);
+void sharding_layout_bound(const Program *p, const TensorType *t, Sharding *out, uint8_t *bound, bool warn);
 
 /* ---- op plans ---- */
 
@@ -110,6 +114,10 @@ typedef struct OpPlan {
   bool conflict;                      /* the assignment was chosen by cost among candidates */
   double time_s;                      /* this op's collectives (operand reshards, in-op, result) */
   double alt_time_s;                  /* the cheapest rejected candidate's, or -1 */
+  bool kept;                          /* chosen over cheaper candidates that gather a weight over an
+                                         axis it keeps (PlanCtx.keep: the layout binds it) */
+  Sharding result;                    /* the result as the op leaves it: its target resolved (open
+                                         dims from `natural`, deferred partial sums), or `natural` */
   /* distinct natural results of the candidates (propagation tries them as pins) */
   Sharding alts[PLAN_MAX_ALTS];
   int nalts;
@@ -121,24 +129,39 @@ typedef struct PlanCtx {
   const Program *p;
   const Mesh *mesh;
   uint16_t blocked;     /* axes no factor may take (a pipeline's stage axes inside its loop) */
-  const uint16_t *keep; /* by value id (< nkeep): axes a weight keeps, as tensor parallelism does: a
+  const uint16_t *keep; /* by value id (< nkeep): axes a weight keeps where it is read, as tensor
+                           parallelism does (the layout binds it: propagate.c's mark_keep): a
                            plan that gathers the value over one of them is chosen only when no
-                           other is possible (propagate.c's first candidate plan); NULL: none */
+                           other is possible; NULL: none (the free search) */
   int nkeep;
 } PlanCtx;
 
+/* What an op's result must be (plan_op's target): a sharding decided before the op is planned (a
+ * written type, the layout's binding, a search's pin), some of whose dims may be left open. */
+typedef struct PlanTarget {
+  Sharding s;           /* the result's dims (open ones aside) and, unless `defer`, its partial axes */
+  uint8_t open;         /* bit d: dim d is open: it keeps the axes the op computes it over, less
+                           those the other dims take (a dim no layout rule maps) */
+  bool defer;           /* partial sums over axes no dim of the result takes stay unreduced (a
+                           reduction deferred to where the value is read: docs/passes.md, 6) */
+} PlanTarget;
+
 /* Plans op (a factored op) given its operands' shardings and, when the result's sharding is
- * decided (a written type, a pin), `target`; NULL lets the op produce its natural result.
- * Rule (the result follows the operands): each factor takes the axes its operands agree on; a
- * contracted dim keeps them only when both operands shard it alike (else that operand is
- * gathered: matmul case 2); where proposals conflict (two different axes for one dim, one axis for
- * two dims: case 4; a dim the op needs whole), every candidate is costed (its operands' reshards,
- * the op's own collectives, the result's reshard to `target` or, when free, the eventual AllReduce
- * of a new partial sum) and the cheapest wins; ties go to fewer collectives, then the layout's
- * mapping of the result, then the earlier operand's proposal. Returns false for ops without a
- * factor rule. */
-bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const Sharding *target,
+ * decided (a written type, the layout's binding, a pin), `target`; NULL lets the op produce its
+ * natural result. Rule (the result follows the operands): each factor takes the axes its operands
+ * (and the target) agree on; a contracted dim keeps them only when both operands shard it alike
+ * (else that operand is gathered: matmul case 2); where proposals conflict (two different axes for
+ * one dim, one axis for two dims: case 4; a dim the op needs whole), every candidate is costed
+ * (its operands' reshards, the op's own collectives, the result's reshard to the target [its open
+ * dims and deferred partial sums resolved against the candidate] and the eventual AllReduce of a
+ * partial sum left unreduced) and the cheapest wins; ties go to fewer collectives, then the
+ * layout's mapping of the result, then the earlier operand's proposal. Returns false for ops
+ * without a factor rule. */
+bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const PlanTarget *target,
              OpPlan *out);
+/* The target resolved against what the op computes (`nat`): open dims from nat, less the axes
+ * the other dims take; with defer, nat's partial axes no dim takes. */
+void plan_target_resolve(const PlanTarget *t, const Sharding *nat, int rank, Sharding *out);
 
 /* split / merge: the result's sharding from the operand's (forward), or the operand's from the
  * result's (backward, for propagation's candidates). A split keeps the source dim's axes on its

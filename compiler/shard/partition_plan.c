@@ -79,32 +79,17 @@ static bool dim_prefix(const Sharding *a, int da, const Sharding *b, int db) {
   return true;
 }
 
-void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out) {
-  memset(out, 0, sizeof *out);
-  if (!p || !p->layout || !p->mesh) return;
-  const Mesh *m = p->mesh;
-  uint16_t used = 0;
-  for (int r = 0; r < p->layout->nrules; r++) {
-    const LayoutRule *rule = &p->layout->rules[r];
-    if (rule->naxes < 1 || rule->naxes > MAX_AXES_PER_DIM) continue;
-    int i = 0;
-    while (i < t->rank && !(t->dims[i] && t->dims[i]->name == rule->dim)) i++;
-    if (i == t->rank || out->naxes[i]) continue;
-    int8_t ax[MAX_AXES_PER_DIM];
-    bool ok = true;
-    for (int k = 0; k < rule->naxes && ok; k++) {
-      int a = mesh_axis_index(m, rule->axes[k]);
-      if (a < 0) ok = false;
-      else ax[k] = (int8_t)a;
-    }
-    if (!ok) continue;
-    uint16_t mask = axes_mask(ax, rule->naxes);
-    int64_t prod = tuple_product(m, ax, rule->naxes);
-    if ((mask & used) || prod <= 0 || t->dims[i]->size % prod != 0) continue;
-    memcpy(out->axes[i], ax, (size_t)rule->naxes);
-    out->naxes[i] = (uint8_t)rule->naxes;
-    used |= mask;
+void sharding_layout_bound(const Program *p, const TensorType *t, Sharding *out, uint8_t *bound, bool warn) {
+  layout_map_dims(p, (Dim *const *)t->dims, t->rank, out, NULL, warn);
+  if (bound) {
+    *bound = 0;
+    for (int d = 0; d < t->rank; d++)
+      if (out->naxes[d]) *bound |= (uint8_t)(1u << d);
   }
+}
+
+void sharding_layout_preferred(const Program *p, const TensorType *t, Sharding *out) {
+  sharding_layout_bound(p, t, out, NULL, false);
 }
 
 /* ---- reshards ---- */
@@ -119,7 +104,9 @@ static void add_step(const Mesh *m, Reshard *r, CollKind kind, uint16_t axes, in
   s->dim = dim;
   s->dim2 = dim2;
   s->bytes = bytes;
-  s->time_s = cost_collective(m, kind, axes, bytes, true, NULL);
+  CollCost cc;
+  s->time_s = cost_collective(m, kind, axes, bytes, true, &cc);
+  s->bytes_per_device = cc.bytes_per_device;
   s->before = *before;
   s->after = *after;
   r->time_s += s->time_s;
@@ -472,14 +459,16 @@ typedef struct Cand {
   int8_t src[PLAN_MAX_FACTORS], src_dim[PLAN_MAX_FACTORS];
   Sharding req[PLAN_MAX_OPERANDS];
   Sharding natural;
+  Sharding result;   /* natural, or the target resolved against it */
   uint16_t made, maxax, statsax;
   int stats_factor;
   double time_s;     /* the op's collectives (exact part) */
   double choose_s;   /* time_s plus the estimated later reduction of a new partial sum */
   int ncoll;
+  double bytes;      /* bytes per device its collectives send (the plan-choice rule's third key) */
   int layout_score;
-  int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
   uint16_t ring;     /* ring attention over these axes (FK_RING sharded), or 0 */
+  int kept_broken;   /* operands (or the result) losing an axis PlanCtx.keep says they keep */
 } Cand;
 
 /* The stats tensor of an op over factor f: the result without that dim, in f32. */
@@ -503,6 +492,24 @@ static uint16_t axes_lost(const Sharding *from, const Sharding *to, int rank) {
   uint16_t lost = 0;
   for (int d = 0; d < rank; d++) lost |= (uint16_t)(dim_mask(from, d) & ~dim_mask(to, d));
   return lost;
+}
+
+/* Whether operand i (a weight keeping the axes `keep`) resharded from `from` to `to` gives up tensor
+ * parallelism: it loses a kept axis on a dim the op contracts (the row-parallel matmul's partial
+ * sums), or on a dim the result keeps where the target shards that dim over the same axis (the
+ * column-parallel matmul's output, produced by gathering the weight and moving the result). A weight
+ * gathered on a dim whose result the target holds otherwise is matmul case 4's cheaper gather. */
+static bool keep_broken(const Rule *r, int i, const Value *v, const Sharding *from, const Sharding *to,
+                        const PlanTarget *target, uint16_t keep) {
+  for (int d = 0; d < v->type.rank; d++) {
+    uint16_t lost = (uint16_t)(dim_mask(from, d) & ~dim_mask(to, d) & keep);
+    int f = r->omap[i][d];
+    if (!lost || f < 0) continue;
+    if (r->fk[f] == FK_SUM) return true;
+    for (int e = 0; target && e < MAX_RANK && r->rmap[e] >= 0; e++)
+      if (r->rmap[e] == f && !(target->open & (1u << e)) && (dim_mask(&target->s, e) & lost)) return true;
+  }
+  return false;
 }
 
 /* language.md: the ring is the layout's: it maps the query dim to `ring` and none of q's other
@@ -532,12 +539,19 @@ static double ring_seconds(const Mesh *m, const Op *op, const Sharding *const *o
   return (n - 1) * cost_collective(m, COLL_PERMUTE, ring, block, true, NULL);
 }
 
+static double reshard_bytes(const Reshard *rs) {
+  double b = 0;
+  for (int i = 0; i < rs->n; i++) b += rs->step[i].bytes_per_device;
+  return b;
+}
+
 static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Sharding *const *opnd, uint16_t passed,
-                      const Sharding *target, const Sharding *pref, Cand *k) {
+                      const PlanTarget *target, const Sharding *pref, Cand *k) {
   const Mesh *m = c->mesh;
   const TensorType *rt = &op->results[0]->type;
   k->time_s = k->choose_s = 0;
   k->ncoll = 0;
+  k->bytes = 0;
   k->kept_broken = 0;
   for (int i = 0; i < r->nopnd; i++) {
     const Value *v = op->operands[i];
@@ -557,7 +571,10 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
     }
     k->time_s += rs.time_s;
     k->ncoll += rs.n;
-    if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id])) k->kept_broken++;
+    k->bytes += reshard_bytes(&rs);
+    if (c->keep && v->id < c->nkeep && (axes_lost(opnd[i], q, v->type.rank) & c->keep[v->id]) &&
+        keep_broken(r, i, v, opnd[i], q, target, c->keep[v->id]))
+      k->kept_broken++;
   }
   Sharding *nat = &k->natural;
   memset(nat, 0, sizeof *nat);
@@ -582,13 +599,17 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
   }
   nat->partial = (uint16_t)(passed | k->made);
   if (k->maxax && sharding_axes_product(m, k->maxax) > 1) {
-    k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    CollCost cc;
+    k->time_s += cost_collective(m, COLL_ALL_REDUCE, k->maxax, (double)sharding_local_bytes(rt, nat, m), true, &cc);
     k->ncoll++;
+    k->bytes += cc.bytes_per_device;
   }
   if (k->statsax && sharding_axes_product(m, k->statsax) > 1) {
     double b = stats_bytes(m, rt, nat, r->fdim[k->stats_factor]);
-    k->time_s += r->nstats * cost_collective(m, COLL_ALL_REDUCE, k->statsax, b, true, NULL);
+    CollCost cc;
+    k->time_s += r->nstats * cost_collective(m, COLL_ALL_REDUCE, k->statsax, b, true, &cc);
     k->ncoll += r->nstats;
+    k->bytes += r->nstats * cc.bytes_per_device;
   }
   k->choose_s = k->time_s;
   if (op->kind == OP_CROSS_ENTROPY && op->phase == PHASE_LOSS && !k->statsax && op->ndims > 0) {
@@ -600,21 +621,29 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
       k->choose_s += 2 * cost_collective(m, COLL_ALL_REDUCE, ax, stats_bytes(m, rt, nat, op->dims[0]), true, NULL);
   }
   const Value *res = op->results[0];
-  if (target && c->keep && res->id < c->nkeep && (axes_lost(nat, target, rt->rank) & c->keep[res->id]))
+  if (target && c->keep && res->id < c->nkeep && (axes_lost(nat, &target->s, rt->rank) & c->keep[res->id]))
     k->kept_broken++;
   if (target) {
+    plan_target_resolve(target, nat, rt->rank, &k->result);
     Reshard rs;
-    if (!reshard_plan(m, rt, nat, target, &rs)) {
+    if (!reshard_plan(m, rt, nat, &k->result, &rs)) {
       k->valid = false;
       return;
     }
     k->time_s += rs.time_s;
     k->choose_s += rs.time_s;
     k->ncoll += rs.n;
-  } else if (k->made && sharding_axes_product(m, k->made) > 1) {
+    k->bytes += reshard_bytes(&rs);
+  } else {
+    k->result = *nat;
+  }
+  uint16_t left = (uint16_t)(k->made & k->result.partial);
+  if (left && (!target || target->defer) && sharding_axes_product(m, left) > 1) {
     /* a new partial sum is reduced somewhere later: count its AllReduce when choosing */
-    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, k->made, (double)sharding_local_bytes(rt, nat, m), true, NULL);
+    CollCost cc;
+    k->choose_s += cost_collective(m, COLL_ALL_REDUCE, left, (double)sharding_local_bytes(rt, &k->result, m), true, &cc);
     k->ncoll++;
+    k->bytes += cc.bytes_per_device;
   }
   k->layout_score = 0;
   for (int d = 0; d < rt->rank; d++) k->layout_score += dim_equal(nat, d, pref, d);
@@ -622,8 +651,8 @@ static void cand_eval(const PlanCtx *c, const Op *op, const Rule *r, const Shard
 }
 
 /* Strictly better: fewer kept weight shardings broken (PlanCtx.keep), then ring attention where
- * it is possible, then less time (beyond rounding), then fewer collectives, then closer to the
- * layout. */
+ * it is possible, then less time (beyond rounding), then fewer collectives, then fewer bytes per
+ * device (beyond rounding), then closer to the layout (language.md, Choosing a plan). */
 static bool cand_better(const Cand *a, const Cand *b) {
   if (a->kept_broken != b->kept_broken) return a->kept_broken < b->kept_broken;
   /* language.md: where the query and key dims share axes, attention runs as a ring */
@@ -632,6 +661,9 @@ static bool cand_better(const Cand *a, const Cand *b) {
   if (a->choose_s < b->choose_s - eps) return true;
   if (a->choose_s > b->choose_s + eps) return false;
   if (a->ncoll != b->ncoll) return a->ncoll < b->ncoll;
+  double beps = 1e-9 * fmax(a->bytes, b->bytes);
+  if (a->bytes < b->bytes - beps) return true;
+  if (a->bytes > b->bytes + beps) return false;
   return a->layout_score > b->layout_score;
 }
 
@@ -658,7 +690,24 @@ static void remove_proposal(Proposal *props, int *n, int i) {
 
 #define MAX_CANDIDATES 4096
 
-bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const Sharding *target,
+void plan_target_resolve(const PlanTarget *t, const Sharding *nat, int rank, Sharding *out) {
+  *out = t->s;
+  uint16_t used = 0;
+  for (int d = 0; d < rank; d++)
+    if (!(t->open & (1u << d))) used |= dim_mask(&t->s, d);
+  for (int d = 0; d < rank; d++) {
+    if (!(t->open & (1u << d))) continue;
+    int k = 0;
+    while (k < nat->naxes[d] && !(used & bit(nat->axes[d][k]))) k++; /* up to the first axis taken */
+    memcpy(out->axes[d], nat->axes[d], sizeof out->axes[d]);
+    memset(out->axes[d] + k, 0, sizeof out->axes[d] - (size_t)k);
+    out->naxes[d] = (uint8_t)k;
+    used |= dim_mask(out, d);
+  }
+  if (t->defer) out->partial = (uint16_t)(nat->partial & ~used);
+}
+
+bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, const PlanTarget *target,
              OpPlan *out) {
   memset(out, 0, sizeof *out);
   out->reshape_bad_dim = -1;
@@ -687,7 +736,8 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   }
   if (target)
     for (int d = 0; d < rt->rank; d++)
-      add_proposal(props[r.rmap[d]], &nprop[r.rmap[d]], target->axes[d], target->naxes[d], -1, d);
+      if (!(target->open & (1u << d)))
+        add_proposal(props[r.rmap[d]], &nprop[r.rmap[d]], target->s.axes[d], target->s.naxes[d], -1, d);
   for (int f = 0; f < r.nf; f++) {
     for (int i = 0; i < nprop[f]; i++) proposed[f] |= props[f][i].mask;
     if (nprop[f]) why[f] = WHY_AGREED;
@@ -841,6 +891,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   }
   memcpy(out->req, best.req, sizeof out->req);
   out->natural = best.natural;
+  out->result = best.result;
   out->passed = passed;
   out->made_partial = best.made;
   out->max_axes = best.maxax;
@@ -851,6 +902,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
   out->conflict = nconflict > 0;
   out->time_s = best.time_s;
   if (have_alt && nconflict) out->alt_time_s = alt.choose_s;
+  out->kept = have_alt && nconflict && alt.kept_broken > best.kept_broken && alt.choose_s < best.choose_s;
   return true;
 }
 

@@ -3,20 +3,22 @@
  * Values fall in four kinds. FIXED: a written type decides (layout_apply), or, when the module was
  * partitioned already, the sharding it has. TIED: follows another value by structure: a loop
  * body's stacked-param slice (its stacked value minus the leading dim), a loop invariant (its
- * outer value), a loop's carried result (its carried body input). FREE: inferred: the natural
- * result of its op's plan (a rank-0 result too: a mean over a sharded batch is a partial sum), a
- * carried body input without a written type (its initial value's sharding), a loop's stacked
- * result (its body output's, the stacking dim over the stage axes), unless the search pinned it.
- * CONST: constants.
+ * outer value), a loop's carried result (its carried body input). FREE: every other value: the
+ * layout binds it (its `pref`, the dims a rule maps: `bound`), and derive() produces it so (its
+ * op's plan with the value's target, value_target), the open dims and deferred partial sums as the
+ * plan has them; a loop's stacked result takes its body output's, the stacking dim over the stage
+ * axes. CONST: constants.
  *
- * derive() recomputes every FREE and TIED value from the FIXED ones and the pins, in program order,
- * and leaves each op's plan in Op.plan; search() tries pins and keeps those that make
- * partition_cost() better. A trial derives again only the units its pin reaches (derive_from),
- * costs them in partition.c's ledger, and is undone from what it saved; it stops where the units
- * it settled already cost more than the best plan (cannot_win), and the same pin is not tried
- * again while nothing before that point changed (known_to_lose). Only pins persist between
- * derivations, so the result depends on nothing but the IR, the program and the (deterministic)
- * order of the search. */
+ * derive() computes every FREE and TIED value from the FIXED ones, in program order, and leaves
+ * each op's plan in Op.plan: under the binding that is all (P->bind). weigh() then, where asked,
+ * runs the free search (P->bind false: FREE values are their op's natural result unless pinned):
+ * search() tries pins and keeps those that make partition_cost() better. A trial derives again
+ * only the units its pin reaches (derive_from), costs them in partition.c's ledger, and is undone
+ * from what it saved; it stops where the units it settled already cost more than the best plan
+ * (cannot_win), and the same pin is not tried again while nothing before that point changed
+ * (known_to_lose). The search's result is weighed against the bound plan and put back (Snapshot).
+ * Only pins persist between derivations, so the result depends on nothing but the IR, the program
+ * and the (deterministic) order of the search. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ typedef struct PlanKey {
   uint16_t blocked;
   uint8_t has_target, n;
   Sharding in[PLAN_MAX_OPERANDS];
-  Sharding target;
+  PlanTarget target;
 } PlanKey;
 
 typedef struct PlanEntry {
@@ -154,8 +156,13 @@ typedef struct Prop {
   bool *is_output;      /* by value id: an output of its function */
   ValueVec order;       /* FREE values in program order: the search's order */
   PlanMemo memo;
+  uint8_t *bound;       /* by value id: bit d where a layout rule maps dim d (pref holds its axes) */
+  int8_t (*rule)[MAX_RANK]; /* by value id and dim: the layout rule that maps it, or -1 (origins) */
   uint16_t *keep;       /* by value id: the tensor-parallel axes a weight keeps (PlanCtx.keep) */
-  bool keeping;         /* the search runs with `keep` */
+  Value **carry_in;     /* by value id: for a loop body's carried output made in the body, the carried
+                           input it becomes (one sharding for every iteration: its target) */
+  bool bind;            /* the layout binds every value (language.md); false: the free search's
+                           derivation (propagate_weigh's alternative), every value its op's natural */
   Units units;          /* the search's incremental derivation (derive_from) */
 } Prop;
 
@@ -210,7 +217,31 @@ static void note_value(Prop *P, Value *v, int kind) {
   if (!v || v->id < 0 || v->id >= P->nvalues) return;
   if (P->kind[v->id] == V_FIXED && kind != V_FIXED) return;
   P->kind[v->id] = (uint8_t)kind;
-  sharding_layout_preferred(P->p, &v->type, &P->pref[v->id]);
+  sharding_layout_bound(P->p, &v->type, &P->pref[v->id], &P->bound[v->id], kind == V_FREE);
+  memset(P->rule[v->id], -1, sizeof P->rule[v->id]);
+  if (kind != V_FREE || !P->bound[v->id] || !P->p->layout) return;
+  Sharding s;
+  ShardOrigin o;
+  layout_map_dims(P->p, (Dim *const *)v->type.dims, v->type.rank, &s, &o, false);
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++)
+    for (int r = 0; o.kind[d] == ORIGIN_LAYOUT && r < P->p->layout->nrules && r < 127; r++) {
+      SrcLoc l = P->p->layout->rules[r].loc;
+      if (l.file == o.loc[d].file && l.line == o.loc[d].line && l.col == o.loc[d].col) P->rule[v->id][d] = (int8_t)r;
+    }
+}
+
+/* A bound value's dims held as the layout maps them name the rule (explain's reasons). */
+static void bound_origins(const Prop *P, Value *v) {
+  if (!P->bind || v->id < 0 || v->id >= P->nvalues || P->kind[v->id] != V_FREE || !P->bound[v->id]) return;
+  const Sharding *b = &P->pref[v->id];
+  for (int d = 0; d < v->type.rank && d < MAX_RANK; d++) {
+    int r = P->rule[v->id][d];
+    if (r < 0 || !b->naxes[d] || v->sharding.naxes[d] != b->naxes[d] ||
+        memcmp(v->sharding.axes[d], b->axes[d], b->naxes[d]) != 0)
+      continue;
+    v->dim_src[d] = SHARD_LAYOUT;
+    v->dim_loc[d] = P->p->layout->rules[r].loc;
+  }
 }
 
 static bool module_partitioned(const IrFunc *f) {
@@ -232,6 +263,11 @@ static void setup_func(Prop *P, IrFunc *f, bool incremental) {
     }
     if (op->kind == OP_LOOP && op->body) {
       IrFunc *b = op->body;
+      for (int r = 0; r < op->ncarried && r < b->noutputs && op->nslices + r < b->ninputs; r++) {
+        Value *out = b->outputs[r];
+        if (out && out->def && out->def->func == b && out->id < P->nvalues && !P->carry_in[out->id])
+          P->carry_in[out->id] = b->inputs[op->nslices + r];
+      }
       for (int i = 0; i < b->ninputs; i++) {
         Value *in = b->inputs[i];
         bool carried = i >= op->nslices && i < op->nslices + op->ncarried;
@@ -248,6 +284,16 @@ static void setup_func(Prop *P, IrFunc *f, bool incremental) {
         }
       }
       setup_func(P, b, incremental);
+    }
+    if (op->kind == OP_ROUTE && op->noperands == 1 && op->ndims >= 2) {
+      /* route reads its tokens dim whole (language.md, Routing): the logits are held so, whatever
+       * the layout maps that dim to (gathered where they are made, not an error) */
+      Value *l = op->operands[0];
+      int d = tensor_type_find(&l->type, op->dims[1]);
+      if (d >= 0 && l->id < P->nvalues && P->kind[l->id] == V_FREE) {
+        P->pref[l->id].naxes[d] = 0;
+        P->bound[l->id] |= (uint8_t)(1u << d);
+      }
     }
     for (int r = 0; r < op->nresults; r++) {
       Value *v = op->results[r];
@@ -282,11 +328,30 @@ static void setup_func(Prop *P, IrFunc *f, bool incremental) {
 /* ---- derivation ---- */
 
 static PlanCtx plan_ctx(const Prop *P, uint16_t blocked) {
-  return (PlanCtx){.p = P->p, .mesh = P->mesh, .blocked = blocked, .keep = P->keeping ? P->keep : NULL,
+  return (PlanCtx){.p = P->p, .mesh = P->mesh, .blocked = blocked, .keep = P->bind ? P->keep : NULL,
                    .nkeep = P->nvalues};
 }
 
 static bool is_free(const Prop *P, const Value *v) { return P->kind[v->id] == V_FREE; }
+
+/* The target a value's op produces it in: its written type (FIXED), its pin (the free search), or
+ * the layout's binding (its bound dims as the layout maps them, the others open, partial sums over
+ * axes no dim takes deferred); NULL: the op's natural result (the free search's derivation). */
+static const PlanTarget *value_target(const Prop *P, const Value *r, PlanTarget *t) {
+  memset(t, 0, sizeof *t);
+  if (P->kind[r->id] == V_FIXED) t->s = r->sharding;
+  else if (P->pinned[r->id]) t->s = P->pin[r->id];
+  else if (P->bind && P->kind[r->id] == V_FREE && P->carry_in[r->id]) {
+    t->s = P->carry_in[r->id]->sharding; /* the carried value as every iteration holds it */
+  } else if (P->bind && P->kind[r->id] == V_FREE) {
+    t->s = P->pref[r->id];
+    t->open = (uint8_t)(((1u << r->type.rank) - 1) & ~P->bound[r->id]);
+    t->defer = true;
+  } else
+    return NULL;
+  return t;
+}
+
 
 static uint64_t key_hash(const PlanKey *k) {
   _Static_assert(sizeof(PlanKey) % 8 == 0, "PlanKey hashed by words");
@@ -345,17 +410,18 @@ static LastPlan *last_slot(PlanMemo *M, const Op *op) {
 }
 
 static bool key_matches(const PlanKey *k, const Op *op, uint16_t blocked, const Sharding *const *operands,
-                        const Sharding *target) {
+                        const PlanTarget *target) {
   if (k->op != op || k->blocked != blocked || k->n != op->noperands || k->has_target != (target != NULL))
     return false;
   for (int i = 0; i < op->noperands; i++)
     if (memcmp(&k->in[i], operands[i], sizeof(Sharding)) != 0) return false;
-  return !target || memcmp(&k->target, target, sizeof(Sharding)) == 0;
+  return !target || (memcmp(&k->target.s, &target->s, sizeof(Sharding)) == 0 && k->target.open == target->open &&
+                     k->target.defer == target->defer);
 }
 
 /* plan_op, memoised for the run (see PlanKey). */
 static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *const *operands,
-                      const Sharding *target, OpPlan *out) {
+                      const PlanTarget *target, OpPlan *out) {
   if (op->noperands > PLAN_MAX_OPERANDS) return plan_op(c, op, operands, target, out);
   PlanMemo *M = &P->memo;
   LastPlan *lp = out == op->plan ? last_slot(M, op) : NULL;
@@ -373,7 +439,12 @@ static bool plan_memo(Prop *P, const PlanCtx *c, const Op *op, const Sharding *c
   k.blocked = c->blocked;
   k.n = (uint8_t)op->noperands;
   for (int i = 0; i < op->noperands; i++) k.in[i] = *operands[i];
-  if (target) k.has_target = 1, k.target = *target;
+  if (target) {
+    k.has_target = 1;
+    k.target.s = target->s;
+    k.target.open = target->open;
+    k.target.defer = target->defer;
+  }
   uint64_t h = key_hash(&k);
   PlanEntry *e = NULL;
   if (M->cap) {
@@ -527,6 +598,20 @@ static void reduce_scatter_where_preferred(const Prop *P, const Value *res, cons
 
 static bool no_bigger(const Prop *P, const Value *v, const Sharding *s);
 
+static bool no_bigger_than(const Prop *P, const Value *v, const Sharding *s, const Sharding *than) {
+  return sharding_local_bytes(&v->type, s, P->mesh) <= sharding_local_bytes(&v->type, than, P->mesh);
+}
+
+/* s shards every dim a layout rule maps as the rule does (the other dims are open). */
+static bool bound_dims_agree(const Prop *P, const Value *v, const Sharding *s) {
+  const Sharding *b = &P->pref[v->id];
+  for (int d = 0; d < v->type.rank; d++) {
+    if (!(P->bound[v->id] & (1u << d))) continue;
+    if (s->naxes[d] != b->naxes[d] || memcmp(s->axes[d], b->axes[d], s->naxes[d]) != 0) return false;
+  }
+  return true;
+}
+
 /* An accumulator (a carried body input starting from zeros, with neither a written type nor a
  * pin) whose body output is `acc + x` takes x's sharding, where that holds no more bytes per
  * device: x's shard (an FSDP gradient reduce-scattered per layer, an embedding gradient built over
@@ -552,6 +637,7 @@ static bool follow_partial_sums(Prop *P, Op *op, uint16_t inner) {
     Sharding s = x->sharding;
     s.partial = (uint16_t)(x->sharding.partial & ~inner);
     if (sharding_equal(&s, &in->sharding, in->type.rank) || !no_bigger(P, in, &s)) continue;
+    if (P->bind && !bound_dims_agree(P, in, &s)) continue; /* the layout binds the accumulator's dims */
     /* nor more than the layout's mapping of it holds: FSDP's gradients, reduce-scattered per
      * microbatch into a sharded accumulator, are not held whole to save a reduction */
     if (sharding_local_bytes(&in->type, &s, P->mesh) > sharding_local_bytes(&in->type, &P->pref[in->id], P->mesh))
@@ -591,6 +677,13 @@ static void loop_head(Prop *P, Op *op, uint16_t blocked) {
     } else {
       s = strip(&outer->sharding, outer->type.rank, inner);
       for (int d = 0; d < outer->type.rank; d++) origin_copy_dim(in, d, outer, d);
+      PlanTarget tb;
+      if (P->bind && value_target(P, in, &tb)) { /* the layout binds it: its open dims as it enters */
+        tb.defer = false;
+        Sharding t;
+        plan_target_resolve(&tb, &s, in->type.rank, &t);
+        s = t;
+      }
     }
     if (i >= op->nslices && P->kind[outer->id] == V_CONST && zero_for(P, outer) && !(s.partial & outer->sharding.partial))
       outer->sharding.partial = 0; /* a constant zero a pin made partial and no pin keeps so */
@@ -598,7 +691,31 @@ static void loop_head(Prop *P, Op *op, uint16_t blocked) {
       if (!s.naxes[d]) in->dim_src[d] = SHARD_FREE;
     set_derived(in, &s, op->loc);
     if (i < op->nslices) in->shard_source = outer->shard_source, in->shard_loc = outer->shard_loc;
+    else bound_origins(P, in);
   }
+}
+
+/* The microbatch loop's accumulator that stacked result res (of a loop in that loop's body) is
+ * added into, through the widening cast of the accumulation: the carried body input, or NULL. */
+static const Value *accumulator_of(const Prop *P, const Op *op, const Value *res) {
+  const StepInfo *si = P->m->step;
+  if (!si || !si->micro_loop || !si->micro_loop->body || op->func != si->micro_loop->body) return NULL;
+  const IrFunc *mb = si->micro_loop->body;
+  const Op *ml = si->micro_loop;
+  const Value *u = res;
+  for (int hop = 0; hop < 4 && u->id < P->nvalues && P->uses[u->id].len == 1; hop++) {
+    const Op *o = P->uses[u->id].data[0].op;
+    if ((o->kind == OP_CAST || o->kind == OP_TRANSPOSE) && o->nresults == 1) {
+      u = o->results[0];
+      continue;
+    }
+    if (o->kind != OP_ADD || o->noperands != 2) return NULL;
+    const Value *acc = o->operands[o->operands[0] == u ? 1 : 0];
+    for (int i = ml->nslices; i < ml->nslices + ml->ncarried && i < mb->ninputs; i++)
+      if (mb->inputs[i] == acc) return acc;
+    return NULL;
+  }
+  return NULL;
 }
 
 /* A loop's results from its body (and pins), and its plan: the last step of derive_loop. */
@@ -618,6 +735,15 @@ static void loop_tail(Prop *P, Op *op) {
     if (P->kind[res->id] == V_FIXED) continue;
     Sharding s = stacked_sharding(op, &out->sharding, out->type.rank);
     if (op->reverse) reduce_scatter_where_preferred(P, res, &out->sharding, &s);
+    const Value *acc = P->bind && out->sharding.partial ? accumulator_of(P, op, res) : NULL;
+    if (acc) {
+      /* gradients reduced once per microbatch (or, where the accumulator follows them, once per
+       * step: follow_partial_sums), not once per layer: rows a microbatch loop accumulates stay
+       * unreduced, where that holds no more bytes than the rows reduced */
+      Sharding t = s;
+      t.partial = (uint16_t)(out->sharding.partial & ~sharding_axes_used(&s, res->type.rank) & ~loop_stage_axes(op));
+      if (no_bigger_than(P, res, &t, &s)) s = t;
+    }
     if (P->pinned[res->id]) s = P->pin[res->id];
     set_derived(res, &s, op->loc);
     origin_clear(res);
@@ -651,14 +777,22 @@ static void derive_reshape(Prop *P, Op *op) {
   pl->natural = s;
   pl->nopnd = 1;
   pl->req[0] = x->sharding;
-  if (bad >= 0) { /* the error is partition's; go on with what the reshape can keep */
+  if (bad >= 0) { /* the free search: the error is partition's; go on with what the reshape can keep.
+                    * Under the layout's binding the operand is gathered on the dims it cannot keep
+                    * (collectives move operands to where the op can run: docs/passes.md, 6) */
     Sharding x2 = x->sharding;
     x2.naxes[bad] = 0;
-    plan_reshape(P->mesh, op, &x2, &s, NULL);
+    for (int k = 0; k < MAX_RANK && !plan_reshape(P->mesh, op, &x2, &s, &bad) && bad >= 0; k++) x2.naxes[bad] = 0;
     pl->natural = s;
+    if (P->bind) pl->req[0] = x2, pl->reshape_bad_dim = -1;
   }
+  pl->result = pl->natural;
   if (!is_free(P, r)) return;
   bool pin_ok = P->pinned[r->id] && !(P->pin[r->id].partial & ~s.partial);
+  PlanTarget tb;
+  if (!pin_ok && P->bind && !P->pinned[r->id] && value_target(P, r, &tb)) /* the layout's binding */
+    plan_target_resolve(&tb, &pl->natural, r->type.rank, &s);
+  pl->result = pin_ok ? P->pin[r->id] : s;
   set_derived(r, pin_ok ? &P->pin[r->id] : &s, op->loc);
   /* origins: untouched dims by name, the parts (or the whole) from the other side's dims */
   origin_clear(r);
@@ -672,6 +806,7 @@ static void derive_reshape(Prop *P, Op *op) {
     else r->dim_src[d] = SHARD_PROPAGATED, r->dim_loc[d] = op->loc;
   }
   r->partial_loc = x->partial_loc;
+  bound_origins(P, r);
 }
 
 /* One op of a function (not a loop, not a reshape): its plan, and its result where free. */
@@ -682,25 +817,27 @@ static void derive_op(Prop *P, const PlanCtx *c, Op *op) {
   if (op->partitioned) return;
   const Sharding *in[PLAN_MAX_OPERANDS];
   for (int i = 0; i < op->noperands; i++) in[i] = &op->operands[i]->sharding;
-  const Sharding *target = NULL;
-  if (P->kind[r->id] == V_FIXED) target = &r->sharding;
-  else if (P->pinned[r->id]) target = &P->pin[r->id];
+  PlanTarget tb;
+  const PlanTarget *target = value_target(P, r, &tb);
   OpPlan *pl = op_plan(P, op);
-  if (target && target->partial && P->pinned[r->id] && plan_memo(P, c, op, in, NULL, pl) &&
-      (target->partial & ~pl->natural.partial))
+  if (target && target->s.partial && P->pinned[r->id] && plan_memo(P, c, op, in, NULL, pl) &&
+      (target->s.partial & ~pl->natural.partial))
     target = NULL; /* a pinned partial sum the op no longer produces (other pins moved): drop it */
   if (!plan_memo(P, c, op, in, target, pl)) { /* no rule for it: it runs replicated (partition.c) */
     if (is_free(P, r)) {
-      Sharding none;
+      Sharding none, s;
       memset(&none, 0, sizeof none);
-      set_derived(r, P->pinned[r->id] ? &P->pin[r->id] : &none, op->loc);
+      if (target) plan_target_resolve(target, &none, r->type.rank, &s);
+      else s = none;
+      set_derived(r, &s, op->loc);
       origin_clear(r);
     }
     return;
   }
   if (!is_free(P, r)) return;
-  set_derived(r, target ? target : &pl->natural, op->loc);
+  set_derived(r, &pl->result, op->loc);
   origin_from_plan(r, op, pl);
+  bound_origins(P, r);
 }
 
 /* Any op of a function, as derive_func derives it in program order. */
@@ -1221,7 +1358,10 @@ static void candidates(Prop *P, Value *v, uint16_t blocked, Cands *out) {
       for (int i = 0; i < op->noperands; i++) in[i] = i == use.operand ? &none : &op->operands[i]->sharding;
       OpPlan alone;
       const Value *r = op->results[0];
-      const Sharding *target = P->kind[r->id] == V_FIXED || P->pinned[r->id] ? &r->sharding : NULL;
+      PlanTarget tb;
+      memset(&tb, 0, sizeof tb);
+      tb.s = r->sharding;
+      const PlanTarget *target = P->kind[r->id] == V_FIXED || P->pinned[r->id] ? &tb : NULL;
       if (plan_memo(P, &c, op, in, target, &alone)) {
         s = strip(&alone.req[use.operand], rank, 0);
         cand_add_checked(P, out, v, &s);
@@ -1349,22 +1489,19 @@ static int trial_first_unit(const Prop *P) {
 
 /* ---- the search ---- */
 
-/* ---- the tensor-parallel candidate ----
+/* ---- weights keep their tensor-parallel shards ----
  *
  * A weight sharded over the axes that shard `batch` (ir_batch_axes) is FSDP's, gathered where
- * used; over the others it is tensor parallelism's, and keeping it so is the first whole-step
- * candidate. */
+ * used; over the others it is tensor parallelism's, and under the layout's binding it keeps them
+ * where it is read too (a plan that gathers it over them only where no other plan exists). */
 
 /* keep[v] for every value that is a weight (a param, and through casts, views and loop slices
- * what reads it whole), the tensor-parallel axes of its sharding; returns their union. */
-static uint16_t mark_keep(Prop *P, IrFunc *f, uint16_t dp, uint16_t blocked) {
-  uint16_t all = 0;
+ * what reads it whole), the tensor-parallel axes of its sharding. */
+static void mark_keep(Prop *P, IrFunc *f, uint16_t dp, uint16_t blocked) {
   for (Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_PARAM) {
       const Value *v = op->results[0];
-      uint16_t ax = (uint16_t)(sharding_axes_used(&v->sharding, v->type.rank) & ~dp & ~blocked);
-      P->keep[v->id] = ax;
-      all |= ax;
+      P->keep[v->id] = (uint16_t)(sharding_axes_used(&v->sharding, v->type.rank) & ~dp & ~blocked);
     }
     bool view = op->kind == OP_CAST || op->kind == OP_RENAME || op->kind == OP_TRANSPOSE || op->kind == OP_SPLIT ||
                 op->kind == OP_MERGE;
@@ -1375,10 +1512,9 @@ static uint16_t mark_keep(Prop *P, IrFunc *f, uint16_t dp, uint16_t blocked) {
         bool carried = i >= op->nslices && i < op->nslices + op->ncarried;
         if (!carried) P->keep[op->body->inputs[i]->id] = (uint16_t)(P->keep[op->operands[i]->id] & ~inner);
       }
-      all |= mark_keep(P, op->body, dp, inner);
+      mark_keep(P, op->body, dp, inner);
     }
   }
-  return all;
 }
 
 /* The stage axes of every loop of f (a pipeline's): a weight sharded over them is a stage's. */
@@ -1476,54 +1612,157 @@ static void search(Prop *P) {
   derive(P);
 }
 
+/* ---- the plan the layout forbids (propagate_weigh) ----
+ *
+ * The bound plan is what runs. Where explain or sim ask (IrModule.weigh.want), the free search
+ * (every value not written at a boundary its op's natural result, then pins kept while the
+ * collectives get cheaper) runs on the same module, its cost is compared with the bound plan's,
+ * and every sharding and plan is put back: it is never taken. */
+
+typedef struct Snapshot {
+  Value **v;
+  Value *old;
+  int nv;
+  Op **op;
+  OpPlan *plan;     /* a copy of each op's plan (NULL plans: has[i] false) */
+  bool *has;
+  int nop;
+} Snapshot;
+
+static void snap_count(const IrFunc *f, int *nv, int *nop) {
+  *nv += f->ninputs;
+  for (const Op *op = f->first; op; op = op->next) {
+    (*nop)++;
+    *nv += op->nresults;
+    if (op->kind == OP_LOOP && op->body) snap_count(op->body, nv, nop);
+  }
+}
+
+static void snap_fill(Snapshot *S, IrFunc *f) {
+  for (int i = 0; i < f->ninputs; i++) S->v[S->nv++] = f->inputs[i];
+  for (Op *op = f->first; op; op = op->next) {
+    S->op[S->nop++] = op;
+    for (int r = 0; r < op->nresults; r++) S->v[S->nv++] = op->results[r];
+    if (op->kind == OP_LOOP && op->body) snap_fill(S, op->body);
+  }
+}
+
+static void snap_take(Prop *P, Snapshot *S) {
+  int nv = 0, nop = 0;
+  snap_count(P->m->main, &nv, &nop);
+  S->v = ARENA_ARRAY(P->a, Value *, nv > 0 ? nv : 1);
+  S->old = ARENA_ARRAY(P->a, Value, nv > 0 ? nv : 1);
+  S->op = ARENA_ARRAY(P->a, Op *, nop > 0 ? nop : 1);
+  S->plan = ARENA_ARRAY(P->a, OpPlan, nop > 0 ? nop : 1);
+  S->has = ARENA_ARRAY(P->a, bool, nop > 0 ? nop : 1);
+  S->nv = S->nop = 0;
+  snap_fill(S, P->m->main);
+  for (int i = 0; i < S->nv; i++)
+    if (S->v[i]) S->old[i] = *S->v[i];
+  for (int i = 0; i < S->nop; i++)
+    if ((S->has[i] = S->op[i]->plan != NULL)) S->plan[i] = *S->op[i]->plan;
+}
+
+static void snap_put_back(const Snapshot *S) {
+  for (int i = 0; i < S->nv; i++)
+    if (S->v[i]) *S->v[i] = S->old[i];
+  for (int i = 0; i < S->nop; i++) {
+    if (S->has[i]) *S->op[i]->plan = S->plan[i];
+    else if (S->op[i]->plan) memset(S->op[i]->plan, 0, sizeof *S->op[i]->plan), S->op[i]->plan->reshape_bad_dim = -1;
+  }
+}
+
+/* Which rule the free plan breaks most: for every value the layout binds, each bound dim the free
+ * plan shards otherwise counts for the rule that maps it (the first such value kept as the example). */
+static void weigh_rule(Prop *P, const Snapshot *S, struct LayoutWeigh *w) {
+  const Layout *L = P->p->layout;
+  if (!L || L->nrules <= 0) return;
+  int *count = ARENA_ARRAY(P->a, int, L->nrules);
+  const Value **first = ARENA_ARRAY(P->a, const Value *, L->nrules);
+  Sharding *first_free = ARENA_ARRAY(P->a, Sharding, L->nrules);
+  for (int i = 0; i < S->nv; i++) {
+    const Value *v = S->v[i];
+    if (!v || v->id < 0 || v->id >= P->nvalues || P->kind[v->id] != V_FREE || !P->bound[v->id]) continue;
+    const Sharding *b = &S->old[i].sharding; /* as the layout binds it */
+    Sharding pref;
+    ShardOrigin o;
+    layout_map_dims(P->p, (Dim *const *)v->type.dims, v->type.rank, &pref, &o, false);
+    for (int d = 0; d < v->type.rank; d++) {
+      if (!(P->bound[v->id] & (1u << d)) || o.kind[d] != ORIGIN_LAYOUT) continue;
+      bool same = v->sharding.naxes[d] == b->naxes[d] && memcmp(v->sharding.axes[d], b->axes[d], b->naxes[d]) == 0;
+      if (same) continue;
+      for (int r = 0; r < L->nrules; r++) {
+        if (L->rules[r].loc.line != o.loc[d].line || L->rules[r].loc.file != o.loc[d].file ||
+            L->rules[r].loc.col != o.loc[d].col)
+          continue;
+        if (!count[r]++) first[r] = v, first_free[r] = v->sharding;
+        break;
+      }
+      break; /* a value counts once, for its first dim the free plan moves */
+    }
+  }
+  int best = -1;
+  for (int r = 0; r < L->nrules; r++)
+    if (count[r] && (best < 0 || count[r] > count[best])) best = r;
+  if (best < 0) return;
+  w->rule = &L->rules[best];
+  w->nvalues = count[best];
+  w->example = first[best];
+  w->example_free = first_free[best];
+}
+
+static void weigh(Prop *P) {
+  struct LayoutWeigh *w = &P->m->weigh;
+  Score bound = score(P);
+  Snapshot S;
+  snap_take(P, &S);
+  P->bind = false;
+  memo_reset(P);
+  memset(P->pinned, 0, sizeof *P->pinned * (size_t)(P->nvalues > 0 ? P->nvalues : 1));
+  search(P);
+  Score free_ = score(P);
+  w->done = true;
+  w->bound_s = bound.time_s;
+  w->free_s = free_.time_s;
+  w->bound_count = bound.count;
+  w->free_count = free_.count;
+  /* cheaper beyond 0.1%, and a plan the compiler could run (no reshape it cannot keep) */
+  w->cheaper = free_.errors == 0 && free_.time_s < bound.time_s * (1 - 1e-3);
+  if (w->cheaper) weigh_rule(P, &S, w);
+  snap_put_back(&S);
+  P->bind = true;
+  memo_reset(P);
+}
+
 void propagate_module(IrModule *m, const Program *p) {
   if (!m || !m->main || !p || !p->mesh) return;
   Arena a;
   arena_init(&a);
-  Prop P = {.m = m, .p = p, .mesh = p->mesh, .a = &a, .nvalues = m->nvalues};
+  Prop P = {.m = m, .p = p, .mesh = p->mesh, .a = &a, .nvalues = m->nvalues, .bind = true};
   int n = m->nvalues > 0 ? m->nvalues : 1;
   P.kind = ARENA_ARRAY(&a, uint8_t, n);
   P.pinned = ARENA_ARRAY(&a, bool, n);
   P.pin = ARENA_ARRAY(&a, Sharding, n);
   P.pref = ARENA_ARRAY(&a, Sharding, n);
+  P.bound = ARENA_ARRAY(&a, uint8_t, n);
+  P.rule = arena_alloc(&a, sizeof *P.rule * (size_t)n);
+  P.carry_in = ARENA_ARRAY(&a, Value *, n);
   P.uses = ARENA_ARRAY(&a, UseVec, n);
   P.is_output = ARENA_ARRAY(&a, bool, n);
   bool incremental = module_partitioned(m->main);
   P.plans = m->arena;
   setup_func(&P, m->main, incremental);
   P.keep = ARENA_ARRAY(&a, uint16_t, n);
-  if (!incremental) derive(&P); /* the tied values' shardings (a loop's stacked params), for the stage axes */
-  uint16_t tp = incremental ? 0 : mark_keep(&P, m->main, ir_batch_axes(m), all_stage_axes(m->main));
-  memo_reset(&P); /* (the memo's plans are a function of the constraint too) */
-  m->plan_choice = (struct PlanChoice){0};
-  if (tp) {
-    /* two whole-step candidates: every weight kept sharded over the tensor-parallel axes (first:
-     * it wins ties), and the free search; the step's collective time decides */
-    P.keeping = true;
-    search(&P);
-    P.keeping = false;
-    Score kept = score(&P);
-    bool *pinned = ARENA_ARRAY(&a, bool, n);
-    Sharding *pin = ARENA_ARRAY(&a, Sharding, n);
-    memcpy(pinned, P.pinned, sizeof *pinned * (size_t)n);
-    memcpy(pin, P.pin, sizeof *pin * (size_t)n);
+  if (!incremental) {
+    P.bind = false;
+    derive(&P); /* the tied values' shardings (a loop's stacked params), for the stage axes */
+    P.bind = true;
+    mark_keep(&P, m->main, ir_batch_axes(m), all_stage_axes(m->main));
     memo_reset(&P);
-    memset(P.pinned, 0, sizeof *P.pinned * (size_t)n);
-    search(&P);
-    Score free_ = score(&P);
-    m->plan_choice = (struct PlanChoice){.tp_axes = tp, .kept = !score_better(&free_, &kept), .kept_s = kept.time_s,
-                                         .free_s = free_.time_s, .kept_count = kept.count,
-                                         .free_count = free_.count};
-    if (m->plan_choice.kept) { /* back to the kept plan, derived without the constraint */
-      memcpy(P.pinned, pinned, sizeof *pinned * (size_t)n);
-      memcpy(P.pin, pin, sizeof *pin * (size_t)n);
-      memo_reset(&P);
-      P.keeping = true;
-      derive(&P);
-    }
-  } else {
-    search(&P);
   }
+  /* the layout binds every value: one derivation, in program order (language.md, Layouts) */
+  derive(&P);
+  if (m->weigh.want && !incremental && !m->weigh.done) weigh(&P);
   free(P.memo.slot);
   free(P.memo.last);
   arena_free(&a);

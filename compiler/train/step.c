@@ -375,13 +375,21 @@ bool step_build_module(IrModule *m, const Program *p) {
   for (Op *o = f->first; o; o = o->next) nfw += o->kind != OP_PARAM && o->kind != OP_INPUT;
   Op **fw = ARENA_ARRAY(m->arena, Op *, nfw + 1);
   nfw = 0;
+  Op *kept = NULL; /* (unlinked in one pass: ir_remove of each would walk past every param) */
   for (Op *o = f->first, *next; o; o = next) {
     next = o->next;
     if (o->kind == OP_PARAM) si->params[o->index].value = o->results[0];
-    if (o->kind == OP_PARAM || o->kind == OP_INPUT) continue;
-    ir_remove(f, o);
+    o->next = NULL;
+    if (o->kind == OP_PARAM || o->kind == OP_INPUT) {
+      if (kept) kept->next = o;
+      else f->first = o;
+      kept = o;
+      continue;
+    }
     fw[nfw++] = o;
   }
+  if (!kept) f->first = NULL;
+  f->last = kept;
   for (int i = 0; i < m->nparams; i++)
     if (!si->params[i].value) {
       diag_error(m->params[i].loc, "internal error: param %s has no value", m->params[i].path);

@@ -73,7 +73,24 @@ static void test_encode(void) {
   }
   UT_CHECK(n > 1000000, "only %d inputs", n);
   UT_CHECK(!bad_bf && !bad_h, "%d bf16 and %d f16 roundings wrong of %d", bad_bf, bad_h, n);
-  free(in);
+  /* the array path (rt_convert's vectorised loop) on the same values, from an odd offset so that
+   * the vector loop's head and tail run too, and back: bf16 -> f32 is exact */
+  uint16_t *bf = malloc((size_t)n * sizeof *bf);
+  float *back = malloc((size_t)n * sizeof *back);
+  UT_CHECK(rt_convert(bf + 1, RT_BF16, in + 1, RT_F32, (size_t)n - 1) == RT_OK, "f32 -> bf16 over %d", n - 1);
+  UT_CHECK(rt_convert(back + 1, RT_F32, bf + 1, RT_BF16, (size_t)n - 1) == RT_OK, "bf16 -> f32 over %d", n - 1);
+  int bad_arr = 0, bad_back = 0;
+  for (int i = 1; i < n; i++) {
+    if (isnan(in[i])) {
+      if ((bf[i] & 0x7fc0) != 0x7fc0 && bad_arr++ < 3) ut_fail("array: NaN %08x -> bf16 %04x", test_bits(in[i]), bf[i]);
+      continue;
+    }
+    uint16_t want = ref_bf16_bits(ref_round_bf16(in[i]));
+    if (bf[i] != want && bad_arr++ < 3) ut_fail("array bf16(%a): got 0x%04x, want 0x%04x", (double)in[i], bf[i], want);
+    if ((double)back[i] != ref_bf16_value(want) && bad_back++ < 3) ut_fail("array f32(bf16 0x%04x): got %a", want, (double)back[i]);
+  }
+  UT_CHECK(!bad_arr && !bad_back, "array path: %d bf16 roundings and %d widenings wrong of %d", bad_arr, bad_back, n - 1);
+  free(bf), free(back), free(in);
   ut_end();
 }
 
@@ -107,10 +124,12 @@ typedef struct GemmCase {
   int64_t m, n, k, batch, pad;
   float alpha, beta;
   int b_broadcast; /* stride_b 0: every batch shares B */
+  int64_t hold;    /* bytes the device holds during the call (the scratch budget grows with it) */
 } GemmCase;
 
 typedef struct GemmRun {
   const GemmCase *c;
+  RtGemmEngine engine;
   void *a, *b, *c_buf;
   int64_t lda, ldb, ldc, sa, sb, sc;
 } GemmRun;
@@ -136,20 +155,25 @@ static int gemm_device(RtDevice *dev, void *arg) {
               .b = r->b, .ldb = r->ldb, .stride_b = r->sb,
               .c = r->c_buf, .ldc = r->ldc, .stride_c = r->sc,
               .alpha = c->alpha, .beta = c->beta};
-  return rt_gemm(dev, &g);
+  void *held = NULL;
+  int rc = rt_gemm_engine(dev, r->engine);
+  if (!rc && c->hold) rc = rt_alloc(dev, (size_t)c->hold, "held", &held);
+  if (!rc) rc = rt_gemm(dev, &g);
+  rt_free(dev, held);
+  return rc;
 }
 
-static void run_gemm(const GemmCase *c) {
-  char name[200];
-  snprintf(name, sizeof name, "gemm %s x %s -> %s, %s%s, m %lld n %lld k %lld, batch %lld%s, lds padded by %lld, alpha %g beta %g",
-           rt_dtype_name(c->at), rt_dtype_name(c->bt), rt_dtype_name(c->ct), c->ta ? "A^T" : "A", c->tb ? " B^T" : " B",
-           (long long)c->m, (long long)c->n, (long long)c->k, (long long)c->batch, c->b_broadcast ? " (B shared)" : "",
-           (long long)c->pad, c->alpha, c->beta);
+static void run_gemm(const GemmCase *c, RtGemmEngine engine) {
+  char name[240];
+  snprintf(name, sizeof name, "gemm on %s: %s x %s -> %s, %s%s, m %lld n %lld k %lld, batch %lld%s, lds padded by %lld, alpha %g beta %g",
+           rt_gemm_engine_name(engine), rt_dtype_name(c->at), rt_dtype_name(c->bt), rt_dtype_name(c->ct), c->ta ? "A^T" : "A",
+           c->tb ? " B^T" : " B", (long long)c->m, (long long)c->n, (long long)c->k, (long long)c->batch,
+           c->b_broadcast ? " (B shared)" : "", (long long)c->pad, c->alpha, c->beta);
   ut_begin(name);
   int64_t nb = c->batch ? c->batch : 1;
   int64_t a_rows = c->ta ? c->k : c->m, a_cols = c->ta ? c->m : c->k;
   int64_t b_rows = c->tb ? c->n : c->k, b_cols = c->tb ? c->k : c->n;
-  GemmRun r = {.c = c};
+  GemmRun r = {.c = c, .engine = engine};
   r.lda = (a_cols ? a_cols : 1) + c->pad, r.ldb = (b_cols ? b_cols : 1) + c->pad, r.ldc = (c->n ? c->n : 1) + c->pad;
   r.sa = a_rows * r.lda + 3, r.sb = c->b_broadcast ? 0 : b_rows * r.ldb + 1, r.sc = c->m * r.ldc + 2;
   int64_t a_len = nb * r.sa + 1, b_len = nb * (b_rows * r.ldb + 1) + 1, c_len = nb * r.sc + 1;
@@ -206,14 +230,23 @@ static void run_gemm(const GemmCase *c) {
     }
   RtStats s;
   rt_stats(rt, 0, &s);
-  /* the f32 scratch is counted, block by block: within a sixteenth of the operands' bytes (the
-   * device holds nothing else here), or the smallest blocks (one element each) */
-  if (c->at != RT_F32 && c->k && c->m && c->n) {
-    size_t own = (size_t)(c->m * c->k) * rt_dtype_size(c->at) + (size_t)(c->k * c->n) * rt_dtype_size(c->bt) + (size_t)(c->m * c->n) * cs;
+  /* the f32 scratch is counted, block by block: within a sixteenth of the operands' bytes over
+   * the batch (a shared B once; the device holds nothing else here), or the smallest blocks (one
+   * element each) */
+  /* widened unless oneDNN takes the 16-bit operands as they are (forced, or the rule's pick on a
+   * CPU with bf16 units) */
+  RtGemm shape = {.a_type = c->at, .b_type = c->bt, .c_type = c->ct, .m = c->m, .n = c->n, .k = c->k, .batch = c->batch};
+  bool as_they_are = engine == RT_GEMM_ONEDNN || (engine == RT_GEMM_AUTO && rt_gemm_choice(&shape) == RT_GEMM_ONEDNN);
+  if ((c->at != RT_F32 || c->bt != RT_F32 || c->ct != RT_F32) && c->k && c->m && c->n && !as_they_are) {
+    size_t own = (size_t)(nb * c->m * c->k) * rt_dtype_size(c->at) + (size_t)((c->b_broadcast ? 1 : nb) * c->k * c->n) * rt_dtype_size(c->bt) +
+                 (size_t)(nb * c->m * c->n) * cs;
     size_t least = 3 * 4;
     UT_CHECK(s.mem_peak > 0, "the widened blocks were not counted: peak %zu", s.mem_peak);
-    UT_CHECK(s.mem_peak <= (own / 16 > least ? own / 16 : least), "the scratch (%zu bytes) is over a sixteenth of the operands' %zu bytes",
-             s.mem_peak, own);
+    (void)as_they_are;
+    size_t base = own > (size_t)c->hold ? own : (size_t)c->hold;
+    UT_CHECK(s.mem_peak - (size_t)c->hold <= (base / 16 > least ? base / 16 : least),
+             "the scratch (%zu bytes) is over a sixteenth of the operands' %zu bytes or the %lld held", s.mem_peak - (size_t)c->hold, own,
+             (long long)c->hold);
   }
   (void)a_rows, (void)a_cols;
   UT_CHECK(s.mem_current == 0, "gemm left %zu bytes allocated", s.mem_current);
@@ -222,25 +255,152 @@ static void run_gemm(const GemmCase *c) {
   ut_end();
 }
 
+/* Every case on every engine: the rule's pick, and each engine forced. */
 static void test_gemm(void) {
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 48, 80}};
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-    for (int t = 0; t < 4; t++) {
-      GemmCase c = {RT_F32, RT_F32, RT_F32, t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], 0, s % 2 ? 3 : 0,
-                    s % 2 ? 1.5f : 1.0f, s % 2 ? 0.5f : 0.0f, 0};
-      run_gemm(&c);
-    }
-  GemmCase batched[] = {
-      {RT_F32, RT_F32, RT_F32, 0, 1, 9, 6, 11, 4, 2, 1.0f, 0.0f, 0},
-      {RT_F32, RT_F32, RT_F32, 1, 0, 9, 6, 11, 3, 0, -2.0f, 1.0f, 1},
-      {RT_BF16, RT_BF16, RT_F32, 0, 0, 31, 19, 45, 2, 1, 1.0f, 0.0f, 0},
-      {RT_BF16, RT_F32, RT_BF16, 1, 1, 16, 23, 7, 3, 0, 1.0f, 1.0f, 1},
-      {RT_F16, RT_F16, RT_F16, 0, 1, 12, 40, 33, 2, 2, 0.5f, 0.25f, 0},
-      {RT_F32, RT_F16, RT_F32, 0, 0, 8, 8, 8, 0, 0, 1.0f, 0.0f, 0},
-      {RT_BF16, RT_F16, RT_BF16, 1, 0, 5, 3, 0, 2, 1, 1.0f, 2.0f, 0}, /* k = 0: C = beta C */
-      {RT_F32, RT_F32, RT_F32, 0, 0, 0, 5, 4, 0, 0, 1.0f, 0.0f, 0},    /* m = 0: nothing */
+  static const GemmCase batched[] = {
+      {RT_F32, RT_F32, RT_F32, 0, 1, 9, 6, 11, 4, 2, 1.0f, 0.0f, 0, 0},
+      {RT_F32, RT_F32, RT_F32, 1, 0, 9, 6, 11, 3, 0, -2.0f, 1.0f, 1, 0},
+      {RT_BF16, RT_BF16, RT_F32, 0, 0, 31, 19, 45, 2, 1, 1.0f, 0.0f, 0, 0},
+      {RT_BF16, RT_F32, RT_BF16, 1, 1, 16, 23, 7, 3, 0, 1.0f, 1.0f, 1, 0},
+      {RT_F16, RT_F16, RT_F16, 0, 1, 12, 40, 33, 2, 2, 0.5f, 0.25f, 0, 0},
+      {RT_F32, RT_F16, RT_F32, 0, 0, 8, 8, 8, 0, 0, 1.0f, 0.0f, 0, 0},
+      {RT_BF16, RT_F16, RT_BF16, 1, 0, 5, 3, 0, 2, 1, 1.0f, 2.0f, 0, 0}, /* k = 0: C = beta C */
+      {RT_F32, RT_F32, RT_F32, 0, 0, 0, 5, 4, 0, 0, 1.0f, 0.0f, 0, 0}, /* m = 0: nothing */
+      {RT_BF16, RT_BF16, RT_BF16, 0, 1, 24, 20, 36, 5, 1, 1.0f, 0.5f, 1, 0}, /* B shared */
+      {RT_BF16, RT_BF16, RT_BF16, 1, 0, 40, 33, 70, 0, 0, -1.0f, 0.0f, 0, 0},
+      {RT_BF16, RT_BF16, RT_BF16, 0, 0, 3000, 8, 16, 0, 0, 1.0f, 0.5f, 0, 0}, /* B whole, A's rows in blocks */
+      {RT_BF16, RT_BF16, RT_BF16, 0, 1, 8, 3000, 16, 0, 1, 1.0f, 0.0f, 0, 0}, /* A whole, B's columns in blocks */
+      {RT_BF16, RT_BF16, RT_F32, 1, 1, 20, 20, 20, 6, 1, 1.0f, 1.0f, 0, 256 << 10}, /* 3 batch elements at a time */
   };
-  for (size_t i = 0; i < sizeof batched / sizeof *batched; i++) run_gemm(&batched[i]);
+  for (int e = RT_GEMM_AUTO; e <= RT_GEMM_ONEDNN; e++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+      for (int t = 0; t < 4; t++) {
+        GemmCase c = {RT_F32, RT_F32, RT_F32, t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], 0, s % 2 ? 3 : 0,
+                      s % 2 ? 1.5f : 1.0f, s % 2 ? 0.5f : 0.0f, 0, 0};
+        run_gemm(&c, (RtGemmEngine)e);
+      }
+    for (size_t i = 0; i < sizeof batched / sizeof *batched; i++) run_gemm(&batched[i], (RtGemmEngine)e);
+  }
+}
+
+/* ---- oneDNN: the cache of primitives, threads, the CPU ---- */
+
+typedef struct CacheRun {
+  float *a[4], *b[4], *c[4];
+  int64_t m, n, k;
+  RtGemmEngine engine;
+  int threads[4];  /* rt_gemm_threads() inside the device */
+  int tasks[4];    /* the process's threads after its products */
+} CacheRun;
+
+/* The threads of this process now (/proc/self/status), 0 if unknown. */
+static int process_threads(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  if (f) fclose(f);
+  return n;
+}
+
+static int cache_device(RtDevice *dev, void *arg) {
+  CacheRun *r = arg;
+  int d = rt_device_index(dev), rc = rt_gemm_engine(dev, r->engine);
+  r->threads[d] = rt_gemm_threads();
+  for (int rep = 0; rep < 3 && !rc; rep++)
+    rc = rt_gemm(dev, &(RtGemm){.a_type = RT_F32, .b_type = RT_F32, .c_type = RT_F32, .m = r->m, .n = r->n, .k = r->k,
+                                .a = r->a[d], .lda = r->k, .b = r->b[d], .ldb = r->n, .c = r->c[d], .ldc = r->n, .alpha = 1});
+  r->tasks[d] = process_threads();
+  return rc;
+}
+
+static void test_gemm_cache(void) {
+  ut_begin("oneDNN: one primitive per shape, made once and reused by every device and every run; one thread per device");
+  enum { M = 160, N = 96, K = 200 };
+  CacheRun r = {.m = M, .n = N, .k = K, .engine = RT_GEMM_ONEDNN_F32};
+  for (int d = 0; d < 4; d++) {
+    r.a[d] = malloc(M * K * sizeof(float)), r.b[d] = malloc(K * N * sizeof(float)), r.c[d] = malloc(M * N * sizeof(float));
+    for (int i = 0; i < M * K; i++) r.a[d][i] = test_value((uint64_t)d, 11, (uint64_t)i);
+    for (int i = 0; i < K * N; i++) r.b[d][i] = test_value((uint64_t)d, 12, (uint64_t)i);
+  }
+  int host_threads = rt_gemm_threads(), before = process_threads();
+  RtConfig four = test_mesh(1, (int[]){4});
+  Runtime *rt;
+  rt_open(&four, &rt);
+  uint64_t created = 0, reused = 0;
+  for (int run = 0; run < 2; run++) UT_CHECK(rt_run(rt, cache_device, &r) == RT_OK, "run %d: %s", run, rt_errmsg(rt));
+  UT_CHECK(rt_gemm_cache_stats(rt, &created, &reused) == RT_OK, "stats");
+  /* 4 devices x 2 runs x 3 products of one shape: 1 made, 23 reused */
+  UT_CHECK(created == 1 && reused == 23, "one shape: %llu primitives made, %llu reuses (want 1 and 23)", (unsigned long long)created,
+           (unsigned long long)reused);
+  r.m = M / 2; /* another shape: one more primitive */
+  UT_CHECK(rt_run(rt, cache_device, &r) == RT_OK, "another shape: %s", rt_errmsg(rt));
+  rt_gemm_cache_stats(rt, &created, &reused);
+  UT_CHECK(created == 2 && reused == 34, "two shapes: %llu made, %llu reuses (want 2 and 34)", (unsigned long long)created,
+           (unsigned long long)reused);
+  for (int d = 0; d < 4; d++) {
+    UT_CHECK(r.threads[d] == 1, "device %d: oneDNN would use %d threads", d, r.threads[d]);
+    /* the host, four device threads, and whatever ran before (OpenBLAS's pool): no OpenMP team */
+    UT_CHECK(before == 0 || r.tasks[d] <= before + 4, "device %d: %d threads in the process during the run, %d before it: oneDNN started a team",
+             d, r.tasks[d], before);
+  }
+  UT_CHECK(rt_gemm_threads() == host_threads, "the host's OpenMP setting: %d after the run, %d before", rt_gemm_threads(), host_threads);
+  rt_close(rt);
+  /* the products themselves: each equal to OpenBLAS's to f32 rounding over K terms */
+  for (int d = 0; d < 4; d++) {
+    float *want = malloc(M * N * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M / 2, N, K, 1, r.a[d], K, r.b[d], N, 0, want, N);
+    double worst = 0;
+    for (int i = 0; i < M / 2 * N; i++) worst = fmax(worst, fabs((double)want[i] - r.c[d][i]));
+    UT_CHECK(worst < 1e-4, "device %d: oneDNN's product differs from OpenBLAS's by %g", d, worst);
+    free(want), free(r.a[d]), free(r.b[d]), free(r.c[d]);
+  }
+  ut_end();
+}
+
+/* A flag of /proc/cpuinfo's first "flags" line: an independent reading of cpuid. -1 unknown. */
+static int cpuinfo_flag(const char *flag) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return -1;
+  static char line[8192];
+  int found = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "flags", 5)) {
+      found = 0;
+      for (char *t = strtok(strchr(line, ':') + 1, " \t\n"); t; t = strtok(NULL, " \t\n"))
+        if (!strcmp(t, flag)) found = 1;
+      break;
+    }
+  fclose(f);
+  return found;
+}
+
+static void test_cpu(void) {
+  ut_begin("the CPU's features at run time agree with /proc/cpuinfo; the rule takes bf16 natively only with bf16 units");
+  const RtCpu *cpu = rt_cpu();
+  static const struct { unsigned bit; const char *flag; } feats[] = {
+      {RT_CPU_AVX512F, "avx512f"}, {RT_CPU_AVX512_BF16, "avx512_bf16"}, {RT_CPU_AVX512_FP16, "avx512_fp16"},
+      {RT_CPU_AMX_TILE, "amx_tile"}, {RT_CPU_AMX_BF16, "amx_bf16"}};
+  for (size_t i = 0; i < sizeof feats / sizeof *feats; i++) {
+    int f = cpuinfo_flag(feats[i].flag);
+    if (f >= 0)
+      UT_CHECK(!!(cpu->features & feats[i].bit) == f, "%s: cpuid says %d, /proc/cpuinfo %d", feats[i].flag,
+               !!(cpu->features & feats[i].bit), f);
+  }
+  /* oneDNN's ISA needs the units: bf16 natively implies AVX512-BF16 or AMX-BF16 in cpuid */
+  UT_CHECK(!cpu->bf16_native || (cpu->features & (RT_CPU_AVX512_BF16 | RT_CPU_AMX_BF16)),
+           "oneDNN claims bf16 units (%s) the CPU does not have", cpu->dnnl_isa);
+  UT_CHECK(cpu->dnnl_isa && *cpu->dnnl_version, "oneDNN's ISA and version");
+  RtGemm big = {.a_type = RT_BF16, .b_type = RT_BF16, .c_type = RT_BF16, .m = 1024, .n = 1024, .k = 1024, .batch = 1};
+  RtGemmEngine e = rt_gemm_choice(&big);
+  UT_CHECK(cpu->bf16_native ? e == RT_GEMM_ONEDNN : e != RT_GEMM_ONEDNN, "a bf16 1024^3 product goes to %s on a CPU %s bf16 units",
+           rt_gemm_engine_name(e), cpu->bf16_native ? "with" : "without");
+  RtGemm f16 = big;
+  f16.a_type = f16.b_type = RT_F16;
+  UT_CHECK(rt_gemm_choice(&f16) != RT_GEMM_ONEDNN, "f16 operands are not taken as they are");
+  ut_end();
 }
 
 /* ---- random numbers ---- */
@@ -400,11 +560,12 @@ enum { CG = 96 };
 
 typedef struct ConcurrentGemm {
   float *a[4], *b[4], *c[4];
+  RtGemmEngine engine;
 } ConcurrentGemm;
 
 static int concurrent_gemm_device(RtDevice *dev, void *arg) {
   ConcurrentGemm *g = arg;
-  int d = rt_device_index(dev), rc = RT_OK;
+  int d = rt_device_index(dev), rc = rt_gemm_engine(dev, g->engine);
   for (int rep = 0; rep < 5 && !rc; rep++)
     rc = rt_gemm(dev, &(RtGemm){.a_type = RT_F32, .b_type = RT_F32, .c_type = RT_F32, .m = CG, .n = CG, .k = CG,
                                 .a = g->a[d], .lda = CG, .b = g->b[d], .ldb = CG, .c = g->c[d], .ldc = CG,
@@ -412,9 +573,11 @@ static int concurrent_gemm_device(RtDevice *dev, void *arg) {
   return rc;
 }
 
-static void test_concurrent_gemm(void) {
-  ut_begin("four devices in OpenBLAS at once get what each gets alone");
-  ConcurrentGemm g;
+static void test_concurrent_gemm(RtGemmEngine engine) {
+  char name[120];
+  snprintf(name, sizeof name, "four devices multiplying at once on %s get what each gets alone", rt_gemm_engine_name(engine));
+  ut_begin(name);
+  ConcurrentGemm g = {.engine = engine};
   float *alone[4];
   for (int d = 0; d < 4; d++) {
     g.a[d] = malloc(CG * CG * sizeof(float));
@@ -442,6 +605,23 @@ static void test_concurrent_gemm(void) {
   ut_end();
 }
 
+static void test_engine_env(void) {
+  ut_begin("SHARDC_GEMM: an unknown engine is refused by rt_open, naming the choices");
+  setenv("SHARDC_GEMM", "mkl", 1);
+  RtConfig one = test_mesh(0, NULL);
+  Runtime *rt;
+  int rc = rt_open(&one, &rt);
+  UT_CHECK(rc == RT_E_ARG && strstr(rt_errmsg(rt), "SHARDC_GEMM=mkl") && strstr(rt_errmsg(rt), "onednn-f32"), "rt_open: %d, %s", rc,
+           rt_errmsg(rt));
+  rt_close(rt);
+  setenv("SHARDC_GEMM", "openblas", 1);
+  rc = rt_open(&one, &rt);
+  UT_CHECK(rc == RT_OK, "SHARDC_GEMM=openblas: %s", rt_errmsg(rt));
+  rt_close(rt);
+  unsetenv("SHARDC_GEMM");
+  ut_end();
+}
+
 /* ---- names and statistics ---- */
 
 static int stats_device(RtDevice *dev, void *arg) {
@@ -466,6 +646,8 @@ static void test_names_and_stats(void) {
   UT_CHECK(rt_stats(rt, 1, &s) == RT_OK && s.collectives == 2 && s.coll_seconds >= 0, "device 1: %llu collectives",
            (unsigned long long)s.collectives);
   UT_CHECK(rt_stats(rt, 2, &s) == RT_E_ARG, "stats of a device past the end");
+  UT_CHECK(rt_gemm_engine(rt_device(rt, 0), (RtGemmEngine)9) == RT_E_ARG && !strcmp(rt_gemm_engine_name(RT_GEMM_ONEDNN_F32), "onednn-f32"),
+           "GEMM engines: names, an unknown one refused");
   rt_close(rt);
   ut_end();
 }
@@ -479,7 +661,10 @@ int main(void) {
   test_random_ranges();
   test_random_blocks();
   test_blas_threads();
-  test_concurrent_gemm();
+  for (int e = RT_GEMM_OPENBLAS; e <= RT_GEMM_ONEDNN; e++) test_concurrent_gemm((RtGemmEngine)e);
+  test_gemm_cache();
+  test_cpu();
+  test_engine_env();
   test_names_and_stats();
   return ut_summary();
 }

@@ -1,6 +1,8 @@
 /* test_propagate.c: the propagation search's incremental figures against a full recomputation.
  *
- * The search (compiler/shard/propagate.c) derives again only what a trial pin changes and keeps
+ * The search (compiler/shard/propagate.c) runs where explain and sim weigh the plan the layout
+ * forbids (IrModule.weigh: the plan propagation finds without the layout's binding, never taken),
+ * so every configuration here asks for it. It derives again only what a trial pin changes and keeps
  * the collectives' cost in a ledger updated op by op (partition.c's PartLedger). With the audit
  * hook on (propagate_audit), after every trial, accepted and again once undone, it compares the
  * ledger's cost, count and errors and its layout term with a from-scratch partition_cost and
@@ -50,6 +52,7 @@ static int run_config(const char *path, const char *mesh, const char *layout, co
     if (!p->usage_error && diag_error_count() == 0 && p->entry && p->mesh) {
       IrModule *m = step_build(&a, p); /* a train step whole; else the entry alone */
       if (m && diag_error_count() == 0) {
+        m->weigh.want = true; /* the search runs only to weigh the plan the layout forbids */
         propagate_audit(&au);
         propagate_module(m, p);
         propagate_audit(NULL);

@@ -96,8 +96,144 @@ static double attention_scale(int64_t head) {
   return n == 1 ? scale : -1;
 }
 
+
+/* ---- the layout's rules on one tensor (layout_map_dims; language.md, Layouts, Routing,
+ * Pipelines) ---- */
+
+static const char *const RULES =
+    "target t { kind = gpu  flops = { bf16 = 1e15 }  hbm = 80e9  hbm_bw = 3e12  nvlink_bw = 4.5e11\n"
+    "  node_size = 8  network_bw = 5e10  nvlink_latency = 1e-6  network_latency = 3e-6 }\n"
+    "mesh m = t[data: 2, stage: 2, ctx: 2, ep: 2, model: 2]\n"
+    "dim batch = 8, seq = 8, embed = 16, heads = 4, head = 4, expert = 4, cap = 2, layers = 4\n"
+    "layout cp { heads: model  seq: (ctx, model) }\n"
+    "layout ep { batch: (data, ep)  expert: ep }\n"
+    "layout pp { layers: stage  batch: (data, stage)  embed: stage  heads: model }\n"
+    "layout flat { batch: (data, stage)  embed: stage }\n"
+    "layout mc { heads: model  seq: (model, ctx)  cap: (model, ctx) }\n"
+    "model blk {\n"
+    "  param w: bf16[embed, heads, head]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] { return x }\n"
+    "}\n"
+    "model net {\n"
+    "  param gate: bf16[embed, expert]\n"
+    "  param blocks: blk[layers]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> f32[batch, seq, expert, cap] {\n"
+    "    return route(f32(x @ gate), top: 1, over: expert, tokens: seq, slots: cap)\n"
+    "  }\n"
+    "}\n";
+
+static Program *rules_program(const char *layout) {
+  diag_reset();
+  FILE *sink = fopen("/dev/null", "w");
+  diag_configure(sink, DIAG_MACHINE, false);
+  Source *src = source_from_memory("rules.shard", RULES, strlen(RULES));
+  Ast *ast = parse_source(&arena, src);
+  ParsedProgram pp = {&ast, 1};
+  SemaOptions opt = {.layout = layout, .entry = "net.forward"};
+  Program *p = sema_program(&arena, &pp, &opt);
+  fclose(sink);
+  diag_configure(stderr, DIAG_TEXT, false);
+  return p->usage_error || !p->mesh ? NULL : p;
+}
+
+/* The sharding layout_map_dims gives a tensor of these dims, as "dim@(a, b), dim, ..." (the
+ * expected strings below are written by hand from language.md's rules). */
+static const char *mapped(const Program *p, const char *const *names, int n) {
+  Dim *dims[MAX_RANK];
+  for (int i = 0; i < n; i++) dims[i] = program_find_dim(p, intern_cstr(names[i]));
+  Sharding s;
+  layout_map_dims(p, dims, n, &s, NULL, false);
+  char *out = arena_printf(&arena, "%s", "");
+  for (int i = 0; i < n; i++) {
+    out = arena_printf(&arena, "%s%s%s", out, i ? ", " : "", names[i]);
+    if (!s.naxes[i]) continue;
+    out = arena_printf(&arena, "%s@%s", out, s.naxes[i] > 1 ? "(" : "");
+    for (int k = 0; k < s.naxes[i]; k++)
+      out = arena_printf(&arena, "%s%s%s", out, k ? ", " : "", p->mesh->axes[s.axes[i][k]].name);
+    if (s.naxes[i] > 1) out = arena_printf(&arena, "%s)", out);
+  }
+  return out;
+}
+
+#define EXPECT_MAPPED(p, want, ...)                                                    \
+  do {                                                                                 \
+    static const char *const names_[] = {__VA_ARGS__};                                 \
+    const char *got_ = mapped(p, names_, (int)(sizeof names_ / sizeof names_[0]));     \
+    UT_CHECK(strcmp(got_, want) == 0, "got %s, want %s", got_, want);                  \
+  } while (0)
+
+static void test_layout_rules(void) {
+  ut_begin("a multi-axis rule keeps, in order, the axes the tensor does not use yet");
+  Program *p = rules_program("cp");
+  UT_CHECK(p != NULL, "the program does not check");
+  if (p) {
+    EXPECT_MAPPED(p, "batch, seq@(ctx, model), embed", "batch", "seq", "embed"); /* the residual stream */
+    EXPECT_MAPPED(p, "batch, seq@ctx, heads@model, head", "batch", "seq", "heads", "head"); /* the queries */
+  }
+  ut_end();
+
+  ut_begin("routing: in a tensor with the expert dim and not the tokens dim, the expert rule first");
+  p = rules_program("ep");
+  UT_CHECK(p != NULL && p->nroute_dims == 1, "the route's dims were not found");
+  if (p) {
+    EXPECT_MAPPED(p, "batch@(data, ep), seq, embed", "batch", "seq", "embed");      /* the tokens */
+    EXPECT_MAPPED(p, "batch@data, expert@ep, cap, embed", "batch", "expert", "cap", "embed"); /* xe */
+    EXPECT_MAPPED(p, "batch@(data, ep), seq, expert, cap", "batch", "seq", "expert", "cap"); /* the route's */
+  }
+  ut_end();
+
+  ut_begin("pipelines: a rule naming the stage axis for another dim is skipped, with one warning at it");
+  diag_reset();
+  p = rules_program("pp");
+  UT_CHECK(p != NULL && p->nstack_dims == 1, "the stacking dim was not found");
+  if (p) {
+    const LayoutRule *r = NULL;
+    uint16_t st = layout_stage_axes(p, &r);
+    UT_CHECK(st == 1u << 1 && r && r->dim == intern_cstr("layers"), "stage axes %#x", st);
+    EXPECT_MAPPED(p, "batch, seq, embed", "batch", "seq", "embed");
+    EXPECT_MAPPED(p, "layers@stage, embed, heads@model, head", "layers", "embed", "heads", "head");
+  }
+  ut_end();
+
+  /* The same rule, a whole-or-nothing reading against language.md's (a multi-axis rule keeps, in
+   * order, those of its axes the tensor does not use yet). Sizes: seq 8, cap 2; ctx 2, model 2. */
+  ut_begin("a multi-axis rule whose first axis another dim took keeps the rest; divisibility is the kept axes'");
+  p = rules_program("mc");
+  if (p) {
+    EXPECT_MAPPED(p, "seq@(model, ctx), embed", "seq", "embed");        /* nothing taken: the whole rule */
+    EXPECT_MAPPED(p, "seq@ctx, heads@model", "seq", "heads");           /* model taken by heads: ctx kept */
+    /* cap 2: (model, ctx) is 4 and does not divide it, so alone the rule is skipped; with heads on
+     * model the kept ctx (2) divides it */
+    EXPECT_MAPPED(p, "cap, embed", "cap", "embed");
+    EXPECT_MAPPED(p, "heads@model, cap@ctx", "heads", "cap");
+    EXPECT_MAPPED(p, "seq@(model, ctx), cap", "seq", "cap");            /* both taken: skipped */
+    /* an explicit `@` takes an axis as an earlier rule does (layout_apply) */
+    TypeSpec t = {.dtype = DT_BF16, .rank = 2};
+    t.dims[0] = program_find_dim(p, intern_cstr("embed"));
+    t.dims[1] = program_find_dim(p, intern_cstr("seq"));
+    t.at[0][0] = intern_cstr("model");
+    t.nat[0] = 1;
+    Sharding s;
+    UT_CHECK(layout_apply(p, &t, &s, NULL), "embed@model is legal");
+    UT_CHECK(s.naxes[0] == 1 && s.axes[0][0] == mesh_axis_index(p->mesh, intern_cstr("model")), "embed@model");
+    UT_CHECK(s.naxes[1] == 1 && s.axes[1][0] == mesh_axis_index(p->mesh, intern_cstr("ctx")),
+             "seq: (model, ctx) after embed@model keeps ctx (got %d axes)", s.naxes[1]);
+  }
+  ut_end();
+
+  ut_begin("without a pipeline (no stacked param on the axis) the same rules apply");
+  p = rules_program("flat");
+  if (p) {
+    UT_CHECK(layout_stage_axes(p, NULL) == 0, "a stage axis without a stacking rule");
+    EXPECT_MAPPED(p, "batch@(data, stage), seq, embed", "batch", "seq", "embed");
+    EXPECT_MAPPED(p, "embed@stage, heads, head", "embed", "heads", "head");
+  }
+  ut_end();
+}
+
 int main(void) {
   arena_init(&arena);
+  test_layout_rules();
 
   ut_begin("edit distance: insertions, deletions, swaps, case");
   UT_CHECK(suggest_distance("hidden", "hiden") == 1, "hidden/hiden");

@@ -333,10 +333,8 @@ static void test_speed(void) {
    * 1.5 us on the critical path: step n x 1.5 us */
   near("step n x 1.5 us", st.step_s * 1e6, n * 1.5);
   near("exposed n x 0.5 us", st.exposed_comm_s * 1e6, n * 0.5);
-#ifndef __SANITIZE_ADDRESS__
-  /* about 0.4 s alone; ctest -j2 on two cores can double that: the bound allows a loaded machine */
-  UT_CHECK(t1 - t0 < 2.5, "1e6 tasks took %.3f s (aim: well under 1 s alone)", t1 - t0);
-#endif
+  /* its time is printed, not asserted (a timed test flakes on a shared machine): the engine's speed
+   * is measured by bench/bench_sim and reported in docs/benchmarks.md */
   sim_graph_free(g);
   char name[160];
   snprintf(name, sizeof name, "1e6 tasks and 1e6 dependencies built and run in %.3f s", t1 - t0);

@@ -2,7 +2,10 @@
  * JSON, `errors` when the program is wrong, `fits: false` with a warning when it does not fit), the
  * Chrome trace (valid JSON, one track per stream of each simulated device, slices named after the
  * op and its source line, nested inside a pipeline region), and --tokens / --mfu (the book's
- * time-to-train arithmetic). Runs the built shardc (SHARDC_BIN) on small programs written here. */
+ * time-to-train arithmetic), and the one line sim and explain give when a plan the layout forbids
+ * would be cheaper (language.md, Layouts: the time it would save and the rule that states it).
+ * Runs the built shardc (SHARDC_BIN) on small programs written here and on
+ * tests/unit/bind/newcomer_tp.shard. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,9 @@
 
 #ifndef SHARDC_BIN
 #define SHARDC_BIN "shardc"
+#endif
+#ifndef SHARDC_SOURCE_DIR
+#define SHARDC_SOURCE_DIR "."
 #endif
 
 static char *slurp(FILE *f) {
@@ -300,12 +306,133 @@ static void test_tokens(void) {
   ut_end();
 }
 
+/* Runs `shardc CMD FILE ARGS` (stderr discarded) and returns its stdout (malloc'd), *rc its exit. */
+static char *run_text(const char *cmd_name, const char *file, const char *args, int *rc) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' %s '%s' %s 2>/dev/null", SHARDC_BIN, cmd_name, file, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  char *out = slurp(p);
+  int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+/* The lines of text that start with prefix: how many, and the first (into buf). */
+static int lines_starting(const char *text, const char *prefix, char *buf, size_t size) {
+  int n = 0;
+  buf[0] = 0;
+  for (const char *l = text; l && *l;) {
+    const char *e = strchr(l, '\n');
+    size_t len = e ? (size_t)(e - l) : strlen(l);
+    if (strncmp(l, prefix, strlen(prefix)) == 0 && n++ == 0)
+      snprintf(buf, size, "%.*s", (int)len, l);
+    l = e ? e + 1 : NULL;
+  }
+  return n;
+}
+
+/* The line (1-based) of the source whose text, leading blanks skipped, is `rule` (then a blank,
+ * a comment or the end), or -1: found here from the file, not from shardc's report. */
+static int rule_line(const char *path, const char *rule) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[512];
+  int n = 0, found = -1;
+  while (fgets(line, sizeof line, f)) {
+    n++;
+    const char *s = line + strspn(line, " \t");
+    size_t k = strlen(rule);
+    if (strncmp(s, rule, k) == 0 && (s[k] == '\n' || s[k] == ' ' || s[k] == '#' || !s[k]) && found < 0) found = n;
+  }
+  fclose(f);
+  return found;
+}
+
+/* "62.5 ms": layout_weigh_text's form of a time (3 significant digits). */
+static void seconds_form(double s, char *buf, size_t size) {
+  if (s >= 1) snprintf(buf, size, "%.3g s", s);
+  else if (s >= 1e-3) snprintf(buf, size, "%.3g ms", s * 1e3);
+  else snprintf(buf, size, "%.3g us", s * 1e6);
+}
+
+/* newcomer_tp.shard (issue 18's newcomer: Megatron TP+SP over `model`) is bound by its layout to a
+ * plan that moves more than propagation would choose without the binding (test_bind checks the
+ * weighing itself). sim and explain must each say so in exactly one line, with the time saved and
+ * the rule, and agree with each other; the JSON must hold saves_s = bound - unbound > 0 and the
+ * rule's own line in the file. A program whose layout is not beaten (the MLP above) gets no line
+ * and a null. It fails if either command drops the line, prints it twice, names a rule at the
+ * wrong line, or reports a saving that is not the difference of its own figures. */
+static void test_forbidden_cheaper(void) {
+  ut_begin("a plan the layout forbids would be cheaper: sim and explain say so in one line, time and rule");
+  const char *path = SHARDC_SOURCE_DIR "/tests/unit/bind/newcomer_tp.shard";
+  int rc;
+  cJSON *sj = sim_json(path, "--format json", &rc, NULL);
+  UT_CHECK(sj && rc == 0, "sim --format json: exit %d", rc);
+  char *ej_text = run_text("explain", path, "--format json", &rc);
+  cJSON *ej = ej_text ? cJSON_Parse(ej_text) : NULL;
+  free(ej_text);
+  UT_CHECK(ej && rc == 0, "explain --format json: exit %d", rc);
+  const cJSON *sf = sj ? cJSON_GetObjectItem(sj, "forbidden_cheaper") : NULL;
+  const cJSON *ef = ej ? cJSON_GetObjectItem(ej, "forbidden_cheaper") : NULL;
+  UT_CHECK(cJSON_IsObject(sf) && cJSON_IsObject(ef), "forbidden_cheaper: sim %s, explain %s",
+           sf ? (cJSON_IsNull(sf) ? "null" : "not an object") : "missing",
+           ef ? (cJSON_IsNull(ef) ? "null" : "not an object") : "missing");
+  if (cJSON_IsObject(sf) && cJSON_IsObject(ef)) {
+    double saves = num(sf, "saves_s"), bound = num(sf, "bound_comm_s"), unbound = num(sf, "unbound_comm_s");
+    UT_CHECK(saves > 0 && unbound > 0 && unbound < bound, "saves %g s: bound %g s, unbound %g s", saves, bound, unbound);
+    ut_near("saves_s = bound_comm_s - unbound_comm_s", saves, bound - unbound, 1e-12);
+    ut_near("explain's saving is sim's", num(ef, "saves_s"), saves, 1e-12);
+    const cJSON *rule = cJSON_GetObjectItem(sf, "rule"), *erule = cJSON_GetObjectItem(ef, "rule");
+    UT_CHECK(cJSON_IsString(rule) && cJSON_IsString(erule) && strcmp(rule->valuestring, erule->valuestring) == 0,
+             "rules: sim %s, explain %s", cJSON_IsString(rule) ? rule->valuestring : "-",
+             cJSON_IsString(erule) ? erule->valuestring : "-");
+    if (cJSON_IsString(rule)) {
+      int want = rule_line(path, rule->valuestring);
+      UT_CHECK(want > 0, "rule `%s` is not a line of the layout", rule->valuestring);
+      UT_CHECK((int)num(sf, "line") == want && (int)num(ef, "line") == want, "the rule's line: sim %g, explain %g, file %d",
+               num(sf, "line"), num(ef, "line"), want);
+      /* the text lines: one each, naming the rule and the time saved as the JSON has it */
+      char save[64], want_rule[256], line[4096];
+      seconds_form(saves, save, sizeof save);
+      snprintf(want_rule, sizeof want_rule, "layout rule `%s` (line %d)", rule->valuestring, want);
+      char *st = run_text("sim", path, "", &rc);
+      int n = st ? lines_starting(st, "layout ", line, sizeof line) : 0;
+      UT_CHECK(rc == 0 && n == 1, "sim: %d lines starting `layout ` (exit %d)", n, rc);
+      UT_CHECK(strstr(line, want_rule) && strstr(line, "would save ") && strstr(line, save),
+               "sim's line lacks `%s` or `would save %s`: %s", want_rule, save, line);
+      free(st);
+      char *et = run_text("explain", path, "", &rc);
+      n = et ? lines_starting(et, "  layout: ", line, sizeof line) : 0;
+      UT_CHECK(rc == 0 && n == 1, "explain: %d lines starting `  layout: ` (exit %d)", n, rc);
+      UT_CHECK(strstr(line, want_rule) && strstr(line, "would save ") && strstr(line, save),
+               "explain's line lacks `%s` or `would save %s`: %s", want_rule, save, line);
+      free(et);
+    }
+  }
+  cJSON_Delete(sj);
+  cJSON_Delete(ej);
+
+  /* the layout's plan is propagation's own here: no line, a null */
+  write_file("test_sim_cli_mlp.shard", MLP);
+  sj = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, NULL);
+  sf = sj ? cJSON_GetObjectItem(sj, "forbidden_cheaper") : NULL;
+  UT_CHECK(cJSON_IsNull(sf), "the MLP: forbidden_cheaper is %s", sf ? "not null" : "missing");
+  cJSON_Delete(sj);
+  char *st = run_text("sim", "test_sim_cli_mlp.shard", "", &rc);
+  char line[4096];
+  UT_CHECK(st && lines_starting(st, "layout ", line, sizeof line) == 0, "the MLP: sim says %s", line);
+  free(st);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_json_errors();
   test_no_fit();
   test_trace();
   test_tokens();
+  test_forbidden_cheaper();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");

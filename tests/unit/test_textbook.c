@@ -56,6 +56,7 @@ static bool load(Loaded *L, const char *file, const char *mesh, const char *layo
     ut_fail("%s does not load", file);
     return false;
   }
+  L->ip.cp.ir->weigh.want = true; /* as explain and sim ask: the unbound plan weighed, never taken */
   if (!interp_partition(&L->ip)) {
     ut_fail("%s: the pass pipeline fails", file);
     return false;
@@ -150,7 +151,8 @@ static void test_405b_pp(void) {
     }
     UT_CHECK(L.c.n[ROLE_ACTIVATION][COLL_ALL_TO_ALL] == 0, "%d AllToAlls per layer",
              L.c.n[ROLE_ACTIVATION][COLL_ALL_TO_ALL]);
-    UT_CHECK(L.ip.cp.ir->plan_choice.kept, "the plan does not keep the layout's tensor parallelism");
+    UT_CHECK(L.c.n[ROLE_WEIGHT][COLL_ALL_GATHER] == 0, "%d weight gathers per layer: the layout's tensor parallelism "
+             "keeps the weights sharded", L.c.n[ROLE_WEIGHT][COLL_ALL_GATHER]);
     interp_unload(&L.ip);
   }
   ut_end();
@@ -174,18 +176,25 @@ static void test_8b(void) {
 }
 
 static void test_70b(void) {
-  ut_begin("LLaMA 3 70B fsdp_tp_sp: the weights gathered over model too, and explain says why");
+  ut_begin("LLaMA 3 70B fsdp_tp_sp: Megatron-SP as the layout binds it, and the unbound plan's saving said");
   Loaded L;
   if (load(&L, "llama3_70b.shard", NULL, "fsdp_tp_sp")) {
-    const struct PlanChoice *pc = &L.ip.cp.ir->plan_choice;
-    UT_CHECK(pc->tp_axes != 0, "no tensor-parallel candidate was weighed");
-    UT_CHECK(!pc->kept && pc->kept_s > pc->free_s, "kept %d: kept %g s, free %g s", pc->kept, pc->kept_s, pc->free_s);
+    double act = 8.0 * 8192 * 8192 * 2; /* 8 sequences per data shard, [8, 8192, 8192] bf16 */
+    for (int k = COLL_ALL_GATHER; k <= COLL_REDUCE_SCATTER; k++) {
+      const TextbookRow *r = row(&L, "Megatron sequence parallelism", (CollKind)k);
+      UT_CHECK(r && r->got >= 5 && r->got <= 6, "%d %s per layer, the book 5 or 6", r ? r->got : -1,
+               coll_kind_name((CollKind)k));
+      if (r) ut_near(coll_kind_name((CollKind)k), r->got_bytes, 7.0 / 8 * act, 1e-9);
+    }
+    /* FSDP over data alone: the weights keep their model shards (never gathered over model) */
     UT_CHECK(L.c.n[ROLE_WEIGHT][COLL_ALL_GATHER] == 18 && L.c.grad_scatters_dp == 9,
              "FSDP: %d gathers and %d scatters per layer, the book 18 and 9", L.c.n[ROLE_WEIGHT][COLL_ALL_GATHER],
              L.c.grad_scatters_dp);
-    const char *note = textbook_note(&L.ip.arena, L.ip.cp.ir, L.ip.cp.prog, &L.c);
-    UT_CHECK(note && strstr(note, "seq") && strstr(note, "sharding batch over model instead"),
-             "no reason given: %s", note ? note : "(none)");
+    UT_CHECK(L.c.axes[ROLE_WEIGHT] == 1u, "the weights are gathered over axes %#x, not data alone",
+             L.c.axes[ROLE_WEIGHT]);
+    const struct LayoutWeigh *w = &L.ip.cp.ir->weigh;
+    UT_CHECK(w->done && w->cheaper && w->free_s < w->bound_s && w->rule && w->nvalues > 0,
+             "weighed %d cheaper %d: bound %g s, unbound %g s", w->done, w->cheaper, w->bound_s, w->free_s);
     interp_unload(&L.ip);
   }
   ut_end();

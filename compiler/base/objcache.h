@@ -1,0 +1,29 @@
+/* objcache.h: the on-disk cache of compiled objects (`shardc run`; docs/run.md, "Compile time").
+ * Entries are named by a key (SHA-256 of what determines the object: the module's bitcode, the
+ * CPU and its features, LLVM's version, the pipeline) and hold the object with its own SHA-256,
+ * checked before use. The directory: $SHARDC_CACHE_DIR, else $XDG_CACHE_HOME/shardc, else
+ * $HOME/.cache/shardc; made 0700 if missing, and used only if it is a real directory (not a
+ * symlink) owned by the user and writable by no one else. Entries are opened without following
+ * symlinks, must be regular files owned by the user, and are written to a temporary name and
+ * renamed into place, so concurrent runs each see a whole entry or none. */
+#ifndef SHARDC_OBJCACHE_H
+#define SHARDC_OBJCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct ObjCache {
+  int dirfd;           /* -1: no cache */
+  char path[1024];     /* the directory */
+} ObjCache;
+
+/* Opens the cache directory. false with why in err (the caller says so and compiles without it). */
+bool objcache_open(ObjCache *c, char *err, size_t n);
+void objcache_close(ObjCache *c);
+/* The entry of key (64 hex digits): its bytes (malloc'd) into *data, *len. false when there is no
+ * entry; *bad set (and the entry removed) when there was one that failed its checks, why in err. */
+bool objcache_get(ObjCache *c, const char *key, void **data, size_t *len, bool *bad, char *err, size_t n);
+/* Stores data as the entry of key. false with why in err. */
+bool objcache_put(ObjCache *c, const char *key, const void *data, size_t len, char *err, size_t n);
+
+#endif
