@@ -49,6 +49,7 @@ typedef struct RtBackend {
    * all): rt_fetch_to_root. */
   const void *(*fetch_to_root)(Runtime *rt, int device, const void *buf, size_t bytes, void *scratch);
   int (*processes_agree)(Runtime *rt, int ok, char *msg, size_t n);
+  void (*bcast_from_root)(Runtime *rt, void *buf, size_t bytes); /* rt_bcast_from_root */
 } RtBackend;
 
 extern const RtBackend rt_threads_backend;

@@ -3,8 +3,9 @@
  * blocks of the inputs and params generated per global index (the block placement, place.c, by the
  * RtPlace the compiler made from its device program), the per-device
  * program run on one thread per device and the one-device program on one, a train step's state
- * carried from step to step, the outputs reassembled from the blocks and compared
- * (|sharded - one device| <= atol + rtol |one device|), and the same report, text or JSON.
+ * carried from step to step (lockstep: the sharded run restarts each step from the one-device
+ * run's state), the outputs reassembled from the blocks and compared by verdict.h's rules (the
+ * same code as `shardc run`'s), and the same report, text or JSON.
  *
  * Its options are parsed as shardc parses them (args.c: the whole value, in range, or exit 2), and
  * every host allocation is checked: a failure is an error naming what was being allocated (exit 1),
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "shardrt.h"
+#include "verdict.h"
 
 /* ---- host allocations ---- */
 
@@ -129,16 +131,14 @@ static void side_carry(Side *s) {
   }
 }
 
-/* Output j, whole: each block once, partial sums added (the runtime's block placement, read back).
- * Under MPI on rank 0 (the others take part, and get NULL). */
-static double *assemble(const Side *s, int j) {
-  const RtProgram *p = s->p;
-  int slot = p->nin + p->nparams + j;
+/* Slot `slot` (an input, a param or an output), whole: each block once, partial sums added (the
+ * runtime's block placement, read back). Under MPI on rank 0 (the others take part, and get NULL). */
+static double *assemble(const Side *s, int slot) {
   const RtPlace *pl = placement(s, slot);
   int64_t n = 1;
   for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
   double *g = rt_process_rank(s->rt) != 0 ? NULL /* under MPI rank 0 assembles */
-              : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole output of the sharded run" : "a whole output of the one-device run");
+              : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, s->sharded ? "a whole tensor of the sharded run" : "a whole tensor of the one-device run");
   if (!g && rt_process_count(s->rt) == 1) return NULL; /* else it still takes part in the fetches */
   size_t bytes = (size_t)rt_place_elements(pl) * rt_dtype_size((RtDtype)pl->dtype);
   for (int d = 0; d < s->ndev; d++) {
@@ -155,6 +155,46 @@ static double *assemble(const Side *s, int j) {
     return NULL;
   }
   return g;
+}
+
+/* Lockstep: the sharded side's carried slots (and adam's step count) replaced by the one-device
+ * side's, cut into its blocks; its outputs freed (those updated in place live in a carried slot's
+ * buffer and go with it). Under MPI every rank calls it, `from` open on rank 0 alone: rank 0
+ * assembles each slot and hands it to the others (rt_bcast_from_root), each places its own
+ * devices' blocks. */
+static int side_restate(Side *s, const Side *from) {
+  const RtProgram *p = s->p;
+  int base = p->nin + p->nparams;
+  for (int d = 0; d < s->ndev; d++)
+    for (int j = 0; j < p->nout; j++) {
+      void **out = &s->slots[d][base + j];
+      bool alias = false;
+      for (int k = 0; k < p->ncarry && *out; k++) alias |= s->slots[d][p->carry[2 * k]] == *out;
+      if (p->nt >= 0 && *out) alias |= s->slots[d][p->nt] == *out;
+      if (*out && !alias) rt_free(rt_device(s->rt, d), *out);
+      *out = NULL;
+    }
+  for (int k = 0; k <= p->ncarry; k++) {
+    int slot = k < p->ncarry ? p->carry[2 * k] : p->nt;
+    if (slot < 0) continue;
+    const RtPlace *whole = &p->slots[slot].whole;
+    int64_t n = 1;
+    for (int i = 0; i < whole->rank; i++) n *= whole->global[i];
+    bool root = rt_process_rank(s->rt) == 0;
+    double *g = root ? assemble(from, slot) : host_calloc((size_t)(n > 0 ? n : 1), sizeof *g, "the one-device run's state");
+    char msg[256] = "out of host memory for the one-device run's state"; /* said by assemble or host_calloc */
+    if (!rt_processes_agree(s->rt, g != NULL, msg, sizeof msg)) {
+      free(g);
+      return RT_E_NOMEM;
+    }
+    rt_bcast_from_root(s->rt, g, sizeof *g * (size_t)n);
+    for (int d = 0; d < s->ndev; d++) {
+      void *buf = rt_device_local(s->rt, d) ? s->slots[d][slot] : NULL;
+      if (buf) rt_place_fill(placement(s, slot), d, buf, g, 0, 0, 0, 0);
+    }
+    free(g);
+  }
+  return RT_OK;
 }
 
 /* A time as shardc's reports print one: 3 significant digits in s, ms, us or ns. */
@@ -174,7 +214,7 @@ static void usage(FILE *f, const char *argv0, const RtProgram *p) {
   bool mpi = p->backend == RT_BACKEND_MPI;
   fprintf(f,
           "usage: %s%s [--steps N] [--seed N] [--timeout S] [--hbm BYTES] [--format text|json]\n"
-          "       [--no-reference]%s\n"
+          "       [--no-reference] [--allow-nonfinite]%s\n"
           "Runs %s (built by shardc build) sharded on %d %s (mesh %s) and on one device,\n"
           "compares their outputs and prints PASS or FAIL, as `shardc run` does.\n\n"
           "  --steps N           %s to run and compare, 1 to %d (default 1)\n"
@@ -184,6 +224,7 @@ static void usage(FILE *f, const char *argv0, const RtProgram *p) {
           "  --format text|json  the report's form (default text)\n"
           "  --no-reference      do not run the one-device program (nor compare)\n"
           "%s"
+          "  --allow-nonfinite   a NaN or an infinity is no FAIL where both runs hold it at the same place\n"
           "  --help              this text\n"
           "Each option also takes its value as --opt=VALUE.\n"
           "exit status: 0 PASS, 1 FAIL or an error, 2 a usage error\n",
@@ -197,6 +238,7 @@ typedef struct LaunchArgs {
   int steps;
   uint64_t seed;
   int json;
+  bool allow_nonfinite;
   int no_reference;
   int threads_per_rank; /* mpi */
   RtConfig cfg;
@@ -220,6 +262,10 @@ static int parse_args(int argc, char **argv, const RtProgram *p, LaunchArgs *a) 
     }
     if (!strcmp(argv[i], "--no-reference")) {
       a->no_reference = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--allow-nonfinite")) {
+      a->allow_nonfinite = true;
       continue;
     }
     static const char *const opts[] = {"--steps", "--seed", "--timeout", "--hbm", "--format", "--threads-per-rank"};
@@ -272,50 +318,78 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
   int status = 1;
   double *loss = host_calloc((size_t)steps, sizeof(double), "the sharded run's losses"),
          *loss_ref = host_calloc((size_t)steps, sizeof(double), "the one-device run's losses");
-  double max_abs = 0, max_rel = 0;
-  bool pass = true, root = true, has_ref = false;
+  double **got = host_calloc((size_t)p->nout + 1, sizeof *got, "the outputs' table"),
+         **want = host_calloc((size_t)p->nout + 1, sizeof *want, "the outputs' table"),
+         **before = host_calloc((size_t)p->nout + 1, sizeof *before, "the outputs' table");
+  RtCmpData *data = host_calloc((size_t)p->nout + 1, sizeof *data, "the outputs' table");
+  RtVerdict V;
+  rt_verdict_init(&V, args.allow_nonfinite);
+  if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
+  V.lr = p->lr;
+  /* routing: the sharded run follows the one-device run's decisions where they differ by rounding */
+  RtRouteLog *routes = rt_route_log_new();
+  bool root = true, has_ref = false;
   char msg[1024] = "";
-  if (!loss || !loss_ref) goto done;
+  if (!loss || !loss_ref || !got || !want || !before || !data) goto done;
+  if (!routes) {
+    fprintf(stderr, "error: out of host memory for the routing log\n");
+    goto done;
+  }
+  RtConfig cfg_ref = cfg, cfg_shd = cfg;
+  cfg_ref.route_log = cfg_shd.route_log = routes;
+  cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
   /* The sharded side first: under MPI its rt_open checks the job's size before any work. Every
    * rank runs it; rank 0 alone runs the one-device program, compares and prints. */
-  RtConfig cfg_shd = cfg;
   if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = args.threads_per_rank;
   if (side_open(&shd, p, true, &cfg_shd) != RT_OK) goto done;
   root = rt_process_rank(shd.rt) == 0, has_ref = root && !no_reference;
-  bool ok = !has_ref || side_open(&ref, p, false, &cfg) == RT_OK;
+  bool ok = !has_ref || side_open(&ref, p, false, &cfg_ref) == RT_OK;
   if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
+  /* lockstep, as `shardc run`: each step of both runs starts from the one-device run's state (under
+   * MPI rank 0's, handed to every rank); a train step compares every output after every step, a
+   * forward its last run's */
   for (int s = 0; s < steps; s++) {
-    ok = !has_ref || side_step(&ref) == RT_OK;
-    if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg) || side_step(&shd) != RT_OK) goto done;
     ok = true;
-    for (int j = 0; j < p->nout; j++) {
-      if ((s < steps - 1) && !(p->step && j == 0)) continue;
-      const RtPlace *pl = &p->slots[p->nin + p->nparams + j].whole;
-      double *a = assemble(&shd, j), *r = has_ref ? assemble(&ref, j) : NULL, scale = 0, worst = 0;
-      if (root && (!a || (has_ref && !r))) ok = false; /* out of host memory: said by assemble */
-      if (a && p->step && j == 0) loss[s] = a[0], loss_ref[s] = r ? r[0] : NAN;
-      if (!a || !r) { /* not rank 0, or nothing to compare with */
-        free(a), free(r);
-        continue;
-      }
-      int64_t n = 1;
-      for (int i = 0; i < pl->rank; i++) n *= pl->global[i];
-      for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(r[e]));
-      for (int64_t e = 0; e < n; e++) {
-        double d = fabs(a[e] - r[e]);
-        if (isnan(a[e]) != isnan(r[e])) d = INFINITY;
-        else if (isnan(a[e])) d = 0;
-        worst = fmax(worst, d);
-        if (d > p->atol + p->rtol * fabs(r[e])) pass = false;
-      }
-      max_abs = fmax(max_abs, worst);
-      max_rel = fmax(max_rel, scale > 0 ? worst / scale : worst);
-      free(a), free(r);
-    }
+    for (int j = 0; has_ref && p->step && j < p->nout; j++)
+      if (p->cmp[j].before >= 0 && !(before[j] = assemble(&ref, p->cmp[j].before))) ok = false;
+    rt_route_log_clear(routes);
+    ok = ok && (!has_ref || side_step(&ref) == RT_OK);
     if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
+    if (!no_reference && !rt_route_log_share(shd.rt, routes)) goto done;
+    if (side_step(&shd) != RT_OK) goto done;
+    if (p->step || s == steps - 1) {
+      ok = true;
+      for (int j = 0; j < p->nout; j++) { /* every rank takes part; rank 0 gets the whole values */
+        got[j] = assemble(&shd, p->nin + p->nparams + j);
+        want[j] = has_ref ? assemble(&ref, p->nin + p->nparams + j) : NULL;
+        if (root && (!got[j] || (has_ref && !want[j]))) ok = false; /* out of host memory: said by assemble */
+      }
+      if (!rt_processes_agree(shd.rt, ok, msg, sizeof msg)) goto done;
+      const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests, as `shardc run`: output 0's first element */
+      if (root && perturb && *perturb && s == steps - 1) got[0][0] += atof(perturb);
+      V.t = s + 1;
+      for (int j = 0; has_ref && j < p->nout; j++) {
+        const RtPlace *whole = &p->slots[p->nin + p->nparams + j].whole;
+        const RtCmpDesc *c = &p->cmp[j];
+        int64_t n = 1;
+        for (int i = 0; i < whole->rank; i++) n *= whole->global[i];
+        data[j] = (RtCmpData){.n = n, .shd = got[j], .ref = want[j], .before = before[j], .m = c->m >= 0 ? got[c->m] : NULL,
+                              .v = c->v >= 0 ? got[c->v] : NULL};
+      }
+      if (has_ref) rt_verdict_step(&V, p->cmp, data, p->nout);
+      if (root && p->step) loss[s] = got[0][0], loss_ref[s] = want[0] ? want[0][0] : NAN;
+      for (int j = 0; j < p->nout; j++) {
+        free(got[j]), free(want[j]), free(before[j]);
+        got[j] = want[j] = before[j] = NULL;
+      }
+    }
     if (p->step && s < steps - 1) {
-      if (has_ref) side_carry(&ref);
-      side_carry(&shd);
+      if (no_reference) {
+        side_carry(&shd);
+      } else {
+        if (has_ref) side_carry(&ref);
+        if (side_restate(&shd, &ref) != RT_OK) goto done;
+      }
     }
   }
   size_t peak = 0;
@@ -334,7 +408,8 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     /* rank 0 reports; rt_mpi_main gives every rank its status */
   } else if (json) {
     printf("{\"devices\": %d, \"steps\": %d, \"pass\": %s, \"max_abs_err\": %.17g, \"max_rel_err\": %.17g, \"loss\": [", shd.ndev, steps,
-           no_reference ? "null" : pass ? "true" : "false", max_abs, max_rel);
+           no_reference ? "null" : V.pass ? "true" : "false", isfinite(V.worst_abs) ? V.worst_abs : 1e308,
+           isfinite(V.worst_rel) ? V.worst_rel : 1e308);
     for (int s = 0; p->step && s < steps; s++) printf("%s%.9g", s ? ", " : "", loss[s]);
     printf("], \"step_time_s\": %.9g, \"compile_s\": 0, \"peak_bytes_per_device\": %zu, \"reference_step_time_s\": %.9g",
            shd.seconds / steps, peak, ref.seconds / steps);
@@ -377,9 +452,14 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     if (no_reference) {
       printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", p->name, where, p->mesh);
     } else {
-      printf("%s: %s on %s (mesh %s) vs one device\n", pass ? "PASS" : "FAIL", p->name, where, p->mesh);
-      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", max_abs,
-             max_rel, p->atol, p->rtol);
+      printf("%s: %s on %s (mesh %s) vs one device\n", V.pass ? "PASS" : "FAIL", p->name, where, p->mesh);
+      rt_verdict_print(&V, stdout);
+      int64_t routed, followed;
+      rt_route_log_counts(routes, &routed, &followed);
+      if (followed)
+        printf("  routing        %lld of %lld top-k decisions (tokens x routing calls)%s differed by rounding alone (near-equal "
+               "logits); the sharded run followed the one-device run's there\n", (long long)followed, (long long)routed,
+               mpi && ranks > 1 ? " on rank 0's devices" : "");
     }
     for (int s = 0; p->step && s < steps; s++)
       if (no_reference) printf("  loss step %-4d %.6g\n", s + 1, loss[s]);
@@ -401,10 +481,13 @@ int rt_launch_main(int argc, char **argv, const RtProgram *prog) {
     }
     printf("\n");
   }
-  status = pass ? 0 : 1;
+  status = root && !V.pass ? 1 : 0; /* under MPI rank 0's verdict is everyone's (rt_mpi_main) */
 done:
+  for (int j = 0; got && want && before && j < p->nout; j++) free(got[j]), free(want[j]), free(before[j]);
+  free(got), free(want), free(before), free(data);
   side_close(&ref);
   side_close(&shd);
+  rt_route_log_free(routes);
   free(loss), free(loss_ref);
   return status;
 }

@@ -1564,6 +1564,15 @@ static int processes_agree(Runtime *rt, int ok, char *msg, size_t n) {
   return 0;
 }
 
+static void bcast_from_root(Runtime *rt, void *buf, size_t bytes) {
+  Mpi *M = state(rt);
+  for (size_t at = 0; at < bytes;) {
+    int k = bytes - at > (1u << 30) ? 1 << 30 : (int)(bytes - at);
+    MPI_Bcast((char *)buf + at, k, MPI_BYTE, 0, M->ctl);
+    at += (size_t)k;
+  }
+}
+
 const RtBackend rt_mpi_backend = {
     .name = "mpi",
     .open = open_mpi,
@@ -1582,4 +1591,5 @@ const RtBackend rt_mpi_backend = {
     .wait_request = wait_request,
     .fetch_to_root = fetch_to_root,
     .processes_agree = processes_agree,
+    .bcast_from_root = bcast_from_root,
 };

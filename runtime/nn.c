@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_internal.h"
 #include "shardrt.h"
 
 #define NN_EPS 1e-5 /* rmsnorm and layernorm (the interpreter's NORM_EPS) */
@@ -223,15 +224,21 @@ void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *d
 }
 
 int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int64_t C, int64_t le, int64_t lt, int64_t re,
-                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems) {
+                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems, const int64_t *order) {
   memset(out, 0, sizeof(float) * (size_t)out_elems);
   int64_t *choice = malloc(sizeof(int64_t) * (size_t)(T * k > 0 ? T * k : 1)), *fill = calloc((size_t)(E > 0 ? E : 1), sizeof(int64_t));
-  if (!choice || !fill) {
-    free(choice), free(fill);
+  double *row = malloc(sizeof(double) * (size_t)(T * E > 0 ? T * E : 1)); /* the group's logits, for route_log.c */
+  if (!choice || !fill || !row) {
+    free(choice), free(fill), free(row);
     return rt_fail(dev, "route: out of host memory");
   }
   Walk w;
   ROWS(r, w) {
+    for (int64_t j = 0; j < T; j++)
+      for (int64_t x = 0; x < E; x++) {
+        double v = ld(logits, r->dtype[0], w.off[0] + j * lt + x * le);
+        row[j * E + x] = isnan(v) ? -INFINITY : v;
+      }
     for (int64_t j = 0; j < T; j++)
       for (int q = 0; q < k; q++) {
         int64_t best = -1;
@@ -239,20 +246,21 @@ int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int
         for (int64_t x = 0; x < E; x++) {
           bool taken = false;
           for (int p = 0; p < q; p++) taken |= choice[j * k + p] == x;
-          double v = ld(logits, r->dtype[0], w.off[0] + j * lt + x * le);
-          if (isnan(v)) v = -INFINITY;
+          double v = row[j * E + x];
           if (!taken && (best < 0 || v > bv)) best = x, bv = v;
         }
         choice[j * k + q] = best;
       }
+    rtroute_settle(dev, E, T, k, row, choice); /* recorded, or the one-device run's followed */
     memset(fill, 0, sizeof(int64_t) * (size_t)E);
     for (int q = 0; q < k; q++)
-      for (int64_t j = 0; j < T; j++) {
+      for (int64_t i = 0; i < T; i++) {
+        int64_t j = order ? order[i] : i;
         int64_t x = choice[j * k + q];
         if (x >= 0 && fill[x] < C) out[w.off[1] + j * rtk + x * re + fill[x]++ * rc] = 1;
       }
   }
-  free(choice), free(fill);
+  free(choice), free(fill), free(row);
   return RT_OK;
 }
 

@@ -110,6 +110,9 @@ struct Runtime {
   RtEntry entry;
   void *entry_arg;
 
+  struct RtRouteLog *route_log; /* RtConfig's; route_log.c */
+  int route_mode;
+
   _Atomic int stopped;     /* a device failed: every wait ends */
   pthread_mutex_t err_lock;
   int err_code;            /* the first failure's status */
@@ -270,5 +273,9 @@ void rtk_row_major_strides(const int64_t *shape, int nd, int64_t *stride);
 /* Element i of a buffer of dtype dt as a double, and back (rounded to nearest even; i32 truncated). */
 double rtk_get(const void *buf, RtDtype dt, int64_t i);
 void rtk_put(void *buf, RtDtype dt, int64_t i, double v);
+
+/* route_log.c: rt_nn_route's choices for one group of T tokens over E experts (k each, choice[j k
+ * + q] the q-th of token j; logits[j E + x]), recorded or followed as the device's runtime says. */
+void rtroute_settle(RtDevice *dev, int64_t E, int64_t T, int k, const double *logits, int64_t *choice);
 
 #endif

@@ -159,6 +159,8 @@ int rt_open(const RtConfig *cfg, Runtime **out) {
   rt->fail_alloc_nth = cfg->fail_alloc_nth;
   rt->fail_alloc_device = cfg->fail_alloc_device;
   rt->pack_members = cfg->pack_members != 0;
+  rt->route_log = cfg->route_log;
+  rt->route_mode = cfg->route_log ? cfg->route_mode : RT_ROUTE_OWN;
   rt->backend = cfg->backend == RT_BACKEND_MPI ? rtrun_mpi_backend : &rt_threads_backend;
   rt->threads_per_rank = cfg->backend == RT_BACKEND_MPI && cfg->threads_per_rank ? cfg->threads_per_rank : 1;
   rt->local_lo = 0, rt->local_hi = rt->ndev; /* the MPI backend's open narrows it */
@@ -424,6 +426,10 @@ const void *rt_fetch_to_root(Runtime *rt, int device, const void *buf, size_t by
   if (!rt || !rt->backend || device < 0 || device >= rt->ndev) return NULL;
   if (!rt->backend->fetch_to_root) return buf;
   return rt->backend->fetch_to_root(rt, device, buf, bytes, scratch);
+}
+
+void rt_bcast_from_root(Runtime *rt, void *buf, size_t bytes) {
+  if (rt && rt->backend && rt->backend->bcast_from_root && bytes) rt->backend->bcast_from_root(rt, buf, bytes);
 }
 
 int rt_processes_agree(Runtime *rt, int ok, char *msg, size_t n) {

@@ -100,8 +100,35 @@ typedef struct RtConfig {
   int pack_members;                     /* tests: rt_collective packs a bucket's members into one buffer
                                            even where the backend moves them in place */
   RtBackendKind backend;                /* how devices exchange data */
+  struct RtRouteLog *route_log;         /* rt_nn_route's decisions shared with another run, or NULL */
+  int route_mode;                       /* RtRouteMode: what this run does with route_log */
   int threads_per_rank;                 /* mpi: device threads in each rank (0: 1); ranks = devices / it */
 } RtConfig;
+
+/* ---- routing decisions shared between two runs (route_log.c) ----
+ * Top-k routing is discontinuous: where two of a token's logits are nearly equal, rounding alone
+ * (a gate's partial sums rounded under tensor parallelism) can flip its choice between the sharded
+ * and the one-device run. To compare the two with the same routing, the one-device run records
+ * (RT_ROUTE_RECORD) every group's logits and choices; the sharded run (RT_ROUTE_FOLLOW) finds the
+ * recorded group its own logits match (the nearest, within 1/16 of their largest magnitude) and,
+ * for a token whose choices differ, takes the recorded ones where they are within rounding of its
+ * own: each recorded choice's logit at least its own choice's minus twice the largest difference
+ * between the two runs' logits for that token. Any other difference stands (and shows in the
+ * comparison). Decisions are counted: rt_route_log_followed. */
+typedef enum { RT_ROUTE_OWN, RT_ROUTE_RECORD, RT_ROUTE_FOLLOW } RtRouteMode;
+typedef struct RtRouteLog RtRouteLog;
+RtRouteLog *rt_route_log_new(void);   /* NULL: out of memory */
+void rt_route_log_clear(RtRouteLog *log); /* forget the recorded decisions (before a step) */
+void rt_route_log_free(RtRouteLog *log);
+/* Tokens a following run routed, and those whose choices it took from the log. */
+void rt_route_log_counts(const RtRouteLog *log, int64_t *tokens, int64_t *followed);
+/* Under MPI (rank 0 alone runs the one-device program, which records): rank 0's recorded decisions
+ * copied to every other rank's log, so that the sharded run's devices follow them in every process.
+ * Each process calls it after the recording run's step and before the following run's. Returns 0
+ * (on every process) when a process ran out of host memory: then no rank follows any decision.
+ * Under threads: nothing to do (1). The counts of rt_route_log_counts are then those of rank 0's
+ * devices. */
+int rt_route_log_share(Runtime *rt, RtRouteLog *log);
 
 /* Creates the runtime for a mesh. As with sqlite3_open, *out is set even on failure (except out
  * of memory, where it is NULL): read rt_errmsg, then rt_close it. A mesh with more devices than
@@ -149,6 +176,10 @@ const void *rt_fetch_to_root(Runtime *rt, int device, const void *buf, size_t by
  * with its ok (nonzero) and its error message; 1 if all are ok, else 0 and, on every process, msg
  * holds the message of the lowest rank that failed. Under threads: ok. */
 int rt_processes_agree(Runtime *rt, int ok, char *msg, size_t n);
+/* Process 0's `bytes` at buf copied to buf on every process (each calls it, in the same order,
+ * between runs, with the same bytes): the one-device run's state (rank 0's alone) handed to the
+ * sharded run's ranks in lockstep. Under threads: nothing to do. */
+void rt_bcast_from_root(Runtime *rt, void *buf, size_t bytes);
 
 /* ---- inside a device function ---- */
 
@@ -571,9 +602,11 @@ void rt_nn_max_grad(const RtRows *r, const void *x, const void *y, const void *d
  * its k largest of E logits (ties to the lower index; NaN lowest); expert slots fill with every
  * first choice in token order, then every second, ...; a choice finding its expert's C slots full
  * is dropped. out (f32, out_elems elements, zeroed here) gets 1 at [token, expert, slot]. Strides:
- * the logits' along experts and tokens (le, lt), out's along experts, tokens and slots. */
+ * the logits' along experts and tokens (le, lt), out's along experts, tokens and slots. Token order
+ * is logical: order (or NULL: storage order is logical) gives the storage position of the i-th
+ * token, for a sequence stored in a causal ring's zigzag order. */
 int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int64_t C, int64_t le, int64_t lt, int64_t re,
-                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems);
+                int64_t rtk, int64_t rc, const void *logits, float *out, int64_t out_elems, const int64_t *order);
 
 /* Fused attention over an index space: `nb` batch dims, the query dim (nq), the key dim (nk), the
  * head dim contracted in q.k (nh) and the value dim (nv). Tensors q, k, v, o, do; their strides
@@ -639,7 +672,8 @@ typedef struct RtProgram {
   int nt;                           /* adam's step count input, or -1 */
   int ncarry;                       /* carried slots after a step: carry[2i] (an input or param slot) */
   const int *carry;                 /* takes output carry[2i + 1] */
-  double atol, rtol;                /* the comparison's tolerance (docs/run.md) */
+  const struct RtCmpDesc *cmp;      /* per output: how it is compared (verdict.h, docs/run.md) */
+  double lr;                        /* a train step's learning rate (adam's updates are checked) */
   uint64_t seed;                    /* the inputs' and params' seed (fixed when built) */
   const char *target;               /* the mesh's target, whose model the simulated clock keeps */
   double sim_compute_s, sim_comm_s, sim_step_s; /* `shardc sim`'s figures for the program (-1: none) */

@@ -4,6 +4,7 @@
  * constant (RtRows, RtAttn, filled as the C structs and made constants by runtime/rt_api.def's
  * layout, lower_rt.c); the buffers and the device's offsets are the call's arguments. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -184,10 +185,28 @@ bool lower_nn_route(Lower *L, const Op *op, LowerNewBuffer new_buffer) {
   int64_t n = 1;
   for (int i = 0; i < res->type.rank; i++) n *= ext_of(L, res, i);
   new_buffer(L, res);
-  LLVMValueRef av[14] = {L->dev, rows_const(L, &desc), i32c(L, op->index), i64c(L, E->size), i64c(L, T->size),
+  /* slots fill in the tokens' logical order: under a causal ring the per-device program stores the
+   * sequence in zigzag order (the device program's storage order of T), so the kernel gets each
+   * logical token's storage position (issue 18: Mixtral's routing with seq sharded dropped other
+   * tokens than on one device) */
+  LLVMValueRef order = LLVMConstNull(L->ptr);
+  RtOrder ord = L->mesh ? dev_dim_order(L->m->dev, T, -1) : (RtOrder){RT_ORDER_NATURAL, 0, 0, 0};
+  bool permuted = false;
+  for (int64_t p = 0; L->mesh && p < T->size && !permuted; p++) permuted = rt_order_logical(&ord, p) != p;
+  if (permuted) { /* a constant array of T entries */
+    LLVMValueRef *e = malloc(sizeof *e * (size_t)T->size);
+    if (!e) return nn_fail(L, op, "out of memory");
+    for (int64_t p = 0; p < T->size; p++) e[rt_order_logical(&ord, p)] = i64c(L, p);
+    order = LLVMAddGlobal(L->M, LLVMArrayType2(L->i64, (uint64_t)T->size), "route_order");
+    LLVMSetInitializer(order, LLVMConstArray2(L->i64, e, (uint64_t)T->size));
+    LLVMSetGlobalConstant(order, 1);
+    LLVMSetLinkage(order, LLVMPrivateLinkage);
+    free(e);
+  }
+  LLVMValueRef av[15] = {L->dev, rows_const(L, &desc), i32c(L, op->index), i64c(L, E->size), i64c(L, T->size),
                          i64c(L, C->size), i64c(L, stride_of(L, l, E)), i64c(L, stride_of(L, l, T)), i64c(L, stride_of(L, res, E)),
-                         i64c(L, stride_of(L, res, T)), i64c(L, stride_of(L, res, C)), buf(L, l), buf(L, res), i64c(L, n)};
-  lower_check_rc(L, lower_rt(L, RTFN_rt_nn_route, av, 14));
+                         i64c(L, stride_of(L, res, T)), i64c(L, stride_of(L, res, C)), buf(L, l), buf(L, res), i64c(L, n), order};
+  lower_check_rc(L, lower_rt(L, RTFN_rt_nn_route, av, 15));
   return true;
 }
 

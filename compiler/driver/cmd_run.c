@@ -28,35 +28,10 @@
 #include "outfile.h"
 #include "run_host.h"
 #include "run_mpi.h"
+#include "run_verdict.h"
 #include "sim.h"
 #include "stages.h"
 #include "step.h"
-
-/* Tolerances by dtype: |sharded - one device| <= atol + rtol |one device|, elementwise, by the
- * output's dtype, or by the narrowest float dtype the program stores a value at when that is
- * narrower (narrowest below). */
-static void tolerance(DType dt, double *atol, double *rtol) {
-  switch (dt) {
-  case DT_BF16: *atol = 2e-2, *rtol = 2e-2; break;
-  case DT_F16: *atol = 2e-3, *rtol = 4e-3; break;
-  case DT_I32: case DT_I8: *atol = 0, *rtol = 0; break;
-  default: *atol = 1e-4, *rtol = 1e-3; break;
-  }
-}
-
-/* The narrowest float dtype any value of f (and its loops' bodies) is stored at: a sum split over
- * devices rounds its partial sums there, so an f32 output computed from bf16 values can differ by
- * bf16's rounding between the sharded and the one-device run. */
-static DType narrowest(const IrFunc *f, DType worst) {
-  for (const Op *op = f->first; op; op = op->next) {
-    for (int k = 0; k < op->nresults; k++) {
-      DType d = op->results[k]->type.dtype;
-      if (d == DT_BF16 || (d == DT_F16 && worst != DT_BF16)) worst = d;
-    }
-    if (op->body) worst = narrowest(op->body, worst);
-  }
-  return worst;
-}
 
 /* Host bytes a run needs, roughly: every value of main at its global size for the one-device run
  * (an overestimate: buffers are freed after their last use), and the params. */
@@ -224,31 +199,6 @@ static bool save_all(const Options *o, const IrModule *m, RunSide *shd, const do
   return ok;
 }
 
-typedef struct Diff {
-  double max_abs, max_rel, worst_excess; /* worst_excess: largest |d| - tol (> 0: FAIL) */
-  double atol, rtol;                     /* of the worst output */
-  bool pass;
-} Diff;
-
-static void diff_into(Diff *D, const double *a, const double *ref, int64_t n, DType dt, DType program) {
-  double atol, rtol, scale = 0, worst = 0;
-  tolerance(dt, &atol, &rtol);
-  if (!dtype_is_int(dt) && program != DT_F32) tolerance(program, &atol, &rtol);
-  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs(a[i] - ref[i]);
-    if (isnan(a[i]) != isnan(ref[i]) || (!isnan(a[i]) && isinf(a[i]) && a[i] != ref[i])) d = INFINITY;
-    else if (isnan(a[i]) || (isinf(ref[i]) && a[i] == ref[i])) d = 0;
-    worst = fmax(worst, d);
-    double excess = d - (atol + rtol * fabs(ref[i]));
-    if (excess > 0) D->pass = false;
-    if (excess > D->worst_excess || D->atol == 0) D->worst_excess = fmax(D->worst_excess, excess);
-  }
-  if (worst >= D->max_abs) D->atol = atol, D->rtol = rtol;
-  D->max_abs = fmax(D->max_abs, worst);
-  D->max_rel = fmax(D->max_rel, scale > 0 ? worst / scale : worst);
-}
-
 static const char *fmt_bytes(char *buf, size_t n, double b) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
@@ -258,7 +208,7 @@ static const char *fmt_bytes(char *buf, size_t n, double b) {
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program, const SimReport *sim);
+                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim);
 
 /* build: `shardc build FILE -o EXE` stops after lowering and writes the executable instead. */
 static int run(const Options *o, Arena *arena, bool build) {
@@ -304,6 +254,8 @@ static int run(const Options *o, Arena *arena, bool build) {
                fmt_bytes(b1, sizeof b1, need), fmt_bytes(b2, sizeof b2, have));
     return EXIT_PROGRAM_ERROR;
   }
+  /* how each output is compared (runtime/verdict.h), from the module before partitioning */
+  const RtCmpDesc *cmp = run_verdict_descs(arena, m);
   double t0 = rt_seconds();
   Lowered *lw = lower_new();
   /* the one-device program: the module before partitioning (every value whole); under MPI rank 0
@@ -377,7 +329,7 @@ static int run(const Options *o, Arena *arena, bool build) {
   if (cached && warn[0]) fprintf(stderr, "shardc: warning: %s\n", warn);
   if (ok && build) {
     if (o->load || o->save) diag_error((SrcLoc){0}, "build: --load and --save are options of `run` (a built executable generates its inputs)");
-    else ok = build_executable(o, lw, m, mesh, gin, gpar, narrowest(m->main, DT_F32), simulated ? &sim : NULL);
+    else ok = build_executable(o, lw, m, mesh, gin, gpar, cmp, simulated ? &sim : NULL);
     sim_report_free(&sim);
     lower_free(lw);
     interp_free_tensors(inputs, nin);
@@ -418,16 +370,29 @@ static int run(const Options *o, Arena *arena, bool build) {
   if (mpi) cfg_shd.backend = RT_BACKEND_MPI, cfg_shd.threads_per_rank = o->threads_per_rank;
   int steps = o->steps > 0 ? o->steps : 1; /* a forward runs `steps` times on the same inputs */
   double *loss_ref = calloc((size_t)steps, sizeof(double)), *loss_shd = calloc((size_t)steps, sizeof(double));
-  Diff D = {.pass = true};
-  DType program = narrowest(m->main, DT_F32);
+  RtVerdict V;
+  rt_verdict_init(&V, o->allow_nonfinite);
+  if (getenv("SHARDC_VERDICT_TRACE")) V.trace = stderr; /* every tensor's comparison, one line each */
+  V.lr = si ? si->step->lr : 0;
+  int nout = m->main->noutputs;
+  Tensor **got = calloc((size_t)nout + 1, sizeof *got), **want = calloc((size_t)nout + 1, sizeof *want);
+  Tensor **before = calloc((size_t)nout + 1, sizeof *before);
+  RtCmpData *data = calloc((size_t)nout + 1, sizeof *data);
   rc = EXIT_PROGRAM_ERROR;
+  /* routing decisions: the sharded run follows the one-device run's where they differ by rounding
+   * alone (shardrt.h, RtRouteLog; under MPI rank 0's decisions are handed to every rank) */
+  RtRouteLog *routes = rt_route_log_new();
+  RtConfig cfg_ref = cfg;
+  cfg_ref.route_log = cfg_shd.route_log = routes;
+  cfg_ref.route_mode = RT_ROUTE_RECORD, cfg_shd.route_mode = RT_ROUTE_FOLLOW;
+  if (getenv("SHARDC_ROUTE_OWN")) cfg_shd.route_mode = RT_ROUTE_OWN; /* tests: each run routes by its own logits */
   /* Under MPI every rank runs the sharded program (its own devices) and rank 0 alone the one-device
    * program, so each step's outcome is agreed on (run_mpi_agree) before the ranks go on together. */
   bool has_ref = reference && root;
   RunSide *ref = NULL, *shd = NULL;
   snprintf(err, sizeof err, "out of host memory for the losses of %d steps", steps);
-  bool ok_ref = loss_ref && loss_shd &&
-                (!has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg, err, sizeof err)) &&
+  bool ok_ref = loss_ref && loss_shd && got && want && before && data && routes &&
+                (!has_ref || ((ref = run_side_open(m, NULL, (RtEntry)fns[0], &cfg_ref, err, sizeof err)) &&
                               run_side_fill(ref, inputs, params, gin, gpar, o->seed, err, sizeof err)));
   if (!ok_ref) diag_error((SrcLoc){0}, "run: %s", err);
   if (!run_mpi_agree(ok_ref)) goto done;
@@ -437,30 +402,69 @@ static int run(const Options *o, Arena *arena, bool build) {
     goto done;
   }
   const char *perturb = getenv("SHARDC_RUN_PERTURB"); /* tests: one device's result is made wrong */
+  /* Lockstep: every step of both runs starts from the same state (the one-device run's), so each
+   * step is compared from the same point and rounding differences do not compound (docs/run.md,
+   * "How run decides PASS"). A train step compares every output after every step; a forward, which
+   * runs `steps` times on the same inputs, its last output. */
   for (int s = 0; s < steps; s++) {
-    bool ok_step = !has_ref || run_side_step(ref, err, sizeof err);
-    if (!ok_step) diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
+    bool ok_step = true;
+    for (int j = 0; has_ref && si && j < nout && ok_step; j++) /* the state before the step, for the updates' comparison */
+      if (cmp[j].before >= 0 && !(before[j] = run_side_input(ref, cmp[j].before))) {
+        diag_error((SrcLoc){0}, "run: out of host memory");
+        ok_step = false;
+      }
+    rt_route_log_clear(routes);
+    if (ok_step && has_ref && !run_side_step(ref, err, sizeof err)) {
+      diag_error((SrcLoc){0}, "run: the one-device program failed: %s", err);
+      ok_step = false;
+    }
     if (!run_mpi_agree(ok_step)) goto done;
+    if (reference && !run_side_share_routes(shd, routes)) {
+      if (root) diag_error((SrcLoc){0}, "run: out of host memory for the routing decisions");
+      goto done;
+    }
     if (!run_side_step(shd, err, sizeof err)) {
       diag_error((SrcLoc){0}, "run: the sharded program failed: %s", err);
       goto done;
     }
-    if (perturb && *perturb && s == steps - 1) run_side_perturb(shd, 0, atof(perturb));
-    bool ok_out = true;
-    for (int j = 0; j < m->main->noutputs; j++) {
-      if (j > 0 && s < steps - 1) break; /* params and state: compared after the last step */
-      if (j == 0 && s < steps - 1 && !m->step) break;
-      const Value *v = m->main->outputs[j];
-      Tensor *a = run_side_output(shd, j), *r = has_ref ? run_side_output(ref, j) : NULL; /* a: rank 0's alone */
-      if (root && (!a || (has_ref && !r))) ok_out = false;
-      if (a && m->step && j == 0) loss_shd[s] = a->data[0], loss_ref[s] = r ? r->data[0] : NAN;
-      if (a && r) diff_into(&D, a->data, r->data, a->n, m->step && j == 0 ? DT_F32 : v->type.dtype, program);
-      tensor_free(a), tensor_free(r);
+    if (perturb && *perturb && s == steps - 1) { /* D, or D@NAME: output NAME's (run_verdict.h's names) */
+      const char *at = strchr(perturb, '@');
+      int j = 0;
+      while (at && j < nout && strcmp(cmp[j].name, at + 1)) j++;
+      if (j < nout) run_side_perturb(shd, j, atof(perturb));
     }
-    if (!run_mpi_agree(ok_out)) goto done;
-    if (m->step && s < steps - 1) {
-      if (ref) run_side_carry(ref);
-      run_side_carry(shd);
+    if (si || s == steps - 1) {
+      bool ok_out = true;
+      for (int j = 0; j < nout; j++) { /* every rank takes part; rank 0 gets the whole values */
+        got[j] = run_side_output(shd, j);
+        want[j] = has_ref ? run_side_output(ref, j) : NULL;
+        if (root && (!got[j] || (has_ref && !want[j]))) ok_out = false;
+      }
+      if (!ok_out) diag_error((SrcLoc){0}, "run: out of host memory");
+      if (!run_mpi_agree(ok_out)) goto done;
+      V.t = s + 1;
+      for (int j = 0; has_ref && j < nout; j++) {
+        const RtCmpDesc *d = &cmp[j];
+        data[j] = (RtCmpData){.n = got[j]->n, .shd = got[j]->data, .ref = want[j]->data, .before = before[j] ? before[j]->data : NULL,
+                              .m = d->m >= 0 ? got[d->m]->data : NULL, .v = d->v >= 0 ? got[d->v]->data : NULL};
+      }
+      if (has_ref) rt_verdict_step(&V, cmp, data, nout);
+      if (root && si) loss_shd[s] = got[0]->data[0], loss_ref[s] = want[0] ? want[0]->data[0] : NAN;
+      for (int j = 0; j < nout; j++) {
+        tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
+        got[j] = want[j] = before[j] = NULL;
+      }
+    }
+    if (si && s < steps - 1) {
+      if (!reference) {
+        run_side_carry(shd);
+        continue;
+      }
+      if (has_ref) run_side_carry(ref);
+      if (!run_side_restate(shd, ref, err, sizeof err)) {
+        if (root) diag_error((SrcLoc){0}, "run: %s", err);
+        goto done;
+      }
     }
   }
   size_t peak = run_side_peak(shd);
@@ -468,6 +472,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   run_side_clock(shd, &clock_compute, &clock_comm);
 
   int ndev = run_side_devices(shd), ranks = run_side_processes(shd);
+  int64_t routed, followed;
+  rt_route_log_counts(routes, &routed, &followed);
   double step_s = run_side_seconds(shd) / steps, ref_s = ref ? run_side_seconds(ref) / steps : 0;
   if (!root) {
     rc = EXIT_OK; /* rank 0's verdict is everyone's (run_mpi_rank_end) */
@@ -475,18 +481,24 @@ static int run(const Options *o, Arena *arena, bool build) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "devices", ndev);
     cJSON_AddNumberToObject(j, "steps", steps);
-    if (reference) cJSON_AddBoolToObject(j, "pass", D.pass);
+    if (reference) cJSON_AddBoolToObject(j, "pass", V.pass);
     else cJSON_AddNullToObject(j, "pass"); /* --no-reference: nothing was compared */
-    cJSON_AddNumberToObject(j, "max_abs_err", D.max_abs);
-    cJSON_AddNumberToObject(j, "max_rel_err", D.max_rel);
+    cJSON_AddNumberToObject(j, "max_abs_err", V.worst_abs);
+    cJSON_AddNumberToObject(j, "max_rel_err", V.worst_rel);
     cJSON *l = cJSON_AddArrayToObject(j, "loss");
     for (int s = 0; m->step && s < steps; s++) cJSON_AddItemToArray(l, cJSON_CreateNumber(loss_shd[s]));
     cJSON_AddNumberToObject(j, "step_time_s", step_s);
     cJSON_AddNumberToObject(j, "compile_s", compile_s);
     cJSON_AddNumberToObject(j, "peak_bytes_per_device", (double)peak);
     cJSON_AddNumberToObject(j, "reference_step_time_s", ref_s);
-    cJSON_AddNumberToObject(j, "atol", D.atol);
-    cJSON_AddNumberToObject(j, "rtol", D.rtol);
+    cJSON_AddStringToObject(j, "worst_tensor", V.worst);
+    cJSON_AddNumberToObject(j, "tolerance_rel", V.worst_tol_rel);
+    if (routed) {
+      cJSON_AddNumberToObject(j, "routed_tokens", (double)routed);
+      cJSON_AddNumberToObject(j, "routing_followed", (double)followed);
+    }
+    if (V.pass) cJSON_AddNullToObject(j, "failure");
+    else cJSON_AddStringToObject(j, "failure", V.why);
     /* what ran: the collectives (language.md's explain entries: kind, axes, bytes per device, count) */
     RunExecuted *ex = NULL;
     int exdev[64], nexdev = 0, nex = run_side_executed(shd, &ex, exdev, &nexdev);
@@ -536,9 +548,12 @@ static int run(const Options *o, Arena *arena, bool build) {
     if (mpi) snprintf(where, sizeof where, "%d device%s in %d MPI rank%s", ndev, ndev == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
     else snprintf(where, sizeof where, "%d device thread%s", ndev, ndev == 1 ? "" : "s");
     if (reference) {
-      printf("%s: %s on %s (mesh %s) vs one device\n", D.pass ? "PASS" : "FAIL", o->input, where, mesh->name);
-      printf("  worst error    %.3g abs, %.3g relative to the reference's largest value (tolerance %.0e + %.0e |ref|)\n", D.max_abs,
-             D.max_rel, D.atol, D.rtol);
+      printf("%s: %s on %s (mesh %s) vs one device\n", V.pass ? "PASS" : "FAIL", o->input, where, mesh->name);
+      rt_verdict_print(&V, stdout);
+      if (followed)
+        printf("  routing        %lld of %lld top-k decisions (tokens x routing calls)%s differed by rounding alone (near-equal "
+               "logits); the sharded run followed the one-device run's there\n", (long long)followed, (long long)routed,
+               mpi && ranks > 1 ? " on rank 0's devices" : "");
     } else {
       printf("RAN: %s on %s (mesh %s); not compared (--no-reference)\n", o->input, where, mesh->name);
     }
@@ -559,13 +574,16 @@ static int run(const Options *o, Arena *arena, bool build) {
              report_seconds(arena, sim.comm_s), report_seconds(arena, sim.step_s));
     printf("\n");
   }
-  if (root) rc = D.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
+  if (root) rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
   fflush(stdout); /* the verdict is out before a save that may fail */
   if (o->save && !run_mpi_agree(save_all(o, m, shd, loss_shd, steps))) rc = EXIT_PROGRAM_ERROR;
 done:
+  for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
+  free(got), free(want), free(before), free(data);
   sim_report_free(&sim);
   run_side_close(ref);
   run_side_close(shd);
+  rt_route_log_free(routes);
   free(loss_ref);
   free(loss_shd);
   interp_free_tensors(inputs, nin);
@@ -651,12 +669,12 @@ static void slot_desc(FILE *f, Arena *a, int k, const Value *v, const TensorType
 
 /* The C file holding the program's RtProgram and main(). */
 static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mesh *mesh, const RunGen *gin, const RunGen *gpar,
-                         DType program, const SimReport *sim, const Value **pval) {
+                         const RtCmpDesc *cmp, const SimReport *sim, const Value **pval) {
   const IrFunc *mf = m->main;
   fprintf(f, "/* generated by shardc build: the slots of a lowered program (shardrt.h, RtProgram); its source is\n"
              "   program.name below */\n");
   bool mpi = o->backend && strcmp(o->backend, "mpi") == 0; /* main: rt_mpi_main (shardrt_mpi.h), for mpirun */
-  fprintf(f, "#include <stddef.h>\n#include \"%s\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
+  fprintf(f, "#include <stddef.h>\n#include \"%s\"\n#include \"verdict.h\"\nint shard_reference(RtDevice *, void *);\nint shard_device(RtDevice *, void *);\n",
           mpi ? "shardrt_mpi.h" : "shardrt.h");
   Arena arena; /* the slots' descriptions (the device program's RtPlace, devprog_place) */
   arena_init(&arena);
@@ -684,8 +702,14 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
   fprintf(f, "static const int32_t executed[] = {");
   for (int r = 0; r < nrec; r++) fprintf(f, "%d, ", rec[r]);
   fprintf(f, "};\n");
-  double atol, rtol;
-  tolerance(program != DT_F32 ? program : DT_F32, &atol, &rtol);
+  fprintf(f, "static const RtCmpDesc cmp[] = {\n"); /* run_verdict.h: how each output is compared */
+  for (int j = 0; j < mf->noutputs; j++) {
+    fprintf(f, "  {.name = ");
+    c_string(f, cmp[j].name);
+    fprintf(f, ", .kind = %d, .dtype = %d, .noise = %.17g, .before = %d, .m = %d, .v = %d, .group = %d, .floor = %.17g},\n",
+            cmp[j].kind, cmp[j].dtype, cmp[j].noise, cmp[j].before, cmp[j].m, cmp[j].v, cmp[j].group, cmp[j].floor);
+  }
+  fprintf(f, "};\n");
   fprintf(f, "static const RtProgram program = {.name = ");
   c_string(f, o->input);
   fprintf(f, ", .mesh = ");
@@ -698,8 +722,9 @@ static void write_main_c(FILE *f, const Options *o, const IrModule *m, const Mes
     fprintf(f, ", ");
   }
   fprintf(f, "}, .reference = shard_reference, .device = shard_device, .nin = %d, .nparams = %d, .nout = %d, .slots = slots,\n"
-             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .atol = %.17g, .rtol = %.17g, .seed = %lluull,\n  .target = ",
-          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, atol, rtol, (unsigned long long)o->seed);
+             "  .step = %d, .nt = %d, .ncarry = %d, .carry = carry, .cmp = cmp, .lr = %.17g, .seed = %lluull,\n  .target = ",
+          mf->ninputs, m->nparams, mf->noutputs, si != NULL, si ? si->in_t : -1, ncarry, si ? si->step->lr : 0.0,
+          (unsigned long long)o->seed);
   c_string(f, mesh->target->name);
   fprintf(f, ", .sim_compute_s = %.17g, .sim_comm_s = %.17g, .sim_step_s = %.17g,\n"
              "  .nexecuted = (int)(sizeof executed / sizeof executed[0]), .executed = executed};\n",
@@ -791,7 +816,7 @@ static bool copy_out(const char *from, const char *to, char *err, size_t n) {
 }
 
 static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, const Mesh *mesh, const RunGen *gin,
-                             const RunGen *gpar, DType program, const SimReport *sim) {
+                             const RunGen *gpar, const RtCmpDesc *cmp, const SimReport *sim) {
   char err[700];
   BuildDir b;
   if (!build_dir_make(&b, err, sizeof err)) {
@@ -807,7 +832,7 @@ static bool build_executable(const Options *o, Lowered *lw, const IrModule *m, c
     const Value **pval = calloc((size_t)m->nparams + 1, sizeof *pval);
     for (const Op *op = m->main->first; pval && op; op = op->next)
       if (op->kind == OP_PARAM && op->index >= 0 && op->index < m->nparams) pval[op->index] = op->results[0];
-    if (pval) write_main_c(f, o, m, mesh, gin, gpar, program, sim, pval);
+    if (pval) write_main_c(f, o, m, mesh, gin, gpar, cmp, sim, pval);
     else diag_error((SrcLoc){0}, "build: out of memory");
     if (!build_file_close(f, b.csrc) || !pval) ok = false;
     free(pval);

@@ -46,6 +46,7 @@ typedef struct Options {
   uint64_t seed;           /* --seed N */
   double timeout;          /* --timeout S (a collective's longest wait; 0: the runtime's 60 s) */
   int64_t hbm;             /* --hbm BYTES (cap per device; 0: none) */
+  bool allow_nonfinite;    /* --allow-nonfinite (a NaN or infinity where both runs hold it passes) */
   const char *load;        /* --load DIR */
   const char *save;        /* --save DIR */
   const char *backend;     /* --backend threads|mpi */

@@ -63,6 +63,8 @@ static void print_help(FILE *f) {
           "  --seed N               run: the seed inputs and params are made from (default 0)\n"
           "  --timeout S            run: a collective's longest wait in seconds (default 60)\n"
           "  --hbm BYTES            run: cap each device's memory at BYTES\n"
+          "  --allow-nonfinite      run: a NaN or an infinity is no FAIL where both runs hold\n"
+          "                         it at the same place (by default any is a FAIL)\n"
           "  --backend threads|mpi  run, build: one thread per device (default), or MPI ranks:\n"
           "                         run starts mpirun itself (-np = the mesh's devices) unless\n"
           "                         it already runs under it; build makes a program for mpirun\n"
@@ -158,6 +160,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(a, "--emit-ir") == 0) { o->emit_ir = true; continue; }
     if (strcmp(a, "--ideal") == 0) { o->ideal = true; continue; }
     if (strcmp(a, "--shardings") == 0) { o->shardings = true; continue; }
+    if (strcmp(a, "--allow-nonfinite") == 0) { o->allow_nonfinite = true; continue; }
     if (strcmp(a, "--no-reference") == 0) { o->no_reference = true; continue; }
     if (strcmp(a, "--no-cache") == 0) { o->no_cache = true; continue; }
 

@@ -290,3 +290,86 @@ size_t run_side_peak(const RunSide *s) {
   }
   return peak;
 }
+
+/* ---- lockstep (cmd_run.c): each step of both runs starts from the same state ---- */
+
+/* The value of main held in slot `slot`: input `slot`, or param slot - nin; NULL for a param main
+ * does not read. */
+static const Value *slot_value(const RunSide *s, int slot) {
+  if (slot < 0 || slot >= s->nin + s->nparams) return NULL;
+  return slot < s->nin ? s->m->main->inputs[slot] : s->pval[slot - s->nin];
+}
+
+Tensor *run_side_input(RunSide *s, int slot) {
+  const Value *v = slot_value(s, slot);
+  if (!v) return NULL;
+  double *g = assemble(s, v, slot);
+  Tensor *t = g ? tensor_new(&v->type) : NULL;
+  if (t) memcpy(t->data, g, sizeof(double) * (size_t)t->n);
+  free(g);
+  return t;
+}
+
+/* the input slots a train step carries to the next (params, masters, moments) and adam's count */
+static int carried_slots(const RunSide *s, int *slots) {
+  const StepInfo *si = s->m->step;
+  int n = 0;
+  for (int k = 0; si && k < si->nparams; k++) {
+    const StepParam *sp = &si->params[k];
+    int pairs[4][2] = {{sp->param >= 0 ? s->nin + sp->param : -1, sp->out_param}, {sp->in_master, sp->out_master}, {sp->in_m, sp->out_m}, {sp->in_v, sp->out_v}};
+    for (int j = 0; j < 4; j++)
+      if (pairs[j][0] >= 0 && pairs[j][1] >= 0) slots[n++] = pairs[j][0];
+  }
+  if (si && si->in_t >= 0) slots[n++] = si->in_t;
+  return n;
+}
+
+bool run_side_restate(RunSide *s, RunSide *from, char *err, size_t n) {
+  int *slots = malloc(sizeof(int) * (size_t)(4 * s->nparams + 2));
+  if (!slots) {
+    snprintf(err, n, "out of host memory");
+    return false;
+  }
+  int ns = carried_slots(s, slots);
+  /* the outputs go (some live in the buffers of the inputs they update: freed once, below) */
+  for (int dev = 0; dev < s->ndev; dev++) {
+    void **sl = s->slots[dev];
+    for (int j = 0; j < s->nout; j++) {
+      void **out = &sl[s->nin + s->nparams + j];
+      bool alias = false;
+      for (int k = 0; k < ns && *out; k++) alias |= sl[slots[k]] == *out;
+      if (*out && !alias) rt_free(rt_device(s->rt, dev), *out);
+      *out = NULL;
+    }
+  }
+  bool ok = true, root = rt_process_rank(s->rt) == 0;
+  for (int k = 0; k < ns && ok; k++) {
+    const Value *v = slot_value(s, slots[k]);
+    if (!v) continue; /* a param main does not read (on every rank) */
+    /* under MPI `from` is rank 0's alone: rank 0 hands the whole value to every rank */
+    Tensor *g = root ? run_side_input(from, slots[k]) : tensor_new(&v->type);
+    char msg[256] = "out of host memory for the one-device run's state";
+    if (!rt_processes_agree(s->rt, g != NULL, msg, sizeof msg)) {
+      tensor_free(g);
+      snprintf(err, n, "%s", msg);
+      free(slots);
+      return false;
+    }
+    rt_bcast_from_root(s->rt, g->data, sizeof(double) * (size_t)g->n);
+    for (int dev = 0; dev < s->ndev && ok; dev++) {
+      void **p = &s->slots[dev][slots[k]];
+      if (!*p || !rt_device_local(s->rt, dev)) continue; /* not held here (a pipeline stage without it, another rank's) */
+      rt_free(rt_device(s->rt, dev), *p), *p = NULL;
+      ok = place(s, slots[k], dev, g, NULL, 0, p, v->name ? v->name : "state");
+    }
+    tensor_free(g);
+    if (!ok) snprintf(err, n, "%s", rt_errmsg(s->rt));
+    ok = rt_processes_agree(s->rt, ok, err, n); /* every rank placed its blocks */
+  }
+  free(slots);
+  return ok;
+}
+
+bool run_side_share_routes(RunSide *s, RtRouteLog *log) { return rt_route_log_share(s->rt, log) != 0; }
+
+

@@ -35,6 +35,18 @@ bool run_side_step(RunSide *s, char *err, size_t n);
 /* A train step's updated params, master copies and moments become the next step's inputs, adam's
  * step count goes up by one; the other outputs are freed. */
 void run_side_carry(RunSide *s);
+/* The whole value of input slot `slot` (main's input `slot`, or nin + a param's index) as the
+ * devices hold it now (the caller frees it); NULL for a param main does not read. */
+Tensor *run_side_input(RunSide *s, int slot);
+/* Lockstep: every input a train step carries to the next (params, master copies, moments, adam's
+ * step count) replaced by `from`'s, placed in s's blocks; s's outputs freed. Both runs then start
+ * the next step from the same state. */
+bool run_side_restate(RunSide *s, RunSide *from, char *err, size_t n);
+/* Under MPI (`from` open on rank 0 alone, every rank calls it): rank 0 assembles each value and
+ * hands it to the others (rt_bcast_from_root); each rank places its own devices' blocks. Likewise
+ * the routing decisions rank 0's one-device run recorded (rt_route_log_share): false when a rank
+ * ran out of memory for them. */
+bool run_side_share_routes(RunSide *s, RtRouteLog *log);
 /* Output j of the last run, whole (the caller frees it). */
 Tensor *run_side_output(RunSide *s, int j);
 /* Tests: adds delta to element 0 of device 0's block of output j. */

@@ -973,11 +973,16 @@ static Tensor *k_route(Interp *I, const Op *op, Tensor *l) {
   int64_t E = e->size, T = t->size, C = c->size;
   int *choice = r ? malloc(sizeof(int) * (size_t)(T * k)) : NULL;
   int64_t *fill = choice ? calloc((size_t)E, sizeof *fill) : NULL;
-  if (!fill) {
-    free(choice);
+  /* slots fill in order of the tokens' logical positions: under a causal ring the sequence is
+   * stored in zigzag order (interp_logical_index), and order[i] is the storage position of the
+   * i-th token */
+  int64_t *order = fill ? malloc(sizeof *order * (size_t)(T > 0 ? T : 1)) : NULL;
+  if (!order) {
+    free(choice), free(fill);
     tensor_free(r);
     return interp_fail(I, op, "out of memory"), NULL;
   }
+  for (int64_t p = 0; p < T; p++) order[interp_logical_index(I, t, p)] = p;
   int64_t le = stride_of(l, e), lt = stride_of(l, t), re = stride_of(r, e), rtk = stride_of(r, t), rc = stride_of(r, c);
   Tensor *ts[2] = {l, r};
   Nest N;
@@ -1001,13 +1006,15 @@ static Tensor *k_route(Interp *I, const Op *op, Tensor *l) {
     }
     memset(fill, 0, sizeof *fill * (size_t)E);
     for (int q = 0; q < k; q++)
-      for (int64_t j = 0; j < T; j++) {
+      for (int64_t i = 0; i < T; i++) {
+        int64_t j = order[i];
         int x = choice[j * k + q];
         if (fill[x] < C) r->data[N.off[1] + j * rtk + x * re + fill[x]++ * rc] = 1;
       }
   }
   free(choice);
   free(fill);
+  free(order);
   return r;
 }
 

@@ -15,6 +15,7 @@
  *      where the result is sharded finer, an OP_SLICE after the op takes over its uses.
  *   3. offsets, divisors and the collectives' CollSpecs; local extents for every value. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -89,6 +90,7 @@ static bool fail(Loc *L, const Op *op, const char *what) {
   char buf[512];
   diag_error(op->loc, "internal error: localising the %s: %s", ir_op_name(op->kind), what);
   (void)buf;
+  if (getenv("SHARDC_LOCALIZE_DEBUG")) ir_print(stderr, L->m);
   L->failed = true;
   return false;
 }
@@ -419,6 +421,74 @@ static void localize_collective(Loc *L, Op *op) {
   if (moved != real_mask(L->mesh, op->axes)) fail(L, op, "its axes are not the axes its shardings move");
 }
 
+/* ---- loops: a body's inputs and outputs hold one sharding for every iteration ----
+ *
+ * Partitioning reshards a loop's operands to its body's inputs, and the body's outputs to what the
+ * next iteration (or the stacked result) holds, with collectives; where only a local slice is left
+ * (a replicated initial accumulator the body holds sharded), no op consumes an Op.in_shard for it,
+ * so the slice is made here: otherwise the lowering copies a whole operand into a block-sized
+ * loop buffer (issue 18's heap overflows under `microbatches`). */
+
+/* v brought to the blocks `want` describes (which refines v's sharding): an OP_SLICE before `pos`,
+ * or at the end of f when pos is NULL; v itself where the blocks are the same. */
+static Value *refined(Loc *L, IrFunc *f, Op *pos, const Op *at, Value *v, const Sharding *want, const char *role, int index) {
+  Sharding t = *want;
+  t.partial = v->sharding.partial;
+  if (same_blocks(L->mesh, &t, &v->sharding, v->type.rank)) return v;
+  for (int d = 0; d < v->type.rank; d++) {
+    int8_t a[MAX_AXES_PER_DIM], b[MAX_AXES_PER_DIM];
+    int na = real_tuple(L->mesh, &v->sharding, d, a), nb = real_tuple(L->mesh, &t, d, b);
+    if (!prefix_of(a, na, b, nb)) {
+      char what[256];
+      snprintf(what, sizeof what, "the loop's %s %d (%%%d%s%s) would be read in a block it does not hold along %s (a gather is missing)",
+               role, index, v->id, v->name ? ", " : "", v->name ? v->name : "", v->type.dims[d]->name);
+      fail(L, at, what);
+      return v;
+    }
+  }
+  Op *s = slice_new(L, f, at, v, &t);
+  if (pos) ir_insert_before(f, pos, s);
+  else ir_append(f, s);
+  return s->results[0];
+}
+
+/* A stacked value's sharding with its rows' (`row`, without the stacking dim) on dims 1.. */
+static Sharding stacked_as(const Value *stacked, const Value *row) {
+  Sharding s = stacked->sharding;
+  for (int d = 1; d < stacked->type.rank && d - 1 < row->type.rank; d++) {
+    s.naxes[d] = row->sharding.naxes[d - 1];
+    memcpy(s.axes[d], row->sharding.axes[d - 1], sizeof s.axes[d]);
+  }
+  return s;
+}
+
+static void localize_loop_operands(Loc *L, IrFunc *f, Op *op) {
+  IrFunc *b = op->body;
+  for (int i = 0; i < op->noperands && i < b->ninputs; i++) {
+    Value *x = op->operands[i], *in = b->inputs[i];
+    bool sliced = i < op->nslices; /* a stacked operand: the body reads one row */
+    if (sliced && in->type.rank != x->type.rank - 1) continue;
+    Sharding want = sliced ? stacked_as(x, in) : in->sharding;
+    op->operands[i] = refined(L, f, op, op, x, &want, "operand", i);
+  }
+}
+
+static void localize_loop_outputs(Loc *L, Op *op) {
+  IrFunc *b = op->body;
+  for (int r = 0; r < op->ncarried && r < b->noutputs && op->nslices + r < b->ninputs; r++)
+    b->outputs[r] = refined(L, b, NULL, op, b->outputs[r], &b->inputs[op->nslices + r]->sharding, "carried output", r);
+  for (int r = op->ncarried; r < op->nresults && r < b->noutputs; r++) { /* a stacked result's rows */
+    Value *res = op->results[r], *out = b->outputs[r];
+    if (out->type.rank != res->type.rank - 1) continue;
+    Sharding want = out->sharding;
+    for (int d = 0; d < out->type.rank; d++) {
+      want.naxes[d] = res->sharding.naxes[d + 1];
+      memcpy(want.axes[d], res->sharding.axes[d + 1], sizeof want.axes[d]);
+    }
+    b->outputs[r] = refined(L, b, NULL, op, out, &want, "stacked output", r);
+  }
+}
+
 /* ---- the walk ---- */
 
 static void localize_func(Loc *L, IrFunc *f) {
@@ -428,7 +498,11 @@ static void localize_func(Loc *L, IrFunc *f) {
     next = op->next;
     if (op->kind == OP_LOOP) {
       int outer = L->made.len; /* a body's slices are its own: regions are isolated */
-      if (op->body) localize_func(L, op->body);
+      if (op->body) {
+        localize_loop_operands(L, f, op);
+        localize_func(L, op->body);
+        if (!L->failed) localize_loop_outputs(L, op);
+      }
       L->made.len = outer;
     } else if (ir_op_is_collective(op->kind)) {
       localize_collective(L, op);

@@ -1348,6 +1348,46 @@ static const char *stacked_grad_subject(const Walk *W, const Op *loop, int r) {
 /* A loop's carried and invariant values resharded before it to the body's sharding. */
 static void walk_loop_head(Walk *W, IrFunc *f, Op *op, double mult, CacheVec *cache) {
   IrFunc *b = op->body;
+  /* stacked operands: the body reads each row as the stacked value holds it, and reshards it at
+   * its start where it computes with another sharding (a forward loop's saved rows may be partial
+   * sums its body left unreduced, which the backward's body reads reduced: issue 18's wrong
+   * gradients with the residual stream sharded under microbatches). Inside the body, so that a
+   * pipeline's stacked operands stay the forward's results (stages.c). */
+  for (int i = 0; i < op->nslices && i < op->noperands && i < b->ninputs; i++) {
+    Value *outer = op->operands[i], *in = b->inputs[i];
+    if (in->type.rank != outer->type.rank - 1) continue;
+    Sharding row;
+    memset(&row, 0, sizeof row);
+    for (int d = 1; d < outer->type.rank; d++) {
+      row.naxes[d - 1] = outer->sharding.naxes[d];
+      memcpy(row.axes[d - 1], outer->sharding.axes[d], sizeof row.axes[0]);
+    }
+    row.partial = outer->sharding.partial;
+    if (sharding_equal(&row, &in->sharding, in->type.rank)) continue;
+    double trips = op->count > 0 ? (double)op->count : 1;
+    if (!W->apply) { /* a dry run: what the reshard of every row costs */
+      Reshard rs;
+      if (reshard_plan(W->mesh, &in->type, &row, &in->sharding, &rs)) charge(W, rs.time_s, rs.n, mult * trips);
+      continue;
+    }
+    Sharding want = in->sharding;
+    in->sharding = row;
+    const char *who = WHO(W, "the loop at %s (each iteration reads one row of %s as %s)", where(W, op->loc),
+                          value_text(W, outer), shard_text(W, &in->type, &want));
+    CacheVec none = {0};
+    Op *first = b->first; /* the chain goes before it */
+    Value *nv = reshard_value(W, b, first, in, &want, mult * trips, &none, NULL, -1, who, op->loc);
+    if (nv == in) {
+      in->sharding = want; /* nothing to do after all (a local slice: the readers' Op.in_shard) */
+      continue;
+    }
+    /* the body's readers of the row read the resharded row (the chain just made reads the row) */
+    for (Op *o = first; o; o = o->next)
+      for (int k = 0; k < o->noperands; k++)
+        if (o->operands[k] == in) o->operands[k] = nv;
+    for (int k = 0; k < b->noutputs; k++)
+      if (b->outputs[k] == in) b->outputs[k] = nv;
+  }
   for (int i = op->nslices; i < op->noperands && i < b->ninputs; i++) {
     Value *outer = op->operands[i], *in = b->inputs[i];
     bool carried = i < op->nslices + op->ncarried;
@@ -1410,6 +1450,16 @@ static void walk_loop_tail(Walk *W, Op *op, double mult, CacheVec *inner) {
       memcpy(want.axes[d - 1], res->sharding.axes[d], sizeof want.axes[0]);
     }
     want.partial = res->sharding.partial;
+    /* the stacked result holds the rows as partial sums, but the body's output is now their
+     * reduction (its later readers read the reduced value, take_replaced): stack the partial sum
+     * the body made, as propagation planned (a reduced value cannot be made partial again) */
+    const Op *red = out->def;
+    if ((want.partial & ~out->sharding.partial) && red && red->func == b && red->noperands == 1 &&
+        (red->kind == OP_ALL_REDUCE || red->kind == OP_REDUCE_SCATTER) &&
+        sharding_equal(&red->operands[0]->sharding, &want, out->type.rank)) {
+      if (W->apply) b->outputs[r] = red->operands[0];
+      out = red->operands[0];
+    }
     const char *who = WHO(W, "the loop at %s, which stacks every iteration's %s into %s%s%s,",
                                    where(W, op->loc), res->name ? "row" : value_text(W, out),
                                    res->name ? res->name : "its result", W->apply ? ", " : "",
@@ -2216,7 +2266,11 @@ static int sink_round(IrModule *m, IrFunc *f, Arena *a) {
     SinkArm x, y;
     /* add(R(a), R(b)) */
     if (sink_arm(&S, op->operands[0], &x) && sink_arm(&S, op->operands[1], &y) && x.red != y.red &&
-        same_arms(&x, &y) && tensor_type_equal(&res->type, &arm_out(&x)->type)) {
+        same_arms(&x, &y) && tensor_type_equal(&res->type, &arm_out(&x)->type) &&
+        /* the add must hold the reductions' blocks: where it computes a finer block (reading them
+         * sliced), the one reduction would produce that block from a coarser sum (issue 18: a
+         * size-1 axis in two rules; localize: "an all_reduce that changes blocks") */
+        sharding_equal(&res->sharding, &arm_out(&x)->sharding, res->type.rank)) {
       sink_replace(&S, op, sink_build(&S, &x, &y, op, res));
       round++;
       continue;
@@ -2232,7 +2286,8 @@ static int sink_round(IrModule *m, IrFunc *f, Arena *a) {
       if (j < 0 || x.red == y.red || !same_arms(&x, &y)) continue;
       Value *c = inner->operands[1 - j];
       if (!tensor_type_equal(&res->type, &arm_out(&x)->type) || !tensor_type_equal(&c->type, &res->type) ||
-          !sharding_equal(&c->sharding, &arm_out(&x)->sharding, res->type.rank))
+          !sharding_equal(&c->sharding, &arm_out(&x)->sharding, res->type.rank) ||
+          !sharding_equal(&res->sharding, &arm_out(&x)->sharding, res->type.rank)) /* the blocks, as above */
         continue;
       Value *r = sink_build(&S, &x, &y, op, res);
       Value *cr[2] = {c, r};

@@ -58,11 +58,30 @@ add_test(NAME run.mpi.no_reference
 set_tests_properties(run.mpi.no_reference PROPERTIES TIMEOUT 120 PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "RAN: .* on 4 devices in 2 MPI ranks \\(mesh cli\\); not compared \\(--no-reference\\)\n  loss step 1    0.346788\n")
 
-# shardc build --backend mpi: an executable for mpirun -np N (the same losses as run.same_values)
+# The verdict under MPI (docs/run.md, How run decides PASS): rank 0 runs the one-device program and
+# compares; lockstep hands its state to every rank each step, and its routing decisions too. A
+# wrong gradient (0.003 on one device's w_in, sgd at lr 10) must FAIL naming w_in, as under threads
+# (run.verdict.wrong_gradient); Mixtral-tiny under tp_sp, whose bf16 gate partial sums flip near-tied
+# top-k choices (run.verdict.routing), must PASS with the sharded run following rank 0's decisions
+# on both ranks (rank 1's devices route with rank 0's log: a flip left there would FAIL).
+add_test(NAME run.mpi.verdict.wrong_gradient
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/native/verdict/mlp_sgd10.shard -D batch=8 -D seq=16
+                 -D embed=64 -D hidden=128 --mesh "h100[data: 2, model: 2]" --steps 2 --backend mpi)
+set_tests_properties(run.mpi.verdict.wrong_gradient PROPERTIES TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "SHARDC_RUN_PERTURB=0.003@w_in"
+  PASS_REGULAR_EXPRESSION "FAIL: .* on 4 devices in 4 MPI ranks .*failure        w_in: element 0: ")
+add_test(NAME run.mpi.verdict.routing
+         COMMAND $<TARGET_FILE:shardc> run ${CMAKE_CURRENT_LIST_DIR}/moe/mixtral_tiny.shard --layout tp_sp --seed 1 --steps 2
+                 --backend mpi --threads-per-rank 2)
+set_tests_properties(run.mpi.verdict.routing PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "PASS: .* on 4 devices in 2 MPI ranks .*routing        [1-9][0-9]* of [0-9]+ top-k decisions \\(tokens x routing calls\\) on rank 0's devices")
+
+# shardc build --backend mpi: an executable for mpirun -np N (the losses of build.mlp: in lockstep step 3
+# starts from the one-device run's state after step 2, so its loss is the one-device run's 0.340096 within
+# rounding, 0.340094 as under threads; the sharded run's own drifted state gave 0.340093)
 add_test(NAME build.mpi.mlp
          COMMAND sh -c "$<TARGET_FILE:shardc> build ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL_TEXT} --mesh 'h100[data: 2, model: 2]' --backend mpi -o mlp_mpi_built && ${MPIRUN_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 ./mlp_mpi_built --steps 3")
 set_tests_properties(build.mpi.mlp PROPERTIES TIMEOUT 120 PROCESSORS 2 PASS_REGULAR_EXPRESSION
-                     "PASS: .* on 4 devices in 4 MPI ranks .*loss step 1    0.346788 .*loss step 3    0.340093")
+                     "PASS: .* on 4 devices in 4 MPI ranks .*loss step 1    0.346788 .*loss step 3    0.340094")
 
 # Failures are errors, never hangs. A wrong -np is refused before any work (no lowering: the timing
 # line SHARDC_RUN_TIMING prints after it never shows).

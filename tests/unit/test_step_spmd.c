@@ -15,7 +15,10 @@
  *
  *   test_step_spmd                      every case
  *   test_step_spmd NAME                 the cases whose name contains NAME, with each output's error
- *   test_step_spmd FILE MESH LAYOUT     one program, verbosely, with no claims about collectives */
+ *   test_step_spmd FILE MESH LAYOUT [dim=N ...]
+ *                                       one program, verbosely, with no claims about collectives (MESH
+ *                                       may be inline: 'h100[x: 2]'; the differential tester's cases:
+ *                                       tests/diff/TRIAGE.md) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,9 +287,9 @@ static void run_case(const Case *c) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4) {
+  if (argc >= 4 && strstr(argv[1], ".shard")) { /* FILE MESH LAYOUT [dim=N ...] */
     only = "step.";
-    Case c = {argv[1], NULL, 0, argv[2], argv[3], {.max_bwd_gathers = -1}, 0, 0};
+    Case c = {argv[1], (const char *const *)argv + 4, argc - 4, argv[2], argv[3], {.max_bwd_gathers = -1}, 0, 0};
     run_case(&c);
     return ut_summary();
   }
