@@ -475,6 +475,11 @@ static int run(const Options *o, Arena *arena, bool build) {
   int64_t routed, followed;
   rt_route_log_counts(routes, &routed, &followed);
   double step_s = run_side_seconds(shd) / steps, ref_s = ref ? run_side_seconds(ref) / steps : 0;
+  /* With --format json the one object says whether --save wrote its set ("saved"), so the save runs
+   * before it; the text report comes first and the save after (a failed save still shows the
+   * verdict). Either way a failed save exits 1. */
+  bool json_save = o->save && o->format == FORMAT_JSON, saved = true;
+  if (json_save) saved = run_mpi_agree(save_all(o, m, shd, loss_shd, steps));
   if (!root) {
     rc = EXIT_OK; /* rank 0's verdict is everyone's (run_mpi_rank_end) */
   } else if (o->format == FORMAT_JSON) {
@@ -542,6 +547,7 @@ static int run(const Options *o, Arena *arena, bool build) {
       cJSON_AddNumberToObject(c, "sim_comm_s", sim.comm_s);
       cJSON_AddNumberToObject(c, "sim_step_time_s", sim.step_s);
     }
+    if (o->save) cJSON_AddBoolToObject(j, "saved", saved);
     report_json(j);
   } else {
     char b[32], where[96];
@@ -576,7 +582,8 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   if (root) rc = V.pass ? EXIT_OK : EXIT_PROGRAM_ERROR;
   fflush(stdout); /* the verdict is out before a save that may fail */
-  if (o->save && !run_mpi_agree(save_all(o, m, shd, loss_shd, steps))) rc = EXIT_PROGRAM_ERROR;
+  if (o->save && !json_save && !run_mpi_agree(save_all(o, m, shd, loss_shd, steps))) rc = EXIT_PROGRAM_ERROR;
+  if (!saved) rc = EXIT_PROGRAM_ERROR;
 done:
   for (int j = 0; got && want && before && j < nout; j++) tensor_free(got[j]), tensor_free(want[j]), tensor_free(before[j]);
   free(got), free(want), free(before), free(data);

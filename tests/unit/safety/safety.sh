@@ -234,6 +234,9 @@ full_disk) # writes that fail (a file size limit) leave every old output intact;
   expect 1 "run: --save: cannot write 'd/[a-z_]+\.npy': File too large \(the files already in 'd' are unchanged\)" \
     limited "$SHARDC" run m.shard $SMALL --mesh "$MESH" --save d --seed 5
   grep -q "^PASS" out.txt || fail "no report before the failed save"
+  # with --format json the one object says the set was not saved (and exit 1)
+  expect 1 '"saved":[[:space:]]*false' limited "$SHARDC" run m.shard $SMALL --mesh "$MESH" --save d --seed 5 --format json
+  grep -Eq '"pass":[[:space:]]*true' out.txt || fail "no verdict in the json of a failed save"
   expect 1 "sim: --trace: cannot write 't.json': File too large" limited "$SHARDC" sim m.shard --trace t.json
   expect 1 "build: " limited "$SHARDC" build m.shard $SMALL --mesh "$MESH" -o exe --seed 5
   diff -r d d.keep && cmp t.json t.keep && cmp exe exe.keep || fail "an old output changed"
