@@ -44,28 +44,5 @@ double ir_scalar(OpKind k, const Op *op, const double *v) {
 #include "ops.def"
   default: return NAN;
   }
-#undef X0
-#undef X1
-#undef X2
-#undef X3
-#undef S
-#undef K
-#undef ADD
-#undef SUB
-#undef MUL
-#undef DIV
-#undef NEG
-#undef EXP
-#undef LOG
-#undef SQRT
-#undef TANH
-#undef ERF
-#undef POW
-#undef SELECT
-#undef LE
-#undef GT
-#undef IF_FLAG
-#undef LET
-#undef FN
-#undef NOFN
+#include "ops_fn_end.h"
 }
