@@ -926,13 +926,15 @@ static bool lay_onto_parts(const Mesh *m, const int8_t *ax, int nax, const int64
 }
 
 /* Parts' axes joined into one dim (a merge): valid while no sharded part follows a part whose
- * local extent is above 1 (the device's block stays contiguous). *bad = the offending part. */
+ * local extent is above 1 (the device's block stays contiguous). A part sharded only over axes of
+ * size 1 is not split at all: it keeps every block contiguous wherever it stands. *bad = the
+ * offending part. */
 static bool join_parts(const Mesh *m, int8_t (*ax)[MAX_AXES_PER_DIM], const uint8_t *nax, const int64_t *psize, int np,
                        int8_t *out, uint8_t *nout, int *bad) {
   bool spread = false;
   *nout = 0;
   for (int j = 0; j < np; j++) {
-    if (nax[j] && spread) {
+    if (tuple_product(m, ax[j], nax[j]) > 1 && spread) {
       *bad = j;
       return false;
     }
