@@ -2147,6 +2147,11 @@ static bool sink_arm(const Sinker *S, Value *v, SinkArm *arm) {
     Value *u = d->operands[0];
     Op *r = u->def;
     if (!r || r->func != S->f || sink_is_dead(S, r) || sink_uses(S, u) != 1) return false;
+    /* a view only: a rename that also slices (its result a finer block than its operand, issue
+     * 18's seed ci case 72) is not the reduction's result renamed, and the one reduction built
+     * from the arms would produce the rename's blocks (localize: "its axes are not the axes its
+     * shardings move") */
+    if (!sharding_equal(&u->sharding, &v->sharding, v->type.rank)) return false;
     arm->ren = d;
     d = r;
   }
