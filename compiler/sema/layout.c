@@ -347,6 +347,11 @@ static void apply_rules(const Program *p, Dim *const *dims, int rank, Sharding *
         product = sat_mul(product, m->axes[a].size);
       }
       if (n == 0) continue;
+      /* a stacked dim's rule is the pipeline's: whole or not at all, so that every stacked tensor
+       * holds the same stages (a rule kept in part on some tensors made stages of those alone:
+       * issue 18, seed 5 case 39, `layers: (ctx, data)` beside `heads: ctx`, "no stage for this
+       * device" at run time) */
+      if (n < rule->naxes && is_stack_dim(p, rule->dim)) continue;
       if (product > 0 && dims[i]->size % product != 0) {
         if (warn && once(p, rule->loc, ONCE_RULE_NOT_DIVISIBLE)) {
           char rb[256], ab[256];
