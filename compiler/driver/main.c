@@ -12,6 +12,7 @@
 #include "driver.h"
 #include "report.h"
 #include "shardrt.h"
+#include "stepset.h"
 
 typedef int (*CommandFn)(const Options *);
 
@@ -42,6 +43,8 @@ static void print_help(FILE *f) {
           "\noptions:\n"
           "  -D dim=N               set the size of a dim (overrides its declaration; a dim\n"
           "                         given twice must have the same size both times)\n"
+          "  --set KEY=VALUE        set a train step key as if written in the train block\n"
+          "                         (--set remat=full --set microbatches=8; checked as written)\n"
           "  --layout NAME          use this layout (default: the first declared)\n"
           "  --mesh NAME|'T[axes]'  use this mesh (default: the first declared), or one given\n"
           "                         inline: --mesh 'h100[data: 2, model: 2]'\n"
@@ -136,7 +139,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 
 /* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
 static int parse_args(int argc, char **argv, Options *o) {
-  static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
+  static const char *const valued[] = {"-D", "--set", "--layout", "--mesh", "--entry", "--format",
                                        "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show",
                                        "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend",
                                        "--threads-per-rank", "--hostfile"};
@@ -188,6 +191,24 @@ static int parse_args(int argc, char **argv, Options *o) {
       if (!nd) abort();
       o->dims = nd;
       o->dims[o->ndims++] = d;
+    } else if (strcmp(opt, "--set") == 0) {
+      char msg[400];
+      size_t kl;
+      if (!stepset_valid(v, &kl, msg, sizeof msg)) return usage_error("%s", msg);
+      for (int k = 0; k < o->nsets; k++) { /* the same again is harmless; another value is a mistake */
+        size_t ol;
+        stepset_valid(o->sets[k], &ol, msg, sizeof msg);
+        size_t a = strspn(v, " \t"), b = strspn(o->sets[k], " \t");
+        if (kl - a == ol - b && strncmp(v + a, o->sets[k] + b, kl - a) == 0 && strcmp(v, o->sets[k]) != 0) {
+          snprintf(msg, sizeof msg, "--set %.*s given twice with different values ('%.100s' and '%.100s')",
+                   (int)(kl - a), v + a, o->sets[k], v);
+          return usage_error("%s", msg);
+        }
+      }
+      const char **ns = realloc(o->sets, sizeof(char *) * (size_t)(o->nsets + 1));
+      if (!ns) abort();
+      o->sets = ns;
+      o->sets[o->nsets++] = v;
     } else if (strcmp(opt, "--layout") == 0) o->layout = v;
     else if (strcmp(opt, "--mesh") == 0) o->mesh = v;
     else if (strcmp(opt, "--entry") == 0) o->entry = v;
@@ -259,6 +280,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) {
     for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
     free(o.dims);
+    free(o.sets);
     return rc;
   }
   if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
@@ -282,5 +304,6 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
   free(o.dims);
+  free(o.sets);
   return rc;
 }
