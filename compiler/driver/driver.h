@@ -32,6 +32,10 @@ typedef struct Options {
   int nsets;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */
+  const char **layouts;    /* every --layout given (check, explain and sim take several: table.h); */
+  int nlayouts;            /* layout is the first */
+  const char **meshes;     /* every --mesh given, likewise */
+  int nmeshes;
   const char *entry;       /* --entry model.fn, or NULL */
   OutputFormat format;     /* --format text|json */
   bool emit_llvm;          /* --emit-llvm */

@@ -13,6 +13,7 @@
 #include "report.h"
 #include "shardrt.h"
 #include "stepset.h"
+#include "table.h"
 
 typedef int (*CommandFn)(const Options *);
 
@@ -45,7 +46,8 @@ static void print_help(FILE *f) {
           "                         given twice must have the same size both times)\n"
           "  --set KEY=VALUE        set a train step key as if written in the train block\n"
           "                         (--set remat=full --set microbatches=8; checked as written)\n"
-          "  --layout NAME          use this layout (default: the first declared)\n"
+          "  --layout NAME          use this layout (default: the first declared); check,\n"
+          "                         explain and sim take several --layout and --mesh: a row each\n"
           "  --mesh NAME|'T[axes]'  use this mesh (default: the first declared), or one given\n"
           "                         inline: --mesh 'h100[data: 2, model: 2]'\n"
           "  --entry model.fn       compile this function alone, with no train step\n"
@@ -209,8 +211,17 @@ static int parse_args(int argc, char **argv, Options *o) {
       if (!ns) abort();
       o->sets = ns;
       o->sets[o->nsets++] = v;
-    } else if (strcmp(opt, "--layout") == 0) o->layout = v;
-    else if (strcmp(opt, "--mesh") == 0) o->mesh = v;
+    } else if (strcmp(opt, "--layout") == 0 || strcmp(opt, "--mesh") == 0) {
+      bool lay = opt[2] == 'l';
+      const char ***list = lay ? &o->layouts : &o->meshes;
+      int *n = lay ? &o->nlayouts : &o->nmeshes;
+      const char **nl = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+      if (!nl) abort();
+      *list = nl;
+      nl[(*n)++] = v;
+      if (lay && !o->layout) o->layout = v;
+      if (!lay && !o->mesh) o->mesh = v;
+    }
     else if (strcmp(opt, "--entry") == 0) o->entry = v;
     else if (strcmp(opt, "-o") == 0) o->output = v;
     else if (strcmp(opt, "--trace") == 0) o->trace = v;
@@ -280,7 +291,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) {
     for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
     free(o.dims);
-    free(o.sets);
+    free(o.sets), free(o.layouts), free(o.meshes);
     return rc;
   }
   if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
@@ -293,10 +304,18 @@ int main(int argc, char **argv) {
   if ((o.threads_per_rank || o.hostfile) && !(o.backend && strcmp(o.backend, "mpi") == 0))
     return usage_error("%s is an option of --backend mpi", o.threads_per_rank ? "--threads-per-rank" : "--hostfile");
 
+  bool table = o.nlayouts > 1 || o.nmeshes > 1;
+  if (table) {
+    bool takes = strcmp(cmd->name, "check") == 0 || strcmp(cmd->name, "explain") == 0 || strcmp(cmd->name, "sim") == 0;
+    if (!takes) return usage_error("only check, explain and sim take several --layout or --mesh ('%s' takes one)", cmd->name);
+    const char *one = o.trace ? "--trace" : o.show ? "--show" : o.emit_ir ? "--emit-ir" : o.shardings ? "--shardings"
+                      : o.tokens ? "--tokens" : NULL;
+    if (one) return usage_error("%s describes one layout on one mesh: give one --layout and one --mesh with it", one);
+  }
   bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
   diag_configure(stderr, o.diag_format, color);
   report_begin(&o);
-  rc = report_end(&o, cmd->fn(&o));
+  rc = report_end(&o, table ? table_run(&o, cmd->fn) : cmd->fn(&o));
   diag_finish();
   if (fflush(stdout) != 0) {
     fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));
@@ -304,6 +323,6 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
   free(o.dims);
-  free(o.sets);
+  free(o.sets), free(o.layouts), free(o.meshes);
   return rc;
 }
