@@ -481,6 +481,37 @@ static void test_forbidden_cheaper(void) {
   ut_end();
 }
 
+/* Ring attention (context parallelism, samples/llama3_8b_long.shard: seq over ctx 16): each device's
+ * query block meets all 16 key blocks, so its attention kernels cost what a flash attention of the
+ * whole key length does, split over the ring's steps. Checked as ratios that hold without a ring:
+ * with remat none the backward's FLOPs are twice the forward's (a contraction's backward is two
+ * contractions; cost_attention's backward, 2x its forward), and MFU and HFU stay below 1. (Before
+ * the fix the kernels priced one key block: backward 316 TFLOP against a 686 TFLOP forward, MFU 91%
+ * at remat none, 168% with tensor parallelism 2.) */
+static void test_ring_attention(void) {
+  ut_begin("ring attention: the simulated backward is twice the forward, MFU and HFU below 1");
+  const char *remats[] = {"none", "full"};
+  for (int i = 0; i < 2; i++) {
+    char args[200];
+    snprintf(args, sizeof args, "--format json --set remat=%s", remats[i]);
+    int rc;
+    cJSON *j = sim_json(SHARDC_SOURCE_DIR "/samples/llama3_8b_long.shard", args, &rc, NULL);
+    double fwd = NAN, bwd = NAN;
+    const cJSON *ph;
+    cJSON_ArrayForEach(ph, cJSON_GetObjectItem(j, "phases")) {
+      const cJSON *n = cJSON_GetObjectItem(ph, "phase");
+      if (cJSON_IsString(n) && strcmp(n->valuestring, "forward") == 0) fwd = cli_num(ph, "flops");
+      if (cJSON_IsString(n) && strcmp(n->valuestring, "backward") == 0) bwd = cli_num(ph, "flops");
+    }
+    UT_CHECK(rc == 0, "remat %s: exit %d", remats[i], rc);
+    if (i == 0) UT_CHECK(fabs(bwd / fwd - 2) < 0.02, "remat none: backward %.4g FLOP, forward %.4g: ratio %.3f, want 2", bwd, fwd, bwd / fwd);
+    else UT_CHECK(fabs(bwd / fwd - 3) < 0.02, "remat full: backward %.4g FLOP (recomputation included), forward %.4g: ratio %.3f, want 3", bwd, fwd, bwd / fwd);
+    UT_CHECK(cli_num(j, "mfu") < 1 && cli_num(j, "hfu") < 1, "remat %s: MFU %.3f, HFU %.3f", remats[i], cli_num(j, "mfu"), cli_num(j, "hfu"));
+    cJSON_Delete(j);
+  }
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_trace_args();
@@ -490,6 +521,7 @@ int main(void) {
   test_trace();
   test_tokens();
   test_forbidden_cheaper();
+  test_ring_attention();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");
