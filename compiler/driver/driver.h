@@ -27,8 +27,15 @@ typedef struct Options {
   DimOption *dims;         /* -D, in command-line order (a dim given twice has the same size twice:
                               two sizes are a usage error) */
   int ndims;
+  const char **sets;       /* --set KEY=VALUE, in command-line order (stepset.h; a key given twice
+                              must have the same value both times) */
+  int nsets;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */
+  const char **layouts;    /* every --layout given (check, explain and sim take several: table.h); */
+  int nlayouts;            /* layout is the first */
+  const char **meshes;     /* every --mesh given, likewise */
+  int nmeshes;
   const char *entry;       /* --entry model.fn, or NULL */
   OutputFormat format;     /* --format text|json */
   bool emit_llvm;          /* --emit-llvm */
