@@ -168,7 +168,12 @@ int cmd_plan(const Options *o) {
     if (r.own.evaluated)
       printf("%s: %s per step, MFU %.1f%%, %s per device%s\n", own_name, secs(&arena, r.own.step_s), 100 * r.own.mfu,
              bytes(&arena, r.own.memory), r.own.fits ? "" : ", does not fit");
-    if (r.ncands == 0 || !r.cands[0].fits) printf("no candidate fits on %lld x %s\n", (long long)in.devices, T->name);
+    if (r.enumerated == 0)
+      printf("no strategy: %lld devices admit none of the program's dims' splits (the batch, %lld, must divide over "
+             "the data axes; the other axes' sizes over the dims they shard: docs/plan.md)\n",
+             (long long)in.devices, (long long)plan_dim_size(p, "batch"));
+    else if (r.ncands == 0 || !r.cands[0].fits)
+      printf("no candidate fits on %lld x %s\n", (long long)in.devices, T->name);
     for (int i = 0; i < top; i++) {
       const PlanCand *c = &r.cands[i];
       printf("\n%d. %s: %s per step, MFU %.1f%%, %s per device%s\n", i + 1, strategy(&arena, c), secs(&arena, c->step_s),

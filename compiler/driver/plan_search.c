@@ -38,7 +38,7 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int64_t dim_size(const Program *p, const char *name) {
+int64_t plan_dim_size(const Program *p, const char *name) {
   for (int i = 0; i < p->ndims; i++)
     if (strcmp(p->dims[i]->name, name) == 0) return p->dims[i]->size;
   return 0;
@@ -354,9 +354,9 @@ void plan_search(Arena *a, const PlanInput *in, PlanResult *out) {
     out->error = "plan could not find the train block's lines in the program (it rewrites the block)";
     return;
   }
-  S.batch = dim_size(p, "batch"), S.seq = dim_size(p, "seq"), S.embed = dim_size(p, "embed");
-  S.heads = dim_size(p, "heads"), S.kv_heads = dim_size(p, "kv_heads"), S.hidden = dim_size(p, "hidden");
-  S.vocab = dim_size(p, "vocab"), S.experts = dim_size(p, "expert");
+  S.batch = plan_dim_size(p, "batch"), S.seq = plan_dim_size(p, "seq"), S.embed = plan_dim_size(p, "embed");
+  S.heads = plan_dim_size(p, "heads"), S.kv_heads = plan_dim_size(p, "kv_heads"), S.hidden = plan_dim_size(p, "hidden");
+  S.vocab = plan_dim_size(p, "vocab"), S.experts = plan_dim_size(p, "expert");
   if (p->nstack_dims > 0) S.layers = p->stack_dims[0]->size, S.layers_name = p->stack_dims[0]->name;
 
   /* the program as written, evaluated the same way (its own mesh and layout by name) */

@@ -61,4 +61,6 @@ typedef struct PlanResult {
 } PlanResult;
 
 void plan_search(Arena *a, const PlanInput *in, PlanResult *out);
+/* The size of the program's dim `name`, 0 if it declares none. */
+int64_t plan_dim_size(const Program *p, const char *name);
 #endif

@@ -19,6 +19,8 @@ CASE is one of:
                written out here independently (mesh, layout, step), simulated one by one with
                `shardc sim`: the fastest that fits is the plan's first
   determinism  the same input gives the same ranking, twice
+  errors       a program with no train step: exit 1, located at its function; an unknown --target:
+               exit 2 naming it; devices the dims cannot split: exit 1 saying so
 Exit 1 on the first failure, with what differs.
 """
 import json
@@ -211,5 +213,24 @@ def case_determinism():
     print("PASS the same ranking twice (%d candidates)" % len(a))
 
 
-{"tree": case_tree, "paste": case_paste, "samples": case_samples, "brute": case_brute,
+def case_errors():
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "fwd.shard")
+        with open(p, "w") as f:
+            f.write('import "targets"\nmesh m = h100[data: 2]\ndim batch = 8, embed = 16, hidden = 32\n'
+                    'model lin {\n  param w: f32[embed, hidden]\n'
+                    '  fn forward(x: f32[batch, embed]) -> f32[batch, hidden] {\n    return x @ w\n  }\n}\n')
+        r = shardc("plan", p, ok=(1,))
+        if "fwd.shard:6:6: error: plan searches layouts for a train step" not in r.stderr:
+            fail("no train step: want a located error at the function, got:\n" + r.stderr)
+    r = shardc("plan", os.path.join(PLAN, "llama_1b_node.shard"), "--target", "h10", ok=(2,))
+    if "--target h10" not in r.stderr or "did you mean 'h100'" not in r.stderr:
+        fail("unknown --target: want its name and a did-you-mean, got:\n" + r.stderr)
+    r = shardc("plan", os.path.join(PLAN, "llama_1b_node.shard"), "--devices", "7", ok=(1,))
+    if "no strategy: 7 devices" not in r.stdout:
+        fail("7 devices for a batch of 64: want 'no strategy', got:\n" + r.stdout)
+    print("PASS the errors")
+
+
+{"tree": case_tree, "errors": case_errors, "paste": case_paste, "samples": case_samples, "brute": case_brute,
  "determinism": case_determinism}[CASE]()
