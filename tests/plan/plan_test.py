@@ -25,6 +25,7 @@ Exit 1 on the first failure, with what differs.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,9 +74,12 @@ def pasted(path, cand):
     return out
 
 
+SCRATCH = tempfile.mkdtemp(prefix="plan_test.")  # not beside the program: suite.plan reads tests/plan/*.shard
+
+
 def write_beside(path, text, name):
-    """A program next to path (its relative imports resolve), removed by the caller."""
-    p = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    """The pasted program, in a scratch directory (the programs here import the stdlib alone)."""
+    p = os.path.join(SCRATCH, name)
     with open(p, "w") as f:
         f.write(text)
     return p
@@ -157,7 +161,6 @@ def case_brute():
     batch, layers, heads, kv, hidden, vocab, seq, embed = 64, 16, 32, 8, 8192, 32000, 2048, 2048
     best = None
     tried = 0
-    tmpdir = os.path.dirname(path)
     for t in (1, 2, 4, 8):
         for p in (1, 2, 4, 8):
             if 8 % (t * p) or layers % p:
@@ -232,5 +235,8 @@ def case_errors():
     print("PASS the errors")
 
 
-{"tree": case_tree, "errors": case_errors, "paste": case_paste, "samples": case_samples, "brute": case_brute,
- "determinism": case_determinism}[CASE]()
+try:
+    {"tree": case_tree, "errors": case_errors, "paste": case_paste, "samples": case_samples, "brute": case_brute,
+     "determinism": case_determinism}[CASE]()
+finally:
+    shutil.rmtree(SCRATCH, ignore_errors=True)
