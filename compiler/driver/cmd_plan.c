@@ -15,14 +15,6 @@
 #include "report.h"
 #include "suggest.h"
 
-static const char *secs(Arena *a, double s) {
-  double x = fabs(s);
-  if (x < 1e-9) return "0 s";
-  if (x >= 1) return arena_printf(a, "%.3g s", s);
-  if (x >= 1e-3) return arena_printf(a, "%.3g ms", s * 1e3);
-  return arena_printf(a, "%.3g us", s * 1e6);
-}
-
 static const char *bytes(Arena *a, double b) {
   char buf[32];
   memory_format_bytes(buf, sizeof buf, b);
@@ -50,7 +42,8 @@ static const char *reason(Arena *A, const char *an, const PlanCand *a, const cha
     return arena_printf(A, "%s fits (%s per device) and %s does not (%s)", an, bytes(A, a->memory), bn, bytes(A, b->memory));
   double d = b->step_s - a->step_s;
   char *s = arena_printf(A, "%s is %s per step faster than %s (%s against %s, MFU %.1f%% against %.1f%%)", an,
-                         secs(A, d), bn, secs(A, a->step_s), secs(A, b->step_s), 100 * a->mfu, 100 * b->mfu);
+                         report_seconds(A, d), bn, report_seconds(A, a->step_s), report_seconds(A, b->step_s),
+                         100 * a->mfu, 100 * b->mfu);
   struct { const char *what; double x, y; } part[] = {{"exposed communication", a->exposed_s, b->exposed_s},
                                                       {"compute", a->compute_s, b->compute_s},
                                                       {"pipeline bubble", a->bubble_s, b->bubble_s}};
@@ -58,8 +51,8 @@ static const char *reason(Arena *A, const char *an, const PlanCand *a, const cha
   for (int k = 0; k < 3; k++) {
     double dk = part[k].y - part[k].x;
     if (!(fabs(dk) >= 0.05 * fabs(d)) || fabs(dk) < 1e-9) continue;
-    s = arena_printf(A, "%s%s %s %s %s (%s against %s)", s, n ? ", and" : ":", secs(A, fabs(dk)),
-                     dk > 0 ? "less" : "more", part[k].what, secs(A, part[k].x), secs(A, part[k].y));
+    s = arena_printf(A, "%s%s %s %s %s (%s against %s)", s, n ? ", and" : ":", report_seconds(A, fabs(dk)),
+                     dk > 0 ? "less" : "more", part[k].what, report_seconds(A, part[k].x), report_seconds(A, part[k].y));
     n++;
   }
   return s;
@@ -142,7 +135,8 @@ int cmd_plan(const Options *o) {
     why_own = r.cands[0].step_s <= r.own.step_s || !r.own.fits
                   ? reason(&arena, n1, &r.cands[0], own_name, &r.own)
                   : arena_printf(&arena, "%s is faster (%s against %s per step) but outside the space plan searches "
-                                         "(docs/plan.md)", own_name, secs(&arena, r.own.step_s), secs(&arena, r.cands[0].step_s));
+                                         "(docs/plan.md)",
+                                 own_name, report_seconds(&arena, r.own.step_s), report_seconds(&arena, r.cands[0].step_s));
 
   if (o->format == FORMAT_JSON) {
     cJSON *j = cJSON_CreateObject();
@@ -166,7 +160,7 @@ int cmd_plan(const Options *o) {
            r.step_name, (long long)in.devices, T->name, (long long)r.enumerated,
            (long long)r.pruned, (long long)r.evaluated, (long long)r.invalid, r.seconds);
     if (r.own.evaluated)
-      printf("%s: %s per step, MFU %.1f%%, %s per device%s\n", own_name, secs(&arena, r.own.step_s), 100 * r.own.mfu,
+      printf("%s: %s per step, MFU %.1f%%, %s per device%s\n", own_name, report_seconds(&arena, r.own.step_s), 100 * r.own.mfu,
              bytes(&arena, r.own.memory), r.own.fits ? "" : ", does not fit");
     if (r.enumerated == 0)
       printf("no strategy: %lld devices admit none of the program's dims' splits (the batch, %lld, must divide over "
@@ -176,10 +170,10 @@ int cmd_plan(const Options *o) {
       printf("no candidate fits on %lld x %s\n", (long long)in.devices, T->name);
     for (int i = 0; i < top; i++) {
       const PlanCand *c = &r.cands[i];
-      printf("\n%d. %s: %s per step, MFU %.1f%%, %s per device%s\n", i + 1, strategy(&arena, c), secs(&arena, c->step_s),
+      printf("\n%d. %s: %s per step, MFU %.1f%%, %s per device%s\n", i + 1, strategy(&arena, c), report_seconds(&arena, c->step_s),
              100 * c->mfu, bytes(&arena, c->memory), c->fits ? "" : " (does not fit)");
-      printf("   compute %s, exposed communication %s, bubble %s; communication by axes: %s\n", secs(&arena, c->compute_s),
-             secs(&arena, c->exposed_s), secs(&arena, c->bubble_s), c->comm_axes);
+      printf("   compute %s, exposed communication %s, bubble %s; communication by axes: %s\n", report_seconds(&arena, c->compute_s),
+             report_seconds(&arena, c->exposed_s), report_seconds(&arena, c->bubble_s), c->comm_axes);
       printf("   mesh planned = %s\n", c->mesh);
       print_indented(c->layout, "   ");
       print_indented(c->step, "   ");

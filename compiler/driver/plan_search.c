@@ -7,6 +7,7 @@
 
 #include "memory.h"
 #include "plan_search.h"
+#include "report.h"
 #include "sim.h"
 
 const char *const plan_axis_names[PLAN_AXES] = {"stage", "data", "fsdp", "ep", "ctx", "model"};
@@ -177,11 +178,7 @@ static void comm_by_axes(Search *S, const SimReport *r, PlanCand *c) {
       name[j] = name[j - 1], name[j - 1] = y;
     }
   char *s = arena_printf(S->a, "%s", "");
-  for (int k = 0; k < n; k++) {
-    double x = t[k];
-    const char *u = x >= 1 ? "s" : x >= 1e-3 ? "ms" : "us";
-    s = arena_printf(S->a, "%s%s%s %.3g %s", s, k ? ", " : "", name[k], x >= 1 ? x : x >= 1e-3 ? x * 1e3 : x * 1e6, u);
-  }
+  for (int k = 0; k < n; k++) s = arena_printf(S->a, "%s%s%s %s", s, k ? ", " : "", name[k], report_seconds(S->a, t[k]));
   c->comm_axes = n ? s : "none";
 }
 
