@@ -931,18 +931,25 @@ static int (*const exec_of[RT_COLL_COUNT])(Exec *) = {
     [RT_COLL_ALL_TO_ALL] = x_all_to_all,
 };
 
+/* What every call on a group does first: stop if the run is stopping, find the group, say where
+ * the device waits and meet the group's other members. On success the device's "where" stays set
+ * (the caller clears it when the call is done); on failure it is cleared. */
+static int group_enter(RtDevice *dev, const RtGroup *g, const RtCall *c, Group **G) {
+  if (stopped_at_entry(dev)) return RT_E_STOPPED;
+  *G = group_get(dev, g);
+  if (!*G) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for the group %s", g->text);
+  mirror_where(dev);
+  int rc = meet(dev, g, *G, c);
+  if (rc) mirror_clear(dev);
+  return rc;
+}
+
 static int collective(RtDevice *dev, const RtGroup *g, const RtCall *c) {
   Runtime *rt = dev->rt;
   Mpi *M = state(rt);
-  if (stopped_at_entry(dev)) return RT_E_STOPPED;
-  Group *G = group_get(dev, g);
-  if (!G) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for the group %s", g->text);
-  mirror_where(dev);
-  int rc = meet(dev, g, G, c);
-  if (rc) {
-    mirror_clear(dev);
-    return rc;
-  }
+  Group *G;
+  int rc = group_enter(dev, g, c, &G);
+  if (rc) return rc;
   int li = 0;
   while (G->loc[li] != g->rank) li++;
   const RtCall *one[1] = {c};
@@ -977,12 +984,9 @@ static int collective(RtDevice *dev, const RtGroup *g, const RtCall *c) {
 }
 
 static int barrier_mpi(RtDevice *dev, const RtGroup *g, const RtCall *c) {
-  if (stopped_at_entry(dev)) return RT_E_STOPPED;
-  Group *G = group_get(dev, g);
-  if (!G) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for the group %s", g->text);
-  mirror_where(dev);
-  int rc = meet(dev, g, G, c);
-  mirror_clear(dev);
+  Group *G;
+  int rc = group_enter(dev, g, c, &G);
+  if (!rc) mirror_clear(dev);
   return rc;
 }
 
@@ -1004,15 +1008,9 @@ static int perm_dst(const RtGroup *g, const RtCall *c) {
 static int perm_post(RtDevice *dev, const RtGroup *g, const RtCall *c, PermState *p) {
   Runtime *rt = dev->rt;
   Mpi *M = state(rt);
-  if (stopped_at_entry(dev)) return RT_E_STOPPED;
-  Group *G = group_get(dev, g);
-  if (!G) return rtrun_fail(dev, RT_E_NOMEM, "out of memory for the group %s", g->text);
-  mirror_where(dev);
-  int rc = meet(dev, g, G, c);
-  if (rc) {
-    mirror_clear(dev);
-    return rc;
-  }
+  Group *G;
+  int rc = group_enter(dev, g, c, &G);
+  if (rc) return rc;
   size_t es = rt_dtype_size(c->dtype);
   if (!fits_int(c->count)) {
     mirror_clear(dev);

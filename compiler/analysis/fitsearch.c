@@ -95,7 +95,7 @@ typedef struct Search {
   int64_t layers;              /* the largest stacking dim (1 without) */
   const Dim **dims;            /* dims a rule may shard: those of params and inputs */
   int ndims;
-  Anchor anchor[3];
+  Anchor anchor[REMAT_SELECTIVE + 1]; /* the program, and each remat it may try instead (NONE..DOTS) */
   int nanchor;
   uint64_t *seen;              /* candidates estimated, by key (open addressing; 0 empty) */
   int seen_cap, seen_len;
@@ -878,7 +878,7 @@ void fit_change_text(const Program *p, const FitChange *c, char *buf, size_t n) 
     return;
   }
   case FIT_PAD: snprintf(buf, n, "%s, so that its layout rule divides it", pad); return;
-  case FIT_REMAT: snprintf(buf, n, "set `remat = %s` in the train step", remat[c->value % 3]); return;
+  case FIT_REMAT: snprintf(buf, n, "set `remat = %s` in the train step", remat[c->value % 4]); return;
   case FIT_ZERO: snprintf(buf, n, "set `zero = %d` in the train step", c->value); return;
   case FIT_MICRO: snprintf(buf, n, "set `microbatches = %d` in the train step", c->value); return;
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "stepset.h"
 
 ParsedProgram *driver_load_program(const Options *o, Arena *arena) {
   ParsedProgram *prog = parse_program(arena, o->input, stdlib_locate(o->argv0));
@@ -50,6 +51,12 @@ int check_parsed(const Options *o, Arena *arena, ParsedProgram *parsed, CheckedP
   if (diag_error_count() > 0) return EXIT_PROGRAM_ERROR;
   SemaOptions so = {.mesh = o->mesh, .layout = o->layout, .entry = o->entry};
   if (mesh_is_inline(o->mesh) && !(so.mesh = add_inline_mesh(arena, parsed, o->mesh))) return EXIT_PROGRAM_ERROR;
+  if (o->nsets && o->entry) {
+    diag_usage("--set %s: --entry compiles %s alone, with no train step to set", o->sets[0], o->entry);
+    return EXIT_USAGE;
+  }
+  int set = stepset_apply(arena, parsed, o->sets, o->nsets);
+  if (set) return set == 2 ? EXIT_USAGE : EXIT_PROGRAM_ERROR;
   so.overrides = ARENA_ARRAY(arena, DimOverride, o->ndims + 1);
   for (int i = 0; i < o->ndims; i++)
     so.overrides[so.noverrides++] = (DimOverride){intern_cstr(o->dims[i].name), o->dims[i].value};

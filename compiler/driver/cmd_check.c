@@ -231,6 +231,9 @@ int cmd_check(const Options *o) {
   return rc;
 }
 
+/* A difference of two sums of the same times taken in another order: under a nanosecond is noise. */
+static double tidy(double s) { return s < 1e-9 && s > -1e-9 ? 0 : s; }
+
 static const char *fmt_seconds(char *buf, size_t n, double s) {
   double a = s < 0 ? -s : s;
   if (a == 0) snprintf(buf, n, "0 s");
@@ -245,7 +248,7 @@ static void print_delta(FILE *out, const FitFigures *prev, const FitFigures *f, 
   char a[32], b[32], t[32];
   memory_format_bytes(a, sizeof a, (double)prev->total);
   memory_format_bytes(b, sizeof b, (double)f->total);
-  double dc = f->comm_s - prev->comm_s, dp = f->compute_s - prev->compute_s, df = f->flops - prev->flops;
+  double dc = tidy(f->comm_s - prev->comm_s), dp = tidy(f->compute_s - prev->compute_s), df = f->flops - prev->flops;
   char u[32];
   fprintf(out, "%s%s -> %s per device; compute %s%s, collectives %s%s per step", indent, a, b, dp >= 0 ? "+" : "",
           fmt_seconds(u, sizeof u, dp), dc >= 0 ? "+" : "", fmt_seconds(t, sizeof t, dc));
@@ -313,7 +316,7 @@ static void print_advice(FILE *out, const Program *p, const FitAdvice *fa) {
     for (int k = 0; k < pl->n; k++) fprintf(out, "%s%s", k ? "; " : "", pl->text[k]);
     memory_format_bytes(b, sizeof b, (double)end->total);
     char u[32];
-    double dp = end->compute_s - fa->base.compute_s, dc = end->comm_s - fa->base.comm_s;
+    double dp = tidy(end->compute_s - fa->base.compute_s), dc = tidy(end->comm_s - fa->base.comm_s);
     fprintf(out, "\n    %s per device, %s; compute %s%s, collectives %s%s per step\n", b, end->fits ? "fits" : "does not fit",
             dp >= 0 ? "+" : "", fmt_seconds(u, sizeof u, dp), dc >= 0 ? "+" : "", fmt_seconds(t, sizeof t, dc));
   }

@@ -37,7 +37,7 @@ static cJSON *names_json(const char *const *names, int n) {
 }
 
 int cmd_import(const Options *o) {
-  const char *bad = o->ndims ? "-D" : o->layout ? "--layout" : o->mesh ? "--mesh" : o->entry ? "--entry"
+  const char *bad = o->ndims ? "-D" : o->nsets ? "--set" : o->layout ? "--layout" : o->mesh ? "--mesh" : o->entry ? "--entry"
                     : o->trace ? "--trace" : o->show ? "--show" : o->load ? "--load" : o->save ? "--save" : NULL;
   if (bad) {
     diag_usage("import takes -o FILE and --format; %s applies to the program it writes (shardc check FILE %s ...)",

@@ -27,8 +27,15 @@ typedef struct Options {
   DimOption *dims;         /* -D, in command-line order (a dim given twice has the same size twice:
                               two sizes are a usage error) */
   int ndims;
+  const char **sets;       /* --set KEY=VALUE, in command-line order (stepset.h; a key given twice
+                              must have the same value both times) */
+  int nsets;
   const char *layout;      /* --layout NAME, or NULL: the first declared */
   const char *mesh;        /* --mesh NAME, or NULL: the first declared */
+  const char **layouts;    /* every --layout given (check, explain and sim take several: table.h); */
+  int nlayouts;            /* layout is the first */
+  const char **meshes;     /* every --mesh given, likewise */
+  int nmeshes;
   const char *entry;       /* --entry model.fn, or NULL */
   OutputFormat format;     /* --format text|json */
   bool emit_llvm;          /* --emit-llvm */
@@ -54,6 +61,10 @@ typedef struct Options {
   const char *hostfile;    /* --hostfile FILE (run --backend mpi) */
   bool no_reference;       /* --no-reference: the one-device program neither run nor compared */
   bool no_cache;           /* --no-cache: run compiles without the on-disk object cache */
+  /* plan */
+  int64_t devices;         /* --devices N (0: the program's first mesh's) */
+  const char *target;      /* --target NAME (NULL: the program's first mesh's) */
+  int top;                 /* --top K (0: 5) */
   int argc;                /* the command line as given (run --backend mpi starts it again under mpirun) */
   char **argv;
 } Options;
@@ -67,6 +78,7 @@ int cmd_sim(const Options *o);       /* cmd_sim.c */
 int cmd_run(const Options *o);       /* cmd_run.c */
 int cmd_build(const Options *o);     /* cmd_run.c */
 int cmd_import(const Options *o);    /* cmd_import.c: FILE is a Hugging Face config.json */
+int cmd_plan(const Options *o);      /* cmd_plan.c: the search, plan_search.h */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check

@@ -92,35 +92,11 @@ static int64_t mul(int64_t a, int64_t b) { return sat_mul(a, b); }
 static int64_t mul3(int64_t a, int64_t b, int64_t c) { return sat_mul(sat_mul(a, b), c); }
 static int64_t add(int64_t a, int64_t b) { return sat_add(a, b); }
 
-static void shape(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void shape(Plan *p, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  VEC_PUSH(p->c->arena, p->shapes, arena_strndup(p->c->arena, buf, strlen(buf)));
-}
-
-static void dimline(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void dimline(Plan *p, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  VEC_PUSH(p->c->arena, p->dims, arena_strndup(p->c->arena, buf, strlen(buf)));
-}
-
-static void note(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(Plan *p, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char buf[1024];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  VEC_PUSH(p->c->arena, p->notes, arena_strndup(p->c->arena, buf, strlen(buf)));
-}
+/* A header line, a `dim` line or a note, formatted into the arena (arena_printf checks the format). */
+#define PLAN_PUSH(p, vec, ...) VEC_PUSH((p)->c->arena, (p)->vec, arena_printf((p)->c->arena, __VA_ARGS__))
+#define shape(p, ...) PLAN_PUSH(p, shapes, __VA_ARGS__)
+#define dimline(p, ...) PLAN_PUSH(p, dims, __VA_ARGS__)
+#define note(p, ...) PLAN_PUSH(p, notes, __VA_ARGS__)
 
 static void tp(Plan *p, const char *dim, int64_t size) {
   if (p->ntp < (int)ARRAY_LEN(p->tp)) p->tp[p->ntp++] = (TpDim){dim, size};

@@ -12,6 +12,8 @@
 #include "driver.h"
 #include "report.h"
 #include "shardrt.h"
+#include "stepset.h"
+#include "table.h"
 
 typedef int (*CommandFn)(const Options *);
 
@@ -29,6 +31,7 @@ static const Command commands[] = {
   {"sim", cmd_sim, "simulated step on the mesh's target: time, breakdown, MFU"},
   {"run", cmd_run, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
   {"build", cmd_build, "compile to an executable (-o FILE) that runs and checks like run"},
+  {"plan", cmd_plan, "search meshes, layouts and step keys: the fastest steps that fit, ranked, with reasons"},
   {"import", cmd_import, "a Hugging Face config.json as a .shard program on the stdlib's models (-o FILE)"},
 };
 
@@ -42,7 +45,10 @@ static void print_help(FILE *f) {
           "\noptions:\n"
           "  -D dim=N               set the size of a dim (overrides its declaration; a dim\n"
           "                         given twice must have the same size both times)\n"
-          "  --layout NAME          use this layout (default: the first declared)\n"
+          "  --set KEY=VALUE        set a train step key as if written in the train block\n"
+          "                         (--set remat=full --set microbatches=8; checked as written)\n"
+          "  --layout NAME          use this layout (default: the first declared); check,\n"
+          "                         explain and sim take several --layout and --mesh: a row each\n"
           "  --mesh NAME|'T[axes]'  use this mesh (default: the first declared), or one given\n"
           "                         inline: --mesh 'h100[data: 2, model: 2]'\n"
           "  --entry model.fn       compile this function alone, with no train step\n"
@@ -74,6 +80,9 @@ static void print_help(FILE *f) {
           "  --no-cache             run: compile without the on-disk cache of compiled objects\n"
           "                         ($SHARDC_CACHE_DIR, else ~/.cache/shardc)\n"
           "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
+          "  --devices N            plan: devices to plan for (default: the program's first mesh's)\n"
+          "  --target NAME          plan: the target to plan for (default: the first mesh's)\n"
+          "  --top K                plan: candidates to print (default 5)\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
@@ -136,10 +145,10 @@ static const char *option_value(int argc, char **argv, int *i, const char *opt) 
 
 /* Returns -1 when the options are good, else the exit code (help, version or a usage error). */
 static int parse_args(int argc, char **argv, Options *o) {
-  static const char *const valued[] = {"-D", "--layout", "--mesh", "--entry", "--format",
+  static const char *const valued[] = {"-D", "--set", "--layout", "--mesh", "--entry", "--format",
                                        "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show",
                                        "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend",
-                                       "--threads-per-rank", "--hostfile"};
+                                       "--threads-per-rank", "--hostfile", "--devices", "--target", "--top"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -188,8 +197,35 @@ static int parse_args(int argc, char **argv, Options *o) {
       if (!nd) abort();
       o->dims = nd;
       o->dims[o->ndims++] = d;
-    } else if (strcmp(opt, "--layout") == 0) o->layout = v;
-    else if (strcmp(opt, "--mesh") == 0) o->mesh = v;
+    } else if (strcmp(opt, "--set") == 0) {
+      char msg[400];
+      size_t kl;
+      if (!stepset_valid(v, &kl, msg, sizeof msg)) return usage_error("%s", msg);
+      for (int k = 0; k < o->nsets; k++) { /* the same again is harmless; another value is a mistake */
+        size_t ol;
+        stepset_valid(o->sets[k], &ol, msg, sizeof msg);
+        size_t a = strspn(v, " \t"), b = strspn(o->sets[k], " \t");
+        if (kl - a == ol - b && strncmp(v + a, o->sets[k] + b, kl - a) == 0 && strcmp(v, o->sets[k]) != 0) {
+          snprintf(msg, sizeof msg, "--set %.*s given twice with different values ('%.100s' and '%.100s')",
+                   (int)(kl - a), v + a, o->sets[k], v);
+          return usage_error("%s", msg);
+        }
+      }
+      const char **ns = realloc(o->sets, sizeof(char *) * (size_t)(o->nsets + 1));
+      if (!ns) abort();
+      o->sets = ns;
+      o->sets[o->nsets++] = v;
+    } else if (strcmp(opt, "--layout") == 0 || strcmp(opt, "--mesh") == 0) {
+      bool lay = opt[2] == 'l';
+      const char ***list = lay ? &o->layouts : &o->meshes;
+      int *n = lay ? &o->nlayouts : &o->nmeshes;
+      const char **nl = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+      if (!nl) abort();
+      *list = nl;
+      nl[(*n)++] = v;
+      if (lay && !o->layout) o->layout = v;
+      if (!lay && !o->mesh) o->mesh = v;
+    }
     else if (strcmp(opt, "--entry") == 0) o->entry = v;
     else if (strcmp(opt, "-o") == 0) o->output = v;
     else if (strcmp(opt, "--trace") == 0) o->trace = v;
@@ -197,6 +233,15 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "--load") == 0) o->load = v;
     else if (strcmp(opt, "--save") == 0) o->save = v;
     else if (strcmp(opt, "--hostfile") == 0) o->hostfile = v;
+    else if (strcmp(opt, "--target") == 0) o->target = v;
+    else if (strcmp(opt, "--devices") == 0 || strcmp(opt, "--top") == 0) {
+      uint64_t x;
+      bool dev = opt[2] == 'd';
+      if (!rt_arg_uint(v, 1, dev ? (1u << 20) : 1000, &x))
+        return usage_error(dev ? "bad --devices '%s': expected an integer from 1 to 1048576" : "bad --top '%s': expected an integer from 1 to 1000", v);
+      if (dev) o->devices = (int64_t)x;
+      else o->top = (int)x;
+    }
     else if (strcmp(opt, "--backend") == 0) {
       if (strcmp(v, "threads") != 0 && strcmp(v, "mpi") != 0) return usage_error("bad --backend '%s': expected threads or mpi", v);
 #ifndef SHARDC_HAVE_MPI
@@ -259,6 +304,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) {
     for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
     free(o.dims);
+    free(o.sets), free(o.layouts), free(o.meshes);
     return rc;
   }
   if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
@@ -271,10 +317,18 @@ int main(int argc, char **argv) {
   if ((o.threads_per_rank || o.hostfile) && !(o.backend && strcmp(o.backend, "mpi") == 0))
     return usage_error("%s is an option of --backend mpi", o.threads_per_rank ? "--threads-per-rank" : "--hostfile");
 
+  bool table = o.nlayouts > 1 || o.nmeshes > 1;
+  if (table) {
+    bool takes = strcmp(cmd->name, "check") == 0 || strcmp(cmd->name, "explain") == 0 || strcmp(cmd->name, "sim") == 0;
+    if (!takes) return usage_error("only check, explain and sim take several --layout or --mesh ('%s' takes one)", cmd->name);
+    const char *one = o.trace ? "--trace" : o.show ? "--show" : o.emit_ir ? "--emit-ir" : o.shardings ? "--shardings"
+                      : o.tokens ? "--tokens" : NULL;
+    if (one) return usage_error("%s describes one layout on one mesh: give one --layout and one --mesh with it", one);
+  }
   bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
   diag_configure(stderr, o.diag_format, color);
   report_begin(&o);
-  rc = report_end(&o, cmd->fn(&o));
+  rc = report_end(&o, table ? table_run(&o, cmd->fn) : cmd->fn(&o));
   diag_finish();
   if (fflush(stdout) != 0) {
     fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));
@@ -282,5 +336,6 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
   free(o.dims);
+  free(o.sets), free(o.layouts), free(o.meshes);
   return rc;
 }

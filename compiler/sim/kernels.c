@@ -101,6 +101,10 @@ static AttentionShape attention_shape(const Op *op) {
   AttentionShape a = {.batch = 1, .heads = 1, .kv_heads = 1, .v_dim = 1, .causal = op->flag != 0};
   a.q_len = local_extent(q, qd);
   a.kv_len = local_extent(k, kd);
+  /* ring attention: the local query block meets every device's key block in turn (opcost's count);
+   * ring_seconds splits this whole into the ring's steps */
+  const DevRing *ring = op->dev ? op->dev->ring : NULL;
+  if (ring && ring->groups) a.kv_len *= ring->groups->size;
   a.head_dim = local_extent(q, hd);
   for (int i = 0; i < q->type.rank; i++)
     if (q->type.dims[i] != qd && q->type.dims[i] != hd) a.heads *= local_extent(q, q->type.dims[i]);

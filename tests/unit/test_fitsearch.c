@@ -244,6 +244,7 @@ int main(void) {
   case_recheck("tests/check/needs_devices.shard", NULL);
   case_recheck("tests/check/suggest_indivisible_axis.shard", NULL);
   case_recheck("tests/check/no_layout.shard", NULL);
+  case_recheck("tests/check/remat_selective_nofit.shard", "fsdp"); /* every other remat an anchor */
 
   /* the bound, by hand in tests/check/needs_devices.shard */
   ut_begin("70B with adam on 8 H100s: needs at least 11 devices (846,649,753,600 B of params, grads and state)");

@@ -11,47 +11,10 @@
 #include <cjson/cJSON.h>
 
 #include "unit_test.h"
+#include "cli_test.h"
 
-#ifndef SHARDC_BIN
-#define SHARDC_BIN "shardc"
-#endif
 
-static char *slurp(FILE *f) {
-  size_t cap = 1 << 16, n = 0, got;
-  char *buf = malloc(cap);
-  if (!buf) return NULL;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 >= cap) {
-      char *b = realloc(buf, cap *= 2);
-      if (!b) break;
-      buf = b;
-    }
-  }
-  buf[n] = 0;
-  return buf;
-}
-
-static char *run(const char *args, int *rc) {
-  char line[1024];
-  snprintf(line, sizeof line, "'%s' check %s 2>/dev/null", SHARDC_BIN, args);
-  FILE *p = popen(line, "r");
-  if (!p) return NULL;
-  char *out = slurp(p);
-  int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-static double num(const cJSON *o, const char *k) {
-  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
-  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
-
-static const char *str(const cJSON *o, const char *k) {
-  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
-  return cJSON_IsString(x) ? x->valuestring : "";
-}
+static char *run(const char *args, int *rc) { return cli_shardc(rc, "check %s 2>/dev/null", args); }
 
 /* Two bf16 weights of embed x hidden; hidden over model (4). */
 static const char *MLP =
@@ -99,30 +62,30 @@ static void test_resident(int zero) {
   /* params: 2 x 256 x 1024 elements; hidden over model: a quarter on each device */
   double elems = 2.0 * 256 * 1024 / 4;
   double zdiv = zero >= 1 ? 2 : 1; /* ZeRO shards over the batch axis, data (2) */
-  ut_near("params: elems x 2 B", num(rs, "params"), elems * 2, 1e-12);
+  ut_near("params: elems x 2 B", cli_num(rs, "params"), elems * 2, 1e-12);
   /* grads: bf16, reduced to the param's sharding; zero = 2 reduce-scatters them over data */
-  ut_near("grads", num(rs, "grads"), elems * 2 / (zero >= 2 ? 2 : 1), 1e-12);
-  ut_near("moments: m and v in f32", num(rs, "moments"), 2 * elems * 4 / zdiv, 1e-12);
-  ut_near("master: f32", num(rs, "master"), elems * 4 / zdiv, 1e-12);
-  ut_near("total", num(rs, "total"), num(rs, "params") + num(rs, "grads") + num(rs, "moments") + num(rs, "master"), 1e-12);
+  ut_near("grads", cli_num(rs, "grads"), elems * 2 / (zero >= 2 ? 2 : 1), 1e-12);
+  ut_near("moments: m and v in f32", cli_num(rs, "moments"), 2 * elems * 4 / zdiv, 1e-12);
+  ut_near("master: f32", cli_num(rs, "master"), elems * 4 / zdiv, 1e-12);
+  ut_near("total", cli_num(rs, "total"), cli_num(rs, "params") + cli_num(rs, "grads") + cli_num(rs, "moments") + cli_num(rs, "master"), 1e-12);
   /* the peak's optimizer class holds the same moments and master copy */
   const cJSON *pd = mem ? cJSON_GetObjectItem(mem, "per_device") : NULL;
-  ut_near("peak optimizer = moments + master", num(pd, "optimizer"), num(rs, "moments") + num(rs, "master"), 1e-12);
+  ut_near("peak optimizer = moments + master", cli_num(pd, "optimizer"), cli_num(rs, "moments") + cli_num(rs, "master"), 1e-12);
   /* the largest buffers: named, typed, per-device shapes, relative paths */
   const cJSON *lg = j ? cJSON_GetObjectItem(j, "largest") : NULL, *b;
   UT_CHECK(cJSON_GetArraySize(lg) > 0, "largest buffers listed");
   cJSON_ArrayForEach(b, lg) {
-    UT_CHECK(*str(b, "tensor") && *str(b, "dtype") && str(b, "shape")[0] == '[', "tensor, dtype, shape: %s",
-             str(b, "what"));
-    UT_CHECK(!strstr(str(b, "what"), "'s result"), "never \"the op's result\": %s", str(b, "what"));
-    UT_CHECK(str(b, "where")[0] != '/', "a relative path: %s", str(b, "where"));
+    UT_CHECK(*cli_str(b, "tensor") && *cli_str(b, "dtype") && cli_str(b, "shape")[0] == '[', "tensor, dtype, shape: %s",
+             cli_str(b, "what"));
+    UT_CHECK(!strstr(cli_str(b, "what"), "'s result"), "never \"the op's result\": %s", cli_str(b, "what"));
+    UT_CHECK(cli_str(b, "where")[0] != '/', "a relative path: %s", cli_str(b, "where"));
   }
   /* the first: [batch 32, seq 128, embed 256] in f32 = 32 x 128 x 256 x 4 = 4,194,304 B (the mse's
    * f32 difference, batch split over data) */
   const cJSON *b0 = cJSON_GetArrayItem(lg, 0);
-  UT_CHECK(strcmp(str(b0, "shape"), "[batch 32, seq 128, embed 256]") == 0 && strcmp(str(b0, "dtype"), "f32") == 0,
-           "largest: %s", str(b0, "what"));
-  ut_near("its bytes", num(b0, "bytes"), 32.0 * 128 * 256 * 4, 1e-12);
+  UT_CHECK(strcmp(cli_str(b0, "shape"), "[batch 32, seq 128, embed 256]") == 0 && strcmp(cli_str(b0, "dtype"), "f32") == 0,
+           "largest: %s", cli_str(b0, "what"));
+  ut_near("its bytes", cli_num(b0, "bytes"), 32.0 * 128 * 256 * 4, 1e-12);
   cJSON_Delete(j);
   free(out);
 

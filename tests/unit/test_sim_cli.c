@@ -15,47 +15,15 @@
 #include <cjson/cJSON.h>
 
 #include "unit_test.h"
+#include "cli_test.h"
 
-#ifndef SHARDC_BIN
-#define SHARDC_BIN "shardc"
-#endif
 #ifndef SHARDC_SOURCE_DIR
 #define SHARDC_SOURCE_DIR "."
 #endif
 
-static char *slurp(FILE *f) {
-  size_t cap = 1 << 16, n = 0, got;
-  char *buf = malloc(cap);
-  if (!buf) return NULL;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 >= cap) {
-      char *b = realloc(buf, cap *= 2);
-      if (!b) break;
-      buf = b;
-    }
-  }
-  buf[n] = 0;
-  return buf;
-}
-
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (f) {
-    fputs(text, f);
-    fclose(f);
-  }
-}
-
 /* Runs `shardc sim FILE ARGS` (stderr discarded); returns its stdout parsed, *rc its exit code. */
 static cJSON *sim_json(const char *file, const char *args, int *rc, char **raw) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "'%s' sim '%s' %s 2>/dev/null", SHARDC_BIN, file, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return NULL;
-  char *out = slurp(p);
-  int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  char *out = cli_shardc(rc, "sim '%s' %s 2>/dev/null", file, args);
   cJSON *j = out ? cJSON_Parse(out) : NULL;
   if (raw) *raw = out;
   else free(out);
@@ -63,18 +31,10 @@ static cJSON *sim_json(const char *file, const char *args, int *rc, char **raw) 
 }
 
 static cJSON *read_json(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char *s = slurp(f);
-  fclose(f);
+  char *s = cli_read(path);
   cJSON *j = s ? cJSON_Parse(s) : NULL;
   free(s);
   return j;
-}
-
-static double num(const cJSON *o, const char *k) {
-  const cJSON *x = cJSON_GetObjectItem(o, k);
-  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
 }
 
 /* A small data + tensor parallel MLP (two layers) on 8 H100s. */
@@ -101,7 +61,7 @@ static const char *MLP =
 
 static void test_json_keys(void) {
   ut_begin("sim --format json: one valid object with the fixed keys, consistent with each other");
-  write_file("test_sim_cli_mlp.shard", MLP);
+  cli_write("test_sim_cli_mlp.shard", MLP);
   int rc;
   cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, NULL);
   UT_CHECK(rc == 0, "exit %d", rc);
@@ -109,31 +69,31 @@ static void test_json_keys(void) {
   if (j) {
     static const char *const keys[] = {"step_time_s", "compute_s", "comm_s", "exposed_comm_s", "mfu", "tokens_per_s"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-      UT_CHECK(num(j, keys[i]) >= 0, "key %s: a number >= 0", keys[i]);
+      UT_CHECK(cli_num(j, keys[i]) >= 0, "key %s: a number >= 0", keys[i]);
     UT_CHECK(cJSON_IsBool(cJSON_GetObjectItem(j, "fits")), "fits: a boolean");
     UT_CHECK(cJSON_GetObjectItem(j, "errors") == NULL, "no errors key");
-    double step = num(j, "step_time_s");
+    double step = cli_num(j, "step_time_s");
     /* compute + exposed + bubble + idle = step; exposed <= comm; MFU from its own definition */
     ut_near("compute + exposed + bubble + idle = step",
-            num(j, "compute_s") + num(j, "exposed_comm_s") + num(j, "bubble_s") + num(j, "idle_s"), step, 1e-9);
-    UT_CHECK(num(j, "exposed_comm_s") <= num(j, "comm_s") + 1e-12, "exposed <= comm");
-    ut_near("mfu = model FLOPs / (step x devices x peak)", num(j, "mfu"),
-            num(j, "model_flops_per_step") / (step * 8 * 9.9e14), 1e-9);
+            cli_num(j, "compute_s") + cli_num(j, "exposed_comm_s") + cli_num(j, "bubble_s") + cli_num(j, "idle_s"), step, 1e-9);
+    UT_CHECK(cli_num(j, "exposed_comm_s") <= cli_num(j, "comm_s") + 1e-12, "exposed <= comm");
+    ut_near("mfu = model FLOPs / (step x devices x peak)", cli_num(j, "mfu"),
+            cli_num(j, "model_flops_per_step") / (step * 8 * 9.9e14), 1e-9);
     /* tokens: batch x seq = 32768 (mse labels have the output's type: every row is a token) */
-    ut_near("tokens_per_s = batch x seq / step", num(j, "tokens_per_s"), 64.0 * 512 / step, 1e-9);
+    ut_near("tokens_per_s = batch x seq / step", cli_num(j, "tokens_per_s"), 64.0 * 512 / step, 1e-9);
   }
   cJSON_Delete(j);
   int rc2;
   cJSON *k = sim_json("test_sim_cli_mlp.shard", "--format json --ideal", &rc2, NULL);
   UT_CHECK(k && cJSON_IsTrue(cJSON_GetObjectItem(k, "ideal")), "--ideal says so");
-  if (j && k) UT_CHECK(num(k, "step_time_s") > 0, "an ideal step");
+  if (j && k) UT_CHECK(cli_num(k, "step_time_s") > 0, "an ideal step");
   cJSON_Delete(k);
   ut_end();
 }
 
 static void test_json_errors(void) {
   ut_begin("sim --format json on a wrong program: exit 1, one object with located errors and no figures");
-  write_file("test_sim_cli_err.shard",
+  cli_write("test_sim_cli_err.shard",
              "import \"targets\"\n"
              "mesh one = h100[x: 1]\n"
              "dim a = 4, b = 8\n"
@@ -149,8 +109,8 @@ static void test_json_errors(void) {
   UT_CHECK(cJSON_IsArray(errs) && cJSON_GetArraySize(errs) >= 1, "an errors array");
   const cJSON *e = errs ? cJSON_GetArrayItem(errs, 0) : NULL;
   if (e) {
-    UT_CHECK(num(e, "line") == 6, "the error's line 6, got %g", num(e, "line"));
-    UT_CHECK(num(e, "col") > 0, "a column");
+    UT_CHECK(cli_num(e, "line") == 6, "the error's line 6, got %g", cli_num(e, "line"));
+    UT_CHECK(cli_num(e, "col") > 0, "a column");
     const cJSON *f = cJSON_GetObjectItem(e, "file"), *m = cJSON_GetObjectItem(e, "message");
     UT_CHECK(cJSON_IsString(f) && strstr(f->valuestring, "test_sim_cli_err.shard"), "its file");
     UT_CHECK(cJSON_IsString(m) && m->valuestring[0], "a message");
@@ -169,7 +129,7 @@ static void test_no_fit(void) {
   ut_begin("a program that does not fit is simulated: fits false, a warning, exit 0");
   /* 4 x 2^30 bf16 params of 8 GB each, adam: 16 bytes per param = 68.7 GB on one device, plus
    * activations; a v5e has 16 GB */
-  write_file("test_sim_cli_big.shard",
+  cli_write("test_sim_cli_big.shard",
              "import \"targets\"\n"
              "mesh one = tpu_v5e[x: 1]\n"
              "dim batch = 8, embed = 32768, e2 = embed, layers = 4\n"
@@ -194,7 +154,7 @@ static void test_no_fit(void) {
   cJSON *j = sim_json("test_sim_cli_big.shard", "--format json", &rc, NULL);
   UT_CHECK(rc == 0, "exit 0, got %d", rc);
   UT_CHECK(j && cJSON_IsFalse(cJSON_GetObjectItem(j, "fits")), "fits: false");
-  UT_CHECK(j && num(j, "step_time_s") > 0, "a step time");
+  UT_CHECK(j && cli_num(j, "step_time_s") > 0, "a step time");
   const cJSON *w = j ? cJSON_GetObjectItem(j, "warnings") : NULL, *x;
   bool said = false;
   cJSON_ArrayForEach(x, w) {
@@ -231,13 +191,13 @@ static const char *PIPE =
 
 static void test_trace(void) {
   ut_begin("sim --trace: valid Chrome trace JSON, a track per stream, named slices nested in regions");
-  write_file("test_sim_cli_pipe.shard", PIPE);
+  cli_write("test_sim_cli_pipe.shard", PIPE);
   remove("test_sim_cli_trace.json");
   int rc;
   char *raw = NULL;
   cJSON *j = sim_json("test_sim_cli_pipe.shard", "--format json --trace test_sim_cli_trace.json", &rc, &raw);
   UT_CHECK(rc == 0, "exit %d", rc);
-  double step = j ? num(j, "step_time_s") : NAN;
+  double step = j ? cli_num(j, "step_time_s") : NAN;
   cJSON_Delete(j);
   free(raw);
   cJSON *t = read_json("test_sim_cli_trace.json");
@@ -258,7 +218,7 @@ static void test_trace(void) {
       continue;
     }
     UT_CHECK(strcmp(ph, "X") == 0, "complete events only");
-    double ts = num(e, "ts"), dur = num(e, "dur");
+    double ts = cli_num(e, "ts"), dur = cli_num(e, "dur");
     UT_CHECK(ts >= 0 && dur >= 0, "%s: ts %g, dur %g", name, ts, dur);
     if (ts + dur > last_end) last_end = ts + dur;
     regions += strstr(name, "forward chunk") != NULL || strstr(name, "backward chunk") != NULL;
@@ -287,20 +247,20 @@ static void test_trace(void) {
  * which the book's 6 N D leaves out). */
 static void test_tokens(void) {
   ut_begin("--tokens N --mfu R: days = model FLOPs per token x N / (devices x peak x R)");
-  write_file("test_sim_cli_mlp.shard", MLP);
+  cli_write("test_sim_cli_mlp.shard", MLP);
   int rc;
   cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json --tokens 1.5e13 --mfu 0.4", &rc, NULL);
   const cJSON *tr = j ? cJSON_GetObjectItem(j, "train") : NULL;
   UT_CHECK(tr != NULL, "a train object");
   if (tr) {
-    double per_token = num(j, "model_flops_per_step") / num(j, "tokens_per_step");
-    ut_near("days", num(tr, "days"), per_token * 1.5e13 / (8 * 9.9e14 * 0.4) / 86400, 1e-9);
+    double per_token = cli_num(j, "model_flops_per_step") / cli_num(j, "tokens_per_step");
+    ut_near("days", cli_num(tr, "days"), per_token * 1.5e13 / (8 * 9.9e14 * 0.4) / 86400, 1e-9);
   }
   cJSON_Delete(j);
   /* without --mfu: tokens / tokens_per_s */
   j = sim_json("test_sim_cli_mlp.shard", "--format json --tokens 1e9", &rc, NULL);
   tr = j ? cJSON_GetObjectItem(j, "train") : NULL;
-  if (tr) ut_near("days at the simulated rate", num(tr, "days"), 1e9 / num(j, "tokens_per_s") / 86400, 1e-9);
+  if (tr) ut_near("days at the simulated rate", cli_num(tr, "days"), 1e9 / cli_num(j, "tokens_per_s") / 86400, 1e-9);
   else ut_fail("a train object without --mfu");
   cJSON_Delete(j);
   ut_end();
@@ -311,7 +271,7 @@ static void test_tokens(void) {
  * language's count); the phases' times add up to compute + exposed communication. */
 static void test_phases(void) {
   ut_begin("sim phases: forward/backward FLOPs by formula, times adding up to compute + exposed");
-  write_file("test_sim_cli_mlp.shard", MLP);
+  cli_write("test_sim_cli_mlp.shard", MLP);
   int rc;
   char *raw = NULL;
   cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, &raw);
@@ -325,26 +285,26 @@ static void test_phases(void) {
     const cJSON *n = cJSON_GetObjectItem(e, "phase");
     UT_CHECK(i < 5 && cJSON_IsString(n) && strcmp(n->valuestring, names[i]) == 0, "phase %d: %s", i,
              cJSON_IsString(n) ? n->valuestring : "?");
-    t += num(e, "time_s"), c += num(e, "compute_s"), comm += num(e, "comm_s"), ex += num(e, "exposed_comm_s");
-    fl += num(e, "flops");
-    if (num(e, "time_s") > 0) ut_near("flops_per_s = flops / time_s", num(e, "flops_per_s"), num(e, "flops") / num(e, "time_s"), 1e-9);
+    t += cli_num(e, "time_s"), c += cli_num(e, "compute_s"), comm += cli_num(e, "comm_s"), ex += cli_num(e, "exposed_comm_s");
+    fl += cli_num(e, "flops");
+    if (cli_num(e, "time_s") > 0) ut_near("flops_per_s = flops / time_s", cli_num(e, "flops_per_s"), cli_num(e, "flops") / cli_num(e, "time_s"), 1e-9);
     i++;
   }
   double fwd = 2.0 * 2 * 2 * 64 * 512 * 2048 * 8192 / 8;
-  ut_near("forward FLOPs per device", num(cJSON_GetArrayItem(ph, 0), "flops"), fwd, 1e-9);
-  ut_near("backward FLOPs per device = 2 x forward", num(cJSON_GetArrayItem(ph, 1), "flops"), 2 * fwd, 1e-9);
-  UT_CHECK(num(cJSON_GetArrayItem(ph, 2), "compute_s") > 0, "the optimizer takes time");
-  UT_CHECK(num(cJSON_GetArrayItem(ph, 3), "comm_s") > 0 && num(cJSON_GetArrayItem(ph, 3), "compute_s") == 0,
+  ut_near("forward FLOPs per device", cli_num(cJSON_GetArrayItem(ph, 0), "flops"), fwd, 1e-9);
+  ut_near("backward FLOPs per device = 2 x forward", cli_num(cJSON_GetArrayItem(ph, 1), "flops"), 2 * fwd, 1e-9);
+  UT_CHECK(cli_num(cJSON_GetArrayItem(ph, 2), "compute_s") > 0, "the optimizer takes time");
+  UT_CHECK(cli_num(cJSON_GetArrayItem(ph, 3), "comm_s") > 0 && cli_num(cJSON_GetArrayItem(ph, 3), "compute_s") == 0,
            "gradient reduction: communication only (data-parallel gradients)");
-  ut_near("phases' time = compute + exposed", t, num(j, "compute_s") + num(j, "exposed_comm_s"), 1e-9);
-  ut_near("phases' compute = compute_s", c, num(j, "compute_s"), 1e-9);
-  ut_near("phases' comm = comm_s", comm, num(j, "comm_s"), 1e-9);
-  ut_near("phases' exposed = exposed_comm_s", ex, num(j, "exposed_comm_s"), 1e-9);
-  ut_near("phases' FLOPs x 8 devices = flops_per_step", fl * 8, num(j, "flops_per_step"), 1e-9);
+  ut_near("phases' time = compute + exposed", t, cli_num(j, "compute_s") + cli_num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' compute = compute_s", c, cli_num(j, "compute_s"), 1e-9);
+  ut_near("phases' comm = comm_s", comm, cli_num(j, "comm_s"), 1e-9);
+  ut_near("phases' exposed = exposed_comm_s", ex, cli_num(j, "exposed_comm_s"), 1e-9);
+  ut_near("phases' FLOPs x 8 devices = flops_per_step", fl * 8, cli_num(j, "flops_per_step"), 1e-9);
   cJSON_Delete(j);
   /* the text report prints the same table */
   FILE *p = popen("'" SHARDC_BIN "' sim test_sim_cli_mlp.shard 2>/dev/null", "r");
-  char *out = p ? slurp(p) : NULL;
+  char *out = p ? cli_slurp(p) : NULL;
   if (p) pclose(p);
   UT_CHECK(out && strstr(out, "per phase (per device") && strstr(out, "  gradient reduction "), "text: the per-phase table");
   free(out);
@@ -356,7 +316,7 @@ static void test_phases(void) {
  * [batch/2, seq, embed] bf16 = 32 x 512 x 2048 x 2 bytes per device, over NVLink (one node). */
 static void test_trace_args(void) {
   ut_begin("sim --trace: collectives' bytes, link and axes; flows from collective to waiting op");
-  write_file("test_sim_cli_mlp.shard", MLP);
+  cli_write("test_sim_cli_mlp.shard", MLP);
   remove("test_sim_cli_trace.json");
   int rc;
   cJSON *j = sim_json("test_sim_cli_mlp.shard", "--format json --trace test_sim_cli_trace.json", &rc, NULL);
@@ -371,13 +331,13 @@ static void test_trace_args(void) {
       colls++;
       const cJSON *k = cJSON_GetObjectItem(args, "collective");
       if (cJSON_IsString(k) && cJSON_IsString(cJSON_GetObjectItem(args, "link")) &&
-          cJSON_IsArray(cJSON_GetObjectItem(args, "axes")) && num(args, "bytes") > 0)
+          cJSON_IsArray(cJSON_GetObjectItem(args, "axes")) && cli_num(args, "bytes") > 0)
         with_args++;
       const cJSON *ax = cJSON_GetObjectItem(args, "axes");
       if (cJSON_IsString(k) && strcmp(k->valuestring, "all_reduce") == 0 && cJSON_GetArraySize(ax) == 1 &&
           strcmp(cJSON_GetArrayItem(ax, 0)->valuestring, "model") == 0) {
         ar++;
-        ut_near("all_reduce over model: bytes", num(args, "bytes"), 32.0 * 512 * 2048 * 2, 1e-12);
+        ut_near("all_reduce over model: bytes", cli_num(args, "bytes"), 32.0 * 512 * 2048 * 2, 1e-12);
         UT_CHECK(strcmp(cJSON_GetObjectItem(args, "link")->valuestring, "NVLink") == 0, "link %s",
                  cJSON_GetObjectItem(args, "link")->valuestring);
       }
@@ -399,9 +359,9 @@ static void test_trace_args(void) {
     const cJSON *f;
     cJSON_ArrayForEach(f, ev) {
       const cJSON *fp = cJSON_GetObjectItem(f, "ph");
-      if (cJSON_IsString(fp) && strcmp(fp->valuestring, "f") == 0 && num(f, "id") == num(e, "id"))
-        UT_CHECK(num(f, "ts") >= num(e, "ts"), "flow %g: ends at %g before it starts at %g", num(e, "id"), num(f, "ts"),
-                 num(e, "ts"));
+      if (cJSON_IsString(fp) && strcmp(fp->valuestring, "f") == 0 && cli_num(f, "id") == cli_num(e, "id"))
+        UT_CHECK(cli_num(f, "ts") >= cli_num(e, "ts"), "flow %g: ends at %g before it starts at %g", cli_num(e, "id"), cli_num(f, "ts"),
+                 cli_num(e, "ts"));
     }
   }
   cJSON_Delete(t);
@@ -410,14 +370,7 @@ static void test_trace_args(void) {
 
 /* Runs `shardc CMD FILE ARGS` (stderr discarded) and returns its stdout (malloc'd), *rc its exit. */
 static char *run_text(const char *cmd_name, const char *file, const char *args, int *rc) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "'%s' %s '%s' %s 2>/dev/null", SHARDC_BIN, cmd_name, file, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return NULL;
-  char *out = slurp(p);
-  int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  return cli_shardc(rc, "%s '%s' %s 2>/dev/null", cmd_name, file, args);
 }
 
 /* The lines of text that start with prefix: how many, and the first (into buf). */
@@ -481,10 +434,10 @@ static void test_forbidden_cheaper(void) {
            sf ? (cJSON_IsNull(sf) ? "null" : "not an object") : "missing",
            ef ? (cJSON_IsNull(ef) ? "null" : "not an object") : "missing");
   if (cJSON_IsObject(sf) && cJSON_IsObject(ef)) {
-    double saves = num(sf, "saves_s"), bound = num(sf, "bound_comm_s"), unbound = num(sf, "unbound_comm_s");
+    double saves = cli_num(sf, "saves_s"), bound = cli_num(sf, "bound_comm_s"), unbound = cli_num(sf, "unbound_comm_s");
     UT_CHECK(saves > 0 && unbound > 0 && unbound < bound, "saves %g s: bound %g s, unbound %g s", saves, bound, unbound);
     ut_near("saves_s = bound_comm_s - unbound_comm_s", saves, bound - unbound, 1e-12);
-    ut_near("explain's saving is sim's", num(ef, "saves_s"), saves, 1e-12);
+    ut_near("explain's saving is sim's", cli_num(ef, "saves_s"), saves, 1e-12);
     const cJSON *rule = cJSON_GetObjectItem(sf, "rule"), *erule = cJSON_GetObjectItem(ef, "rule");
     UT_CHECK(cJSON_IsString(rule) && cJSON_IsString(erule) && strcmp(rule->valuestring, erule->valuestring) == 0,
              "rules: sim %s, explain %s", cJSON_IsString(rule) ? rule->valuestring : "-",
@@ -492,8 +445,8 @@ static void test_forbidden_cheaper(void) {
     if (cJSON_IsString(rule)) {
       int want = rule_line(path, rule->valuestring);
       UT_CHECK(want > 0, "rule `%s` is not a line of the layout", rule->valuestring);
-      UT_CHECK((int)num(sf, "line") == want && (int)num(ef, "line") == want, "the rule's line: sim %g, explain %g, file %d",
-               num(sf, "line"), num(ef, "line"), want);
+      UT_CHECK((int)cli_num(sf, "line") == want && (int)cli_num(ef, "line") == want, "the rule's line: sim %g, explain %g, file %d",
+               cli_num(sf, "line"), cli_num(ef, "line"), want);
       /* the text lines: one each, naming the rule and the time saved as the JSON has it */
       char save[64], want_rule[256], line[4096];
       seconds_form(saves, save, sizeof save);
@@ -516,7 +469,7 @@ static void test_forbidden_cheaper(void) {
   cJSON_Delete(ej);
 
   /* the layout's plan is propagation's own here: no line, a null */
-  write_file("test_sim_cli_mlp.shard", MLP);
+  cli_write("test_sim_cli_mlp.shard", MLP);
   sj = sim_json("test_sim_cli_mlp.shard", "--format json", &rc, NULL);
   sf = sj ? cJSON_GetObjectItem(sj, "forbidden_cheaper") : NULL;
   UT_CHECK(cJSON_IsNull(sf), "the MLP: forbidden_cheaper is %s", sf ? "not null" : "missing");
@@ -525,6 +478,37 @@ static void test_forbidden_cheaper(void) {
   char line[4096];
   UT_CHECK(st && lines_starting(st, "layout ", line, sizeof line) == 0, "the MLP: sim says %s", line);
   free(st);
+  ut_end();
+}
+
+/* Ring attention (context parallelism, samples/llama3_8b_long.shard: seq over ctx 16): each device's
+ * query block meets all 16 key blocks, so its attention kernels cost what a flash attention of the
+ * whole key length does, split over the ring's steps. Checked as ratios that hold without a ring:
+ * with remat none the backward's FLOPs are twice the forward's (a contraction's backward is two
+ * contractions; cost_attention's backward, 2x its forward), and MFU and HFU stay below 1. (Before
+ * the fix the kernels priced one key block: backward 316 TFLOP against a 686 TFLOP forward, MFU 91%
+ * at remat none, 168% with tensor parallelism 2.) */
+static void test_ring_attention(void) {
+  ut_begin("ring attention: the simulated backward is twice the forward, MFU and HFU below 1");
+  const char *remats[] = {"none", "full"};
+  for (int i = 0; i < 2; i++) {
+    char args[200];
+    snprintf(args, sizeof args, "--format json --set remat=%s", remats[i]);
+    int rc;
+    cJSON *j = sim_json(SHARDC_SOURCE_DIR "/samples/llama3_8b_long.shard", args, &rc, NULL);
+    double fwd = NAN, bwd = NAN;
+    const cJSON *ph;
+    cJSON_ArrayForEach(ph, cJSON_GetObjectItem(j, "phases")) {
+      const cJSON *n = cJSON_GetObjectItem(ph, "phase");
+      if (cJSON_IsString(n) && strcmp(n->valuestring, "forward") == 0) fwd = cli_num(ph, "flops");
+      if (cJSON_IsString(n) && strcmp(n->valuestring, "backward") == 0) bwd = cli_num(ph, "flops");
+    }
+    UT_CHECK(rc == 0, "remat %s: exit %d", remats[i], rc);
+    if (i == 0) UT_CHECK(fabs(bwd / fwd - 2) < 0.02, "remat none: backward %.4g FLOP, forward %.4g: ratio %.3f, want 2", bwd, fwd, bwd / fwd);
+    else UT_CHECK(fabs(bwd / fwd - 3) < 0.02, "remat full: backward %.4g FLOP (recomputation included), forward %.4g: ratio %.3f, want 3", bwd, fwd, bwd / fwd);
+    UT_CHECK(cli_num(j, "mfu") < 1 && cli_num(j, "hfu") < 1, "remat %s: MFU %.3f, HFU %.3f", remats[i], cli_num(j, "mfu"), cli_num(j, "hfu"));
+    cJSON_Delete(j);
+  }
   ut_end();
 }
 
@@ -537,6 +521,7 @@ int main(void) {
   test_trace();
   test_tokens();
   test_forbidden_cheaper();
+  test_ring_attention();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");

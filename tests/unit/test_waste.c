@@ -10,53 +10,13 @@
 #include <cjson/cJSON.h>
 
 #include "unit_test.h"
+#include "cli_test.h"
 
-#ifndef SHARDC_BIN
-#define SHARDC_BIN "shardc"
-#endif
-
-static char *slurp(FILE *f) {
-  size_t cap = 1 << 16, n = 0, got;
-  char *buf = malloc(cap);
-  if (!buf) return NULL;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 >= cap) {
-      char *b = realloc(buf, cap *= 2);
-      if (!b) break;
-      buf = b;
-    }
-  }
-  buf[n] = 0;
-  return buf;
-}
-
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (f) {
-    fputs(text, f);
-    fclose(f);
-  }
-}
-
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char *s = slurp(f);
-  fclose(f);
-  return s;
-}
 
 /* `shardc CMD FILE ARGS`: stdout returned, stderr in *err (both malloc'd), *rc the exit code. */
 static char *shardc(const char *cmd, const char *file, const char *args, int *rc, char **err) {
-  char line[1024];
-  snprintf(line, sizeof line, "'%s' %s '%s' %s 2>test_waste.err", SHARDC_BIN, cmd, file, args);
-  FILE *p = popen(line, "r");
-  if (!p) return NULL;
-  char *out = slurp(p);
-  int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  *err = read_text("test_waste.err");
+  char *out = cli_shardc(rc, "%s '%s' %s 2>test_waste.err", cmd, file, args);
+  *err = cli_read("test_waste.err");
   return out;
 }
 
@@ -73,16 +33,6 @@ static cJSON *waste_of(const char *cmd, const char *file, const char *args, cJSO
   cJSON *w = j ? cJSON_GetObjectItem(j, "waste") : NULL;
   UT_CHECK(cJSON_IsArray(w), "%s: a `waste` array in the JSON", cmd);
   return cJSON_IsArray(w) ? w : NULL;
-}
-
-static double num(const cJSON *o, const char *k) {
-  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
-  return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
-
-static const char *str(const cJSON *o, const char *k) {
-  const cJSON *x = o ? cJSON_GetObjectItem(o, k) : NULL;
-  return cJSON_IsString(x) ? x->valuestring : "";
 }
 
 /* One contraction, [batch, seq, embed] x [embed, hidden]: 2 x 64 x 128 x 256 x 1024 FLOPs. With
@@ -106,25 +56,25 @@ static const char *LIN =
 
 static void test_replicated_axis(void) {
   ut_begin("replicated axis: share 1, MFU bound 1/|model| = 0.25, fix adds model to the batch rule");
-  write_file("test_waste_lin.shard", LIN);
+  cli_write("test_waste_lin.shard", LIN);
   cJSON *j;
   cJSON *w = waste_of("check", "test_waste_lin.shard", "--layout dp", &j);
   UT_CHECK(w && cJSON_GetArraySize(w) == 1, "one finding, got %d", w ? cJSON_GetArraySize(w) : -1);
   const cJSON *f = w ? cJSON_GetArrayItem(w, 0) : NULL;
-  UT_CHECK(strcmp(str(f, "kind"), "replicated_axis") == 0, "kind %s", str(f, "kind"));
-  UT_CHECK(strcmp(str(f, "axis"), "model") == 0, "axis %s", str(f, "axis"));
+  UT_CHECK(strcmp(cli_str(f, "kind"), "replicated_axis") == 0, "kind %s", cli_str(f, "kind"));
+  UT_CHECK(strcmp(cli_str(f, "axis"), "model") == 0, "axis %s", cli_str(f, "axis"));
   /* F = 2*64*128*256*1024 model FLOPs; each device F/2 (data splits batch): bound F / (8 * F/2) */
-  ut_near("replicated share", num(f, "replicated_share"), 1.0, 1e-12);
-  ut_near("MFU bound = F / (8 devices x F/2)", num(f, "mfu_bound"), 0.25, 1e-12);
-  UT_CHECK(strstr(str(f, "fix"), "batch: (data, model)") != NULL, "fix: %s", str(f, "fix"));
+  ut_near("replicated share", cli_num(f, "replicated_share"), 1.0, 1e-12);
+  ut_near("MFU bound = F / (8 devices x F/2)", cli_num(f, "mfu_bound"), 0.25, 1e-12);
+  UT_CHECK(strstr(cli_str(f, "fix"), "batch: (data, model)") != NULL, "fix: %s", cli_str(f, "fix"));
   /* the fix checked: each device F/8, nothing replicated, bound F / (8 x F/8) = 1 */
-  UT_CHECK(num(f, "fixed_replicated_share") == 0, "fixed share %g", num(f, "fixed_replicated_share"));
-  ut_near("fixed MFU bound", num(f, "fixed_mfu_bound"), 1.0, 1e-12);
-  ut_near("flops_per_step (the test's F)", num(j, "flops_per_step"), 2.0 * 64 * 128 * 256 * 1024, 1e-12);
+  UT_CHECK(cli_num(f, "fixed_replicated_share") == 0, "fixed share %g", cli_num(f, "fixed_replicated_share"));
+  ut_near("fixed MFU bound", cli_num(f, "fixed_mfu_bound"), 1.0, 1e-12);
+  ut_near("flops_per_step (the test's F)", cli_num(j, "flops_per_step"), 2.0 * 64 * 128 * 256 * 1024, 1e-12);
   /* the warning in JSON `warnings` too */
   const cJSON *ws = j ? cJSON_GetObjectItem(j, "warnings") : NULL, *e;
   int hits = 0;
-  cJSON_ArrayForEach(e, ws) hits += strstr(str(e, "message"), "mesh axis 'model' (4 devices) shards no compute") != NULL;
+  cJSON_ArrayForEach(e, ws) hits += strstr(cli_str(e, "message"), "mesh axis 'model' (4 devices) shards no compute") != NULL;
   UT_CHECK(hits == 1, "one such entry in JSON warnings, got %d", hits);
   cJSON_Delete(j);
 
@@ -141,7 +91,7 @@ static void test_replicated_axis(void) {
   /* sim reports it as well */
   w = waste_of("sim", "test_waste_lin.shard", "--layout dp", &j);
   UT_CHECK(w && cJSON_GetArraySize(w) == 1, "sim: one finding");
-  ut_near("sim: MFU bound", num(cJSON_GetArrayItem(w, 0), "mfu_bound"), 0.25, 1e-12);
+  ut_near("sim: MFU bound", cli_num(cJSON_GetArrayItem(w, 0), "mfu_bound"), 0.25, 1e-12);
   cJSON_Delete(j);
   ut_end();
 }
@@ -169,11 +119,11 @@ static void test_skipped_rule(void) {
   const cJSON *f;
   cJSON_ArrayForEach(f, w) {
     /* 12 % 8 = 4: the rule is skipped, each device computes all of F: bound F / (8 F) */
-    ut_near("replicated share", num(f, "replicated_share"), 1.0, 1e-12);
-    ut_near("MFU bound 1/8", num(f, "mfu_bound"), 0.125, 1e-12);
+    ut_near("replicated share", cli_num(f, "replicated_share"), 1.0, 1e-12);
+    ut_near("MFU bound 1/8", cli_num(f, "mfu_bound"), 0.125, 1e-12);
     /* the smallest multiple of 8 above 12 */
-    UT_CHECK(strstr(str(f, "fix"), "-D batch=16") != NULL, "fix: %s", str(f, "fix"));
-    ut_near("fixed MFU bound", num(f, "fixed_mfu_bound"), 1.0, 1e-12);
+    UT_CHECK(strstr(cli_str(f, "fix"), "-D batch=16") != NULL, "fix: %s", cli_str(f, "fix"));
+    ut_near("fixed MFU bound", cli_num(f, "fixed_mfu_bound"), 1.0, 1e-12);
   }
   cJSON_Delete(j);
   ut_end();
@@ -208,28 +158,28 @@ static void test_slow_tp(void) {
   ut_begin("tensor parallelism across nodes: 3 all-reduces on the network, fix: the axis made minor");
   char text[2048];
   snprintf(text, sizeof text, TP, "cross = h100[model: 2, data: 8]");
-  write_file("test_waste_tp.shard", text);
+  cli_write("test_waste_tp.shard", text);
   cJSON *j;
   cJSON *w = waste_of("check", "test_waste_tp.shard", "", &j);
   UT_CHECK(w && cJSON_GetArraySize(w) == 1, "one finding, got %d", w ? cJSON_GetArraySize(w) : -1);
   const cJSON *f = w ? cJSON_GetArrayItem(w, 0) : NULL;
-  UT_CHECK(strcmp(str(f, "kind"), "slow_tensor_parallelism") == 0, "kind %s", str(f, "kind"));
-  UT_CHECK(strcmp(str(f, "axis"), "model") == 0, "axis %s", str(f, "axis"));
-  UT_CHECK(num(f, "collectives") == 3, "3 collectives, got %g", num(f, "collectives"));
+  UT_CHECK(strcmp(cli_str(f, "kind"), "slow_tensor_parallelism") == 0, "kind %s", cli_str(f, "kind"));
+  UT_CHECK(strcmp(cli_str(f, "axis"), "model") == 0, "axis %s", cli_str(f, "axis"));
+  UT_CHECK(cli_num(f, "collectives") == 3, "3 collectives, got %g", cli_num(f, "collectives"));
   /* v = 64/8 x 128 x 256 x 2 bytes. An ideal all-reduce is two phases (reduce-scatter, all-gather),
    * each the larger of its latency and its bytes over bandwidth. Over the network (2 nodes, one
    * device each): v x (2-1)/2 / 50 GB/s = 5.24 us > 3 us latency. */
   double v = 64.0 / 8 * 128 * 256 * 2;
-  ut_near("comm_s = 3 x 2 x v/2 / network_bw", num(f, "comm_s"), 3 * 2 * (v / 2 / 5.0e10), 1e-9);
-  UT_CHECK(strstr(str(f, "fix"), "--mesh 'h100[data: 8, model: 2]'") != NULL, "fix: %s", str(f, "fix"));
+  ut_near("comm_s = 3 x 2 x v/2 / network_bw", cli_num(f, "comm_s"), 3 * 2 * (v / 2 / 5.0e10), 1e-9);
+  UT_CHECK(strstr(cli_str(f, "fix"), "--mesh 'h100[data: 8, model: 2]'") != NULL, "fix: %s", cli_str(f, "fix"));
   /* over NVLink: v/2 / 450 GB/s = 0.58 us < 1 us latency: each phase 1 us */
   double ph = fmax(1e-6, v / 2 / 4.5e11);
-  ut_near("fixed_comm_s = 3 x 2 x max(latency, v/2 / nvlink_bw)", num(f, "fixed_comm_s"), 3 * 2 * ph, 1e-9);
+  ut_near("fixed_comm_s = 3 x 2 x max(latency, v/2 / nvlink_bw)", cli_num(f, "fixed_comm_s"), 3 * 2 * ph, 1e-9);
   cJSON_Delete(j);
 
   /* the same program on the fixed mesh: no finding */
   snprintf(text, sizeof text, TP, "node = h100[data: 8, model: 2]");
-  write_file("test_waste_tp.shard", text);
+  cli_write("test_waste_tp.shard", text);
   w = waste_of("check", "test_waste_tp.shard", "", &j);
   UT_CHECK(w && cJSON_GetArraySize(w) == 0, "model minor: no finding, got %d", w ? cJSON_GetArraySize(w) : -1);
   cJSON_Delete(j);
