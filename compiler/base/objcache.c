@@ -2,6 +2,7 @@
  * "SHARDCO1", the object's length (8 bytes, little-endian), its SHA-256 (32 bytes), the object. */
 #include "objcache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -30,8 +31,32 @@ static void make_dirs(const char *path) {
   mkdir(p, 0700);
 }
 
+/* $SHARDC_CACHE_MAX: digits with an optional K, M or G (powers of 1024); -1 if it is not that */
+static long long parse_size(const char *s) {
+  if (!*s) return -1;
+  long long v = 0;
+  const char *p = s;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (v > (1LL << 50)) return -1;
+    v = v * 10 + (*p - '0');
+  }
+  if (p == s) return -1;
+  int shift = 0;
+  if (*p == 'K' || *p == 'k') shift = 10, p++;
+  else if (*p == 'M' || *p == 'm') shift = 20, p++;
+  else if (*p == 'G' || *p == 'g') shift = 30, p++;
+  if (*p || v > (1LL << 52) >> shift) return -1;
+  return v << shift;
+}
+
 bool objcache_open(ObjCache *c, char *err, size_t n) {
   c->dirfd = -1;
+  c->max_bytes = OBJCACHE_DEFAULT_MAX;
+  const char *max = getenv("SHARDC_CACHE_MAX");
+  if (max && (c->max_bytes = parse_size(max)) < 0) {
+    snprintf(err, n, "SHARDC_CACHE_MAX=%s is not a size (bytes, or a number with K, M or G): the cache is not used", max);
+    return false;
+  }
   const char *env = getenv("SHARDC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (env && *env) snprintf(c->path, sizeof c->path, "%s", env);
   else if (xdg && *xdg == '/') snprintf(c->path, sizeof c->path, "%s/shardc", xdg);
@@ -101,6 +126,7 @@ bool objcache_get(ObjCache *c, const char *key, void **data, size_t *len, bool *
     if (r <= 0) why = "read failed";
     else got += (size_t)r;
   }
+  if (!why) futimens(fd, NULL); /* a hit: the entry is the most recently used (objcache_trim's LRU) */
   close(fd);
   uint64_t olen = 0;
   if (!why) {
@@ -165,5 +191,67 @@ bool objcache_put(ObjCache *c, const char *key, const void *data, size_t len, ch
     unlinkat(c->dirfd, tmp, 0);
     return false;
   }
+  objcache_trim(c, key);
   return true;
+}
+
+typedef struct Entry {
+  char name[80];
+  long long size;
+  struct timespec mtime;
+} Entry;
+
+static int older(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+  if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+int objcache_trim(ObjCache *c, const char *keep) {
+  if (c->dirfd < 0) return 0;
+  int fd = dup(c->dirfd);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  rewinddir(d); /* the dup shares c->dirfd's offset, which an earlier trim left at the end */
+  Entry *es = NULL;
+  size_t ne = 0, cap = 0;
+  long long total = 0;
+  time_t now = time(NULL);
+  char keepname[80] = "";
+  if (keep) snprintf(keepname, sizeof keepname, "%s.o", keep);
+  for (struct dirent *de; (de = readdir(d));) {
+    struct stat st;
+    if (fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+      continue;
+    size_t l = strlen(de->d_name);
+    if (strncmp(de->d_name, "tmp.", 4) == 0) { /* a writer's temporary: one an hour old is a dead writer's */
+      if (st.st_mtime < now - 3600) unlinkat(c->dirfd, de->d_name, 0);
+      continue;
+    }
+    if (l != 66 || strcmp(de->d_name + 64, ".o") != 0) continue; /* only entries: key.o */
+    total += (long long)st.st_size;
+    if (strcmp(de->d_name, keepname) == 0) continue;
+    if (ne == cap) {
+      Entry *g = realloc(es, (cap = cap ? 2 * cap : 64) * sizeof *es);
+      if (!g) break;
+      es = g;
+    }
+    memcpy(es[ne].name, de->d_name, 67); /* 66 characters (checked above) and the NUL */
+    es[ne].size = (long long)st.st_size, es[ne].mtime = st.st_mtim;
+    ne++;
+  }
+  closedir(d);
+  int removed = 0;
+  if (c->max_bytes > 0 && total > c->max_bytes) {
+    qsort(es, ne, sizeof *es, older);
+    for (size_t i = 0; i < ne && total > c->max_bytes; i++)
+      if (unlinkat(c->dirfd, es[i].name, 0) == 0) total -= es[i].size, removed++;
+      else if (errno == ENOENT) total -= es[i].size; /* a concurrent trim took it */
+  }
+  free(es);
+  return removed;
 }

@@ -13,7 +13,8 @@ documented limit). Each finding is saved (program, command, output) and shrunk t
 that fails the same way.
 
 Cases are deterministic: case i of seed S is made from random.Random("S:i") alone, so
-`--only i` reruns one. Standard library only (Debian's /usr/bin/python3).
+`--only i` reruns one. `--backend mpi` runs every case over the runtime's MPI backend (run
+--backend mpi, one rank per device, or the hybrid past --max-ranks). Standard library only (Debian's /usr/bin/python3).
 """
 import argparse
 import concurrent.futures
@@ -408,6 +409,7 @@ def run_case(case, opts, work):
     env["SHARDC_STDLIB"] = stdlib_dir(work, case["dtype"])
     env.update(opts.env)
     argv = [opts.shardc, "run", prog] + args + ["--timeout", str(opts.coll_timeout), "--diag-format", "machine"]
+    argv += backend_args(case, opts)
     t0 = time.time()
     try:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=d,
@@ -430,6 +432,20 @@ def run_case(case, opts, work):
     if outcome in ("PASS", "refused") and not opts.keep:
         shutil.rmtree(d, ignore_errors=True)
     return outcome, detail, rec
+
+
+def backend_args(case, opts):
+    """run's backend options: none under threads; under MPI `--backend mpi` (run starts mpirun itself,
+    one rank per device) and, where the mesh has more devices than --max-ranks, `--threads-per-rank T`
+    with T the least divisor of the devices that brings the ranks within it (the hybrid)."""
+    if opts.backend != "mpi":
+        return []
+    out = ["--backend", "mpi"]
+    n = devices_of(case["mesh"]) if case.get("mesh") else 1
+    if opts.max_ranks > 0 and n > opts.max_ranks:
+        t = next(t for t in range(2, n + 1) if n % t == 0 and n // t <= opts.max_ranks)
+        out += ["--threads-per-rank", str(t)]
+    return out
 
 
 def judge(rc, out, err):
@@ -631,6 +647,11 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep every case's work directory")
     ap.add_argument("--work", default="", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--json", default="", help="write every case's outcome to this file")
+    ap.add_argument("--backend", choices=["threads", "mpi"], default="threads",
+                    help="the runtime backend each case runs on: run's --backend (mpi: run starts mpirun itself)")
+    ap.add_argument("--max-ranks", type=int, default=0,
+                    help="under --backend mpi, the most ranks a case starts: a mesh of more devices runs as the "
+                    "hybrid, --threads-per-rank the least divisor that fits (default 0: one rank per device)")
     ap.add_argument("--known", default="", help="a file of open findings (ID OUTCOME TEXT per line, known.txt): each must "
                     "recur as listed (then it does not fail the run) or the run fails asking for the line's removal")
     opts = ap.parse_args()

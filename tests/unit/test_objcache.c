@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "objcache.h"
@@ -180,6 +181,79 @@ static void test_concurrent(void) {
   ut_end();
 }
 
+static bool present(const char *sub, const char *key) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/%s/%s.o", dir, sub, key);
+  return access(p, F_OK) == 0;
+}
+
+static void pause_ms(long ms) { /* mtimes come from the kernel's coarse clock: a few ms apart */
+  struct timespec t = {0, ms * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* The size bound. Entries of a 5000-byte object are 5048 bytes (8 magic + 8 length + 32 hash), so
+ * under SHARDC_CACHE_MAX=20K (20480) four fit (20192) and a fifth (25240) evicts the least recently
+ * used: k1, since k0 was read (a hit makes it the newest) after k1 and k2 were stored. */
+static void test_bound(void) {
+  ut_begin("SHARDC_CACHE_MAX: parsed (K/M/G, 0 none), a bad one refused; the bound kept by LRU over mtime, a hit refreshing it");
+  ObjCache c;
+  char err[1400] = "";
+  setenv("SHARDC_CACHE_MAX", "12X", 1);
+  UT_CHECK(!open_cache(&c, "bound", err, sizeof err) && strstr(err, "not a size"), "a bad SHARDC_CACHE_MAX accepted: %s", err);
+  setenv("SHARDC_CACHE_MAX", "3M", 1);
+  UT_CHECK(open_cache(&c, "bound", err, sizeof err) && c.max_bytes == 3LL * 1048576, "3M: %lld", c.max_bytes);
+  objcache_close(&c);
+  setenv("SHARDC_CACHE_MAX", "0", 1);
+  UT_CHECK(open_cache(&c, "bound", err, sizeof err) && c.max_bytes == 0, "0: %lld", c.max_bytes);
+  objcache_close(&c);
+  unsetenv("SHARDC_CACHE_MAX");
+  UT_CHECK(open_cache(&c, "bound", err, sizeof err) && c.max_bytes == OBJCACHE_DEFAULT_MAX, "default: %lld", c.max_bytes);
+  objcache_close(&c);
+  setenv("SHARDC_CACHE_MAX", "20K", 1);
+  UT_CHECK(open_cache(&c, "bound", err, sizeof err) && c.max_bytes == 20480, "20K: %lld", c.max_bytes);
+  char keys[6][65];
+  for (int k = 0; k < 6; k++) snprintf(keys[k], sizeof keys[k], "%064d", k);
+  char obj[5000];
+  for (size_t i = 0; i < sizeof obj; i++) obj[i] = (char)(i * 3);
+  void *data;
+  size_t len;
+  bool bad;
+  for (int k = 0; k < 3; k++, pause_ms(20)) UT_CHECK(objcache_put(&c, keys[k], obj, sizeof obj, err, sizeof err), "put %d: %s", k, err);
+  UT_CHECK(objcache_get(&c, keys[0], &data, &len, &bad, err, sizeof err), "get k0: %s", err);
+  free(data);
+  pause_ms(20);
+  UT_CHECK(objcache_put(&c, keys[3], obj, sizeof obj, err, sizeof err), "put 3: %s", err);
+  UT_CHECK(present("bound", keys[0]) && present("bound", keys[1]) && present("bound", keys[2]) && present("bound", keys[3]),
+           "four entries (20192 bytes) fit in 20480, yet one was removed");
+  pause_ms(20);
+  UT_CHECK(objcache_put(&c, keys[4], obj, sizeof obj, err, sizeof err), "put 4: %s", err);
+  UT_CHECK(!present("bound", keys[1]), "the least recently used (k1) kept past the bound");
+  UT_CHECK(present("bound", keys[0]) && present("bound", keys[2]) && present("bound", keys[3]) && present("bound", keys[4]),
+           "a more recently used entry removed (k0 was read after k1 was stored)");
+  pause_ms(20);
+  UT_CHECK(objcache_put(&c, keys[5], obj, sizeof obj, err, sizeof err), "put 5: %s", err);
+  UT_CHECK(!present("bound", keys[2]) && present("bound", keys[0]) && present("bound", keys[5]), "the next oldest (k2) not the one removed");
+  /* a writer's temporary: an hour old is a dead writer's and goes; a fresh one may be a live writer's */
+  char p[4400];
+  snprintf(p, sizeof p, "%s/bound/tmp.1.1.old", dir);
+  FILE *f = fopen(p, "w");
+  fputs("x", f), fclose(f);
+  struct timespec old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+  utimensat(AT_FDCWD, p, old, 0);
+  snprintf(p, sizeof p, "%s/bound/tmp.1.2.new", dir);
+  f = fopen(p, "w");
+  fputs("x", f), fclose(f);
+  UT_CHECK(objcache_trim(&c, NULL) == 0, "a trim under the bound removed an entry");
+  snprintf(p, sizeof p, "%s/bound/tmp.1.1.old", dir);
+  UT_CHECK(access(p, F_OK) != 0, "a temporary two hours old was kept");
+  snprintf(p, sizeof p, "%s/bound/tmp.1.2.new", dir);
+  UT_CHECK(access(p, F_OK) == 0, "a fresh temporary (a live writer's) was removed");
+  objcache_close(&c);
+  unsetenv("SHARDC_CACHE_MAX");
+  ut_end();
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -197,6 +271,7 @@ int main(void) {
   ut_end();
   test_dirs();
   test_concurrent();
+  test_bound();
   char cmd[200];
   snprintf(cmd, sizeof cmd, "chmod -R u+w %s && rm -rf %s", dir, dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);

@@ -1,6 +1,6 @@
 # run_cache.cmake (ctest run.cache): `shardc run` with SHARDC_CACHE_DIR=DIR: --no-cache leaves DIR
 # empty; the first run compiles and stores one entry; the second takes it from the cache
-# (SHARDC_RUN_TIMING says so) and passes as the first did.
+# (SHARDC_RUN_TIMING says so) and passes as the first did; SHARDC_CACHE_MAX=12X warns and runs uncached.
 file(REMOVE_RECURSE ${DIR})
 set(ENV{SHARDC_CACHE_DIR} ${DIR})
 set(ENV{SHARDC_RUN_TIMING} 1)
@@ -30,4 +30,11 @@ if(NOT n EQUAL 1)
   message(FATAL_ERROR "one entry expected after the first run, found: ${entries}")
 endif()
 run_once("object from the cache")
+# a SHARDC_CACHE_MAX that is not a size: a warning, no cache, the run as before
+set(ENV{SHARDC_CACHE_MAX} 12X)
+execute_process(COMMAND ${SHARDC} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "PASS" OR NOT err MATCHES "warning: SHARDC_CACHE_MAX=12X is not a size" OR err MATCHES "object from the cache")
+  message(FATAL_ERROR "SHARDC_CACHE_MAX=12X: exit ${rc}\n${out}\n${err}")
+endif()
+unset(ENV{SHARDC_CACHE_MAX})
 file(REMOVE_RECURSE ${DIR})
