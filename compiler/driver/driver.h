@@ -73,7 +73,8 @@ int cmd_explain(const Options *o);   /* explain.c */
 int cmd_sim(const Options *o);       /* cmd_sim.c */
 int cmd_run(const Options *o);       /* cmd_run.c */
 int cmd_build(const Options *o);     /* cmd_run.c */
-int cmd_import(const Options *o);    /* cmd_import.c: FILE is a Hugging Face config.json */
+int cmd_import(const Options *o);
+int cmd_report(const Options *o);    /* cmd_report.c: one self-contained HTML page (-o FILE) */    /* cmd_import.c: FILE is a Hugging Face config.json */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check
