@@ -281,7 +281,7 @@ static void grid(FILE *out, const cJSON *show) {
   cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(show, "cells")) {
     fprintf(out, "<tr>");
     cJSON_ArrayForEach(cell, row) {
-      fprintf(out, "<td data-devices=\"");
+      fprintf(out, "<td data-count=\"%.17g\" data-devices=\"", num(cell, "count"));
       esc(out, str(cell, "devices"));
       fprintf(out, "\"><b>");
       esc(out, str(cell, "devices"));

@@ -11,8 +11,8 @@ and in a real browser (issue 22).
    drawn figure equals its source: the phase rows' data-time-s and data-flops-per-s equal sim's
    phases; the memory bars' class bytes equal check's per_device (and per_stage) classes and their
    data-capacity its capacity; the collectives rows' counts and bytes equal sums over explain's
-   collectives computed here by (kind, axes); one grid per param up to 48, each device appearing
-   in exactly as many cells as the mesh needs (every device once per grid).
+   collectives computed here by (kind, axes); one grid per param up to 48, the cells' device counts sum
+   to the mesh's devices and, where listed whole, every device is in exactly one cell.
 3. With --browser: renders the page headless to PNG (must be a PNG of non-trivial size) and dumps
    its DOM with logging to stderr; any console message of level error (a script error, a blocked
    resource) fails. Exit 1 on any mismatch, naming it.
@@ -67,6 +67,7 @@ class Page(HTMLParser):
             self.grids.append(self.cur_grid)
         if tag == "td" and self.cur_grid is not None and "data-devices" in a:
             self.cur_grid["devices"].append(a["data-devices"])
+            self.cur_grid["count"] = self.cur_grid.get("count", 0) + int(float(a["data-count"]))
 
     def handle_endtag(self, tag):
         if tag == "script" and self.in_data:
@@ -168,6 +169,10 @@ def main():
     if len(pg.grids) != min(len(params), 48):
         fail(f"{len(pg.grids)} grids for {len(params)} params")
     for g in pg.grids:
+        if g.get("count") != check["devices"]:
+            fail(f"grid of {g['param']}: its cells hold {g.get('count')} devices, the mesh {check['devices']}")
+        if any("..." in cell for cell in g["devices"]):
+            continue  # a long list is abbreviated: the counts above are checked
         devs = sorted(d for cell in g["devices"] for d in device_list(cell))
         if devs != list(range(check["devices"])):
             fail(f"grid of {g['param']}: devices {devs[:12]}... are not each of 0..{check['devices'] - 1} once")
