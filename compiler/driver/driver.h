@@ -61,6 +61,10 @@ typedef struct Options {
   const char *hostfile;    /* --hostfile FILE (run --backend mpi) */
   bool no_reference;       /* --no-reference: the one-device program neither run nor compared */
   bool no_cache;           /* --no-cache: run compiles without the on-disk object cache */
+  /* plan */
+  int64_t devices;         /* --devices N (0: the program's first mesh's) */
+  const char *target;      /* --target NAME (NULL: the program's first mesh's) */
+  int top;                 /* --top K (0: 5) */
   int argc;                /* the command line as given (run --backend mpi starts it again under mpirun) */
   char **argv;
 } Options;
@@ -73,8 +77,9 @@ int cmd_explain(const Options *o);   /* explain.c */
 int cmd_sim(const Options *o);       /* cmd_sim.c */
 int cmd_run(const Options *o);       /* cmd_run.c */
 int cmd_build(const Options *o);     /* cmd_run.c */
-int cmd_import(const Options *o);
-int cmd_report(const Options *o);    /* cmd_report.c: one self-contained HTML page (-o FILE) */    /* cmd_import.c: FILE is a Hugging Face config.json */
+int cmd_import(const Options *o);    /* cmd_import.c: FILE is a Hugging Face config.json */
+int cmd_plan(const Options *o);      /* cmd_plan.c: the search, plan_search.h */
+int cmd_report(const Options *o);    /* cmd_report.c: one self-contained HTML page (-o FILE) */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check

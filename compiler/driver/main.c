@@ -31,6 +31,7 @@ static const Command commands[] = {
   {"sim", cmd_sim, "simulated step on the mesh's target: time, breakdown, MFU"},
   {"run", cmd_run, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
   {"build", cmd_build, "compile to an executable (-o FILE) that runs and checks like run"},
+  {"plan", cmd_plan, "search meshes, layouts and step keys: the fastest steps that fit, ranked, with reasons"},
   {"report", cmd_report, "one self-contained HTML page (-o FILE): memory, timeline, phases, collectives"},
   {"import", cmd_import, "a Hugging Face config.json as a .shard program on the stdlib's models (-o FILE)"},
 };
@@ -80,6 +81,9 @@ static void print_help(FILE *f) {
           "  --no-cache             run: compile without the on-disk cache of compiled objects\n"
           "                         ($SHARDC_CACHE_DIR, else ~/.cache/shardc)\n"
           "  --load DIR, --save DIR run: inputs and params from DIR/NAME.npy; results to DIR\n"
+          "  --devices N            plan: devices to plan for (default: the program's first mesh's)\n"
+          "  --target NAME          plan: the target to plan for (default: the first mesh's)\n"
+          "  --top K                plan: candidates to print (default 5)\n"
           "  --diag-format text|machine\n"
           "                         diagnostics as text with source lines (default), or one\n"
           "                         line each: error|file|line|col|message\n"
@@ -145,7 +149,7 @@ static int parse_args(int argc, char **argv, Options *o) {
   static const char *const valued[] = {"-D", "--set", "--layout", "--mesh", "--entry", "--format",
                                        "-o", "--trace", "--diag-format", "--tokens", "--mfu", "--show",
                                        "--steps", "--seed", "--timeout", "--hbm", "--load", "--save", "--backend",
-                                       "--threads-per-rank", "--hostfile"};
+                                       "--threads-per-rank", "--hostfile", "--devices", "--target", "--top"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -230,6 +234,15 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(opt, "--load") == 0) o->load = v;
     else if (strcmp(opt, "--save") == 0) o->save = v;
     else if (strcmp(opt, "--hostfile") == 0) o->hostfile = v;
+    else if (strcmp(opt, "--target") == 0) o->target = v;
+    else if (strcmp(opt, "--devices") == 0 || strcmp(opt, "--top") == 0) {
+      uint64_t x;
+      bool dev = opt[2] == 'd';
+      if (!rt_arg_uint(v, 1, dev ? (1u << 20) : 1000, &x))
+        return usage_error(dev ? "bad --devices '%s': expected an integer from 1 to 1048576" : "bad --top '%s': expected an integer from 1 to 1000", v);
+      if (dev) o->devices = (int64_t)x;
+      else o->top = (int)x;
+    }
     else if (strcmp(opt, "--backend") == 0) {
       if (strcmp(v, "threads") != 0 && strcmp(v, "mpi") != 0) return usage_error("bad --backend '%s': expected threads or mpi", v);
 #ifndef SHARDC_HAVE_MPI

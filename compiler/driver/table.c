@@ -167,7 +167,8 @@ static void print_table(FILE *out, Table *t) {
   for (int r = 0; r < t->nrows; r++)
     for (int k = 0; k < (t->error[r] ? 2 : t->ncols); k++)
       if (t->cell[r * t->ncols + k] && (int)strlen(t->cell[r * t->ncols + k]) > w[k]) w[k] = (int)strlen(t->cell[r * t->ncols + k]);
-  for (int k = 0; k < t->ncols; k++) fprintf(out, k < 2 ? "%-*s" : "  %*s", k < 2 ? w[k] + 2 : w[k], t->head[k]);
+  for (int k = 0; k < t->ncols; k++) /* (every row an error: the header stops at mesh) */
+    if (k < 2 || t->head[k][0]) fprintf(out, k < 2 ? "%-*s" : "  %*s", k < 2 ? w[k] + 2 : w[k], t->head[k]);
   fputc('\n', out);
   for (int r = 0; r < t->nrows; r++) {
     char **c = t->cell + r * t->ncols;
@@ -209,6 +210,18 @@ int table_run(const Options *o, int (*cmd)(const Options *)) {
       else cJSON_AddNullToObject(j, "layout");
       if (ms[k]) cJSON_AddStringToObject(j, "mesh", ms[k]);
       else cJSON_AddNullToObject(j, "mesh");
+      if (o->nsets) { /* the step keys --set gave every row, as written: {"remat": "full"} */
+        cJSON *set = cJSON_AddObjectToObject(j, "set");
+        for (int q = 0; q < o->nsets; q++) {
+          const char *kv = o->sets[q], *eq = strchr(kv, '=');
+          size_t ks = strspn(kv, " \t"), ke = (size_t)(eq - kv), vs = strspn(eq + 1, " \t");
+          while (ke > ks && (kv[ke - 1] == ' ' || kv[ke - 1] == '\t')) ke--;
+          char key[64];
+          snprintf(key, sizeof key, "%.*s", (int)(ke - ks), kv + ks);
+          cJSON_DeleteItemFromObject(set, key);
+          cJSON_AddStringToObject(set, key, eq + 1 + vs);
+        }
+      }
       char **c = t.cell + (size_t)r * MAX_COLS;
       c[0] = strdup(ls[i] ? ls[i] : "(first)"), c[1] = strdup(ms[k] ? ms[k] : "(first)");
       if (cJSON_GetObjectItem(j, "errors")) {

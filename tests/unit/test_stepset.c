@@ -139,11 +139,12 @@ int main(void) {
   expect("an unknown key: exit 2 with a did-you-mean", SAMPLE, "--set remt=full", 2, "did you mean 'remat'?");
   expect("no '=': exit 2", SAMPLE, "--set remat", 2, "expected KEY=VALUE");
   expect("a value that does not parse: exit 1, located", SAMPLE, "--set 'remat=('", 1, "--set:1:1: error");
+  expect("a newline smuggling a second key in: exit 1, located", SAMPLE, "--set 'remat=full\nzero = 1'", 1, "--set:1:1: error");
   expect("a key twice with different values: exit 2", SAMPLE, "--set remat=full --set remat=none", 2, "given twice");
   expect("--set with --entry: exit 2", SAMPLE, "--set remat=full --entry llama.forward", 2, "--entry");
-  cli_write("test_stepset_fwd.shard", "import \"targets\"\nmesh m = h100[data: 2]\ndim batch = 8, embed = 16\n"
-                                      "layout dp {\n  batch: data\n}\nmodel lin {\n  param w: f32[embed, embed]\n"
-                                      "  fn forward(x: f32[batch, embed]) -> f32[batch, embed] {\n    return x @ w\n  }\n}\n");
+  cli_write("test_stepset_fwd.shard", "import \"targets\"\nmesh m = h100[data: 2]\ndim batch = 8, embed = 16, hidden = 32\n"
+                                      "layout dp {\n  batch: data\n}\nmodel lin {\n  param w: f32[embed, hidden]\n"
+                                      "  fn forward(x: f32[batch, embed]) -> f32[batch, hidden] {\n    return x @ w\n  }\n}\n");
   expect("a program with no train step: exit 2", "test_stepset_fwd.shard", "--set remat=full", 2, "no train step");
   return ut_summary();
 }

@@ -68,6 +68,11 @@ static void test_rows_equal_alone(const char *cmd, const char *set) {
       UT_CHECK(isfinite(a) && a == b, "%s on %s: %.17g in the table, %.17g alone", LAYOUTS[i], MESHES[k], a, b);
       cJSON_Delete(one);
     }
+  if (*set) { /* each row says what --set gave it */
+    const cJSON *s0 = cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "set");
+    UT_CHECK(strcmp(cli_str(s0, "remat"), "selective") == 0 && strcmp(cli_str(s0, "tp_overlap"), "off") == 0,
+             "row 0's set: remat '%s', tp_overlap '%s'", cli_str(s0, "remat"), cli_str(s0, "tp_overlap"));
+  }
   /* the rows differ: the comparison above is not of one figure repeated */
   double f0 = figure(cmd, cJSON_GetArrayItem(rows, 0)), f2 = figure(cmd, cJSON_GetArrayItem(rows, 2));
   UT_CHECK(f0 != f2, "fsdp_tp_sp and fsdp give the same figure %.17g", f0);

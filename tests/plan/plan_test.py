@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""plan_test.py: `shardc plan` as a capacity engineer uses it (issue 20).
+
+  plan_test.py SHARDC ROOT CASE
+
+CASE is one of:
+  tree         the book's decision tree, a program per row, and the plan follows it: a 1B model on
+               one 8-GPU node is data parallel alone (the batch over every device; plain, ZeRO-1 or
+               FSDP: no tensor, pipeline, context or expert axis); 70B with adam on two nodes uses
+               tensor parallelism or FSDP; 70B on 64 nodes keeps tensor parallelism inside a node
+               (every candidate's `model` axis at most the target's 8 GPUs of NVLink); LLaMA 3 8B
+               at sequence 131072 uses context parallelism (a `ctx` axis)
+  paste        the best candidate's texts pasted into the program (its train block replaced, the
+               mesh and layout appended) give, by `shardc sim` and `shardc check`, the step time,
+               MFU and memory the plan printed, to the last bit
+  samples      the best plan is never slower (by `shardc sim`) than any layout the program itself
+               declares that fits, on the program's own mesh (the same devices)
+  brute        on a small space (the 1B program on 8 devices), every strategy the plan's space holds
+               written out here independently (mesh, layout, step), simulated one by one with
+               `shardc sim`: the fastest that fits is the plan's first
+  determinism  the same input gives the same ranking, twice
+  errors       a program with no train step: exit 1, located at its function; an unknown --target:
+               exit 2 naming it; devices the dims cannot split: exit 1 saying so
+Exit 1 on the first failure, with what differs.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SHARDC, ROOT, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def fail(msg):
+    print("FAIL " + msg)
+    sys.exit(1)
+
+
+def shardc(*args, ok=(0, 1)):
+    r = subprocess.run([SHARDC] + list(args), capture_output=True, text=True, timeout=600)
+    if r.returncode not in ok:
+        fail("shardc %s: exit %d\n%s" % (" ".join(args), r.returncode, r.stderr[-2000:]))
+    return r
+
+
+def plan(path, *extra):
+    r = shardc("plan", path, "--format", "json", *extra)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        fail("plan %s: not JSON: %s" % (path, r.stdout[:500]))
+
+
+def mesh_axes(mesh):
+    """'h100[stage: 2, data: 64, model: 4]' -> {'stage': 2, 'data': 64, 'model': 4} (in order)."""
+    inner = mesh[mesh.index("[") + 1:mesh.rindex("]")]
+    out = {}
+    for part in inner.split(","):
+        k, v = part.split(":")
+        out[k.strip()] = int(v)
+    return out
+
+
+def pasted(path, cand):
+    """The program with the candidate's texts pasted in, as a user would."""
+    src = open(path).read()
+    lines = src.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.startswith("train "))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("}"))
+    out = "\n".join(lines[:start]) + "\n" + cand["step"] + "\n" + "\n".join(lines[end + 1:])
+    out += "\nmesh planned = %s\n\n%s\n" % (cand["mesh"], cand["layout"])
+    return out
+
+
+SCRATCH = tempfile.mkdtemp(prefix="plan_test.")  # not beside the program: suite.plan reads tests/plan/*.shard
+
+
+def write_beside(path, text, name):
+    """The pasted program, in a scratch directory (the programs here import the stdlib alone)."""
+    p = os.path.join(SCRATCH, name)
+    with open(p, "w") as f:
+        f.write(text)
+    return p
+
+
+def sim_json(path, *extra):
+    r = shardc("sim", path, "--format", "json", *extra)
+    return json.loads(r.stdout)
+
+
+PLAN = os.path.join(ROOT, "tests", "plan")
+SAMPLES = os.path.join(ROOT, "samples")
+
+
+def case_tree():
+    j = plan(os.path.join(PLAN, "llama_1b_node.shard"))
+    best = j["candidates"][0]
+    ax = mesh_axes(best["mesh"])
+    if not best["fits"] or set(ax) - {"data", "fsdp"} or "seq:" in best["layout"]:
+        fail("1B on one node: want data parallelism alone, got %s\n%s" % (best["mesh"], best["layout"]))
+    j = plan(os.path.join(PLAN, "llama70b_two_nodes.shard"))
+    best = j["candidates"][0]
+    ax = mesh_axes(best["mesh"])
+    if not best["fits"] or not (ax.get("model", 1) > 1 or "embed:" in best["layout"]):
+        fail("70B on two nodes: want tensor parallelism or FSDP, got %s\n%s" % (best["mesh"], best["layout"]))
+    j = plan(os.path.join(PLAN, "llama70b_64_nodes.shard"), "--top", "50")
+    for c in j["candidates"]:
+        ax = mesh_axes(c["mesh"])
+        if ax.get("model", 1) > 8 or (ax.get("model", 1) > 1 and list(ax)[-1] != "model"):
+            fail("70B on 64 nodes: tensor parallelism outside a node: %s" % c["mesh"])
+    if not j["candidates"][0]["fits"] or mesh_axes(j["candidates"][0]["mesh"]).get("model", 1) < 2:
+        fail("70B on 64 nodes: want tensor parallelism, got %s" % j["candidates"][0]["mesh"])
+    j = plan(os.path.join(SAMPLES, "llama3_8b_long.shard"))
+    best = j["candidates"][0]
+    if not best["fits"] or mesh_axes(best["mesh"]).get("ctx", 1) < 2 or "seq: ctx" not in best["layout"]:
+        fail("8B at 131072: want context parallelism, got %s\n%s" % (best["mesh"], best["layout"]))
+    print("PASS the decision tree's rows")
+
+
+def case_paste():
+    for path in (os.path.join(PLAN, "llama70b_two_nodes.shard"), os.path.join(SAMPLES, "llama3_70b.shard")):
+        j = plan(path)
+        best = j["candidates"][0]
+        p = write_beside(path, pasted(path, best), "plan_test_pasted.shard")
+        try:
+            s = sim_json(p, "--mesh", "planned", "--layout", "plan")
+            c = json.loads(shardc("check", p, "--mesh", "planned", "--layout", "plan", "--format", "json").stdout)
+        finally:
+            os.unlink(p)
+        if s["step_time_s"] != best["step_time_s"] or s["mfu"] != best["mfu"]:
+            fail("%s: pasted, sim gives %r s MFU %r; plan printed %r s MFU %r" % (
+                path, s["step_time_s"], s["mfu"], best["step_time_s"], best["mfu"]))
+        if c["memory"]["per_device"]["total"] != best["memory_per_device"] or c["memory"]["fits"] != best["fits"]:
+            fail("%s: pasted, check gives %r B (fits %r); plan printed %r (fits %r)" % (
+                path, c["memory"]["per_device"]["total"], c["memory"]["fits"], best["memory_per_device"], best["fits"]))
+    print("PASS pasted texts reproduce the figures")
+
+
+def layouts_of(path):
+    return [l.split()[1] for l in open(path) if l.startswith("layout ")]
+
+
+def case_samples():
+    for name in ("llama3_70b.shard", "llama3_8b.shard", "llama2_13b.shard"):
+        path = os.path.join(SAMPLES, name)
+        best = plan(path)["candidates"][0]
+        if not best["fits"]:
+            fail("%s: no plan fits" % name)
+        for lay in layouts_of(path):
+            s = sim_json(path, "--layout", lay)
+            if s.get("fits") and s["step_time_s"] < best["step_time_s"]:
+                fail("%s: layout %s simulates %r s, faster than the plan's %r s" % (name, lay, s["step_time_s"], best["step_time_s"]))
+    print("PASS the plan is never slower than the samples' own layouts")
+
+
+def case_brute():
+    """The plan's space for the 1B program on 8 H100s, written out independently."""
+    path = os.path.join(PLAN, "llama_1b_node.shard")
+    batch, layers, heads, kv, hidden, vocab, seq, embed = 64, 16, 32, 8, 8192, 32000, 2048, 2048
+    best = None
+    tried = 0
+    for t in (1, 2, 4, 8):
+        for p in (1, 2, 4, 8):
+            if 8 % (t * p) or layers % p:
+                continue
+            d = 8 // (t * p)
+            for fsdp in ((0, d) if d > 1 else (0,)):          # HSDP needs groups of 8 or more: none here
+                for sp in ((0, 1) if t > 1 else (0,)):
+                    for remat in ("none", "selective", "full"):
+                        micros = [1] if p == 1 else [m for m in (2 * p, 4 * p, 8 * p) if batch % (m * d) == 0]
+                        for m in micros:
+                            axes = [(n, s) for n, s in (("stage", p), ("data", d), ("model", t)) if s > 1]
+                            mesh = "h100[%s]" % ", ".join("%s: %d" % a for a in axes) if axes else "h100[data: 1]"
+                            rules = []
+                            if d > 1:
+                                rules.append("batch: data")
+                            if fsdp:
+                                rules.append("embed: data")
+                            if p > 1:
+                                rules.append("layers: stage")
+                            if t > 1:
+                                rules += ["heads: model"] + (["kv_heads: model"] if kv % t == 0 else []) + \
+                                         ["hidden: model"] + (["vocab: model"] if vocab % t == 0 else [])
+                            if sp:
+                                rules.append("seq: model")
+                            layout = "layout plan {\n%s}" % "".join("  %s\n" % r for r in rules)
+                            keys = ["remat = %s" % remat] + (["microbatches = %d" % m] if m > 1 else []) + \
+                                   (["schedule = 1f1b"] if p > 1 else []) + (["zero = 1"] if not fsdp and d > 1 else [])
+                            step = "train llama.forward {\n  loss = cross_entropy\n  optimizer = adam\n  master = f32\n" \
+                                   "  lr = 3e-4\n%s}" % "".join("  %s\n" % k for k in keys)
+                            text = pasted(path, {"step": step, "mesh": mesh, "layout": layout})
+                            f = write_beside(path, text, "plan_test_brute.shard")
+                            try:
+                                s = sim_json(f, "--mesh", "planned", "--layout", "plan")
+                            finally:
+                                os.unlink(f)
+                            tried += 1
+                            if "step_time_s" in s and s.get("fits") and (best is None or s["step_time_s"] < best[0]):
+                                best = (s["step_time_s"], mesh, layout, step)
+    j = plan(path)
+    got = j["candidates"][0]
+    if best is None or got["step_time_s"] != best[0]:
+        fail("brute force over %d programs: best %r s (%s)\nthe plan's first: %r s (%s)" % (
+            tried, best and best[0], best and best[1], got["step_time_s"], got["mesh"]))
+    print("PASS the plan's first is the fastest of %d programs tried one by one" % tried)
+
+
+def case_determinism():
+    path = os.path.join(SAMPLES, "llama3_70b.shard")
+    a = plan(path, "--top", "20")["candidates"]
+    b = plan(path, "--top", "20")["candidates"]
+    if a != b:
+        fail("two runs rank differently")
+    print("PASS the same ranking twice (%d candidates)" % len(a))
+
+
+def case_errors():
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "fwd.shard")
+        with open(p, "w") as f:
+            f.write('import "targets"\nmesh m = h100[data: 2]\ndim batch = 8, embed = 16, hidden = 32\n'
+                    'model lin {\n  param w: f32[embed, hidden]\n'
+                    '  fn forward(x: f32[batch, embed]) -> f32[batch, hidden] {\n    return x @ w\n  }\n}\n')
+        r = shardc("plan", p, ok=(1,))
+        if "fwd.shard:6:6: error: plan searches layouts for a train step" not in r.stderr:
+            fail("no train step: want a located error at the function, got:\n" + r.stderr)
+    r = shardc("plan", os.path.join(PLAN, "llama_1b_node.shard"), "--target", "h10", ok=(2,))
+    if "--target h10" not in r.stderr or "did you mean 'h100'" not in r.stderr:
+        fail("unknown --target: want its name and a did-you-mean, got:\n" + r.stderr)
+    r = shardc("plan", os.path.join(PLAN, "llama_1b_node.shard"), "--devices", "7", ok=(1,))
+    if "no strategy: 7 devices" not in r.stdout:
+        fail("7 devices for a batch of 64: want 'no strategy', got:\n" + r.stdout)
+    print("PASS the errors")
+
+
+try:
+    {"tree": case_tree, "errors": case_errors, "paste": case_paste, "samples": case_samples, "brute": case_brute,
+     "determinism": case_determinism}[CASE]()
+finally:
+    shutil.rmtree(SCRATCH, ignore_errors=True)
