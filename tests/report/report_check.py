@@ -11,8 +11,8 @@ and in a real browser (issue 22).
    drawn figure equals its source: the phase rows' data-time-s and data-flops-per-s equal sim's
    phases; the memory bars' class bytes equal check's per_device (and per_stage) classes and their
    data-capacity its capacity; the collectives rows' counts and bytes equal sums over explain's
-   collectives computed here by (kind, axes); one grid per param up to 48, the cells' device counts sum
-   to the mesh's devices and, where listed whole, every device is in exactly one cell.
+   collectives computed here by (kind, axes); one grid per param up to 48, the first three grids' cells equal
+   `explain --show NAME`'s; where a grid covers the mesh, every device is in exactly one cell.
 3. With --browser: renders the page headless to PNG (must be a PNG of non-trivial size) and dumps
    its DOM with logging to stderr; any console message of level error (a script error, a blocked
    resource) fails. Exit 1 on any mismatch, naming it.
@@ -168,11 +168,16 @@ def main():
     params = [o["name"] for o in explain["ops"] if o["op"] == "param"]
     if len(pg.grids) != min(len(params), 48):
         fail(f"{len(pg.grids)} grids for {len(params)} params")
-    for g in pg.grids:
-        if g.get("count") != check["devices"]:
+    for i, g in enumerate(pg.grids):
+        if i < 3:  # the drawn cells equal explain --show NAME's (which may draw part of a big mesh)
+            show = run_json(a.shardc, "explain", a.file, a.opts + ["--show", g["param"]])
+            want = [c["devices"] for row in show["cells"] for c in row]
+            if g["devices"] != want:
+                fail(f"grid of {g['param']}: cells {g['devices'][:6]} against explain --show's {want[:6]}")
+        if g.get("count", 0) > check["devices"]:
             fail(f"grid of {g['param']}: its cells hold {g.get('count')} devices, the mesh {check['devices']}")
-        if any("..." in cell for cell in g["devices"]):
-            continue  # a long list is abbreviated: the counts above are checked
+        if g.get("count") != check["devices"] or any("..." in cell for cell in g["devices"]):
+            continue  # part of the mesh drawn, or a long list abbreviated
         devs = sorted(d for cell in g["devices"] for d in device_list(cell))
         if devs != list(range(check["devices"])):
             fail(f"grid of {g['param']}: devices {devs[:12]}... are not each of 0..{check['devices'] - 1} once")
