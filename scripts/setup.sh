@@ -7,7 +7,8 @@ build=${1:-"$here/build"}
 shift || true
 
 pkgs=(cmake make gcc re2c lemon llvm-19-dev clang-19 libclang-rt-19-dev
-      libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libcjson-dev python3 python3-numpy)
+      libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libcjson-dev python3 python3-numpy
+      chromium)  # chromium: tests/report renders `shardc report`'s page headless
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -79,6 +79,7 @@ int cmd_run(const Options *o);       /* cmd_run.c */
 int cmd_build(const Options *o);     /* cmd_run.c */
 int cmd_import(const Options *o);    /* cmd_import.c: FILE is a Hugging Face config.json */
 int cmd_plan(const Options *o);      /* cmd_plan.c: the search, plan_search.h */
+int cmd_report(const Options *o);    /* cmd_report.c: one self-contained HTML page (-o FILE) */
 
 /* Load opts->input and its imports (stdlib located from argv0). NULL with a diagnostic printed
  * when the main file cannot be opened; otherwise the program, possibly with errors reported (check

@@ -32,6 +32,7 @@ static const Command commands[] = {
   {"run", cmd_run, "lower through LLVM, run on CPU threads (one per device), compare with unsharded"},
   {"build", cmd_build, "compile to an executable (-o FILE) that runs and checks like run"},
   {"plan", cmd_plan, "search meshes, layouts and step keys: the fastest steps that fit, ranked, with reasons"},
+  {"report", cmd_report, "one self-contained HTML page (-o FILE): memory, timeline, phases, collectives"},
   {"import", cmd_import, "a Hugging Face config.json as a .shard program on the stdlib's models (-o FILE)"},
 };
 
@@ -55,7 +56,7 @@ static void print_help(FILE *f) {
           "  --format text|json     output format of check, explain and sim (default text)\n"
           "  --emit-llvm            run: print the lowered LLVM IR (after O2) instead of running\n"
           "  --emit-ir              print shardc's tensor IR after checking (check)\n"
-          "  -o FILE                output file (build; import, written whole or not at all)\n"
+          "  -o FILE                output file (build, report; import, written whole or not at all)\n"
           "  --trace FILE           write a trace of the simulated step (sim)\n"
           "  --ideal                use the targets' peak figures, no efficiency factors (sim)\n"
           "  --tokens N             sim: days to train on N tokens at the simulated rate\n"

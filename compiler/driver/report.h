@@ -13,7 +13,11 @@
 #include "driver.h"
 
 void report_begin(const Options *o);        /* collect diagnostics (JSON mode) */
-void report_json(cJSON *obj);               /* prints obj to stdout, then deletes it */
+void report_json(cJSON *obj);               /* prints obj to stdout, then deletes it (or hands it to
+                                               the slot report_capture set) */
+/* `report` runs check and sim in-process: while slot is set, report_json stores its object in
+ * *slot (the caller deletes it) instead of printing it. NULL: print again. */
+void report_capture(cJSON **slot);
 cJSON *report_warnings(void);            /* the warnings reported so far (a new array; empty in text form) */
 int report_end(const Options *o, int rc);   /* the errors object if nothing was printed; returns rc */
 /* The columns text is wrapped to: the terminal's width when stdout is a terminal (at least 60),

@@ -6,7 +6,7 @@ compared with what the doc shows (issue 22: docs that say what the binary does).
 
 What counts as a shown command: a line of a fenced code block that starts with `$ shardc`,
 `$ build/shardc`, `shardc` or `build/shardc` followed by a command word (parse, check, explain,
-sim, run, build, import, plan). After a `$` line, the lines up to the next `$` line or the block's end
+sim, run, build, import, plan, report). After a `$` line, the lines up to the next `$` line or the block's end
 are the output the doc shows; a command without `$` shows none. A block's `NAME="..."` line sets
 a variable that its later commands' `$NAME` stands for.
 
@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 
-COMMANDS = ("parse", "check", "explain", "sim", "run", "build", "import", "plan")
+COMMANDS = ("parse", "check", "explain", "sim", "run", "build", "import", "plan", "report")
 CMD_RE = re.compile(r"^(\$ )?(build/)?shardc (%s)\b" % "|".join(COMMANDS))
 SKIP_RE = re.compile(r"<!--\s*not run by the doc test:\s*(.+?)\s*-->")
 DURATION_RE = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?\s?(ns|us|µs|ms|s|min|h)\b")
