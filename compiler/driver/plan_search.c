@@ -286,8 +286,8 @@ static void enumerate(Search *S) {
   const Target *T = S->in->target;
   int tpmax = T->kind == TARGET_GPU ? (T->node_size > 0 ? T->node_size : 8) : 16;
   int64_t split = S->heads ? S->heads : S->hidden; /* tensor parallelism splits heads (else hidden) */
-  for (int t = 1; t <= tpmax && t <= N; t *= 2) {
-    if (t > 1 && (!split || split % t)) continue;
+  for (int t = 1; t <= tpmax && t <= N; t++) { /* every size that divides the heads (PaLM's 12 too) */
+    if (N % t || (t > 1 && (!split || split % t))) continue;
     for (int p = 1; p <= 64 && p <= N / t; p++) {
       if ((N / t) % p || (p > 1 && (!S->layers || S->layers % p))) continue;
       for (int cx = 1; cx <= 32 && cx <= N / t / p; cx *= 2) {
@@ -318,9 +318,17 @@ static void enumerate(Search *S) {
                 try_strategy(S, c);
                 continue;
               }
-              for (int m = 2 * p; m <= 8 * p; m *= 2) { /* 1F1B: the bubble (p-1)/m against smaller GEMMs */
-                if (S->batch % ((int64_t)m * d * e)) continue;
-                c.microbatches = m;
+              /* 1F1B: the bubble (p-1)/m against smaller GEMMs. The microbatches divide the rows each
+               * data rank holds, R: the least divisor of R from 2p, 4p and 8p up, and R itself (one
+               * row each, as Megatron-LM's published runs) */
+              int64_t R = S->batch / (d * e), prev = 0;
+              int64_t want[4] = {2 * (int64_t)p, 4 * (int64_t)p, 8 * (int64_t)p, R};
+              for (int w = 0; w < 4; w++) {
+                int64_t m = want[w];
+                while (m <= R && R % m) m++;
+                if (m > R || m <= prev || m > INT32_MAX) continue;
+                prev = m;
+                c.microbatches = (int)m;
                 try_strategy(S, c);
               }
             }
