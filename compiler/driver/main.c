@@ -294,6 +294,38 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
+/* The command the options name, after the checks no command makes itself. The exit code. */
+static int run_command(Options *o) {
+  if (!o->command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
+  const Command *cmd = NULL;
+  for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+    if (strcmp(commands[i].name, o->command) == 0) cmd = &commands[i];
+  if (!cmd) return usage_error("unknown command '%s'", o->command);
+  if (!cmd->fn) return usage_error("'%s' is not implemented yet", cmd->name);
+  if (!o->input) return usage_error("missing input file for '%s'", cmd->name);
+  if ((o->threads_per_rank || o->hostfile) && !(o->backend && strcmp(o->backend, "mpi") == 0))
+    return usage_error("%s is an option of --backend mpi", o->threads_per_rank ? "--threads-per-rank" : "--hostfile");
+
+  bool table = o->nlayouts > 1 || o->nmeshes > 1;
+  if (table) {
+    bool takes = strcmp(cmd->name, "check") == 0 || strcmp(cmd->name, "explain") == 0 || strcmp(cmd->name, "sim") == 0;
+    if (!takes) return usage_error("only check, explain and sim take several --layout or --mesh ('%s' takes one)", cmd->name);
+    const char *one = o->trace ? "--trace" : o->show ? "--show" : o->emit_ir ? "--emit-ir" : o->shardings ? "--shardings"
+                      : o->tokens ? "--tokens" : NULL;
+    if (one) return usage_error("%s describes one layout on one mesh: give one --layout and one --mesh with it", one);
+  }
+  bool color = o->diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
+  diag_configure(stderr, o->diag_format, color);
+  report_begin(o);
+  int rc = report_end(o, table ? table_run(o, cmd->fn) : cmd->fn(o));
+  diag_finish();
+  if (fflush(stdout) != 0) {
+    fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));
+    if (rc == EXIT_OK) rc = EXIT_PROGRAM_ERROR;
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     json_requested |= strcmp(argv[i], "--format=json") == 0 ||
@@ -302,39 +334,7 @@ int main(int argc, char **argv) {
   o.argv0 = argv[0];
   o.argc = argc, o.argv = argv;
   int rc = parse_args(argc, argv, &o);
-  if (rc >= 0) {
-    for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
-    free(o.dims);
-    free(o.sets), free(o.layouts), free(o.meshes);
-    return rc;
-  }
-  if (!o.command) return usage_error("%s", "usage: shardc COMMAND FILE [options]");
-  const Command *cmd = NULL;
-  for (size_t i = 0; i < ARRAY_LEN(commands); i++)
-    if (strcmp(commands[i].name, o.command) == 0) cmd = &commands[i];
-  if (!cmd) return usage_error("unknown command '%s'", o.command);
-  if (!cmd->fn) return usage_error("'%s' is not implemented yet", cmd->name);
-  if (!o.input) return usage_error("missing input file for '%s'", cmd->name);
-  if ((o.threads_per_rank || o.hostfile) && !(o.backend && strcmp(o.backend, "mpi") == 0))
-    return usage_error("%s is an option of --backend mpi", o.threads_per_rank ? "--threads-per-rank" : "--hostfile");
-
-  bool table = o.nlayouts > 1 || o.nmeshes > 1;
-  if (table) {
-    bool takes = strcmp(cmd->name, "check") == 0 || strcmp(cmd->name, "explain") == 0 || strcmp(cmd->name, "sim") == 0;
-    if (!takes) return usage_error("only check, explain and sim take several --layout or --mesh ('%s' takes one)", cmd->name);
-    const char *one = o.trace ? "--trace" : o.show ? "--show" : o.emit_ir ? "--emit-ir" : o.shardings ? "--shardings"
-                      : o.tokens ? "--tokens" : NULL;
-    if (one) return usage_error("%s describes one layout on one mesh: give one --layout and one --mesh with it", one);
-  }
-  bool color = o.diag_format == DIAG_TEXT && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
-  diag_configure(stderr, o.diag_format, color);
-  report_begin(&o);
-  rc = report_end(&o, table ? table_run(&o, cmd->fn) : cmd->fn(&o));
-  diag_finish();
-  if (fflush(stdout) != 0) {
-    fprintf(stderr, "shardc: cannot write output: %s\n", strerror(errno));
-    if (rc == EXIT_OK) rc = EXIT_PROGRAM_ERROR;
-  }
+  if (rc < 0) rc = run_command(&o);
   for (int i = 0; i < o.ndims; i++) free((char *)o.dims[i].name);
   free(o.dims);
   free(o.sets), free(o.layouts), free(o.meshes);

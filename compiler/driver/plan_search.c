@@ -379,7 +379,7 @@ void plan_search(Arena *a, const PlanInput *in, PlanResult *out) {
   }
 
   enumerate(&S);
-  qsort(S.cands.data, (size_t)S.cands.len, sizeof(PlanCand), cand_cmp);
+  if (S.cands.len > 1) qsort(S.cands.data, (size_t)S.cands.len, sizeof(PlanCand), cand_cmp);
   out->cands = S.cands.data, out->ncands = S.cands.len;
   out->seconds = now() - S.t0;
 }
