@@ -512,6 +512,45 @@ static void test_ring_attention(void) {
   ut_end();
 }
 
+/* The optimizer's memory-bound update (issue 19, item 5) against Adam written out by hand: the
+ * phase "optimizer" of a one-device step with master = f32. Per element of a parameter (language.md,
+ * Steps: bf16 params and gradients, f32 moments, f32 master copy):
+ *   m = b1 m + (1 - b1) g       reads m (4) and g (2), writes m (4): 10 bytes
+ *   v = b2 v + (1 - b2) g^2     the same: 10 bytes
+ *   master -= lr mh / (...)     reads master, m, v (12), writes master (4): 16 bytes, and the step
+ *                               count t once (a rank-0 f32: 4 bytes per tensor)
+ *   param = bf16(master)        reads 4, writes 2: 6 bytes
+ * 42 bytes per element, each line its own kernel at the streaming rate (hbm_efficiency x hbm_bw =
+ * 0.9 x 3.35e12 on the H100) plus one launch (op_overhead, 2 us): 4 kernels per parameter tensor. */
+static void test_optimizer_phase(void) {
+  ut_begin("sim: the optimizer phase is Adam's 42 bytes per element at 0.9 x HBM bandwidth + 2 us per kernel");
+  cli_write("test_sim_cli_opt.shard",
+            "import \"targets\"\n"
+            "import \"layers\"\n"
+            "mesh one = h100[data: 1]\n"
+            "dim batch = 8, seq = 128, embed = 1024, hidden = 4096, layers = 2\n"
+            "layout dp {\n  batch: data\n}\n"
+            "model net {\n"
+            "  param blocks: mlp[layers]\n"
+            "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+            "    for b in blocks { x = b.forward(x) }\n"
+            "    return x\n"
+            "  }\n"
+            "}\n"
+            "train net.forward {\n  loss = mse\n  optimizer = adam\n  master = f32\n}\n");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_opt.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 0 && j, "sim runs (rc %d)", rc);
+  const cJSON *ph = j ? cJSON_GetArrayItem(cJSON_GetObjectItem(j, "phases"), 2) : NULL;
+  double elems = 2.0 * 1024 * 4096; /* w_in and w_out each stack 2 layers of 1024 x 4096 */
+  double per_tensor = ((10 + 10 + 16 + 6) * elems + 4) / (0.9 * 3.35e12) + 4 * 2e-6;
+  ut_near("optimizer phase = 2 tensors x ((42 B x elems + 4) / (0.9 x 3.35e12) + 4 x 2 us)", cli_num(ph, "compute_s"),
+          2 * per_tensor, 1e-9);
+  UT_CHECK(cli_num(ph, "comm_s") == 0, "one device: no communication in the optimizer");
+  cJSON_Delete(j);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_trace_args();
@@ -522,10 +561,12 @@ int main(void) {
   test_tokens();
   test_forbidden_cheaper();
   test_ring_attention();
+  test_optimizer_phase();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");
   remove("test_sim_cli_pipe.shard");
+  remove("test_sim_cli_opt.shard");
   remove("test_sim_cli_trace.json");
   return ut_summary();
 }
