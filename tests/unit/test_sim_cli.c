@@ -551,6 +551,38 @@ static void test_optimizer_phase(void) {
   ut_end();
 }
 
+/* collective_sms (cost-model.md, "Collectives take SMs"): the MLP on a target that states 24 of the
+ * H100's 132 SMs held by a running collective. Compute slows by 132 / 108 only while a collective
+ * runs, so the step grows, by at most (132/108 - 1) x the communication the stdlib target hides
+ * (hidden = comm_s - exposed_comm_s); the ideal mode ignores it. */
+static void test_collective_sms(void) {
+  ut_begin("collective_sms: the step grows by at most (132/108 - 1) x the hidden communication; ideal unchanged");
+  const char *at = strstr(MLP, "mesh node = h100[");
+  char src[4096];
+  snprintf(src, sizeof src, "%.*starget h100c {\n  base = h100\n  collective_sms = 24\n}\nmesh node = h100c[%s",
+           (int)(at - MLP), MLP, at + strlen("mesh node = h100["));
+  cli_write("test_sim_cli_sms.shard", src);
+  cli_write("test_sim_cli_mlp.shard", MLP);
+  int rc1, rc2, rc3, rc4;
+  cJSON *a = sim_json("test_sim_cli_mlp.shard", "--format json", &rc1, NULL);
+  cJSON *b = sim_json("test_sim_cli_sms.shard", "--format json", &rc2, NULL);
+  cJSON *ai = sim_json("test_sim_cli_mlp.shard", "--format json --ideal", &rc3, NULL);
+  cJSON *bi = sim_json("test_sim_cli_sms.shard", "--format json --ideal", &rc4, NULL);
+  UT_CHECK(a && b && ai && bi && rc1 == 0 && rc2 == 0, "sim runs (rc %d %d %d %d)", rc1, rc2, rc3, rc4);
+  double s0 = cli_num(a, "step_time_s"), s1 = cli_num(b, "step_time_s");
+  double hidden = cli_num(a, "comm_s") - cli_num(a, "exposed_comm_s");
+  UT_CHECK(hidden > 0, "the MLP hides some communication (%g s)", hidden);
+  UT_CHECK(s1 > s0, "slower with collective_sms: %g against %g", s1, s0);
+  UT_CHECK(s1 <= s0 + hidden * (132.0 / 108 - 1) * (1 + 1e-9), "at most %g + %g x %g: got %g", s0, hidden,
+           132.0 / 108 - 1, s1);
+  ut_near("ideal: the same step", cli_num(bi, "step_time_s"), cli_num(ai, "step_time_s"), 1e-12);
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  cJSON_Delete(ai);
+  cJSON_Delete(bi);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_trace_args();
@@ -562,11 +594,13 @@ int main(void) {
   test_forbidden_cheaper();
   test_ring_attention();
   test_optimizer_phase();
+  test_collective_sms();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");
   remove("test_sim_cli_pipe.shard");
   remove("test_sim_cli_opt.shard");
+  remove("test_sim_cli_sms.shard");
   remove("test_sim_cli_trace.json");
   return ut_summary();
 }
