@@ -57,6 +57,7 @@ typedef struct PW {
   int32_t *lvpos;       /* per root: its entry in the live list of the walk that noted it (a
                            root alive has one), so that freeing it does not scan the list */
   bool keep_live;       /* record every buffer live at each peak (Peak.all) */
+  bool profile;         /* record the bytes live at each op of main (BufStage.prof) */
 } PW;
 
 static int32_t find(PW *W, int32_t v) {
@@ -484,6 +485,13 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       consider(W, out, &live, &lv, &tree, &ring, op, 0);
     }
     consider(W, out, &live, &lv, &tree, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
+    if (main_fn && W->profile) { /* what consider weighed: live now, a loop's or pipeline's peak added */
+      BufStage *bs = &W->bp->stages[W->stage];
+      Use u = live;
+      if (has_inner) use_add(&u, &inner.at);
+      bs->prof_ops[bs->nprof] = op;
+      memcpy(bs->prof + (size_t)bs->nprof++ * BUF__COUNT, u.c, sizeof u.c);
+    }
     /* free what this op read (or made) for the last time */
     for (int pass = 0; pass < 2; pass++) {
       int n = pass ? op->nresults : op->noperands;
@@ -527,7 +535,15 @@ void bufplan_annotate(DevModule *dm) {
   dm->buffers = true;
 }
 
+static void build(Arena *a, const IrModule *m, const Program *p, bool keep_live, bool profile, BufPlan *out);
+
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out) {
+  build(a, m, p, keep_live, false, out);
+}
+
+void bufplan_build_profile(Arena *a, const IrModule *m, const Program *p, BufPlan *out) { build(a, m, p, false, true, out); }
+
+static void build(Arena *a, const IrModule *m, const Program *p, bool keep_live, bool profile, BufPlan *out) {
   memset(out, 0, sizeof *out);
   if (!m || !m->main) return;
   int nv = m->nvalues + 1;
@@ -535,7 +551,7 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   out->root = ARENA_ARRAY(a, int32_t, nv);
   out->buffer = ARENA_ARRAY(a, int32_t, nv);
   out->cls = ARENA_ARRAY(a, uint8_t, nv);
-  PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live};
+  PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live, .profile = profile};
   W.parent = ARENA_ARRAY(a, int32_t, nv);
   W.lvpos = ARENA_ARRAY(a, int32_t, nv);
   W.last = ARENA_ARRAY(a, int32_t, nv);
@@ -551,8 +567,14 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   out->nstages = pi ? pi->stages : 1;
   out->stages = ARENA_ARRAY(a, BufStage, out->nstages);
+  int nops = 0;
+  for (const Op *op = m->main->first; op; op = op->next) nops++;
   for (int s = 0; s < out->nstages; s++) {
     W.stage = s;
+    if (profile) {
+      out->stages[s].prof_ops = ARENA_ARRAY(a, const Op *, nops + 1);
+      out->stages[s].prof = ARENA_ARRAY(a, int64_t, (size_t)(nops + 1) * BUF__COUNT);
+    }
     memset(W.alive, 0, (size_t)nv);
     Peak pk;
     walk_func(&W, m->main, NULL, NULL, &pk);

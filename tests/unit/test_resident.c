@@ -111,8 +111,53 @@ static void test_stdlib_path(void) {
   ut_end();
 }
 
+/* Under a pipeline each stage holds its own layers: samples/llama3_405b_pp.shard, 126 layers over 14
+ * stages (9 each), heads, kv_heads, hidden and vocab over model (8), zero = 1 over data (128). Per
+ * layer per device: bf16 matrices (2 E E + 2 E kv_dim + 3 E H) / 8 and two f32 norms of E; the first
+ * stage adds the bf16 embedding V E / 8, the last the bf16 unembedding V E / 8 and the final f32 norm. */
+static void test_pipeline_stages(void) {
+  ut_begin("resident state per pipeline stage by formula (llama3_405b_pp)");
+  int rc;
+  char *out = run("'" SHARDC_SOURCE_DIR "/samples/llama3_405b_pp.shard' --format json", &rc);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  UT_CHECK(rc == 0 && j, "exit %d, JSON", rc);
+  const cJSON *mem = j ? cJSON_GetObjectItem(j, "memory") : NULL, *st = mem ? cJSON_GetObjectItem(mem, "per_stage") : NULL;
+  UT_CHECK(cJSON_GetArraySize(st) == 14, "14 stages, got %d", cJSON_GetArraySize(st));
+  const double E = 16384, H = 53248, KV = 8 * 128, V = 128256, D = 128;
+  const double mat = 9 * (2 * E * E + 2 * E * KV + 3 * E * H) / 8, norms = 9 * 2 * E; /* elements per device */
+  double worst = 0;
+  for (int s = 0; s < cJSON_GetArraySize(st); s++) {
+    const cJSON *e = cJSON_GetArrayItem(st, s), *rs = cJSON_GetObjectItem(e, "resident");
+    double m = mat + (s == 0 || s == 13 ? V * E / 8 : 0), f32 = norms + (s == 13 ? E : 0);
+    char what[96];
+    snprintf(what, sizeof what, "stage %d params: bf16 matrices + f32 norms", s);
+    ut_near(what, cli_num(rs, "params"), m * 2 + f32 * 4, 1e-12);
+    snprintf(what, sizeof what, "stage %d grads: reduced over data (128)", s);
+    ut_near(what, cli_num(rs, "grads"), (m * 2 + f32 * 4) / D, 1e-12);
+    snprintf(what, sizeof what, "stage %d moments: 2 x f32, sharded over data", s);
+    ut_near(what, cli_num(rs, "moments"), 2 * 4 * (m + f32) / D, 1e-12);
+    snprintf(what, sizeof what, "stage %d master: f32 of the bf16 params, over data", s);
+    ut_near(what, cli_num(rs, "master"), 4 * m / D, 1e-12);
+    /* the buffer plan's peak (walked independently) holds the same params and optimizer state */
+    snprintf(what, sizeof what, "stage %d resident params = its peak's params", s);
+    ut_near(what, cli_num(rs, "params"), cli_num(e, "params"), 1e-12);
+    snprintf(what, sizeof what, "stage %d moments + master = its peak's optimizer", s);
+    ut_near(what, cli_num(rs, "moments") + cli_num(rs, "master"), cli_num(e, "optimizer"), 1e-12);
+    if (cli_num(rs, "total") > worst) worst = cli_num(rs, "total");
+  }
+  ut_near("the device's resident total: the largest stage's", cli_num(cJSON_GetObjectItem(mem, "resident"), "total"), worst, 1e-12);
+  cJSON_Delete(j);
+  free(out);
+  out = run("'" SHARDC_SOURCE_DIR "/samples/llama3_405b_pp.shard'", &rc);
+  UT_CHECK(out && strstr(out, "resident state per pipeline stage (each device of the stage, between steps):"),
+           "the per-stage resident table in the text");
+  free(out);
+  ut_end();
+}
+
 int main(void) {
   for (int z = 0; z <= 2; z += 2) test_resident(z);
+  test_pipeline_stages();
   test_stdlib_path();
   remove("test_resident_mlp.shard");
   return ut_summary();

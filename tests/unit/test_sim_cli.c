@@ -217,7 +217,8 @@ static void test_trace(void) {
       }
       continue;
     }
-    UT_CHECK(strcmp(ph, "X") == 0, "complete events only");
+    if (strcmp(ph, "C") == 0) continue; /* the memory counters (test_trace_memory) */
+    UT_CHECK(strcmp(ph, "X") == 0, "complete events only (and counters)");
     double ts = cli_num(e, "ts"), dur = cli_num(e, "dur");
     UT_CHECK(ts >= 0 && dur >= 0, "%s: ts %g, dur %g", name, ts, dur);
     if (ts + dur > last_end) last_end = ts + dur;
@@ -365,6 +366,75 @@ static void test_trace_args(void) {
     }
   }
   cJSON_Delete(t);
+  ut_end();
+}
+
+/* The trace's memory counter tracks ("ph": "C", name "memory", one series per class) against
+ * `check --format json`, which walks the same buffer plan for its figures: per simulated device
+ * (pid = pipeline stage), the largest total over the track is check's peak for that stage
+ * (per_stage[pid].total, per_device.total without a pipeline), the params series never exceeds
+ * the stage's resident params (test_resident derives those by formula) and reaches them, every
+ * class is a series, and times never go back. */
+static void trace_memory_against_check(const char *file) {
+  remove("test_sim_cli_mem.json");
+  int rc;
+  char args[256];
+  snprintf(args, sizeof args, "--format json --trace test_sim_cli_mem.json");
+  cJSON *j = sim_json(file, args, &rc, NULL);
+  UT_CHECK(rc == 0, "sim %s: exit %d", file, rc);
+  cJSON_Delete(j);
+  char *out = cli_shardc(&rc, "check '%s' --format json 2>/dev/null", file);
+  cJSON *c = out ? cJSON_Parse(out) : NULL;
+  free(out);
+  cJSON *t = read_json("test_sim_cli_mem.json");
+  const cJSON *mem = c ? cJSON_GetObjectItem(c, "memory") : NULL, *stages = mem ? cJSON_GetObjectItem(mem, "per_stage") : NULL;
+  int nst = cJSON_GetArraySize(stages) > 0 ? cJSON_GetArraySize(stages) : 1;
+  enum { MAXD = 64 };
+  double peak[MAXD] = {0}, params[MAXD] = {0}, last_ts[MAXD];
+  int count[MAXD] = {0}, back = 0, missing = 0;
+  for (int d = 0; d < MAXD; d++) last_ts[d] = -1;
+  const cJSON *e, *events = t ? cJSON_GetObjectItem(t, "traceEvents") : NULL;
+  cJSON_ArrayForEach(e, events) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "C") != 0) continue;
+    int d = (int)cli_num(e, "pid");
+    UT_CHECK(d >= 0 && d < nst && d < MAXD, "counter on pid %d of %d stages", d, nst);
+    if (d < 0 || d >= nst || d >= MAXD) continue;
+    const cJSON *a = cJSON_GetObjectItem(e, "args");
+    static const char *const cls[] = {"params", "grads", "optimizer", "activations", "temporaries"};
+    double tot = 0;
+    for (int k = 0; k < 5; k++) {
+      missing += !cJSON_IsNumber(cJSON_GetObjectItem(a, cls[k]));
+      tot += cli_num(a, cls[k]);
+    }
+    if (tot > peak[d]) peak[d] = tot;
+    if (cli_num(a, "params") > params[d]) params[d] = cli_num(a, "params");
+    back += cli_num(e, "ts") < last_ts[d];
+    last_ts[d] = cli_num(e, "ts");
+    count[d]++;
+  }
+  UT_CHECK(missing == 0 && back == 0, "%s: %d series missing, %d steps back in time", file, missing, back);
+  for (int d = 0; d < nst && d < MAXD; d++) {
+    const cJSON *st = cJSON_GetArraySize(stages) > 0 ? cJSON_GetArrayItem(stages, d) : mem;
+    const cJSON *want = st == mem ? cJSON_GetObjectItem(mem, "per_device") : st;
+    const cJSON *rs = cJSON_GetObjectItem(st, "resident");
+    char what[160];
+    UT_CHECK(count[d] >= 2, "%s device %d: %d counter events", file, d, count[d]);
+    snprintf(what, sizeof what, "%s device %d: the track's largest total = check's peak", file, d);
+    ut_near(what, peak[d], cli_num(want, "total"), 1e-12);
+    snprintf(what, sizeof what, "%s device %d: params series reaches the resident params", file, d);
+    ut_near(what, params[d], cli_num(rs, "params"), 1e-12);
+  }
+  cJSON_Delete(c);
+  cJSON_Delete(t);
+  remove("test_sim_cli_mem.json");
+}
+
+static void test_trace_memory(void) {
+  ut_begin("sim --trace: memory counter tracks per device and class, their peak check's");
+  cli_write("test_sim_cli_mlp.shard", MLP);
+  trace_memory_against_check("test_sim_cli_mlp.shard");
+  trace_memory_against_check(SHARDC_SOURCE_DIR "/samples/llama3_405b_pp.shard"); /* 14 stages, each its own peak */
   ut_end();
 }
 
@@ -586,6 +656,7 @@ static void test_collective_sms(void) {
 int main(void) {
   test_json_keys();
   test_trace_args();
+  test_trace_memory();
   test_phases();
   test_json_errors();
   test_no_fit();
