@@ -159,9 +159,10 @@ static Dim *find_batch(const Program *p) {
 }
 
 /* forward ops `fw` (removed from main), main's args and labels: the loop over microbatches (see
- * step.h). Sets *loss and grads[] (f32 accumulators, main values). */
+ * step.h); `pipe`: a pipeline will schedule it. Sets *loss and grads[] (f32 accumulators, main
+ * values). */
 static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, int nfw, Value *y, Value *labels,
-                        Value **loss, Value **acc) {
+                        bool pipe, Value **loss, Value **acc) {
   IrFunc *f = m->main;
   StepInfo *si = m->step;
   int N = st->microbatches;
@@ -244,8 +245,11 @@ static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, 
     t.dtype = DT_F32;
     acc_in[i] = ir_func_add_input(m, B, t, m->params[i].path);
     /* zero = 2 shards the gradients themselves: each microbatch's is reduce-scattered into an
-     * accumulator of the optimizer state's shard */
-    if (st->zero >= 2) acc_in[i]->spec = state_spec(m, p, &m->params[i].spec, DT_F32, bmask, true);
+     * accumulator of the optimizer state's shard. Under a pipeline the stages' schedule adds each
+     * microbatch's gradients chunk by chunk into whole accumulators (shard/stages.c), so there
+     * zero = 2 reduce-scatters them once per step, after the last microbatch, on each stage (as
+     * Megatron's distributed optimizer does with pipelines); the gradient kept is the shard */
+    if (st->zero >= 2 && !pipe) acc_in[i]->spec = state_spec(m, p, &m->params[i].spec, DT_F32, bmask, true);
   }
   Value **pin = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   for (int i = 0; i < inv_outer.len; i++) {
@@ -438,8 +442,9 @@ bool step_build_module(IrModule *m, const Program *p) {
   /* forward, loss, backward */
   Value **grads = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   Value *loss;
-  if (st->microbatches > 1 || pipelined(m, p)) {
-    if (!build_micro(m, p, st, fw, nfw, y, labels, &loss, grads)) return false;
+  bool pipe = pipelined(m, p);
+  if (st->microbatches > 1 || pipe) {
+    if (!build_micro(m, p, st, fw, nfw, y, labels, pipe, &loss, grads)) return false;
     for (int i = 0; i < m->nparams; i++) {
       Value *g = grads[i];
       if (g->type.dtype != m->params[i].type.dtype) g = emit_cast(m, f, oloc, g, m->params[i].type.dtype, PHASE_ACCUMULATE);
