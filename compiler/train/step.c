@@ -84,9 +84,11 @@ static uint16_t batch_axes(const Program *p, const FnDecl *fn) {
 
 /* The written type of a param's optimizer state (or, zero = 2, gradient): the param's, in dtype
  * dt, and when `zero` applies also sharded over the batch axes the param leaves free, on its
- * first dim they divide (every dim's axes then written out as `@`s). */
-static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
-                                  bool zero) {
+ * first dim they divide (every dim's axes then written out as `@`s). Where those axes divide no
+ * dim, *flat (when given) is set to their product and *flat_axes to them: the state is Megatron's
+ * flattened, padded shard (step.h's StepParam.flat), which the written type cannot say. */
+static const TypeSpec *state_spec_flat(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
+                                       bool zero, int64_t *flat, uint16_t *flat_axes) {
   TypeSpec *s = ARENA_NEW(m->arena, TypeSpec);
   *s = *ps;
   s->dtype = dt;
@@ -114,7 +116,13 @@ static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec 
       if (fr & (1u << a)) s->at[d][s->nat[d]++] = p->mesh->axes[a].name;
     return s;
   }
+  if (flat && frp > 1) *flat = frp, *flat_axes = fr;
   return s;
+}
+
+static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
+                                  bool zero) {
+  return state_spec_flat(m, p, ps, dt, bmask, zero, NULL, NULL);
 }
 
 /* ---- the loss ---- */
@@ -424,7 +432,7 @@ bool step_build_module(IrModule *m, const Program *p) {
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
     StepParam *sp = &si->params[i];
-    const TypeSpec *ss = state_spec(m, p, &ip->spec, DT_F32, bmask, st->zero >= 1);
+    const TypeSpec *ss = state_spec_flat(m, p, &ip->spec, DT_F32, bmask, st->zero >= 1, &sp->flat, &sp->flat_axes);
     TensorType t32 = ip->type;
     t32.dtype = DT_F32;
     if (st->master != DT_NONE && ip->type.dtype != DT_F32) {
@@ -589,4 +597,10 @@ static int64_t saved_in(const IrFunc *f, const Mesh *mesh) {
 
 int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh) {
   return m && m->main ? saved_in(m->main, mesh) : 0;
+}
+
+int64_t step_flat_bytes(const StepParam *sp, int64_t bytes, int64_t elem) {
+  if (!sp || sp->flat <= 1 || elem <= 0 || bytes <= 0 || bytes == INT64_MAX) return bytes;
+  int64_t n = bytes / elem;
+  return (n / sp->flat + (n % sp->flat != 0)) * elem;
 }

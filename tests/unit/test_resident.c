@@ -111,6 +111,53 @@ static void test_stdlib_path(void) {
   ut_end();
 }
 
+/* zero over the flattened, padded params (issue 19): data (3) divides neither embed (256) nor
+ * hidden (1024), so each device keeps ceil(n / 3) of its block's n elements of state (Megatron's
+ * distributed optimizer pads the flat buffer to a multiple of 3); the MLP of MLP on 3 x 4. */
+static void test_flat_zero(int zero) {
+  char name[128];
+  snprintf(name, sizeof name, "resident state by formula, zero = %d over the flattened, padded params", zero);
+  ut_begin(name);
+  FILE *f = fopen("test_resident_flat.shard", "w");
+  if (f) {
+    char *src = malloc(strlen(MLP) + 64);
+    if (src) {
+      snprintf(src, strlen(MLP) + 64, MLP, zero);
+      char *d = strstr(src, "data: 2"), *b = strstr(src, "batch = 64");
+      if (d) d[6] = '3';
+      if (b) memcpy(b, "batch = 48", 10);
+      fputs(src, f);
+      free(src);
+    }
+    fclose(f);
+  }
+  int rc;
+  char *out = run("test_resident_flat.shard --format json", &rc);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  UT_CHECK(rc == 0 && j, "exit %d, JSON", rc);
+  const cJSON *mem = j ? cJSON_GetObjectItem(j, "memory") : NULL;
+  const cJSON *rs = mem ? cJSON_GetObjectItem(mem, "resident") : NULL;
+  UT_CHECK(rs != NULL, "memory.resident");
+  /* each weight's block: 256 x 1024 / 4 = 65536 elements; ceil(65536 / 3) = 21846 (65538 padded) */
+  double block = 256.0 * 1024 / 4, shard = 21846;
+  ut_near("params: whole blocks, bf16", cli_num(rs, "params"), 2 * block * 2, 1e-12);
+  ut_near("grads: bf16, zero = 2 the flat shard", cli_num(rs, "grads"), 2 * (zero >= 2 ? shard : block) * 2, 1e-12);
+  ut_near("moments: 2 x f32 per flat element", cli_num(rs, "moments"), 2 * shard * 8, 1e-12);
+  ut_near("master: f32 per flat element", cli_num(rs, "master"), 2 * shard * 4, 1e-12);
+  const cJSON *pd = mem ? cJSON_GetObjectItem(mem, "per_device") : NULL;
+  ut_near("peak optimizer = moments + master", cli_num(pd, "optimizer"), cli_num(rs, "moments") + cli_num(rs, "master"), 1e-12);
+  cJSON_Delete(j);
+  free(out);
+  /* explain says which params, why and how many elements, and what the IR does instead */
+  out = cli_shardc(&rc, "explain test_resident_flat.shard 2>/dev/null");
+  UT_CHECK(out && strstr(out, "over the flattened, padded params") && strstr(out, "65536 -> 21846, padded by 2") &&
+               strstr(out, "divide no dim of 2 params"),
+           "explain's line:\n%s", out ? out : "");
+  free(out);
+  remove("test_resident_flat.shard");
+  ut_end();
+}
+
 /* zero = 2 under a pipeline (issue 19): two stacked bf16 blocks of embed x hidden per stage (layers 4
  * over stage 2), hidden over model (2); each stage reduce-scatters its gradients over data (2)
  * after the last microbatch, and its moments and master copies are sharded over data too. */
@@ -171,6 +218,7 @@ static void test_pipeline_zero2(void) {
 int main(void) {
   for (int z = 0; z <= 2; z += 2) test_resident(z);
   test_pipeline_zero2();
+  for (int z = 1; z <= 2; z++) test_flat_zero(z);
   test_stdlib_path();
   remove("test_resident_mlp.shard");
   return ut_summary();
