@@ -150,6 +150,30 @@ static void join(PW *W, int32_t into, int32_t from) {
   if (W->last[from] > W->last[into]) W->last[into] = W->last[from];
 }
 
+/* zero over the flattened params (step.h's StepParam.flat): the state, and under zero = 2 the
+ * reduced gradient, of such a param take its flat shard's bytes (the IR holds them whole) */
+static void flat_state_bytes(PW *W, const IrFunc *f) {
+  const StepInfo *si = W->m->step;
+  for (int j = 0; si && j < si->nparams; j++) {
+    const StepParam *sp = &si->params[j];
+    if (sp->flat <= 1) continue;
+    const int ins[3] = {sp->in_master, sp->in_m, sp->in_v}, outs[3] = {sp->out_master, sp->out_m, sp->out_v};
+    for (int q = 0; q < 3; q++) {
+      const Value *v[2] = {ins[q] >= 0 && ins[q] < f->ninputs ? f->inputs[ins[q]] : NULL,
+                           outs[q] >= 0 && outs[q] < f->noutputs ? f->outputs[outs[q]] : NULL};
+      for (int k = 0; k < 2; k++)
+        if (v[k]) W->bytes[v[k]->id] = step_flat_bytes(sp, W->bytes[v[k]->id], dtype_bytes(v[k]->type.dtype));
+    }
+    if (!si->step || si->step->zero < 2 || !sp->grad) continue;
+    const Value *g = sp->grad; /* followed through its reduction and casts, as memory.c's resident state */
+    for (const Op *op = f->first; op; op = op->next) {
+      bool carries = ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE;
+      if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
+    }
+    if (g != sp->grad) W->bytes[g->id] = step_flat_bytes(sp, W->bytes[g->id], dtype_bytes(g->type.dtype));
+  }
+}
+
 /* Plans f's roots; `k_of` gets each op's index. Inputs of f are external: `reuse_inputs[i]`
  * says which may be written over in place (a loop's carried values, a region's activation). */
 static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op *loop) {
@@ -172,6 +196,7 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       if (bufplan_is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
     }
   for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = value_bytes(f->inputs[i]);
+  if (f == W->m->main) flat_state_bytes(W, f);
   /* last uses (a view's reads keep its buffer) */
   k = 0;
   for (const Op *op = f->first; op; op = op->next, k++)

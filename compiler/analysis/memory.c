@@ -128,12 +128,17 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
       bool carries = ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE;
       if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
     }
-    if (g) rs->grads = sat_add(rs->grads, sharding_local_bytes(&g->type, &g->sharding, mesh));
+    if (g) {
+      int64_t b = sharding_local_bytes(&g->type, &g->sharding, mesh);
+      /* zero = 2 over the flattened params: the flat buffer's shard */
+      if (si->step && si->step->zero >= 2) b = step_flat_bytes(sp, b, dtype_bytes(g->type.dtype));
+      rs->grads = sat_add(rs->grads, b);
+    }
     const int ins[3] = {sp->in_master, sp->in_m, sp->in_v};
     for (int q = 0; q < 3; q++) {
       if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
       const Value *v = f->inputs[ins[q]];
-      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh);
+      int64_t b = step_flat_bytes(sp, sharding_local_bytes(&v->type, &v->sharding, mesh), dtype_bytes(v->type.dtype));
       if (q == 0) rs->master = sat_add(rs->master, b);
       else rs->moments = sat_add(rs->moments, b);
     }

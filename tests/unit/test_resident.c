@@ -155,9 +155,115 @@ static void test_pipeline_stages(void) {
   ut_end();
 }
 
+/* zero over the flattened, padded params (issue 19): data (3) divides neither embed (256) nor
+ * hidden (1024), so each device keeps ceil(n / 3) of its block's n elements of state (Megatron's
+ * distributed optimizer pads the flat buffer to a multiple of 3); the MLP of MLP on 3 x 4. */
+static void test_flat_zero(int zero) {
+  char name[128];
+  snprintf(name, sizeof name, "resident state by formula, zero = %d over the flattened, padded params", zero);
+  ut_begin(name);
+  FILE *f = fopen("test_resident_flat.shard", "w");
+  if (f) {
+    char *src = malloc(strlen(MLP) + 64);
+    if (src) {
+      snprintf(src, strlen(MLP) + 64, MLP, zero);
+      char *d = strstr(src, "data: 2"), *b = strstr(src, "batch = 64");
+      if (d) d[6] = '3';
+      if (b) memcpy(b, "batch = 48", 10);
+      fputs(src, f);
+      free(src);
+    }
+    fclose(f);
+  }
+  int rc;
+  char *out = run("test_resident_flat.shard --format json", &rc);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  UT_CHECK(rc == 0 && j, "exit %d, JSON", rc);
+  const cJSON *mem = j ? cJSON_GetObjectItem(j, "memory") : NULL;
+  const cJSON *rs = mem ? cJSON_GetObjectItem(mem, "resident") : NULL;
+  UT_CHECK(rs != NULL, "memory.resident");
+  /* each weight's block: 256 x 1024 / 4 = 65536 elements; ceil(65536 / 3) = 21846 (65538 padded) */
+  double block = 256.0 * 1024 / 4, shard = 21846;
+  ut_near("params: whole blocks, bf16", cli_num(rs, "params"), 2 * block * 2, 1e-12);
+  ut_near("grads: bf16, zero = 2 the flat shard", cli_num(rs, "grads"), 2 * (zero >= 2 ? shard : block) * 2, 1e-12);
+  ut_near("moments: 2 x f32 per flat element", cli_num(rs, "moments"), 2 * shard * 8, 1e-12);
+  ut_near("master: f32 per flat element", cli_num(rs, "master"), 2 * shard * 4, 1e-12);
+  const cJSON *pd = mem ? cJSON_GetObjectItem(mem, "per_device") : NULL;
+  ut_near("peak optimizer = moments + master", cli_num(pd, "optimizer"), cli_num(rs, "moments") + cli_num(rs, "master"), 1e-12);
+  cJSON_Delete(j);
+  free(out);
+  /* explain says which params, why and how many elements, and what the IR does instead */
+  out = cli_shardc(&rc, "explain test_resident_flat.shard 2>/dev/null");
+  UT_CHECK(out && strstr(out, "over the flattened, padded params") && strstr(out, "65536 -> 21846, padded by 2") &&
+               strstr(out, "divide no dim of 2 params"),
+           "explain's line:\n%s", out ? out : "");
+  free(out);
+  remove("test_resident_flat.shard");
+  ut_end();
+}
+
+/* zero = 2 under a pipeline (issue 19): two stacked bf16 blocks of embed x hidden per stage (layers 4
+ * over stage 2), hidden over model (2); each stage reduce-scatters its gradients over data (2)
+ * after the last microbatch, and its moments and master copies are sharded over data too. */
+static const char *PIPE_MLP =
+    "import \"targets\"\n"
+    "mesh node = h100[stage: 2, data: 2, model: 2]\n"
+    "dim batch = 64, seq = 128, embed = 256, hidden = 1024, layers = 4\n"
+    "layout pp {\n"
+    "  layers: stage\n"
+    "  batch: data\n"
+    "  hidden: model\n"
+    "}\n"
+    "model blk {\n"
+    "  param w_in: bf16[embed, hidden]\n"
+    "  param w_out: bf16[hidden, embed]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+    "    return gelu(x @ w_in) @ w_out\n"
+    "  }\n"
+    "}\n"
+    "model net {\n"
+    "  param blocks: blk[layers]\n"
+    "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+    "    for b in blocks { x = b.forward(x) }\n"
+    "    return x\n"
+    "  }\n"
+    "}\n"
+    "train net.forward {\n"
+    "  loss = mse\n"
+    "  optimizer = adam\n"
+    "  master = f32\n"
+    "  microbatches = 2\n"
+    "  zero = 2\n"
+    "}\n";
+
+static void test_pipeline_zero2(void) {
+  ut_begin("resident state by formula, zero = 2 under a pipeline");
+  FILE *f = fopen("test_resident_pipe.shard", "w");
+  if (f) fputs(PIPE_MLP, f), fclose(f);
+  int rc;
+  char *out = run("test_resident_pipe.shard --format json", &rc);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  UT_CHECK(rc == 0 && j, "exit %d, JSON", rc);
+  const cJSON *mem = j ? cJSON_GetObjectItem(j, "memory") : NULL;
+  const cJSON *rs = mem ? cJSON_GetObjectItem(mem, "resident") : NULL;
+  UT_CHECK(rs != NULL, "memory.resident");
+  /* per device: 2 layers x 2 weights x 256 x 1024 elements, a half of each over model */
+  double elems = 2.0 * 2 * 256 * 1024 / 2, dp = 2;
+  ut_near("params: elems x 2 B", cli_num(rs, "params"), elems * 2, 1e-12);
+  ut_near("grads: bf16, reduce-scattered over data", cli_num(rs, "grads"), elems * 2 / dp, 1e-12);
+  ut_near("moments: 8 B per element over data", cli_num(rs, "moments"), elems * 8 / dp, 1e-12);
+  ut_near("master: 4 B per element over data", cli_num(rs, "master"), elems * 4 / dp, 1e-12);
+  cJSON_Delete(j);
+  free(out);
+  remove("test_resident_pipe.shard");
+  ut_end();
+}
+
 int main(void) {
   for (int z = 0; z <= 2; z += 2) test_resident(z);
   test_pipeline_stages();
+  test_pipeline_zero2();
+  for (int z = 1; z <= 2; z++) test_flat_zero(z);
   test_stdlib_path();
   remove("test_resident_mlp.shard");
   return ut_summary();
