@@ -9,7 +9,8 @@ CASE is one of:
                FSDP: no tensor, pipeline, context or expert axis); 70B with adam on two nodes uses
                tensor parallelism or FSDP; 70B on 64 nodes keeps tensor parallelism inside a node
                (every candidate's `model` axis at most the target's 8 GPUs of NVLink); LLaMA 3 8B
-               at sequence 131072 uses context parallelism (a `ctx` axis)
+               at sequence 131072 uses context parallelism (a `ctx` axis); Mixtral 8x7B with 2,048
+               tokens a chip uses expert parallelism (an `ep` axis, `expert: ep`)
   paste        the best candidate's texts pasted into the program (its train block replaced, the
                mesh and layout appended) give, by `shardc sim` and `shardc check`, the step time,
                MFU and memory the plan printed, to the last bit
@@ -116,6 +117,14 @@ def case_tree():
     best = j["candidates"][0]
     if not best["fits"] or mesh_axes(best["mesh"]).get("ctx", 1) < 2 or "seq: ctx" not in best["layout"]:
         fail("8B at 131072: want context parallelism, got %s\n%s" % (best["mesh"], best["layout"]))
+    # Mixtral 8x7B with 2,048 tokens a chip: FSDP's gathers of all 8 experts' weights cannot hide
+    # behind so little compute (tests/plan/mixtral_v5p_512.shard derives it); expert parallelism,
+    # one expert a chip and AllToAlls of the slots, wins. (At the sample's 8,192 tokens a chip the
+    # gathers hide and FSDP alone is fastest: docs/plan.md, "Mixtral".)
+    j = plan(os.path.join(PLAN, "mixtral_v5p_512.shard"), "--devices", "512", "--target", "tpu_v5p")
+    best = j["candidates"][0]
+    if not best["fits"] or mesh_axes(best["mesh"]).get("ep", 1) < 2 or "expert: ep" not in best["layout"]:
+        fail("Mixtral with 2,048 tokens a chip: want expert parallelism, got %s\n%s" % (best["mesh"], best["layout"]))
     print("PASS the decision tree's rows")
 
 
