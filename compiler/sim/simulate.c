@@ -88,6 +88,7 @@ typedef struct TaskInfo {
 /* One timeline and what each of its tasks stands for. */
 typedef struct Timeline {
   SimGraph *g;
+  double contention; /* its devices' (sim_device_set_contention): contention_of(mesh, ideal) */
   TaskInfo *info;
   int n, cap;
   double *exposed; /* after the run, by task: the part of a comm task no compute overlaps */
@@ -208,8 +209,18 @@ static void tl_free(Timeline *tl) {
   memset(tl, 0, sizeof *tl);
 }
 
+/* How much slower compute runs while a collective runs beside it (calibrated, GPU): the collective
+ * holds `collective_sms` of the `matmul_units` SMs, so kernels that spread over all of them run on
+ * the rest. 1 in the ideal mode and where the target states none. */
+static double contention_of(const Mesh *mesh, bool ideal) {
+  const Target *t = mesh ? mesh->target : NULL;
+  if (ideal || !t || t->kind != TARGET_GPU || t->collective_sms <= 0 || t->matmul_units <= t->collective_sms) return 1;
+  return (double)t->matmul_units / (t->matmul_units - t->collective_sms);
+}
+
 static void dev_init(Timeline *tl, Dev *d, const char *name, int64_t represents) {
   d->dev = sim_device_add(tl->g, name, represents);
+  sim_device_set_contention(tl->g, d->dev, tl->contention);
   d->compute = sim_stream_add(tl->g, d->dev, SIM_STREAM_COMPUTE, "compute");
   d->p2p = -1;
   d->comm[LINK_FAST] = d->comm[LINK_SLOW] = -1;
@@ -831,10 +842,11 @@ static void build_accumulation(Sim *S, Sub *sb) {
   }
 }
 
-static Sub *sub_new(const IrFunc *f, const Op *op, int region, const char *name) {
+static Sub *sub_new(const Sim *S, const IrFunc *f, const Op *op, int region, const char *name) {
   Sub *sb = mem_calloc(1, sizeof *sb, "a region's timeline");
   sb->f = f, sb->op = op, sb->region = region;
   sb->tl.g = sim_graph_new();
+  sb->tl.contention = contention_of(S->mesh, S->ideal);
   dev_init(&sb->tl, &sb->d, name, 1);
   return sb;
 }
@@ -864,7 +876,7 @@ static Sub *region_sub(Sim *S, const IrFunc *f, const Op *op, int region) {
     if (S->subs[k]->f == f) return S->subs[k];
   static const char *const rnames[PR__COUNT] = {"region first", "region chunk forward", "region last",
                                                 "region chunk backward", "region first backward"};
-  Sub *sb = sub_new(f, op, region, rnames[region]);
+  Sub *sb = sub_new(S, f, op, region, rnames[region]);
   for (int j = 0; j < f->ninputs; j++) S->prod[f->inputs[j]->id] = -1;
   int was_unit = S->cur_unit;
   S->cur_unit = -1;
@@ -878,7 +890,7 @@ static Sub *region_sub(Sim *S, const IrFunc *f, const Op *op, int region) {
 /* The loop alone with `iters` iterations, its operands there from the start; each run of P
  * iterations a unit (steady_period). */
 static Sub *block_sub(Sim *S, const Op *loop, int stage, int64_t iters, int64_t P) {
-  Sub *sb = sub_new(NULL, loop, -1, "loop block");
+  Sub *sb = sub_new(S, NULL, loop, -1, "loop block");
   sb->iters = iters;
   int32_t *saved = ARENA_ARRAY(S->a, int32_t, loop->noperands + 1);
   for (int i = 0; i < loop->noperands; i++) saved[i] = prod_of(S, loop->operands[i]);
@@ -1245,6 +1257,7 @@ static void top_build(Sim *S, Top *T, const PipeInfo *sched) {
   memset(T, 0, sizeof *T);
   S->top = T, S->sched = sched;
   T->tl.g = sim_graph_new();
+  T->tl.contention = contention_of(S->mesh, S->ideal);
   T->ndevs = S->pi ? S->pi->stages : 1;
   T->devs = mem_calloc((size_t)T->ndevs, sizeof *T->devs, "the simulated devices");
   T->pipe_first = mem_alloc(sizeof(int) * (size_t)T->ndevs, "the simulated devices");

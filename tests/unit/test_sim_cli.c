@@ -512,6 +512,77 @@ static void test_ring_attention(void) {
   ut_end();
 }
 
+/* The optimizer's memory-bound update (issue 19, item 5) against Adam written out by hand: the
+ * phase "optimizer" of a one-device step with master = f32. Per element of a parameter (language.md,
+ * Steps: bf16 params and gradients, f32 moments, f32 master copy):
+ *   m = b1 m + (1 - b1) g       reads m (4) and g (2), writes m (4): 10 bytes
+ *   v = b2 v + (1 - b2) g^2     the same: 10 bytes
+ *   master -= lr mh / (...)     reads master, m, v (12), writes master (4): 16 bytes, and the step
+ *                               count t once (a rank-0 f32: 4 bytes per tensor)
+ *   param = bf16(master)        reads 4, writes 2: 6 bytes
+ * 42 bytes per element, each line its own kernel at the streaming rate (hbm_efficiency x hbm_bw =
+ * 0.9 x 3.35e12 on the H100) plus one launch (op_overhead, 2 us): 4 kernels per parameter tensor. */
+static void test_optimizer_phase(void) {
+  ut_begin("sim: the optimizer phase is Adam's 42 bytes per element at 0.9 x HBM bandwidth + 2 us per kernel");
+  cli_write("test_sim_cli_opt.shard",
+            "import \"targets\"\n"
+            "import \"layers\"\n"
+            "mesh one = h100[data: 1]\n"
+            "dim batch = 8, seq = 128, embed = 1024, hidden = 4096, layers = 2\n"
+            "layout dp {\n  batch: data\n}\n"
+            "model net {\n"
+            "  param blocks: mlp[layers]\n"
+            "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+            "    for b in blocks { x = b.forward(x) }\n"
+            "    return x\n"
+            "  }\n"
+            "}\n"
+            "train net.forward {\n  loss = mse\n  optimizer = adam\n  master = f32\n}\n");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_opt.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 0 && j, "sim runs (rc %d)", rc);
+  const cJSON *ph = j ? cJSON_GetArrayItem(cJSON_GetObjectItem(j, "phases"), 2) : NULL;
+  double elems = 2.0 * 1024 * 4096; /* w_in and w_out each stack 2 layers of 1024 x 4096 */
+  double per_tensor = ((10 + 10 + 16 + 6) * elems + 4) / (0.9 * 3.35e12) + 4 * 2e-6;
+  ut_near("optimizer phase = 2 tensors x ((42 B x elems + 4) / (0.9 x 3.35e12) + 4 x 2 us)", cli_num(ph, "compute_s"),
+          2 * per_tensor, 1e-9);
+  UT_CHECK(cli_num(ph, "comm_s") == 0, "one device: no communication in the optimizer");
+  cJSON_Delete(j);
+  ut_end();
+}
+
+/* collective_sms (cost-model.md, "Collectives take SMs"): the MLP on a target that states 24 of the
+ * H100's 132 SMs held by a running collective. Compute slows by 132 / 108 only while a collective
+ * runs, so the step grows, by at most (132/108 - 1) x the communication the stdlib target hides
+ * (hidden = comm_s - exposed_comm_s); the ideal mode ignores it. */
+static void test_collective_sms(void) {
+  ut_begin("collective_sms: the step grows by at most (132/108 - 1) x the hidden communication; ideal unchanged");
+  const char *at = strstr(MLP, "mesh node = h100[");
+  char src[4096];
+  snprintf(src, sizeof src, "%.*starget h100c {\n  base = h100\n  collective_sms = 24\n}\nmesh node = h100c[%s",
+           (int)(at - MLP), MLP, at + strlen("mesh node = h100["));
+  cli_write("test_sim_cli_sms.shard", src);
+  cli_write("test_sim_cli_mlp.shard", MLP);
+  int rc1, rc2, rc3, rc4;
+  cJSON *a = sim_json("test_sim_cli_mlp.shard", "--format json", &rc1, NULL);
+  cJSON *b = sim_json("test_sim_cli_sms.shard", "--format json", &rc2, NULL);
+  cJSON *ai = sim_json("test_sim_cli_mlp.shard", "--format json --ideal", &rc3, NULL);
+  cJSON *bi = sim_json("test_sim_cli_sms.shard", "--format json --ideal", &rc4, NULL);
+  UT_CHECK(a && b && ai && bi && rc1 == 0 && rc2 == 0, "sim runs (rc %d %d %d %d)", rc1, rc2, rc3, rc4);
+  double s0 = cli_num(a, "step_time_s"), s1 = cli_num(b, "step_time_s");
+  double hidden = cli_num(a, "comm_s") - cli_num(a, "exposed_comm_s");
+  UT_CHECK(hidden > 0, "the MLP hides some communication (%g s)", hidden);
+  UT_CHECK(s1 > s0, "slower with collective_sms: %g against %g", s1, s0);
+  UT_CHECK(s1 <= s0 + hidden * (132.0 / 108 - 1) * (1 + 1e-9), "at most %g + %g x %g: got %g", s0, hidden,
+           132.0 / 108 - 1, s1);
+  ut_near("ideal: the same step", cli_num(bi, "step_time_s"), cli_num(ai, "step_time_s"), 1e-12);
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  cJSON_Delete(ai);
+  cJSON_Delete(bi);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_trace_args();
@@ -522,10 +593,14 @@ int main(void) {
   test_tokens();
   test_forbidden_cheaper();
   test_ring_attention();
+  test_optimizer_phase();
+  test_collective_sms();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");
   remove("test_sim_cli_pipe.shard");
+  remove("test_sim_cli_opt.shard");
+  remove("test_sim_cli_sms.shard");
   remove("test_sim_cli_trace.json");
   return ut_summary();
 }
