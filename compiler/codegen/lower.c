@@ -23,6 +23,7 @@
 
 #include "bufplan.h"
 #include "diag.h"
+#include "dropout.h"
 #include "step.h"
 #include "lower_int.h"
 #include "sim.h"
@@ -478,6 +479,57 @@ static bool lower_causal(Lower *L, const Op *op) {
   return true;
 }
 
+/* dropout (dropout.h): the element's global index over dims[] (row-major, global sizes), its
+ * splitmix64 hash against the threshold, x * scale where kept, else 0. */
+typedef struct DropoutCtx {
+  NestTensor *t;
+  int n;                        /* dims[] */
+  int pos[MAX_RANK];            /* dims[k]'s position in the result */
+  int64_t size[MAX_RANK];       /* dims[k]'s global size */
+  LLVMValueRef off[MAX_RANK];   /* the device's start along dims[k] */
+  uint64_t key, thr;
+  float scale;
+} DropoutCtx;
+
+static LLVMValueRef cu64(Lower *L, uint64_t v) { return LLVMConstInt(L->i64, v, 0); }
+
+static void dropout_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) {
+  DropoutCtx *c = vctx;
+  LLVMValueRef g = ci64(L, 0);
+  for (int k = 0; k < c->n; k++)
+    g = LLVMBuildAdd(L->B, LLVMBuildMul(L->B, g, ci64(L, c->size[k]), ""),
+                     LLVMBuildAdd(L->B, idx[c->pos[k]], c->off[k], ""), "");
+  LLVMValueRef z = LLVMBuildAdd(L->B, cu64(L, c->key),
+                                LLVMBuildMul(L->B, LLVMBuildAdd(L->B, g, cu64(L, 1), ""), cu64(L, DROPOUT_GOLDEN), ""), "");
+  z = LLVMBuildMul(L->B, LLVMBuildXor(L->B, z, LLVMBuildLShr(L->B, z, cu64(L, 30), ""), ""), cu64(L, DROPOUT_MIX1), "");
+  z = LLVMBuildMul(L->B, LLVMBuildXor(L->B, z, LLVMBuildLShr(L->B, z, cu64(L, 27), ""), ""), cu64(L, DROPOUT_MIX2), "");
+  z = LLVMBuildXor(L->B, z, LLVMBuildLShr(L->B, z, cu64(L, 31), ""), "");
+  LLVMValueRef top = LLVMBuildLShr(L->B, z, cu64(L, 64 - DROPOUT_BITS), "");
+  LLVMValueRef keep = LLVMBuildICmp(L->B, LLVMIntUGE, top, cu64(L, c->thr), "");
+  LLVMValueRef v = LLVMBuildFMul(L->B, lower_load(L, &c->t[1], offs[1]), cf32(L, c->scale), "");
+  lower_store(L, &c->t[0], offs[0], LLVMBuildSelect(L->B, keep, v, cf32(L, 0.0), ""));
+}
+
+static bool lower_dropout(Lower *L, const Op *op) {
+  const Value *res = op->results[0], *x = op->operands[0];
+  DropoutCtx c = {.n = op->ndims, .key = dropout_key((uint64_t)op->index, 0), .thr = dropout_threshold(op->scalar),
+                  .scale = dropout_scale(op->scalar)};
+  for (int k = 0; k < op->ndims; k++) {
+    if (L->mesh && dev_dim_order(L->m->dev, op->dims[k], -1).kind != RT_ORDER_NATURAL)
+      return fail(L, op, "%s over a zigzag-ordered sequence is not lowered yet", "dropout");
+    if ((c.pos[k] = tensor_type_find(&res->type, op->dims[k])) < 0) return fail(L, op, "%s: a dim is missing", "dropout");
+    c.size[k] = op->dims[k]->size;
+    c.off[k] = dim_offset(L, op, op->dims[k]);
+  }
+  new_buffer(L, res);
+  NestTensor t[2];
+  int64_t ext[MAX_RANK];
+  nest_pair(L, res, x, t, ext);
+  c.t = t;
+  lower_nest(L, res->type.rank, ext, t, 2, dropout_body, &c);
+  return true;
+}
+
 /* ---- reductions ---- */
 
 typedef struct ReduceCtx {
@@ -843,6 +895,7 @@ static bool lower_op(Lower *L, const Op *op) {
     }
     return lower_copy(L, op);
   case LK_CAUSAL: return lower_causal(L, op);
+  case LK_DROPOUT: return lower_dropout(L, op);
   case LK_REDUCE: return lower_reduce(L, op);
   case LK_CONTRACT: return lower_contract(L, op);
   case LK_LOOP: return lower_loop(L, op);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "interp_int.h"
+#include "dropout.h"
 #include "route.h"
 
 /* ---- blocks and strides ---- */
@@ -552,6 +553,28 @@ static Tensor *k_causal(Interp *I, const Op *op, const Tensor *x) {
   Tensor *r = tensor_copy(x);
   if (!r) return interp_fail(I, op, "out of memory"), NULL;
   mask_causal(I, r, op->dims[0], op->dims[1], -INFINITY);
+  return r;
+}
+
+/* x * mask / (1 - p) (dropout.h): the mask of each element's global (logical) index over dims[]. */
+static Tensor *k_dropout(Interp *I, const Op *op, const Tensor *x) {
+  Tensor *r = tensor_copy(x);
+  if (!r) return interp_fail(I, op, "out of memory"), NULL;
+  int pos[MAX_RANK];
+  for (int k = 0; k < op->ndims; k++)
+    if ((pos[k] = tensor_type_find(&r->type, op->dims[k])) < 0) return interp_fail(I, op, "dropout: a dim is missing"), NULL;
+  uint64_t key = dropout_key((uint64_t)op->index, 0), thr = dropout_threshold(op->scalar);
+  float scale = dropout_scale(op->scalar);
+  Nest N;
+  nest_init(&N, 1);
+  for (int i = 0; i < r->type.rank; i++) nest_dim(&N, r->type.dims[i], r->shape[i], &r);
+  for (nest_begin(&N, NULL); !N.done; nest_next(&N)) {
+    uint64_t g = 0;
+    for (int k = 0; k < op->ndims; k++)
+      g = g * (uint64_t)op->dims[k]->size + (uint64_t)interp_logical_index(I, op->dims[k], r->start[pos[k]] + N.idx[pos[k]]);
+    double v = r->data[N.off[0]];
+    r->data[N.off[0]] = dropout_keep(key, g, thr) ? v * (double)scale : 0.0; /* exact: rounded to f32 as the lowering */
+  }
   return r;
 }
 
@@ -1307,6 +1330,7 @@ Tensor *iop_eval(Interp *I, const Op *op, Tensor *const *x) {
   case OP_SPLIT: case OP_MERGE: r = k_reshape(I, op, x[0]); break;
   case OP_TAKE: r = k_take(I, op, x[0], x[1]); break;
   case OP_CAUSAL: r = k_causal(I, op, x[0]); break;
+  case OP_DROPOUT: r = k_dropout(I, op, x[0]); break;
   case OP_CAST: r = k_cast(I, op, x[0]); break;
   case OP_TRANSPOSE: r = k_transpose(I, op, x[0]); break;
   case OP_ATTENTION: r = k_attention(I, op, x[0], x[1], x[2]); break;

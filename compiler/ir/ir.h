@@ -80,6 +80,7 @@ typedef enum {
   LK_CAUSAL, LK_REDUCE, LK_CONTRACT,
   LK_ROWS,              /* runtime/nn.c over rows (softmax, norms, losses and their gradients) */
   LK_TAKE, LK_SELECT, LK_ATTENTION, LK_ROUTE, LK_ROUTE_GRAD, LK_LOOP, LK_PIPELINE,
+  LK_DROPOUT,           /* a counter-based mask of the elements' global indices (dropout.h) */
   LK_COLLECTIVE         /* a runtime collective */
 } LowerKind;
 /* The attributes `--emit-ir` prints after an op's operands (ir_print.c). */

@@ -431,7 +431,7 @@ static const Builtin builtins[] = {
   {"rmsnorm", OP_RMSNORM, 2, OVER_ONE},  {"layernorm", OP_LAYERNORM, 3, OVER_ONE},
   {"contract", OP_CONTRACT, 2, OVER_DIMS}, {"split", OP_SPLIT, 2, OVER_NO},
   {"merge", OP_MERGE, 2, OVER_NO},       {"take", OP_TAKE, 2, OVER_NO},
-  {"causal", OP_CAUSAL, 3, OVER_NO},
+  {"causal", OP_CAUSAL, 3, OVER_NO},     {"dropout", OP_DROPOUT, 2, OVER_NO},
 };
 
 static bool is_call_op(int k) { return ir_op_info((OpKind)k)->flags & OPF_CALL; }
@@ -1449,7 +1449,7 @@ static Ex lower_call(Builder *b, const Node *call) {
   }
   /* The value arguments (split/merge's arrow and causal's dims are read by their lowering). */
   Ex a[3] = {ex_err(), ex_err(), ex_err()};
-  int nvals = bi->op == OP_SPLIT || bi->op == OP_MERGE || bi->op == OP_CAUSAL ? 1 : bi->nargs;
+  int nvals = bi->op == OP_SPLIT || bi->op == OP_MERGE || bi->op == OP_CAUSAL || bi->op == OP_DROPOUT ? 1 : bi->nargs;
   for (int i = 0; i < nvals; i++) {
     a[i] = lower_expr(b, ca.pos[i]);
     if (a[i].kind == EX_ERR) ok = false;
@@ -1518,6 +1518,28 @@ static Ex lower_call(Builder *b, const Node *call) {
     }
     if (!dims_in(b, fname, ca.pos[0], s, qk, ql, 2)) return ex_err();
     return ex_val(emit_dims(b, OP_CAUSAL, loc, &s, 1, s->type, qk, 2));
+  }
+  case OP_DROPOUT: { /* dropout(x, p): p a number literal in [0, 1); p = 0 is x itself */
+    a[0] = need_tensor(b, a[0], ca.pos[0], fname);
+    if (a[0].kind != EX_VAL) return ex_err();
+    Value *x = a[0].v;
+    if (!need_float(b, x, ca.pos[0], fname)) return ex_err();
+    const Node *pn = ca.pos[1];
+    double pv = pn->kind == N_NUM ? (pn->num.is_float ? pn->num.f : (double)pn->num.i) : NAN;
+    if (pn->kind != N_NUM) {
+      err(b, expr_span(pn), "dropout's probability must be a number literal");
+      return ex_err();
+    }
+    if (!(pv >= 0 && pv < 1)) {
+      err(b, expr_span(pn), "dropout's probability must be in [0, 1), found %g", pv);
+      return ex_err();
+    }
+    if (pv == 0) return ex_val(x);
+    Value *r = emit_dims(b, OP_DROPOUT, loc, &x, 1, x->type, x->type.dims, x->type.rank);
+    r->def->scalar = pv;
+    /* the seed: the call site (the same in every sharding of the program) */
+    r->def->index = (int)(((uint32_t)loc.line * 2654435761u ^ (uint32_t)loc.col * 40503u) & 0x7fffffff);
+    return ex_val(r);
   }
   default:
     return ex_err();

@@ -314,6 +314,9 @@ static void localize_facts(Loc *L, Op *op) {
   case OP_ONEHOT:
     if (op->ndims > 0) add_off_of(L, op, op->results[0], op->dims[0], 1);
     break;
+  case OP_DROPOUT: /* every dim: the mask is a function of the global index */
+    for (int k = 0; k < op->ndims; k++) add_off_of(L, op, op->operands[0], op->dims[k], op->ndims);
+    break;
   case OP_BROADCAST: /* the added dims, made as the result holds them */
     for (int k = 0; k < op->ndims; k++) add_off_of(L, op, op->results[0], op->dims[k], op->ndims);
     break;

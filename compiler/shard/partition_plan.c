@@ -268,7 +268,7 @@ static void rule_missing_dims(Rule *r, const Op *op, int i, FactorKind k) {
  * (autodiff.c, step.c) keep the dims of their forward counterparts:
  *   broadcast          x's dims kept; the added dims are the result's alone (a device makes its
  *                      block of them, no communication);
- *   relu/gelu/silu_grad, causal_grad, max_grad, sgd_update, adam_moment, adam_update
+ *   relu/gelu/silu_grad, causal_grad, max_grad, sgd_update, adam_moment, adam_update, dropout
  *                      elementwise (max_grad's reduced dims kept: ties are counted per block);
  *   softmax_grad, rmsnorm_grad, layernorm_grad
  *                      statistics over dims[0], as their forward ops (1, 2 and 4 sums);
@@ -298,7 +298,7 @@ static bool rule_build(const Op *op, Rule *r) {
   case OP_BROADCAST: case OP_RELU_GRAD: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_MAX_GRAD:
   case OP_SOFTMAX_GRAD: case OP_RMSNORM_GRAD: case OP_LAYERNORM_GRAD: case OP_TAKE_GRAD: case OP_CAUSAL_GRAD:
   case OP_ATTENTION_GRAD: case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: case OP_SGD_UPDATE:
-  case OP_ADAM_MOMENT: case OP_ADAM_UPDATE: case OP_ROUTE: case OP_ROUTE_GRAD:
+  case OP_ADAM_MOMENT: case OP_ADAM_UPDATE: case OP_ROUTE: case OP_ROUTE_GRAD: case OP_DROPOUT:
     break; /* the other ops with a rule (below where their dims say more) */
   default: return false; /* none: leaves, regions, collectives, split, merge, pick, onehot, slice */
   }

@@ -674,6 +674,14 @@ static void backprop_op(Ctx *c, Op *op) {
   case OP_CAUSAL:
     add_grad(c, a, bdims(c, OP_CAUSAL_GRAD, loc, &g, 1, g->type, op->dims, op->ndims), loc);
     break;
+  case OP_DROPOUT: { /* linear: the same mask (the same seed, dims and global indices) on dy */
+    g = conform(c, g, &op->results[0]->type, loc);
+    Value *d = bdims(c, OP_DROPOUT, loc, &g, 1, g->type, op->dims, op->ndims);
+    d->def->scalar = op->scalar;
+    d->def->index = op->index;
+    add_grad(c, a, d, loc);
+    break;
+  }
   case OP_CAST: case OP_TRANSPOSE: case OP_BROADCAST:
     add_grad(c, a, g, loc); /* conform casts, transposes or sums back */
     break;

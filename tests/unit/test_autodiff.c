@@ -520,6 +520,17 @@ static void test_numeric(void) {
           "    let s = contract(x @ wq, x[seq -> kseq] @ wk, over: head)\n    let c = causal(s, seq, kseq)\n"
           "    return softmax(c, over: kseq) + s * 0.1",
           MSE);
+  /* dropout: the backward must apply the forward's mask (a different seed or index fails here) */
+  fd_case("gradient: dropout (the forward's mask)", "  param a: f32[embed, hidden]", X3, "f32[batch, seq, hidden]",
+          "    let z = x @ a\n    return dropout(z, 0.3) * 2 + dropout(z * z, 0.5)", MSE);
+  fd_check("gradient: dropout in a stacked loop, remat = full (recomputed: the same mask)",
+           "model blk {\n  param w: f32[embed, hidden]  param v: f32[hidden, embed]\n"
+           "  fn forward(x: f32[batch, seq, embed]) -> f32[batch, seq, embed] {\n"
+           "    return x + dropout(tanh(x @ w), 0.25) @ v\n  }\n}\n"
+           "model net {\n  param blocks: blk[layers]\n"
+           "  fn forward(x: f32[batch, seq, embed]) -> f32[batch, seq, embed] {\n"
+           "    for b in blocks { x = b.forward(x) }\n    return x\n  }\n}\n"
+           "train net.forward { loss = mse  optimizer = sgd  remat = full }\n");
   /* stacked loops under every policy, and microbatches */
   static const char *pol[] = {"none", "full", "dots"};
   for (int k = 0; k < 3; k++) {
