@@ -586,7 +586,8 @@ static LLVMValueRef copy_ordered(Lower *L, const Value *v, const Group *x, const
 }
 
 
-static bool lower_contract(Lower *L, const Op *op) {
+/* The contraction into the buffers L->buf holds for its operands and result (made already). */
+static bool contract_core(Lower *L, const Op *op) {
   const Value *res = op->results[0], *a = op->operands[0], *b = op->operands[1];
   /* a routed dispatch or combine (Op.flag) moves data through a 0/1 pattern: as a dense product it
    * gives the same values (it adds zeros), at the dense cost */
@@ -613,7 +614,6 @@ static bool lower_contract(Lower *L, const Op *op) {
   for (int i = 0; i < b->type.rank; i++)
     if (tensor_type_find(&res->type, b->type.dims[i]) < 0 && tensor_type_find(&a->type, b->type.dims[i]) < 0)
       return fail(L, op, "dim %s of the right operand is summed alone (not lowered yet)", b->type.dims[i]->name);
-  new_buffer(L, res);
   LLVMValueRef free_a = NULL, free_b = NULL, free_c = NULL;
   int ta = 0, tb = 0;
   LLVMValueRef pa = L->buf[a->id], pb = L->buf[b->id], pc = L->buf[res->id];
@@ -664,6 +664,83 @@ static bool lower_contract(Lower *L, const Op *op) {
   return true;
 }
 
+/* A collective matmul (devprog.h's DevCmm) at its contraction: the AllGather it implements made
+ * nothing (lower_collective). The device's own block of the gathered operand first, then the block
+ * of rank r - j (mod n) that step j's permute (+1 around the groups, posted before the partial
+ * contraction and waited after it) brought into the other of two block buffers; each partial
+ * contraction (the operand's block against the other operand whole) goes into a block of the
+ * result's shape with the gathered dim at the block's extent, then into the result at the block's
+ * rank x extent along that dim (a table over the devices, one per step). */
+static bool lower_cmm(Lower *L, const Op *op) {
+  const DevCmm *cm = op->dev->cmm;
+  const Value *X = op->operands[cm->operand], *Y = op->results[0], *x = cm->coll->operands[0];
+  int n = cm->groups->size, dt = lower_rt_dtype(x->type.dtype);
+  if (dt < 0 || cm->steps != n - 1) return fail(L, op, "a collective matmul over dtype %s", dtype_name(x->type.dtype));
+  new_buffer(L, Y);
+  LLVMValueRef ybuf = L->buf[Y->id], groups = lower_rt_groups(L, cm->groups);
+  int64_t count = elements(L, x), E = cm->block;
+  /* the shadow values: X and Y with the gathered dim at one block (the same ids: L->buf says where) */
+  Value xs = *X, ys = *Y;
+  xs.local[cm->dim_in] = E;
+  ys.local[cm->dim_out] = E;
+  const Value *ops2[2] = {op->operands[0], op->operands[1]};
+  ops2[cm->operand] = &xs;
+  Value *res1[1] = {&ys};
+  Op k = *op;
+  k.operands = (Value **)ops2;
+  k.results = res1;
+  LLVMValueRef blk[2] = {alloc_buffer(L, x, count * dtype_bytes(x->type.dtype)), alloc_buffer(L, x, count * dtype_bytes(x->type.dtype))};
+  LLVMValueRef part = alloc_buffer(L, Y, elements(L, &ys) * dtype_bytes(Y->type.dtype));
+  LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
+  int64_t yst[MAX_RANK], ext[MAX_RANK];
+  strides_of(L, Y, yst);
+  for (int d = 0; d < Y->type.rank; d++) ext[d] = extent(L, &ys, d);
+  int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
+  LLVMValueRef cur = L->buf[x->id];
+  const char *mut = getenv("SHARDC_CMM_MUTATE");
+  bool ok = true, mutate = mut && strcmp(mut, "order") == 0;
+  for (int j = 0; j < n && ok; j++) {
+    LLVMValueRef next = blk[j % 2];
+    if (j < n - 1) {
+      LLVMValueRef av[8] = {L->dev, groups, ci32(L, dt), cur, next, ci64(L, count), ci32(L, 1), slot};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
+    }
+    L->buf[X->id] = cur;
+    L->buf[Y->id] = part;
+    ok = contract_core(L, &k);
+    L->buf[Y->id] = ybuf;
+    L->buf[X->id] = NULL;
+    /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
+    for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
+      int32_t r = cm->groups->rank_of[dev];
+      int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
+      tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * E * yst[cm->dim_out] * dtype_bytes(Y->type.dtype);
+    }
+    NestTensor t[2];
+    t[0] = (NestTensor){.base = gep(L, L->i8, ybuf, per_device(L, tab, "cmm_block")), .dt = Y->type.dtype};
+    t[1] = (NestTensor){.base = part, .dt = Y->type.dtype};
+    int64_t s = 1;
+    for (int d = Y->type.rank - 1; d >= 0; d--) t[0].stride[d] = yst[d], t[1].stride[d] = s, s *= ext[d];
+    MapCtx c = {.t = t, .n = 1};
+    lower_nest(L, Y->type.rank, ext, t, 2, copy_body, &c);
+    if (j < n - 1) {
+      LLVMValueRef wv[2] = {L->dev, LLVMBuildLoad2(L->B, L->ptr, slot, "cmm_req")};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_wait, wv, 2));
+      cur = next;
+    }
+  }
+  free_ptr(L, blk[0]);
+  free_ptr(L, blk[1]);
+  free_ptr(L, part);
+  return ok;
+}
+
+static bool lower_contract(Lower *L, const Op *op) {
+  if (L->mesh && op->dev && op->dev->cmm) return lower_cmm(L, op);
+  new_buffer(L, op->results[0]);
+  return contract_core(L, op);
+}
+
 /* route_grad (p, a, b): contract(a, b) where the pattern p is nonzero, else 0: the dense product,
  * then masked. */
 typedef struct MaskCtx {
@@ -710,6 +787,12 @@ static bool lower_collective(Lower *L, const Op *op) {
   }
   const DevColl *c = op->dev ? op->dev->coll : NULL;
   if (!c) return fail(L, op, "%s outside the device program", ir_op_name(op->kind));
+  if (op->dev->cmm && op->dev->cmm->coll == op) { /* runs in its contraction's ring (lower_cmm): nothing made */
+    L->buf[res->id] = NULL;
+    L->root[res->id] = res->id;
+    L->owned[res->id] = false;
+    return true;
+  }
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   if (c->lead) return true; /* runs in its bucket's last member */
@@ -1002,6 +1085,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
     const Op *lead = L->mesh && op->dev && op->dev->coll ? op->dev->coll->lead : NULL;
     for (int q = p + 1; lead && q < nops; q++)
       if (order[q] == lead) evalpos[p] = evalpos[q];
+    /* a collective matmul's AllGather reads its operand in the contraction's ring (lower_cmm) */
+    const DevCmm *cm = L->mesh && op->dev ? op->dev->cmm : NULL;
+    for (int q = p + 1; cm && cm->coll == op && q < nops; q++)
+      if (order[q] == cm->contract) evalpos[p] = evalpos[q];
   }
   /* each value's last read (a fused op's operands are read in its consumer's nest); outputs stay */
   int *lastread = malloc(sizeof(int) * (size_t)nv);
@@ -1049,8 +1136,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       break;
     }
     if (placed) L->line = 0; /* told under a branch some devices skip */
-    const Value *leaf[16];
+    const Value *leaf[17];
     int nleaf = op_leaves(L, op, leaf, 0);
+    if (L->mesh && op->dev && op->dev->cmm && op->dev->cmm->contract == op) /* its AllGather's operand, read here */
+      leaf[nleaf++] = op->dev->cmm->coll->operands[0];
     for (int i = 0; i < nleaf; i++) {
       int r = L->root[leaf[i]->id];
       if (last[r] == pos && L->owned[r]) {

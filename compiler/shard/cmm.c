@@ -1,0 +1,136 @@
+/* cmm.c: collective matmuls chosen in the device program (cmm.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmm.h"
+#include "devprog.h"
+
+typedef struct Cmm {
+  IrModule *m;
+  const Program *p;
+  DevModule *dm;
+  int *uses;            /* per value id: its reads (a function output counts as two) */
+  uint16_t batch, stage;
+  int chosen;
+} Cmm;
+
+static void count_uses(Cmm *c, const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next) {
+    for (int i = 0; i < op->noperands; i++) c->uses[op->operands[i]->id]++;
+    if (op->kind == OP_LOOP && op->body) count_uses(c, op->body);
+    if (op->kind == OP_PIPELINE && op->pipe)
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) count_uses(c, op->pipe->region[r]);
+  }
+  for (int j = 0; j < f->noutputs; j++) c->uses[f->outputs[j]->id] += 2;
+}
+
+static const Op *only_reader(const Value *x) {
+  for (const Op *op = x->func ? x->func->first : NULL; op; op = op->next)
+    for (int i = 0; i < op->noperands; i++)
+      if (op->operands[i] == x) return op;
+  return NULL;
+}
+
+static DType wider(DType a, DType b) { return dtype_bytes(a) >= dtype_bytes(b) ? a : b; }
+
+/* The contraction's local shape as the hardware sees it (sim/kernels.c's price_matmul's rule). */
+static MatmulShape shape_of(const Op *op) {
+  const Value *a = op->operands[0], *b = op->operands[1];
+  MatmulShape s = {1, 1, 1, 1};
+  for (int i = 0; i < a->type.rank; i++) {
+    const Dim *d = a->type.dims[i];
+    double e = (double)a->local[i];
+    bool in_b = tensor_type_find(&b->type, d) >= 0, contracted = false;
+    for (int k = 0; k < op->ndims; k++) contracted |= op->dims[k] == d;
+    if (!in_b) s.m *= e;
+    else if (contracted) s.k *= e;
+    else s.batch *= e;
+  }
+  for (int i = 0; i < b->type.rank; i++)
+    if (tensor_type_find(&a->type, b->type.dims[i]) < 0) s.n *= (double)b->local[i];
+  return s;
+}
+
+static bool natural(const DevValue *v, int d) { return v->order[d].kind == RT_ORDER_NATURAL; }
+
+static void try_gather(Cmm *c, Op *g) {
+  DevOp *o = g->dev;
+  const DevColl *dc = o ? o->coll : NULL;
+  if (!dc || dc->kind != COLL_ALL_GATHER || dc->lead || dc->members || dc->nparts != 1 || !dc->groups ||
+      dc->groups->subset || dc->parts[0].groups != dc->groups || dc->groups->size < 2)
+    return;
+  if ((g->axes & c->batch) || (g->axes & c->stage) || g->noperands != 1 || g->nresults != 1) return;
+  const Value *x = g->operands[0], *X = g->results[0];
+  int dx = dc->parts[0].dim, n = dc->groups->size;
+  if (dx < 0 || dx >= X->type.rank || x->type.rank != X->type.rank || devprog_rt_dtype(x->type.dtype) < 0) return;
+  if (X->local[dx] != x->local[dx] * n || c->uses[X->id] != 1) return;
+  const Op *k = only_reader(X);
+  if (!k || k->kind != OP_CONTRACT || k->flag || k->noperands != 2 || k->nresults != 1 || !k->dev || k->dev->cmm) return;
+  int operand = k->operands[0] == X ? 0 : 1;
+  if (k->operands[operand] != X || k->operands[1 - operand] == X) return;
+  const Value *Y = k->results[0], *W = k->operands[1 - operand];
+  const Dim *D = X->type.dims[dx];
+  int dy = tensor_type_find(&Y->type, D);
+  if (dy < 0 || tensor_type_find(&W->type, D) >= 0 || Y->local[dy] != X->local[dx]) return;
+  if (!natural(dev_value(c->dm, x), dx) || !natural(dev_value(c->dm, X), dx) || !natural(dev_value(c->dm, Y), dy)) return;
+  /* the cost model: does the ring pay? */
+  const Mesh *mesh = c->p->mesh;
+  const Target *t = mesh ? mesh->target : NULL;
+  if (!t) return;
+  DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
+  MatmulShape s = shape_of(k), part = s;
+  if (operand == 0) part.m /= n;
+  else part.n /= n;
+  double C = cost_matmul(t, dt, s, cost_matmul_bytes(dt, s), false, NULL);
+  double chunk = cost_matmul(t, dt, part, cost_matmul_bytes(dt, part), false, NULL);
+  double A = cost_collective(mesh, COLL_ALL_GATHER, g->axes, dc->bytes, false, NULL);
+  double block = dc->bytes / n;
+  double step = cost_collective(mesh, COLL_PERMUTE, g->axes, block, false, NULL);
+  double pair = chunk + (n - 1) * (chunk > step ? chunk : step);
+  /* SHARDC_CMM=always (tests only): chosen whatever the cost model says, so that the tests' small
+   * sizes, at which the latency of n - 1 permutes does not pay, run the ring */
+  const char *force = getenv("SHARDC_CMM");
+  if (!(pair < C + A) && !(force && strcmp(force, "always") == 0)) return;
+  DevCmm *cm = ARENA_NEW(c->dm->arena, DevCmm);
+  *cm = (DevCmm){.coll = g, .contract = k, .groups = dc->groups, .steps = n - 1, .operand = operand, .dim_in = dx,
+                 .dim_out = dy, .block = x->local[dx], .step_bytes = block, .contract_s = C, .coll_s = A, .step_s = step,
+                 .chunk_s = chunk, .pair_s = pair};
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "collective matmul (tp_overlap): %d permutes of %.3g MB over %s overlapped with %d partial contractions "
+           "into blocks of %s: %.3g ms for the pair instead of %.3g ms (calibrated)",
+           n - 1, block / 1e6, dc->groups->text, n, D->name, pair * 1e3, (C + A) * 1e3);
+  size_t len = strlen(buf) + 1;
+  char *r = ARENA_ARRAY(c->dm->arena, char, len);
+  memcpy(r, buf, len);
+  cm->reason = r;
+  o->cmm = cm;
+  ((DevOp *)k->dev)->cmm = cm;
+  c->chosen++;
+}
+
+static void walk(Cmm *c, IrFunc *f) {
+  for (Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_ALL_GATHER) try_gather(c, op);
+    if (op->kind == OP_LOOP && op->body) walk(c, op->body);
+    if (op->kind == OP_PIPELINE && op->pipe)
+      for (int r = 0; r < PR__COUNT; r++)
+        if (op->pipe->region[r]) walk(c, op->pipe->region[r]);
+  }
+}
+
+int cmm_module(IrModule *m, const Program *p) {
+  if (!m || !m->main || !m->dev || !p || !p->mesh || !m->dev->mesh) return 0;
+  if (p->step && !p->step->tp_overlap) return 0;
+  Cmm c = {.m = m, .p = p, .dm = m->dev, .batch = ir_batch_axes(m)};
+  if (m->pipeline && m->pipeline->pipe)
+    for (int k = 0; k < m->pipeline->pipe->nstage_axes; k++) c.stage |= (uint16_t)(1u << m->pipeline->pipe->stage_axes[k]);
+  c.uses = calloc((size_t)m->nvalues + 1, sizeof *c.uses);
+  if (!c.uses) return 0;
+  count_uses(&c, m->main);
+  walk(&c, m->main);
+  free(c.uses);
+  return c.chosen;
+}
