@@ -664,37 +664,48 @@ static bool contract_core(Lower *L, const Op *op) {
   return true;
 }
 
-/* A collective matmul (devprog.h's DevCmm) at its contraction: the AllGather it implements made
- * nothing (lower_collective). The device's own block of the gathered operand first, then the block
- * of rank r - j (mod n) that step j's permute (+1 around the groups, posted before the partial
- * contraction and waited after it) brought into the other of two block buffers; each partial
- * contraction (the operand's block against the other operand whole) goes into a block of the
- * result's shape with the gathered dim at the block's extent, then into the result at the block's
- * rank x extent along that dim (a table over the devices, one per step). */
+/* A collective matmul (devprog.h's DevCmm) at its first contraction: the AllGather it implements
+ * made nothing (lower_collective), the later readers run here (their other operands exist: cmm.c
+ * checks it). The device's own block of the gathered operand first, then the block of rank r - j
+ * (mod n) that step j's permute (+1 around the groups, posted before the partial contractions and
+ * waited after them) brought into the other of two block buffers; each reader's partial
+ * contraction (the block against its other operand whole) goes into a block of its result's
+ * shape with the gathered dim at the block's extent, then into the result at the block's
+ * rank x extent along that dim (a table over the devices, one per step and reader). */
 static bool lower_cmm(Lower *L, const Op *op) {
   const DevCmm *cm = op->dev->cmm;
-  const Value *X = op->operands[cm->operand], *Y = op->results[0], *x = cm->coll->operands[0];
-  int n = cm->groups->size, dt = lower_rt_dtype(x->type.dtype);
-  if (dt < 0 || cm->steps != n - 1) return fail(L, op, "a collective matmul over dtype %s", dtype_name(x->type.dtype));
-  new_buffer(L, Y);
-  LLVMValueRef ybuf = L->buf[Y->id], groups = lower_rt_groups(L, cm->groups);
+  const Value *x = cm->coll->operands[0], *X = cm->coll->results[0];
+  int n = cm->groups->size, dt = lower_rt_dtype(x->type.dtype), nr = cm->nreaders;
+  if (dt < 0 || cm->steps != n - 1 || nr < 1 || cm->readers[0] != op)
+    return fail(L, op, "a collective matmul over dtype %s", dtype_name(x->type.dtype));
+  LLVMValueRef groups = lower_rt_groups(L, cm->groups);
   int64_t count = elements(L, x), E = cm->block;
-  /* the shadow values: X and Y with the gathered dim at one block (the same ids: L->buf says where) */
-  Value xs = *X, ys = *Y;
+  /* per reader, shadow values: X and Y with the gathered dim at one block (the same ids: L->buf
+   * says where), its op reading them, its result's buffer and its partial block's */
+  Value xs = *X, ys[CMM_MAX_READERS];
   xs.local[cm->dim_in] = E;
-  ys.local[cm->dim_out] = E;
-  const Value *ops2[2] = {op->operands[0], op->operands[1]};
-  ops2[cm->operand] = &xs;
-  Value *res1[1] = {&ys};
-  Op k = *op;
-  k.operands = (Value **)ops2;
-  k.results = res1;
+  const Value *ops2[CMM_MAX_READERS][2];
+  Value *res1[CMM_MAX_READERS][1];
+  Op k[CMM_MAX_READERS];
+  LLVMValueRef ybuf[CMM_MAX_READERS], part[CMM_MAX_READERS];
+  for (int i = 0; i < nr; i++) {
+    const Op *c = cm->readers[i];
+    const Value *Y = c->results[0];
+    L->share[Y->id] = -1; /* its own buffer (plan_share gives a reader none) */
+    new_buffer(L, Y);
+    ybuf[i] = L->buf[Y->id];
+    ys[i] = *Y;
+    ys[i].local[cm->dim_out[i]] = E;
+    ops2[i][0] = c->operands[0], ops2[i][1] = c->operands[1];
+    ops2[i][cm->operand[i]] = &xs;
+    res1[i][0] = &ys[i];
+    k[i] = *c;
+    k[i].operands = (Value **)ops2[i];
+    k[i].results = res1[i];
+    part[i] = alloc_buffer(L, Y, elements(L, &ys[i]) * dtype_bytes(Y->type.dtype));
+  }
   LLVMValueRef blk[2] = {alloc_buffer(L, x, count * dtype_bytes(x->type.dtype)), alloc_buffer(L, x, count * dtype_bytes(x->type.dtype))};
-  LLVMValueRef part = alloc_buffer(L, Y, elements(L, &ys) * dtype_bytes(Y->type.dtype));
   LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
-  int64_t yst[MAX_RANK], ext[MAX_RANK];
-  strides_of(L, Y, yst);
-  for (int d = 0; d < Y->type.rank; d++) ext[d] = extent(L, &ys, d);
   int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
   LLVMValueRef cur = L->buf[x->id];
   const char *mut = getenv("SHARDC_CMM_MUTATE");
@@ -705,24 +716,30 @@ static bool lower_cmm(Lower *L, const Op *op) {
       LLVMValueRef av[8] = {L->dev, groups, ci32(L, dt), cur, next, ci64(L, count), ci32(L, 1), slot};
       lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
     }
-    L->buf[X->id] = cur;
-    L->buf[Y->id] = part;
-    ok = contract_core(L, &k);
-    L->buf[Y->id] = ybuf;
-    L->buf[X->id] = NULL;
-    /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
-    for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
-      int32_t r = cm->groups->rank_of[dev];
-      int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
-      tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * E * yst[cm->dim_out] * dtype_bytes(Y->type.dtype);
+    for (int i = 0; i < nr && ok; i++) {
+      const Value *Y = cm->readers[i]->results[0];
+      L->buf[X->id] = cur;
+      L->buf[Y->id] = part[i];
+      ok = contract_core(L, &k[i]);
+      L->buf[Y->id] = ybuf[i];
+      L->buf[X->id] = NULL;
+      /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
+      int64_t yst[MAX_RANK], ext[MAX_RANK];
+      strides_of(L, Y, yst);
+      for (int d = 0; d < Y->type.rank; d++) ext[d] = extent(L, &ys[i], d);
+      for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
+        int32_t r = cm->groups->rank_of[dev];
+        int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
+        tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * E * yst[cm->dim_out[i]] * dtype_bytes(Y->type.dtype);
+      }
+      NestTensor t[2];
+      t[0] = (NestTensor){.base = gep(L, L->i8, ybuf[i], per_device(L, tab, "cmm_block")), .dt = Y->type.dtype};
+      t[1] = (NestTensor){.base = part[i], .dt = Y->type.dtype};
+      int64_t s = 1;
+      for (int d = Y->type.rank - 1; d >= 0; d--) t[0].stride[d] = yst[d], t[1].stride[d] = s, s *= ext[d];
+      MapCtx c = {.t = t, .n = 1};
+      lower_nest(L, Y->type.rank, ext, t, 2, copy_body, &c);
     }
-    NestTensor t[2];
-    t[0] = (NestTensor){.base = gep(L, L->i8, ybuf, per_device(L, tab, "cmm_block")), .dt = Y->type.dtype};
-    t[1] = (NestTensor){.base = part, .dt = Y->type.dtype};
-    int64_t s = 1;
-    for (int d = Y->type.rank - 1; d >= 0; d--) t[0].stride[d] = yst[d], t[1].stride[d] = s, s *= ext[d];
-    MapCtx c = {.t = t, .n = 1};
-    lower_nest(L, Y->type.rank, ext, t, 2, copy_body, &c);
     if (j < n - 1) {
       LLVMValueRef wv[2] = {L->dev, LLVMBuildLoad2(L->B, L->ptr, slot, "cmm_req")};
       lower_check_rc(L, lower_rt(L, RTFN_rt_wait, wv, 2));
@@ -731,12 +748,13 @@ static bool lower_cmm(Lower *L, const Op *op) {
   }
   free_ptr(L, blk[0]);
   free_ptr(L, blk[1]);
-  free_ptr(L, part);
+  for (int i = 0; i < nr; i++) free_ptr(L, part[i]);
   return ok;
 }
 
 static bool lower_contract(Lower *L, const Op *op) {
-  if (L->mesh && op->dev && op->dev->cmm) return lower_cmm(L, op);
+  if (L->mesh && op->dev && op->dev->cmm) /* a collective matmul's reader: in the ring at the first */
+    return op->dev->cmm->contract == op ? lower_cmm(L, op) : true;
   new_buffer(L, op->results[0]);
   return contract_core(L, op);
 }
@@ -997,6 +1015,7 @@ static bool same_layout(const Lower *L, const Value *a, const Value *b) {
 static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_t *vroot, const int *last) {
   const Value *v = op->results[k];
   if (!L->plan || L->fused[v->id] || op->kind == OP_INPUT || op->kind == OP_PARAM) return -1;
+  if (L->mesh && op->dev && op->dev->cmm) return -1; /* a collective matmul's reader, made early (lower_cmm) */
   int P = L->plan[v->id];
   if (P < 0 || P == v->id || !L->val[P] || L->fused[P]) return -1;
   int T = vroot[P];

@@ -26,11 +26,12 @@ static void count_uses(Cmm *c, const IrFunc *f) {
   for (int j = 0; j < f->noutputs; j++) c->uses[f->outputs[j]->id] += 2;
 }
 
-static const Op *only_reader(const Value *x) {
-  for (const Op *op = x->func ? x->func->first : NULL; op; op = op->next)
-    for (int i = 0; i < op->noperands; i++)
-      if (op->operands[i] == x) return op;
-  return NULL;
+/* Whether op is defined before `at` in their function (or is one of its inputs). */
+static bool before(const Value *v, const Op *at) {
+  if (!v->def) return true;
+  for (const Op *op = at->func->first; op && op != at; op = op->next)
+    if (op == v->def) return true;
+  return false;
 }
 
 static DType wider(DType a, DType b) { return dtype_bytes(a) >= dtype_bytes(b) ? a : b; }
@@ -65,26 +66,39 @@ static void try_gather(Cmm *c, Op *g) {
   const Value *x = g->operands[0], *X = g->results[0];
   int dx = dc->parts[0].dim, n = dc->groups->size;
   if (dx < 0 || dx >= X->type.rank || x->type.rank != X->type.rank || devprog_rt_dtype(x->type.dtype) < 0) return;
-  if (X->local[dx] != x->local[dx] * n || c->uses[X->id] != 1) return;
-  const Op *k = only_reader(X);
-  if (!k || k->kind != OP_CONTRACT || k->flag || k->noperands != 2 || k->nresults != 1 || !k->dev || k->dev->cmm) return;
-  int operand = k->operands[0] == X ? 0 : 1;
-  if (k->operands[operand] != X || k->operands[1 - operand] == X) return;
-  const Value *Y = k->results[0], *W = k->operands[1 - operand];
+  if (X->local[dx] != x->local[dx] * n || c->uses[X->id] < 1 || c->uses[X->id] > CMM_MAX_READERS) return;
+  if (!natural(dev_value(c->dm, x), dx) || !natural(dev_value(c->dm, X), dx)) return;
   const Dim *D = X->type.dims[dx];
-  int dy = tensor_type_find(&Y->type, D);
-  if (dy < 0 || tensor_type_find(&W->type, D) >= 0 || Y->local[dy] != X->local[dx]) return;
-  if (!natural(dev_value(c->dm, x), dx) || !natural(dev_value(c->dm, X), dx) || !natural(dev_value(c->dm, Y), dy)) return;
-  /* the cost model: does the ring pay? */
   const Mesh *mesh = c->p->mesh;
   const Target *t = mesh ? mesh->target : NULL;
   if (!t) return;
-  DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
-  MatmulShape s = shape_of(k), part = s;
-  if (operand == 0) part.m /= n;
-  else part.n /= n;
-  double C = cost_matmul(t, dt, s, cost_matmul_bytes(dt, s), false, NULL);
-  double chunk = cost_matmul(t, dt, part, cost_matmul_bytes(dt, part), false, NULL);
+  DevCmm cm = {.coll = g, .groups = dc->groups, .steps = n - 1, .dim_in = dx, .block = x->local[dx]};
+  double C = 0, chunk = 0;
+  /* every reader: a contraction keeping D, its other operand without D and existing at the first */
+  for (const Op *k = X->func ? X->func->first : NULL; k; k = k->next) {
+    int reads = 0;
+    for (int i = 0; i < k->noperands; i++) reads += k->operands[i] == X;
+    if (!reads) continue;
+    if (reads != 1 || k->kind != OP_CONTRACT || k->flag || k->noperands != 2 || k->nresults != 1 || !k->dev || k->dev->cmm ||
+        k->place != g->place)
+      return;
+    int operand = k->operands[0] == X ? 0 : 1;
+    const Value *Y = k->results[0], *W = k->operands[1 - operand];
+    int dy = tensor_type_find(&Y->type, D);
+    if (dy < 0 || tensor_type_find(&W->type, D) >= 0 || Y->local[dy] != X->local[dx] || !natural(dev_value(c->dm, Y), dy))
+      return;
+    if (cm.nreaders && !before(W, cm.readers[0])) return;
+    cm.readers[cm.nreaders] = k, cm.operand[cm.nreaders] = operand, cm.dim_out[cm.nreaders] = dy, cm.nreaders++;
+    DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
+    MatmulShape s = shape_of(k), part = s;
+    if (operand == 0) part.m /= n;
+    else part.n /= n;
+    C += cost_matmul(t, dt, s, cost_matmul_bytes(dt, s), false, NULL);
+    chunk += cost_matmul(t, dt, part, cost_matmul_bytes(dt, part), false, NULL);
+  }
+  if (cm.nreaders != c->uses[X->id]) return; /* a function output, or read in another function */
+  cm.contract = cm.readers[0];
+  /* the cost model: does the ring pay? */
   double A = cost_collective(mesh, COLL_ALL_GATHER, g->axes, dc->bytes, false, NULL);
   double block = dc->bytes / n;
   double step = cost_collective(mesh, COLL_PERMUTE, g->axes, block, false, NULL);
@@ -93,21 +107,20 @@ static void try_gather(Cmm *c, Op *g) {
    * sizes, at which the latency of n - 1 permutes does not pay, run the ring */
   const char *force = getenv("SHARDC_CMM");
   if (!(pair < C + A) && !(force && strcmp(force, "always") == 0)) return;
-  DevCmm *cm = ARENA_NEW(c->dm->arena, DevCmm);
-  *cm = (DevCmm){.coll = g, .contract = k, .groups = dc->groups, .steps = n - 1, .operand = operand, .dim_in = dx,
-                 .dim_out = dy, .block = x->local[dx], .step_bytes = block, .contract_s = C, .coll_s = A, .step_s = step,
-                 .chunk_s = chunk, .pair_s = pair};
+  cm.step_bytes = block, cm.contract_s = C, cm.coll_s = A, cm.step_s = step, cm.chunk_s = chunk, cm.pair_s = pair;
+  DevCmm *out = ARENA_NEW(c->dm->arena, DevCmm);
+  *out = cm;
   char buf[320];
   snprintf(buf, sizeof buf,
-           "collective matmul (tp_overlap): %d permutes of %.3g MB over %s overlapped with %d partial contractions "
-           "into blocks of %s: %.3g ms for the pair instead of %.3g ms (calibrated)",
-           n - 1, block / 1e6, dc->groups->text, n, D->name, pair * 1e3, (C + A) * 1e3);
+           "collective matmul (tp_overlap): %d permutes of %.3g MB over %s overlapped with %d x %d partial contractions "
+           "into blocks of %s: %.3g ms instead of %.3g ms (calibrated)",
+           n - 1, block / 1e6, dc->groups->text, n, cm.nreaders, D->name, pair * 1e3, (C + A) * 1e3);
   size_t len = strlen(buf) + 1;
   char *r = ARENA_ARRAY(c->dm->arena, char, len);
   memcpy(r, buf, len);
-  cm->reason = r;
-  o->cmm = cm;
-  ((DevOp *)k->dev)->cmm = cm;
+  out->reason = r;
+  o->cmm = out;
+  for (int i = 0; i < out->nreaders; i++) ((DevOp *)out->readers[i]->dev)->cmm = out;
   c->chosen++;
 }
 

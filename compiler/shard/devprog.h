@@ -92,28 +92,33 @@ typedef struct DevRing {
 } DevRing;
 
 /* A collective matmul (language.md, Steps: tp_overlap; docs/passes.md, "Collective matmuls"):
- * a tensor-parallel AllGather whose one reader is a contraction that keeps the gathered dim (and
- * whose other operand lacks it), run as a ring: the device's own block and then, step by step,
- * the block of rank r - j (mod n) that n - 1 CollectivePermutes (+1 around the collective's
- * groups) bring, each permute posted before the partial contraction of the block at hand and
- * waited after it; each partial contraction writes the result's block along the gathered dim.
- * The collective stays listed as the AllGather it implements (explain's "overlapped": true); the
- * gathered value is never made whole. shard/cmm.c chooses it where the cost model says it pays. */
+ * a tensor-parallel AllGather whose readers are all contractions that keep the gathered dim (and
+ * whose other operands lack it), run as a ring at the first of them: the device's own block and
+ * then, step by step, the block of rank r - j (mod n) that n - 1 CollectivePermutes (+1 around the
+ * collective's groups) bring, each permute posted before the partial contractions of the block at
+ * hand and waited after them; each partial contraction writes its result's block along the
+ * gathered dim. The later readers run in the first's ring (their other operands exist there,
+ * which is checked). The collective stays listed as the AllGather it implements (explain's
+ * "overlapped": true); the gathered value is never made whole. shard/cmm.c chooses it where the
+ * cost model says it pays. */
+#define CMM_MAX_READERS 8
 typedef struct DevCmm {
   const Op *coll;            /* the AllGather it implements */
-  const Op *contract;        /* the contraction it feeds */
+  const Op *contract;        /* the first reader: the ring runs there */
+  const Op *readers[CMM_MAX_READERS]; /* every contraction reading the gathered value, in program order */
+  int operand[CMM_MAX_READERS];       /* which operand of each reads it */
+  int dim_out[CMM_MAX_READERS];       /* the gathered dim's position in each one's result */
+  int nreaders;
   const DevGroups *groups;   /* the ring: the collective's groups (rank r's block is block r) */
   int steps;                 /* n - 1 permutes of shift +1 */
-  int operand;               /* which operand of the contraction reads the gathered value */
   int dim_in;                /* the gathered dim's position in the AllGather's operand and result */
-  int dim_out;               /* ... in the contraction's result */
   int64_t block;             /* the block's extent along it (the operand's local extent) */
   double step_bytes;         /* one permute's bytes per device (the operand's block) */
-  double contract_s;         /* the cost model's (calibrated) time of the contraction whole */
+  double contract_s;         /* the cost model's (calibrated) time of the contractions whole */
   double coll_s;             /* ... of the AllGather whole */
   double step_s;             /* ... of one permute */
-  double chunk_s;            /* ... of one partial contraction */
-  double pair_s;             /* the pair as a collective matmul: chunk + (n - 1) max(chunk, step) */
+  double chunk_s;            /* ... of one step's partial contractions */
+  double pair_s;             /* the whole as a collective matmul: chunk + (n - 1) max(chunk, step) */
   const char *reason;        /* why (explain prints it) */
 } DevCmm;
 

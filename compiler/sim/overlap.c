@@ -71,8 +71,9 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
     for (int j = 0; j < k->nins; j++) {
       SimKernel *p = producer(c, k->ins[j]);
       /* the contraction the program's collective matmul runs (its DevCmm) */
-      if (p && p->coll_kind == COLL_ALL_GATHER && is_tp(p, batch, stage) && p->anchor->dev && p->anchor->dev->cmm &&
-          p->anchor->dev->cmm->coll == p->anchor && p->anchor->dev->cmm->contract == k->anchor)
+      const DevCmm *cm = p && p->anchor && p->anchor->dev ? p->anchor->dev->cmm : NULL;
+      if (p && p->coll_kind == COLL_ALL_GATHER && is_tp(p, batch, stage) && cm && cm->coll == p->anchor && k->anchor &&
+          k->anchor->dev && k->anchor->dev->cmm == cm)
         feeds[p - c->kernels] += k->time_s;
     }
   }
