@@ -672,41 +672,104 @@ static bool contract_core(Lower *L, const Op *op) {
  * contraction (the block against its other operand whole) goes into a block of its result's
  * shape with the gathered dim at the block's extent, then into the result at the block's
  * rank x extent along that dim (a table over the devices, one per step and reader). */
+typedef struct CmmAdd {
+  NestTensor *t;
+  bool first;
+} CmmAdd;
+
+static void cmm_add_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) { /* t0 (+)= t1 */
+  CmmAdd *c = vctx;
+  LLVMValueRef v = lower_load(L, &c->t[1], offs[1]);
+  if (!c->first) v = LLVMBuildFAdd(L->B, lower_load(L, &c->t[0], offs[0]), v, "");
+  lower_store(L, &c->t[0], offs[0], v);
+}
+
+/* A nest copying (or, add: adding) from t[1] into t[0] over ext. */
+static void cmm_nest(Lower *L, const Value *v, const int64_t *ext, NestTensor *t, int mode) {
+  if (mode == 0) {
+    MapCtx c = {.t = t, .n = 1};
+    lower_nest(L, v->type.rank, ext, t, 2, copy_body, &c);
+  } else {
+    CmmAdd c = {.t = t, .first = mode == 1};
+    lower_nest(L, v->type.rank, ext, t, 2, cmm_add_body, &c);
+  }
+}
+
+static void contiguous(const Value *v, const int64_t *ext, int64_t *st) {
+  int64_t s = 1;
+  for (int d = v->type.rank - 1; d >= 0; d--) st[d] = s, s *= ext[d];
+}
+
+/* The byte offset, per device, of the gathered block at hand at step j along a dim of stride
+ * `stride` (elements): rank r - j (mod n) x E. */
+static LLVMValueRef cmm_block_offset(Lower *L, const DevCmm *cm, int j, int64_t stride, DType dt, bool mutate) {
+  int n = cm->groups->size;
+  int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
+  for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
+    int32_t r = cm->groups->rank_of[dev];
+    int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
+    tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * cm->block * stride * dtype_bytes(dt);
+  }
+  return per_device(L, tab, "cmm_block");
+}
+
+/* A collective matmul (devprog.h's DevCmm) at its first contraction: the AllGather it implements
+ * made nothing (lower_collective), the later readers run here (their other operands hold their
+ * contents: cmm.c checks it). The device's own block of the gathered operand first, then the
+ * block of rank r - j (mod n) that step j's permute (+1 around the groups, posted before the
+ * partial contractions and waited after them) brought into the other of two block buffers. A
+ * reader keeping the gathered dim: its partial contraction (the block against its other operand)
+ * goes into a block of its result's shape, then into the result at the block's rank x extent
+ * along that dim. A reader contracting it: the other operand's block r - j along it is copied out,
+ * the partial product made in f32 and summed in an f32 buffer, rounded to the result once. */
 static bool lower_cmm(Lower *L, const Op *op) {
   const DevCmm *cm = op->dev->cmm;
-  const Value *x = cm->coll->operands[0], *X = cm->coll->results[0];
+  const Value *x = cm->coll->operands[0];
   int n = cm->groups->size, dt = lower_rt_dtype(x->type.dtype), nr = cm->nreaders;
   if (dt < 0 || cm->steps != n - 1 || nr < 1 || cm->readers[0] != op)
     return fail(L, op, "a collective matmul over dtype %s", dtype_name(x->type.dtype));
   LLVMValueRef groups = lower_rt_groups(L, cm->groups);
   int64_t count = elements(L, x), E = cm->block;
-  /* per reader, shadow values: X and Y with the gathered dim at one block (the same ids: L->buf
-   * says where), its op reading them, its result's buffer and its partial block's */
-  Value xs = *X, ys[CMM_MAX_READERS];
-  xs.local[cm->dim_in] = E;
+  /* per reader, shadow values: what it reads, its result (and a contracted reader's other
+   * operand) at one block (the same ids: L->buf says where), its op reading them, the buffers */
+  Value xs[CMM_MAX_READERS], ys[CMM_MAX_READERS], ws[CMM_MAX_READERS];
   const Value *ops2[CMM_MAX_READERS][2];
   Value *res1[CMM_MAX_READERS][1];
   Op k[CMM_MAX_READERS];
-  LLVMValueRef ybuf[CMM_MAX_READERS], part[CMM_MAX_READERS];
+  LLVMValueRef ybuf[CMM_MAX_READERS], part[CMM_MAX_READERS], wblk[CMM_MAX_READERS], acc[CMM_MAX_READERS];
+  int64_t pext[CMM_MAX_READERS][MAX_RANK], wext[CMM_MAX_READERS][MAX_RANK];
   for (int i = 0; i < nr; i++) {
     const Op *c = cm->readers[i];
-    const Value *Y = c->results[0];
+    const Value *Y = c->results[0], *W = c->operands[1 - cm->operand[i]];
     L->share[Y->id] = -1; /* its own buffer (plan_share gives a reader none) */
     new_buffer(L, Y);
     ybuf[i] = L->buf[Y->id];
+    xs[i] = *cm->via[i];
+    xs[i].local[cm->dim_in] = E;
     ys[i] = *Y;
-    ys[i].local[cm->dim_out[i]] = E;
+    ws[i] = *W;
     ops2[i][0] = c->operands[0], ops2[i][1] = c->operands[1];
-    ops2[i][cm->operand[i]] = &xs;
+    ops2[i][cm->operand[i]] = &xs[i];
+    wblk[i] = acc[i] = NULL;
+    if (cm->dim_out[i] >= 0) {
+      ys[i].local[cm->dim_out[i]] = E;
+    } else {
+      ys[i].type.dtype = DT_F32;
+      ws[i].local[cm->dim_w[i]] = E;
+      ops2[i][1 - cm->operand[i]] = &ws[i];
+      for (int d = 0; d < W->type.rank; d++) wext[i][d] = extent(L, &ws[i], d);
+      wblk[i] = alloc_buffer(L, W, elements(L, &ws[i]) * dtype_bytes(W->type.dtype));
+      acc[i] = alloc_buffer(L, Y, elements(L, Y) * 4);
+    }
     res1[i][0] = &ys[i];
     k[i] = *c;
     k[i].operands = (Value **)ops2[i];
     k[i].results = res1[i];
-    part[i] = alloc_buffer(L, Y, elements(L, &ys[i]) * dtype_bytes(Y->type.dtype));
+    for (int d = 0; d < Y->type.rank; d++) pext[i][d] = extent(L, &ys[i], d);
+    part[i] = alloc_buffer(L, Y, elements(L, &ys[i]) * dtype_bytes(ys[i].type.dtype));
   }
   LLVMValueRef blk[2] = {alloc_buffer(L, x, count * dtype_bytes(x->type.dtype)), alloc_buffer(L, x, count * dtype_bytes(x->type.dtype))};
   LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
-  int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
   LLVMValueRef cur = L->buf[x->id];
   const char *mut = getenv("SHARDC_CMM_MUTATE");
   bool ok = true, mutate = mut && strcmp(mut, "order") == 0;
@@ -717,28 +780,42 @@ static bool lower_cmm(Lower *L, const Op *op) {
       lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
     }
     for (int i = 0; i < nr && ok; i++) {
-      const Value *Y = cm->readers[i]->results[0];
-      L->buf[X->id] = cur;
+      const Op *c = cm->readers[i];
+      const Value *Y = c->results[0], *W = c->operands[1 - cm->operand[i]];
+      int64_t st[MAX_RANK], pst[MAX_RANK];
+      NestTensor t[2];
+      LLVMValueRef wfull = L->buf[W->id];
+      if (wblk[i]) { /* the other operand's block r - j along the contracted dim */
+        strides_of(L, W, st);
+        contiguous(W, wext[i], pst);
+        t[0] = (NestTensor){.base = wblk[i], .dt = W->type.dtype};
+        t[1] = (NestTensor){.base = gep(L, L->i8, wfull, cmm_block_offset(L, cm, j, st[cm->dim_w[i]], W->type.dtype, mutate)),
+                            .dt = W->type.dtype};
+        for (int d = 0; d < W->type.rank; d++) t[0].stride[d] = pst[d], t[1].stride[d] = st[d];
+        cmm_nest(L, W, wext[i], t, 0);
+        L->buf[W->id] = wblk[i];
+      }
+      L->buf[cm->via[i]->id] = cur;
       L->buf[Y->id] = part[i];
       ok = contract_core(L, &k[i]);
       L->buf[Y->id] = ybuf[i];
-      L->buf[X->id] = NULL;
-      /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
-      int64_t yst[MAX_RANK], ext[MAX_RANK];
-      strides_of(L, Y, yst);
-      for (int d = 0; d < Y->type.rank; d++) ext[d] = extent(L, &ys[i], d);
-      for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
-        int32_t r = cm->groups->rank_of[dev];
-        int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
-        tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * E * yst[cm->dim_out[i]] * dtype_bytes(Y->type.dtype);
+      L->buf[cm->via[i]->id] = NULL;
+      L->buf[W->id] = wfull;
+      strides_of(L, Y, st);
+      contiguous(Y, pext[i], pst);
+      if (acc[i]) { /* summed in f32 */
+        t[0] = (NestTensor){.base = acc[i], .dt = DT_F32};
+        t[1] = (NestTensor){.base = part[i], .dt = DT_F32};
+        for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = t[1].stride[d] = pst[d];
+        cmm_nest(L, Y, pext[i], t, j == 0 ? 1 : 2);
+        continue;
       }
-      NestTensor t[2];
-      t[0] = (NestTensor){.base = gep(L, L->i8, ybuf[i], per_device(L, tab, "cmm_block")), .dt = Y->type.dtype};
+      /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
+      t[0] = (NestTensor){.base = gep(L, L->i8, ybuf[i], cmm_block_offset(L, cm, j, st[cm->dim_out[i]], Y->type.dtype, mutate)),
+                          .dt = Y->type.dtype};
       t[1] = (NestTensor){.base = part[i], .dt = Y->type.dtype};
-      int64_t s = 1;
-      for (int d = Y->type.rank - 1; d >= 0; d--) t[0].stride[d] = yst[d], t[1].stride[d] = s, s *= ext[d];
-      MapCtx c = {.t = t, .n = 1};
-      lower_nest(L, Y->type.rank, ext, t, 2, copy_body, &c);
+      for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = st[d], t[1].stride[d] = pst[d];
+      cmm_nest(L, Y, pext[i], t, 0);
     }
     if (j < n - 1) {
       LLVMValueRef wv[2] = {L->dev, LLVMBuildLoad2(L->B, L->ptr, slot, "cmm_req")};
@@ -746,9 +823,21 @@ static bool lower_cmm(Lower *L, const Op *op) {
       cur = next;
     }
   }
+  for (int i = 0; i < nr && ok; i++)
+    if (acc[i]) { /* the f32 sum, rounded once */
+      const Value *Y = cm->readers[i]->results[0];
+      int64_t st[MAX_RANK];
+      strides_of(L, Y, st);
+      NestTensor t[2] = {{.base = ybuf[i], .dt = Y->type.dtype}, {.base = acc[i], .dt = DT_F32}};
+      for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = t[1].stride[d] = st[d];
+      cmm_nest(L, Y, pext[i], t, 1);
+    }
   free_ptr(L, blk[0]);
   free_ptr(L, blk[1]);
-  for (int i = 0; i < nr; i++) free_ptr(L, part[i]);
+  for (int i = 0; i < nr; i++) {
+    free_ptr(L, part[i]);
+    if (wblk[i]) free_ptr(L, wblk[i]), free_ptr(L, acc[i]);
+  }
   return ok;
 }
 

@@ -26,12 +26,20 @@ static void count_uses(Cmm *c, const IrFunc *f) {
   for (int j = 0; j < f->noutputs; j++) c->uses[f->outputs[j]->id] += 2;
 }
 
-/* Whether op is defined before `at` in their function (or is one of its inputs). */
-static bool before(const Value *v, const Op *at) {
-  if (!v->def) return true;
-  for (const Op *op = at->func->first; op && op != at; op = op->next)
-    if (op == v->def) return true;
+/* Whether op comes before `at` in their function. */
+static bool op_before(const Op *op, const Op *at) {
+  for (const Op *o = at->func->first; o && o != at; o = o->next)
+    if (o == op) return true;
   return false;
+}
+
+/* Whether v holds its contents before `at`: an input, or made by an op before it (a bucket's
+ * member: by its bucket's last member). */
+static bool ready_before(const Value *v, const Op *at) {
+  const Op *d = v->def;
+  if (!d) return true;
+  if (d->dev && d->dev->coll && d->dev->coll->lead) d = d->dev->coll->lead;
+  return d->func == at->func && op_before(d, at);
 }
 
 static DType wider(DType a, DType b) { return dtype_bytes(a) >= dtype_bytes(b) ? a : b; }
@@ -74,29 +82,56 @@ static void try_gather(Cmm *c, Op *g) {
   if (!t) return;
   DevCmm cm = {.coll = g, .groups = dc->groups, .steps = n - 1, .dim_in = dx, .block = x->local[dx]};
   double C = 0, chunk = 0;
-  /* every reader: a contraction keeping D, its other operand without D and existing at the first */
+  /* every reader: a contraction (of X, or of a rename of X) keeping D with its other operand
+   * without it, or contracting D against an operand holding it whole; the other operands hold
+   * their contents at the first reader */
+  int accounted = 0;
   for (const Op *k = X->func ? X->func->first : NULL; k; k = k->next) {
+    const Value *via = NULL;
+    for (int i = 0; i < k->noperands; i++)
+      if (k->operands[i] == X || (k->operands[i]->def && k->operands[i]->def->kind == OP_RENAME &&
+                                  k->operands[i]->def->operands[0] == X))
+        via = via ? X /* two: refused below */ : k->operands[i];
+    if (!via) continue;
+    if (k->kind == OP_RENAME && k->operands[0] == X) { /* a view: its readers are the readers */
+      if (k->results[0]->func != X->func) return;
+      accounted++;
+      continue;
+    }
     int reads = 0;
-    for (int i = 0; i < k->noperands; i++) reads += k->operands[i] == X;
-    if (!reads) continue;
+    for (int i = 0; i < k->noperands; i++) reads += k->operands[i] == via;
     if (reads != 1 || k->kind != OP_CONTRACT || k->flag || k->noperands != 2 || k->nresults != 1 || !k->dev || k->dev->cmm ||
-        k->place != g->place)
+        k->place != g->place || cm.nreaders == CMM_MAX_READERS)
       return;
-    int operand = k->operands[0] == X ? 0 : 1;
+    int operand = k->operands[0] == via ? 0 : 1;
     const Value *Y = k->results[0], *W = k->operands[1 - operand];
-    int dy = tensor_type_find(&Y->type, D);
-    if (dy < 0 || tensor_type_find(&W->type, D) >= 0 || Y->local[dy] != X->local[dx] || !natural(dev_value(c->dm, Y), dy))
-      return;
-    if (cm.nreaders && !before(W, cm.readers[0])) return;
-    cm.readers[cm.nreaders] = k, cm.operand[cm.nreaders] = operand, cm.dim_out[cm.nreaders] = dy, cm.nreaders++;
+    if (W->def && W->def->kind == OP_RENAME && W->def->operands[0] == X) return;
+    const Dim *Dv = via->type.dims[dx];
+    int dy = tensor_type_find(&Y->type, Dv), dw = tensor_type_find(&W->type, Dv);
+    if (dy >= 0 && (dw >= 0 || Y->local[dy] != X->local[dx] || !natural(dev_value(c->dm, Y), dy))) return;
+    if (dy < 0 && (dw < 0 || W->local[dw] != X->local[dx] || !natural(dev_value(c->dm, W), dw))) return;
+    if (cm.nreaders && !ready_before(W, cm.readers[0])) return;
+    cm.readers[cm.nreaders] = k, cm.via[cm.nreaders] = via, cm.operand[cm.nreaders] = operand;
+    cm.dim_out[cm.nreaders] = dy, cm.dim_w[cm.nreaders] = dy < 0 ? dw : -1;
+    cm.nreaders++;
+    if (via == X) accounted++;
     DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
     MatmulShape s = shape_of(k), part = s;
-    if (operand == 0) part.m /= n;
+    if (dy < 0) part.k /= n;
+    else if (operand == 0) part.m /= n;
     else part.n /= n;
     C += cost_matmul(t, dt, s, cost_matmul_bytes(dt, s), false, NULL);
     chunk += cost_matmul(t, dt, part, cost_matmul_bytes(dt, part), false, NULL);
   }
-  if (cm.nreaders != c->uses[X->id]) return; /* a function output, or read in another function */
+  if (!cm.nreaders || !ready_before(cm.readers[0]->operands[1 - cm.operand[0]], cm.readers[0])) return;
+  /* a rename's every read is a reader's (counted), none is a function output */
+  for (int i = 0; i < cm.nreaders; i++)
+    if (cm.via[i] != X) {
+      int r = 0;
+      for (int j = 0; j < cm.nreaders; j++) r += cm.via[j] == cm.via[i];
+      if (c->uses[cm.via[i]->id] != r) return;
+    }
+  if (accounted != c->uses[X->id]) return; /* a function output, or read in another function */
   cm.contract = cm.readers[0];
   /* the cost model: does the ring pay? */
   double A = cost_collective(mesh, COLL_ALL_GATHER, g->axes, dc->bytes, false, NULL);

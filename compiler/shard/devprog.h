@@ -93,11 +93,12 @@ typedef struct DevRing {
 
 /* A collective matmul (language.md, Steps: tp_overlap; docs/passes.md, "Collective matmuls"):
  * a tensor-parallel AllGather whose readers are all contractions that keep the gathered dim (and
- * whose other operands lack it), run as a ring at the first of them: the device's own block and
+ * whose other operands lack it, or that contract it against an operand holding it whole), run
+ * as a ring at the first of them: the device's own block and
  * then, step by step, the block of rank r - j (mod n) that n - 1 CollectivePermutes (+1 around the
  * collective's groups) bring, each permute posted before the partial contractions of the block at
  * hand and waited after them; each partial contraction writes its result's block along the
- * gathered dim. The later readers run in the first's ring (their other operands exist there,
+ * gathered dim, or (the dim contracted) adds its product with the other operand's block. The later readers run in the first's ring (their other operands exist there,
  * which is checked). The collective stays listed as the AllGather it implements (explain's
  * "overlapped": true); the gathered value is never made whole. shard/cmm.c chooses it where the
  * cost model says it pays. */
@@ -106,8 +107,12 @@ typedef struct DevCmm {
   const Op *coll;            /* the AllGather it implements */
   const Op *contract;        /* the first reader: the ring runs there */
   const Op *readers[CMM_MAX_READERS]; /* every contraction reading the gathered value, in program order */
+  const Value *via[CMM_MAX_READERS];  /* what each reads: the gathered value, or a rename of it */
   int operand[CMM_MAX_READERS];       /* which operand of each reads it */
-  int dim_out[CMM_MAX_READERS];       /* the gathered dim's position in each one's result */
+  int dim_out[CMM_MAX_READERS];       /* the gathered dim's position in each one's result; -1: contracted */
+  int dim_w[CMM_MAX_READERS];         /* contracted: its position in the other operand (held whole),
+                                         whose block r - j each step reads; the partial products are
+                                         summed in f32 */
   int nreaders;
   const DevGroups *groups;   /* the ring: the collective's groups (rank r's block is block r) */
   int steps;                 /* n - 1 permutes of shift +1 */
