@@ -171,8 +171,12 @@ static void nest_level(Lower *L, NestState *S, int d, LLVMValueRef *offs) {
 }
 
 void lower_nest(Lower *L, int nd, const int64_t *ext, NestTensor *t, int nt, NestBody body, void *ctx) {
-  for (int d = 0; d < nd; d++)
+  double n = (L->repeat > 0 ? L->repeat : 1) * (L->mesh ? (double)L->mesh->devices : 1) * nt;
+  for (int d = 0; d < nd; d++) {
     if (ext[d] <= 0) return;
+    n *= (double)ext[d];
+  }
+  L->lw->loop_work += n, L->lw->nests++;
   NestState S = {.nd = nd, .ext = ext, .t = t, .nt = nt, .body = body, .ctx = ctx};
   LLVMValueRef offs[16];
   for (int k = 0; k < nt; k++) offs[k] = t[k].off0 ? t[k].off0 : ci64(L, 0);
@@ -1359,10 +1363,13 @@ static bool lower_loop(Lower *L, const Op *op) {
   for (int j = 0; j < op->nstacked; j++) new_buffer(L, op->results[op->ncarried + j]);
   LoopCtx c = {.op = op, .carried = carried, .ok = true};
   int64_t count = op->count;
+  double outer = L->repeat;
+  L->repeat = (outer > 0 ? outer : 1) * (double)count;
   if (count == 1) { /* lower_nest makes no loop for one trip */
     LLVMValueRef zero = ci64(L, 0);
     loop_trip(L, NULL, &zero, &c);
   } else lower_nest(L, 1, &count, NULL, 0, loop_trip, &c);
+  L->repeat = outer;
   free(carried);
   return c.ok;
 }
@@ -1400,7 +1407,8 @@ Lowered *lower_new(void) {
 void lower_free(Lowered *lw) {
   if (!lw) return;
   if (lw->jit) LLVMOrcDisposeLLJIT(lw->jit); /* the functions it made are gone after this */
-  if (lw->obj) LLVMDisposeMemoryBuffer(lw->obj);
+  for (int i = 0; i < lw->nobjs; i++)
+    if (lw->objs[i]) LLVMDisposeMemoryBuffer(lw->objs[i]);
   if (!lw->consumed) LLVMDisposeModule(lw->M);
   LLVMOrcDisposeThreadSafeContext(lw->tsc);
   arena_free(&lw->arena);

@@ -44,16 +44,29 @@ bool lower_function(Lowered *lw, const IrModule *m, const Mesh *mesh, const char
 typedef struct SimCosts SimCosts;
 void lower_set_clock(Lowered *lw, const SimCosts *costs);
 
-/* Verifies the module, then optimises it at O2 for the host CPU. false with the reason in err. */
+/* Verifies the module, then optimises it for the host CPU (the pipeline in lower_jit.c, for loop
+ * nests: vectorised, without O2's loop canonicalisation). false with the reason in err. */
 bool lower_finish(Lowered *lw, char *err, size_t n);
 
-/* lower_finish, then the module compiled to an object for lower_jit, through the on-disk cache
- * (objcache.h) keyed by the module's bitcode before optimisation, the host CPU and its features,
- * LLVM's version, the pass pipeline and the code generation level: on a hit neither optimisation
- * nor code generation runs (*hit true; the module stays unoptimised, so not for lower_print or
- * lower_emit_object). A cache that cannot be used, or a bad entry, is said in warn (empty when
- * none) and the module is compiled without it. false (err) only when compiling fails. */
-bool lower_finish_cached(Lowered *lw, bool *hit, char *warn, size_t wn, char *err, size_t n);
+/* For lower_jit: the module verified, optimised and compiled at `tier` (lower_tier) to objects
+ * for the host, one part per entry in `names` (n of them) when the entries share nothing but
+ * constants, each part on a thread of its own (*parts: how many), else one. use_cache: through the
+ * on-disk cache (objcache.h) keyed by the module's bitcode as lowered, the parts, the host CPU and
+ * its features, LLVM's and shardc's versions, the pass pipeline and the code generation level; on
+ * a hit neither optimisation nor code generation runs (*hit true; the module stays unoptimised, so
+ * not for lower_print or lower_emit_object). A cache that cannot be used, or a bad entry, is said
+ * in warn (empty when none) and the module compiled without it. false (err) only when compiling
+ * fails. */
+bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, bool *hit, int *parts,
+                   char *warn, size_t wn, char *err, size_t en);
+
+/* The tier lower_compile should use for a module that runs `runs` times (lower_jit.c): 0, quick
+ * (light optimisation, fast code generation), when the time it saves compiling is more than its
+ * loops lose running; else 2, optimising. SHARDC_TIER=0|2 fixes it. */
+int lower_tier(const Lowered *lw, double runs);
+
+/* What lower_tier weighs: the loop nests lowered and their element accesses in one run. */
+void lower_work(const Lowered *lw, int *nests, double *accesses);
 
 /* Writes the module as an object file for the host into out (after lower_finish; not after
  * lower_jit); a write error shows in ferror(out). */
@@ -63,7 +76,8 @@ bool lower_emit_object(Lowered *lw, FILE *out, char *err, size_t n);
 void lower_print(Lowered *lw, FILE *out);
 
 /* JIT-compiles the module (ORC LLJIT, runtime symbols from this process) and looks up `names`
- * (n of them) into fns. The module is consumed: call once, after lower_finish. The functions are
+ * (n of them) into fns: the objects lower_compile made, or else the module (consumed) after
+ * lower_finish, compiled by the JIT. Call once. The functions are
  * valid until lower_free. */
 bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *err, size_t errn);
 

@@ -37,6 +37,9 @@ typedef struct LowerBinding {
   LLVMValueRef value;
 } LowerBinding;
 
+/* lower_compile compiles the module in parts, one per entry point, each on its own thread. */
+#define LOWER_MAX_PARTS 4
+
 struct Lowered {
   LLVMContextRef C;
   LLVMModuleRef M;
@@ -44,7 +47,12 @@ struct Lowered {
   bool finished;
   bool consumed;        /* handed to the JIT */
   void *jit;            /* the LLJIT (LLVMOrcLLJITRef) holding the compiled code, disposed with it */
-  void *obj;            /* lower_finish_cached: the compiled object (LLVMMemoryBufferRef) lower_jit loads */
+  void *objs[LOWER_MAX_PARTS]; /* lower_compile: the compiled objects (LLVMMemoryBufferRef), one per
+                                  part, that lower_jit links */
+  int nobjs;
+  double loop_work;     /* element accesses the loop nests make in a step, over all devices (lower_nest):
+                           what lower_compile weighs the optimising tier's time against */
+  int nests;            /* loop nests made */
   const SimCosts *clock; /* lower_set_clock */
   Arena arena;          /* host arrays that constants are made from (their addresses are keys) */
   LowerBinding *bound;  /* lower_rt_bind's, for the module */
@@ -83,6 +91,7 @@ typedef struct Lower {
   int pos;              /* ... and the position of the op being lowered */
   LLVMValueRef devidx;  /* the device's index (i64): per-device tables (offsets, stages) are read at it */
   int line;             /* the source line the device was last told (rt_at_line), 0: none yet */
+  double repeat;        /* how often code made here runs in a step: the enclosing loops' trips (0: once) */
 } Lower;
 
 /* lower_rt.c: the runtime's interface from runtime/rt_api.def. A call of entry point fn (RTFN_*),

@@ -3,9 +3,12 @@
  * process (the shardc executable links the runtime and exports its symbols: ENABLE_EXPORTS). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/BitReader.h>
 #include <llvm-c/BitWriter.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
@@ -49,7 +52,58 @@ static LLVMTargetMachineRef host_machine(char *err, size_t n) {
   return host_machine_at(LLVMCodeGenLevelDefault, LLVMCodeModelJITDefault, err, n);
 }
 
-bool lower_finish(Lowered *lw, char *err, size_t n) {
+/* Two tiers of compilation, as a JIT would have them (docs/run.md, "Compile time").
+ *
+ * The optimising tier: the generated code is loop nests over buffers with trip counts known at
+ * compile time, already in rotated form; what pays is vectorising them, with LICM and instcombine
+ * around it, then code generation at level 2. default<O2> vectorises the same loops (184 against
+ * 176 of llama3_8b's small train step) and takes four times as long, a third of it in
+ * IndVarSimplify, which finds nothing to do on these loops.
+ *
+ * The quick tier: scalar replacement and CSE only, and LLVM's fast instruction selection and
+ * register allocation (level 0): about a sixth of the optimising tier's time, for loops that run
+ * about twice as slow. For a program whose loops stream little (the small sizes one tries a layout
+ * at), the time saved compiling is more than the loops lose. Both tiers compile the same IR under
+ * IEEE semantics (no fast-math flags), so they compute the same bits.
+ *
+ * SHARDC_TIER=0|2 fixes the tier; SHARDC_PASSES and SHARDC_JIT_CODEGEN replace its pipeline and
+ * code generation level, for experiments. */
+#define SHARDC_PIPELINE                                                                                            \
+  "globaldce,function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"        \
+  "loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)"
+#define SHARDC_PIPELINE_QUICK "globaldce,function(sroa,early-cse,simplifycfg)"
+
+static const char *pass_pipeline(int tier) {
+  const char *p = getenv("SHARDC_PASSES");
+  return p && *p ? p : tier == 0 ? SHARDC_PIPELINE_QUICK : SHARDC_PIPELINE;
+}
+
+/* the code generation level (LLVMCodeGenOptLevel) of a tier; SHARDC_JIT_CODEGEN=0..3 overrides */
+static int codegen_level(int tier) {
+  const char *lv = getenv("SHARDC_JIT_CODEGEN");
+  return lv && *lv >= '0' && *lv <= '3' && !lv[1] ? *lv - '0' : tier == 0 ? 0 : 2;
+}
+
+/* The tier for a program whose loop nests make `work` element accesses per run, `runs` times.
+ * Measured (2 cores, SHARDC_TIER=0 against 2, docs/run.md "Compile time"): the optimising tier
+ * takes 4-6 ms longer per loop nest to compile (llama3_8b's small train step, 260 nests: 1.0 s;
+ * bench/native/llama_block.shard, 112 nests: 0.7 s; samples/mlp.shard, 36 nests: 0.15 s), and its
+ * loops run 2-9 ns faster per element access (the LLaMA block's 1.5e8 accesses a step: 0.15-0.3 s;
+ * the MLP's 2.1e8: 1 s, its GELU vectorised). The rule takes 4 ms and 4 ns. */
+#define TIER_COMPILE_S_PER_NEST 4e-3
+#define TIER_SAVED_S_PER_ACCESS 4e-9
+
+void lower_work(const Lowered *lw, int *nests, double *accesses) { *nests = lw->nests, *accesses = lw->loop_work; }
+
+int lower_tier(const Lowered *lw, double runs) {
+  const char *t = getenv("SHARDC_TIER");
+  if (t && (t[0] == '0' || t[0] == '2') && !t[1]) return t[0] - '0';
+  return lw->loop_work * runs * TIER_SAVED_S_PER_ACCESS > lw->nests * TIER_COMPILE_S_PER_NEST ? 2 : 0;
+}
+
+/* Verified, with the host's triple, data layout and CPU on every function (so that the code
+ * generation uses its vector units). */
+static bool prepare(Lowered *lw, char *err, size_t n) {
   if (!native_ready()) {
     snprintf(err, n, "LLVM's native target is not available");
     return false;
@@ -69,7 +123,7 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
   LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
   LLVMSetModuleDataLayout(lw->M, td);
   LLVMDisposeTargetData(td);
-  /* the host CPU on every function, so that the JIT's code generation uses its vector units */
+  LLVMDisposeTargetMachine(tm);
   char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
   for (LLVMValueRef f = LLVMGetFirstFunction(lw->M); f; f = LLVMGetNextFunction(f)) {
     if (LLVMIsDeclaration(f)) continue;
@@ -79,9 +133,14 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
   }
   LLVMDisposeMessage(cpu);
   LLVMDisposeMessage(features);
+  return true;
+}
+
+static bool optimise(LLVMModuleRef M, int tier, char *err, size_t n) {
+  LLVMTargetMachineRef tm = host_machine(err, n);
+  if (!tm) return false;
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
-  const char *pipeline = getenv("SHARDC_PASSES"); /* experiments: e.g. default<O1> */
-  LLVMErrorRef e = LLVMRunPasses(lw->M, pipeline && *pipeline ? pipeline : "default<O2>", tm, opts);
+  LLVMErrorRef e = LLVMRunPasses(M, pass_pipeline(tier), tm, opts);
   LLVMDisposePassBuilderOptions(opts);
   LLVMDisposeTargetMachine(tm);
   if (e) {
@@ -90,10 +149,14 @@ bool lower_finish(Lowered *lw, char *err, size_t n) {
     LLVMDisposeErrorMessage(m);
     return false;
   }
-  lw->finished = true;
   return true;
 }
 
+bool lower_finish(Lowered *lw, char *err, size_t n) {
+  if (!prepare(lw, err, n) || !optimise(lw->M, 2, err, n)) return false;
+  lw->finished = true;
+  return true;
+}
 bool lower_emit_object(Lowered *lw, FILE *out, char *err, size_t n) {
   if (!lw->finished || lw->consumed) {
     snprintf(err, n, "the module is not ready to emit");
@@ -120,20 +183,14 @@ void lower_print(Lowered *lw, FILE *out) {
   LLVMDisposeMessage(s);
 }
 
-/* the JIT's code generation level (LLVMCodeGenOptLevel), 2 by default; SHARDC_JIT_CODEGEN=0
- * for experiments (docs/run.md, "Compile time": 5x faster, streaming loops 40% slower) */
-static int jit_level(void) {
-  const char *lv = getenv("SHARDC_JIT_CODEGEN");
-  return lv && *lv >= '0' && *lv <= '3' ? *lv - '0' : 2;
-}
-
 static void hash_str(Sha256 *s, const char *str) { sha256_update(s, str ? str : "", strlen(str ? str : "") + 1); }
 
-/* The cache key: everything the object depends on besides shardc's own build (its version is in it). */
-static void cache_key(Lowered *lw, char key[65]) {
+/* The cache key: everything the objects depend on besides shardc's own build (its version is in
+ * it): the module as lowered, the parts it is split into, the host, LLVM, the pipeline and level. */
+static void cache_key(Lowered *lw, const char *const *names, int nparts, int tier, char key[65]) {
   Sha256 s;
   sha256_init(&s);
-  hash_str(&s, "shardc object cache 1");
+  hash_str(&s, "shardc object cache 2");
   hash_str(&s, SHARDC_VERSION);
   unsigned v[3];
   LLVMGetVersion(&v[0], &v[1], &v[2]);
@@ -141,9 +198,11 @@ static void cache_key(Lowered *lw, char key[65]) {
   char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
   hash_str(&s, triple), hash_str(&s, cpu), hash_str(&s, features);
   LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
-  hash_str(&s, getenv("SHARDC_PASSES"));
-  int level = jit_level();
+  hash_str(&s, pass_pipeline(tier));
+  int level = codegen_level(tier);
   sha256_update(&s, &level, sizeof level);
+  sha256_update(&s, &nparts, sizeof nparts);
+  for (int i = 0; i < nparts; i++) hash_str(&s, names[i]);
   LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(lw->M);
   sha256_update(&s, LLVMGetBufferStart(bc), LLVMGetBufferSize(bc));
   LLVMDisposeMemoryBuffer(bc);
@@ -152,48 +211,182 @@ static void cache_key(Lowered *lw, char key[65]) {
   sha256_hex(d, key);
 }
 
-bool lower_finish_cached(Lowered *lw, bool *hit, char *warn, size_t wn, char *err, size_t n) {
-  *hit = false, warn[0] = 0;
-  if (!native_ready()) {
-    snprintf(err, n, "LLVM's native target is not available");
-    return false;
-  }
-  char key[65];
-  cache_key(lw, key);
-  ObjCache c;
-  bool have = objcache_open(&c, warn, wn);
-  void *data;
+/* One part of the module compiled on its own thread: the module read back from its bitcode into
+ * a context of the part's own, the other parts' entries deleted, what is left optimised and
+ * compiled to an object. */
+typedef struct Part {
+  const char *bc;
   size_t len;
-  bool bad;
-  if (have && objcache_get(&c, key, &data, &len, &bad, warn, wn)) {
-    lw->obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len, "shardc cached object");
-    free(data);
-    objcache_close(&c);
-    lw->finished = *hit = true;
-    return true;
-  }
-  if (!lower_finish(lw, err, n)) {
-    objcache_close(&c);
-    return false;
-  }
-  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)jit_level(), LLVMCodeModelJITDefault, err, n);
-  if (!tm) {
-    objcache_close(&c);
-    return false;
-  }
+  const char *const *drop; /* the other parts' entries */
+  int ndrop;
+  int tier;
+  LLVMMemoryBufferRef obj;
+  char err[512];
+} Part;
+
+static bool emit(LLVMModuleRef M, int tier, LLVMMemoryBufferRef *obj, char *err, size_t n) {
+  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)codegen_level(tier), LLVMCodeModelJITDefault, err, n);
+  if (!tm) return false;
   char *msg = NULL;
-  LLVMMemoryBufferRef buf = NULL;
-  bool ok = !LLVMTargetMachineEmitToMemoryBuffer(tm, lw->M, LLVMObjectFile, &msg, &buf);
+  bool ok = !LLVMTargetMachineEmitToMemoryBuffer(tm, M, LLVMObjectFile, &msg, obj);
   if (!ok) snprintf(err, n, "compiling the module: %s", msg ? msg : "");
   LLVMDisposeMessage(msg);
   LLVMDisposeTargetMachine(tm);
-  if (ok) {
-    lw->obj = buf;
-    size_t used = strlen(warn);
-    if (have && !objcache_put(&c, key, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf), warn + used, wn - used)) { /* said; the run goes on */
+  return ok;
+}
+
+static void *part_compile(void *arg) {
+  Part *p = arg;
+  LLVMContextRef C = LLVMContextCreate();
+  LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRange(p->bc, p->len, "shardc part", 0);
+  LLVMModuleRef M = NULL;
+  bool ok = !LLVMParseBitcodeInContext2(C, mb, &M);
+  LLVMDisposeMemoryBuffer(mb);
+  if (!ok) snprintf(p->err, sizeof p->err, "reading the module back from its bitcode");
+  for (int i = 0; ok && i < p->ndrop; i++) {
+    LLVMValueRef f = LLVMGetNamedFunction(M, p->drop[i]);
+    if (f) LLVMDeleteFunction(f);
+  }
+  ok = ok && optimise(M, p->tier, p->err, sizeof p->err) && emit(M, p->tier, &p->obj, p->err, sizeof p->err);
+  if (M) LLVMDisposeModule(M);
+  LLVMContextDispose(C);
+  return NULL;
+}
+
+/* Whether the module can be compiled as one part per entry: every entry defined and called by
+ * nothing, every other definition a constant or a function with local linkage (each part then
+ * keeps its own copy of what it uses; globaldce drops the rest). Otherwise one part. */
+static bool splittable(Lowered *lw, const char *const *names, int n) {
+  if (n < 2 || n > LOWER_MAX_PARTS) return false;
+  for (int i = 0; i < n; i++) {
+    LLVMValueRef f = LLVMGetNamedFunction(lw->M, names[i]);
+    if (!f || LLVMIsDeclaration(f) || LLVMGetFirstUse(f)) return false;
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(lw->M); f; f = LLVMGetNextFunction(f)) {
+    if (LLVMIsDeclaration(f)) continue;
+    bool entry = false;
+    size_t len;
+    const char *name = LLVMGetValueName2(f, &len);
+    for (int i = 0; i < n; i++) entry |= strcmp(name, names[i]) == 0;
+    LLVMLinkage k = LLVMGetLinkage(f);
+    if (!entry && k != LLVMInternalLinkage && k != LLVMPrivateLinkage) return false;
+  }
+  for (LLVMValueRef g = LLVMGetFirstGlobal(lw->M); g; g = LLVMGetNextGlobal(g)) {
+    if (LLVMIsDeclaration(g)) continue;
+    LLVMLinkage k = LLVMGetLinkage(g);
+    if (!LLVMIsGlobalConstant(g) || (k != LLVMInternalLinkage && k != LLVMPrivateLinkage)) return false;
+  }
+  return true;
+}
+
+/* The parts compiled at once, the first on this thread. */
+static bool compile_parts(Lowered *lw, const char *const *names, int nparts, int tier, char *err, size_t n) {
+  if (nparts == 1) { /* the module itself, no copy */
+    LLVMMemoryBufferRef obj = NULL;
+    if (!optimise(lw->M, tier, err, n) || !emit(lw->M, tier, &obj, err, n)) return false;
+    lw->objs[lw->nobjs++] = obj;
+    return true;
+  }
+  LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(lw->M);
+  Part part[LOWER_MAX_PARTS];
+  const char *drop[LOWER_MAX_PARTS][LOWER_MAX_PARTS];
+  pthread_t tid[LOWER_MAX_PARTS];
+  bool started[LOWER_MAX_PARTS] = {0};
+  for (int i = 0; i < nparts; i++) {
+    int nd = 0;
+    for (int j = 0; j < nparts; j++)
+      if (j != i) drop[i][nd++] = names[j];
+    part[i] = (Part){.bc = LLVMGetBufferStart(bc), .len = LLVMGetBufferSize(bc), .drop = drop[i], .ndrop = nd, .tier = tier};
+  }
+  for (int i = 1; i < nparts; i++) started[i] = pthread_create(&tid[i], NULL, part_compile, &part[i]) == 0;
+  part_compile(&part[0]);
+  for (int i = 1; i < nparts; i++) {
+    if (started[i]) pthread_join(tid[i], NULL);
+    else part_compile(&part[i]); /* no thread to be had: here, after the first */
+  }
+  LLVMDisposeMemoryBuffer(bc);
+  bool ok = true;
+  for (int i = 0; i < nparts; i++) {
+    if (ok && !part[i].obj) snprintf(err, n, "%s", part[i].err), ok = false;
+    if (part[i].obj) lw->objs[lw->nobjs++] = part[i].obj;
+  }
+  return ok;
+}
+
+/* A cache entry holds the parts' objects one after another, each after its length (8 bytes). */
+static bool entry_split(Lowered *lw, const unsigned char *data, size_t len, int nparts) {
+  size_t at = 0;
+  for (int i = 0; i < nparts; i++) {
+    uint64_t k;
+    if (len - at < sizeof k) return false;
+    memcpy(&k, data + at, sizeof k);
+    at += sizeof k;
+    if (k == 0 || k > len - at) return false;
+    lw->objs[lw->nobjs++] = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)data + at, (size_t)k, "shardc cached object");
+    at += (size_t)k;
+  }
+  return at == len;
+}
+
+static void *entry_join(Lowered *lw, size_t *len) {
+  size_t total = 0;
+  for (int i = 0; i < lw->nobjs; i++) total += sizeof(uint64_t) + LLVMGetBufferSize(lw->objs[i]);
+  unsigned char *data = malloc(total ? total : 1);
+  if (!data) return NULL;
+  size_t at = 0;
+  for (int i = 0; i < lw->nobjs; i++) {
+    uint64_t k = LLVMGetBufferSize(lw->objs[i]);
+    memcpy(data + at, &k, sizeof k);
+    memcpy(data + at + sizeof k, LLVMGetBufferStart(lw->objs[i]), (size_t)k);
+    at += sizeof k + (size_t)k;
+  }
+  *len = total;
+  return data;
+}
+
+static void drop_objects(Lowered *lw) {
+  for (int i = 0; i < lw->nobjs; i++) LLVMDisposeMemoryBuffer(lw->objs[i]);
+  lw->nobjs = 0;
+}
+
+bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, bool *hit, int *parts,
+                   char *warn, size_t wn, char *err, size_t en) {
+  *hit = false, warn[0] = 0;
+  if (!prepare(lw, err, en)) return false;
+  int nparts = splittable(lw, names, n) ? n : 1;
+  *parts = nparts;
+  char key[65];
+  ObjCache c;
+  bool have = false;
+  if (use_cache) {
+    cache_key(lw, names, nparts, tier, key);
+    have = objcache_open(&c, warn, wn);
+    void *data;
+    size_t len;
+    bool bad;
+    if (have && objcache_get(&c, key, &data, &len, &bad, warn, wn)) {
+      bool whole = entry_split(lw, data, len, nparts);
+      free(data);
+      if (whole) {
+        objcache_close(&c);
+        lw->finished = *hit = true;
+        return true;
+      }
+      drop_objects(lw); /* the entry's hash held, so a shardc of another layout wrote it: compile */
+      size_t used = strlen(warn);
+      snprintf(warn + used, wn - used, "%scache entry %s.o does not hold %d objects; compiled again", used ? "; " : "", key, nparts);
     }
   }
-  objcache_close(&c);
+  bool ok = compile_parts(lw, names, nparts, tier, err, en);
+  if (ok) lw->finished = true;
+  if (ok && have) {
+    size_t len = 0, used = strlen(warn);
+    void *data = entry_join(lw, &len);
+    if (data && !objcache_put(&c, key, data, len, warn + used, wn - used)) { /* said; the run goes on */
+    }
+    free(data);
+  }
+  if (have) objcache_close(&c);
   return ok;
 }
 
@@ -222,7 +415,7 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   }
   LLVMOrcLLJITRef jit;
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
-  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)jit_level(), LLVMCodeModelJITDefault, err, errn);
+  LLVMTargetMachineRef tm = host_machine_at((LLVMCodeGenOptLevel)codegen_level(2), LLVMCodeModelJITDefault, err, errn);
   if (!tm) return false;
   LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(builder, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, builder);
@@ -233,10 +426,17 @@ bool lower_jit(Lowered *lw, const char *const *names, int n, void **fns, char *e
   if (e) return jit_error(e, "resolving the runtime's symbols", err, errn);
   LLVMOrcJITDylibRef main = LLVMOrcLLJITGetMainJITDylib(jit);
   LLVMOrcJITDylibAddGenerator(main, gen);
-  if (lw->obj) { /* compiled already (lower_finish_cached): the JIT links the object; it owns it now */
-    e = LLVMOrcLLJITAddObjectFile(jit, main, lw->obj);
-    lw->obj = NULL;
-    if (e) return jit_error(e, "adding the compiled object to the JIT (from the cache? --no-cache compiles afresh)", err, errn);
+  if (lw->nobjs) { /* compiled already (lower_compile): the JIT links the objects; it owns them now */
+    for (int i = 0; i < lw->nobjs; i++) {
+      e = LLVMOrcLLJITAddObjectFile(jit, main, lw->objs[i]);
+      lw->objs[i] = NULL;
+      if (e) { /* the JIT owns the ones it was given, failed or not; the rest are ours */
+        for (int j = i + 1; j < lw->nobjs; j++) LLVMDisposeMemoryBuffer(lw->objs[j]);
+        lw->nobjs = 0;
+        return jit_error(e, "adding the compiled object to the JIT (from the cache? --no-cache compiles afresh)", err, errn);
+      }
+    }
+    lw->nobjs = 0;
     return lookup_all(jit, names, n, fns, err, errn);
   }
   /* the module moves into the JIT (lower_free then drops our reference to its context) */

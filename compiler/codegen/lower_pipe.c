@@ -66,9 +66,10 @@ LLVMValueRef lower_pipe_copy(Lower *L, const Value *v, LLVMValueRef p, int64_t b
 
 /* ---- regions ---- */
 
-/* Region f as `int name(RtDevice *dev, void **in, void **out)`: out[j] a new buffer the caller owns. */
-static LLVMValueRef region_function(Lower *outer, const IrFunc *f, const char *name, bool *ok) {
-  Lower R = {.lw = outer->lw, .C = outer->C, .M = outer->M, .m = outer->m, .mesh = outer->mesh, .fname = name};
+/* Region f as `int name(RtDevice *dev, void **in, void **out)`: out[j] a new buffer the caller owns;
+ * `runs`: how often it runs in a step (lower_nest counts its loops' work so many times). */
+static LLVMValueRef region_function(Lower *outer, const IrFunc *f, const char *name, double runs, bool *ok) {
+  Lower R = {.lw = outer->lw, .C = outer->C, .M = outer->M, .m = outer->m, .mesh = outer->mesh, .fname = name, .repeat = runs};
   lower_types(&R);
   R.B = LLVMCreateBuilderInContext(R.C);
   LLVMTypeRef at[3] = {R.ptr, R.ptr, R.ptr};
@@ -162,7 +163,8 @@ bool lower_pipeline(Lower *L, const Op *op) {
     char name[160];
     snprintf(name, sizeof name, "%s.region.%d", L->fname, r);
     bool rok;
-    rfn[r] = region_function(L, pi->region[r], name, &rok);
+    /* runs in a step: once per microbatch and layer chunk, at most (the estimate lower_compile uses) */
+    rfn[r] = region_function(L, pi->region[r], name, (L->repeat > 0 ? L->repeat : 1) * pi->microbatches * pi->chunk_layers, &rok);
     ok &= rok;
   }
   LLVMPositionBuilderAtEnd(L->B, here);

@@ -319,10 +319,15 @@ static int run(const Options *o, Arena *arena, bool build) {
   bool simulated = ok && sim_program(p, m, &sim_opts, &sim);
   char err[512];
   double t_lower = rt_seconds();
-  /* run: through the on-disk object cache (not for build and --emit-llvm, which want the optimised module) */
-  bool cached = ok && !build && !o->emit_llvm && !o->no_cache, hit = false;
-  char warn[1400];
-  if (ok && !(cached ? lower_finish_cached(lw, &hit, warn, sizeof warn, err, sizeof err) : lower_finish(lw, err, sizeof err))) {
+  /* run: compiled in parts, through the on-disk object cache unless --no-cache; build and
+   * --emit-llvm want the optimised module itself */
+  bool compiled = ok && !build && !o->emit_llvm, cached = compiled && !o->no_cache, hit = false;
+  int parts = 1, tier = ok ? lower_tier(lw, o->steps > 0 ? o->steps : 1) : 2;
+  char warn[1400] = "";
+  const char *names[2] = {"shard_reference", "shard_device"};
+  if (ok && !(compiled ? lower_compile(lw, lower_ref ? names : names + 1, lower_ref ? 2 : 1, tier, cached, &hit, &parts, warn, sizeof warn,
+                                       err, sizeof err)
+                       : lower_finish(lw, err, sizeof err))) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
@@ -348,15 +353,20 @@ static int run(const Options *o, Arena *arena, bool build) {
   }
   double t_o2 = rt_seconds();
   void *fns[2] = {0};
-  const char *names[2] = {"shard_reference", "shard_device"};
   if (ok && !lower_jit(lw, lower_ref ? names : names + 1, lower_ref ? 2 : 1, lower_ref ? fns : fns + 1, err, sizeof err)) {
     diag_error((SrcLoc){0}, "run: %s", err);
     ok = false;
   }
   double compile_s = rt_seconds() - t0;
-  if (getenv("SHARDC_RUN_TIMING")) /* where compile time goes: lowering, verify + O2, JIT */
-    fprintf(stderr, "run: lowering %.1f ms, O2%s %.1f ms, JIT %.1f ms%s\n", (t_lower - t0) * 1e3, cached ? " + code generation" : "",
-            (t_o2 - t_lower) * 1e3, (rt_seconds() - t_o2) * 1e3, !cached ? "" : hit ? " (object from the cache)" : " (object cached)");
+  if (getenv("SHARDC_RUN_TIMING")) { /* where compile time goes: lowering, optimisation + code generation, JIT */
+    int nests;
+    double accesses;
+    lower_work(lw, &nests, &accesses);
+    fprintf(stderr, "run: %d loop nests, %.3g element accesses a step\n", nests, accesses);
+    fprintf(stderr, "run: lowering %.1f ms, optimisation + code generation (tier %d, %d part%s) %.1f ms, JIT %.1f ms%s\n",
+            (t_lower - t0) * 1e3, tier, parts, parts == 1 ? "" : "s, a thread each", (t_o2 - t_lower) * 1e3, (rt_seconds() - t_o2) * 1e3,
+            !cached ? "" : hit ? " (objects from the cache)" : " (objects cached)");
+  }
   if (!ok) {
     sim_report_free(&sim);
     lower_free(lw);
@@ -571,7 +581,7 @@ static int run(const Options *o, Arena *arena, bool build) {
              steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
     else
       printf("  step time      %.3f ms sharded%s\n", step_s * 1e3, steps > 1 ? arena_printf(arena, " (mean of %d steps)", steps) : "");
-    printf("  compile time   %.1f ms (lowering, O2, JIT)\n", compile_s * 1e3);
+    printf("  compile time   %.1f ms (lowering, optimisation and code generation at tier %d, JIT)\n", compile_s * 1e3, tier);
     printf("  peak memory    %s per device\n", fmt_bytes(b, sizeof b, (double)peak));
     printf("  simulated      on %s: the ops each device ran take %s of compute and %s of collectives", mesh->target->name,
            report_seconds(arena, clock_compute), report_seconds(arena, clock_comm));

@@ -8,3 +8,6 @@ set_tests_properties(unit.objcache PROPERTIES TIMEOUT 60)
 add_test(NAME run.cache COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> -DSRC=${CMAKE_SOURCE_DIR}
          -DDIR=${CMAKE_CURRENT_BINARY_DIR}/run_cache -P ${CMAKE_CURRENT_LIST_DIR}/cache/run_cache.cmake)
 set_tests_properties(run.cache PROPERTIES TIMEOUT 300)
+add_test(NAME run.tier COMMAND ${CMAKE_COMMAND} -DSHARDC=$<TARGET_FILE:shardc> -DSRC=${CMAKE_SOURCE_DIR}
+         -DDIR=${CMAKE_CURRENT_BINARY_DIR}/run_tier -P ${CMAKE_CURRENT_LIST_DIR}/cache/run_tier.cmake)
+set_tests_properties(run.tier PROPERTIES TIMEOUT 600 PROCESSORS 2)
