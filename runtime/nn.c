@@ -234,10 +234,12 @@ int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int
   }
   Walk w;
   ROWS(r, w) {
-    for (int64_t j = 0; j < T; j++)
+    /* row and choice in the tokens' logical order (token i at storage position order[i]), so that
+     * route_log.c compares and follows the same tokens as the one-device run recorded */
+    for (int64_t i = 0; i < T; i++)
       for (int64_t x = 0; x < E; x++) {
-        double v = ld(logits, r->dtype[0], w.off[0] + j * lt + x * le);
-        row[j * E + x] = isnan(v) ? -INFINITY : v;
+        double v = ld(logits, r->dtype[0], w.off[0] + (order ? order[i] : i) * lt + x * le);
+        row[i * E + x] = isnan(v) ? -INFINITY : v;
       }
     for (int64_t j = 0; j < T; j++)
       for (int q = 0; q < k; q++) {
@@ -256,7 +258,7 @@ int rt_nn_route(RtDevice *dev, const RtRows *r, int k, int64_t E, int64_t T, int
     for (int q = 0; q < k; q++)
       for (int64_t i = 0; i < T; i++) {
         int64_t j = order ? order[i] : i;
-        int64_t x = choice[j * k + q];
+        int64_t x = choice[i * k + q];
         if (x >= 0 && fill[x] < C) out[w.off[1] + j * rtk + x * re + fill[x]++ * rc] = 1;
       }
   }

@@ -57,6 +57,7 @@ typedef struct PW {
   int32_t *lvpos;       /* per root: its entry in the live list of the walk that noted it (a
                            root alive has one), so that freeing it does not scan the list */
   bool keep_live;       /* record every buffer live at each peak (Peak.all) */
+  bool profile;         /* record the bytes live at each op of main (BufStage.prof) */
 } PW;
 
 static int32_t find(PW *W, int32_t v) {
@@ -149,6 +150,30 @@ static void join(PW *W, int32_t into, int32_t from) {
   if (W->last[from] > W->last[into]) W->last[into] = W->last[from];
 }
 
+/* zero over the flattened params (step.h's StepParam.flat): the state, and under zero = 2 the
+ * reduced gradient, of such a param take its flat shard's bytes (the IR holds them whole) */
+static void flat_state_bytes(PW *W, const IrFunc *f) {
+  const StepInfo *si = W->m->step;
+  for (int j = 0; si && j < si->nparams; j++) {
+    const StepParam *sp = &si->params[j];
+    if (sp->flat <= 1) continue;
+    const int ins[3] = {sp->in_master, sp->in_m, sp->in_v}, outs[3] = {sp->out_master, sp->out_m, sp->out_v};
+    for (int q = 0; q < 3; q++) {
+      const Value *v[2] = {ins[q] >= 0 && ins[q] < f->ninputs ? f->inputs[ins[q]] : NULL,
+                           outs[q] >= 0 && outs[q] < f->noutputs ? f->outputs[outs[q]] : NULL};
+      for (int k = 0; k < 2; k++)
+        if (v[k]) W->bytes[v[k]->id] = step_flat_bytes(sp, W->bytes[v[k]->id], dtype_bytes(v[k]->type.dtype));
+    }
+    if (!si->step || si->step->zero < 2 || !sp->grad) continue;
+    const Value *g = sp->grad; /* followed through its reduction and casts, as memory.c's resident state */
+    for (const Op *op = f->first; op; op = op->next) {
+      bool carries = ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE;
+      if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
+    }
+    if (g != sp->grad) W->bytes[g->id] = step_flat_bytes(sp, W->bytes[g->id], dtype_bytes(g->type.dtype));
+  }
+}
+
 /* Plans f's roots; `k_of` gets each op's index. Inputs of f are external: `reuse_inputs[i]`
  * says which may be written over in place (a loop's carried values, a region's activation). */
 static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op *loop) {
@@ -171,6 +196,7 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       if (bufplan_is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
     }
   for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = value_bytes(f->inputs[i]);
+  if (f == W->m->main) flat_state_bytes(W, f);
   /* last uses (a view's reads keep its buffer) */
   k = 0;
   for (const Op *op = f->first; op; op = op->next, k++)
@@ -484,6 +510,13 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
       consider(W, out, &live, &lv, &tree, &ring, op, 0);
     }
     consider(W, out, &live, &lv, &tree, has_inner ? &inner : NULL, op, has_inner ? inner.in_flight : 0);
+    if (main_fn && W->profile) { /* what consider weighed: live now, a loop's or pipeline's peak added */
+      BufStage *bs = &W->bp->stages[W->stage];
+      Use u = live;
+      if (has_inner) use_add(&u, &inner.at);
+      bs->prof_ops[bs->nprof] = op;
+      memcpy(bs->prof + (size_t)bs->nprof++ * BUF__COUNT, u.c, sizeof u.c);
+    }
     /* free what this op read (or made) for the last time */
     for (int pass = 0; pass < 2; pass++) {
       int n = pass ? op->nresults : op->noperands;
@@ -527,7 +560,15 @@ void bufplan_annotate(DevModule *dm) {
   dm->buffers = true;
 }
 
+static void build(Arena *a, const IrModule *m, const Program *p, bool keep_live, bool profile, BufPlan *out);
+
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out) {
+  build(a, m, p, keep_live, false, out);
+}
+
+void bufplan_build_profile(Arena *a, const IrModule *m, const Program *p, BufPlan *out) { build(a, m, p, false, true, out); }
+
+static void build(Arena *a, const IrModule *m, const Program *p, bool keep_live, bool profile, BufPlan *out) {
   memset(out, 0, sizeof *out);
   if (!m || !m->main) return;
   int nv = m->nvalues + 1;
@@ -535,7 +576,7 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   out->root = ARENA_ARRAY(a, int32_t, nv);
   out->buffer = ARENA_ARRAY(a, int32_t, nv);
   out->cls = ARENA_ARRAY(a, uint8_t, nv);
-  PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live};
+  PW W = {.a = a, .m = m, .p = p, .bp = out, .keep_live = keep_live, .profile = profile};
   W.parent = ARENA_ARRAY(a, int32_t, nv);
   W.lvpos = ARENA_ARRAY(a, int32_t, nv);
   W.last = ARENA_ARRAY(a, int32_t, nv);
@@ -551,8 +592,14 @@ void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   out->nstages = pi ? pi->stages : 1;
   out->stages = ARENA_ARRAY(a, BufStage, out->nstages);
+  int nops = 0;
+  for (const Op *op = m->main->first; op; op = op->next) nops++;
   for (int s = 0; s < out->nstages; s++) {
     W.stage = s;
+    if (profile) {
+      out->stages[s].prof_ops = ARENA_ARRAY(a, const Op *, nops + 1);
+      out->stages[s].prof = ARENA_ARRAY(a, int64_t, (size_t)(nops + 1) * BUF__COUNT);
+    }
     memset(W.alive, 0, (size_t)nv);
     Peak pk;
     walk_func(&W, m->main, NULL, NULL, &pk);

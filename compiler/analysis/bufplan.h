@@ -48,6 +48,12 @@ typedef struct BufStage {
   int in_flight;                    /* a pipeline stage: (microbatch, chunk) residual sets live at the peak */
   const BufLive *live;              /* bufplan_build_live: every buffer live at the peak */
   int nlive;
+  /* bufplan_build_profile: the bytes live by class at each op of main the stage runs, in program
+   * order, as the walk weighs them for the peak (a loop's or pipeline's op with its own peak
+   * added): the largest total among them is `peak` (a ring attention's arriving block aside) */
+  const Op **prof_ops;
+  int64_t *prof;                    /* nprof x BUF__COUNT, by class */
+  int nprof;
 } BufStage;
 
 typedef struct BufPlan {
@@ -69,6 +75,10 @@ extern bool bufplan_walk_every_run;
 /* The same, and with keep_live each stage's BufStage.live lists every buffer live at its peak (the
  * suggestions' search rescales them for a changed layout, fitsearch.h). */
 void bufplan_build_live(Arena *a, const IrModule *m, const Program *p, bool keep_live, BufPlan *out);
+
+/* The same with each stage's profile (BufStage.prof): what the simulator's trace draws as memory
+ * counter tracks. */
+void bufplan_build_profile(Arena *a, const IrModule *m, const Program *p, BufPlan *out);
 
 /* Annotates the device program with the plan: each DevValue.buffer (once; the plan is built in
  * dm's arena). What the lowering allocates by. */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bufplan.h"
+#include "devprog.h"
 #include "checked.h"
 #include "cost.h"
 #include "diag.h"
@@ -103,30 +104,41 @@ static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b) {
   return r;
 }
 
-/* The step's resident state per device (memory.h's MemResident). A gradient's size is that of the
- * reduced gradient: followed through its collectives (zero = 2's reduce-scatter) and casts. */
-static void resident_state(const Program *p, const IrModule *m, MemResident *rs) {
+/* The step's resident state per device of pipeline stage `stage` (0 without a pipeline; memory.h's
+ * MemResident): the params whose op runs there (Op.place: the embedding on the first stage, the
+ * head on the last, the stacked layers' share everywhere), and each such param's gradient and
+ * optimizer state. A gradient's size is that of the reduced gradient: followed through its
+ * collectives (zero = 2's reduce-scatter) and casts. */
+static void resident_state(const Program *p, const IrModule *m, int stage, MemResident *rs) {
   memset(rs, 0, sizeof *rs);
   const Mesh *mesh = p->mesh;
   const IrFunc *f = m->main;
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   for (const Op *op = f->first; op; op = op->next)
-    if (op->kind == OP_PARAM && op->nresults == 1)
+    if (op->kind == OP_PARAM && op->nresults == 1 && (!pi || dev_stage_runs(op->place, stage, pi->stages)))
       rs->params = sat_add(rs->params, sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh));
   const StepInfo *si = m->step;
   for (int j = 0; si && j < si->nparams; j++) {
     const StepParam *sp = &si->params[j];
+    const Op *pop = sp->value ? sp->value->def : NULL;
+    if (pi && pop && !dev_stage_runs(pop->place, stage, pi->stages)) continue; /* another stage's */
     const Value *g = sp->grad;
     for (const Op *op = f->first; g && op; op = op->next) {
       /* not a slice: under zero = 1 the whole reduced gradient is held, the optimizer reads a slice */
       bool carries = ir_op_is_collective(op->kind) || op->kind == OP_CAST || op->kind == OP_TRANSPOSE;
       if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
     }
-    if (g) rs->grads = sat_add(rs->grads, sharding_local_bytes(&g->type, &g->sharding, mesh));
+    if (g) {
+      int64_t b = sharding_local_bytes(&g->type, &g->sharding, mesh);
+      /* zero = 2 over the flattened params: the flat buffer's shard */
+      if (si->step && si->step->zero >= 2) b = step_flat_bytes(sp, b, dtype_bytes(g->type.dtype));
+      rs->grads = sat_add(rs->grads, b);
+    }
     const int ins[3] = {sp->in_master, sp->in_m, sp->in_v};
     for (int q = 0; q < 3; q++) {
       if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
       const Value *v = f->inputs[ins[q]];
-      int64_t b = sharding_local_bytes(&v->type, &v->sharding, mesh);
+      int64_t b = step_flat_bytes(sp, sharding_local_bytes(&v->type, &v->sharding, mesh), dtype_bytes(v->type.dtype));
       if (q == 0) rs->master = sat_add(rs->master, b);
       else rs->moments = sat_add(rs->moments, b);
     }
@@ -168,7 +180,12 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
       r->peak_at = arena_printf(m->arena, "%s at %s", ir_op_label(b->peak_op), memory_where(m->arena, p, b->peak_op->loc));
   }
   r->fits = (double)r->total <= r->capacity;
-  resident_state(p, m, &r->resident);
+  /* resident state: each stage's under a pipeline, and the largest of them is the device's */
+  resident_state(p, m, 0, &r->resident);
+  for (int s = 0; r->stages && s < r->nstages; s++) {
+    resident_state(p, m, s, &r->stages[s].resident);
+    if (r->stages[s].resident.total > r->resident.total || s == 0) r->resident = r->stages[s].resident;
+  }
 
   /* FLOPs: language.md fixes the count: the backward is 2x the forward (even where the IR skips a
    * gradient nobody needs, such as the input's), plus the recomputation the IR does. */
@@ -234,5 +251,17 @@ void memory_print_text(FILE *out, const Program *p, const MemoryReport *r) {
     int64_t v[6] = {m->params, m->grads, m->optimizer, m->activations, m->temporaries, m->total};
     for (int i = 0; i < 6; i++) memory_format_bytes(f[i], sizeof f[i], (double)v[i]);
     fprintf(out, "  %5d %10s %10s %10s %12s %12s %10s %9d\n", m->stage, f[0], f[1], f[2], f[3], f[4], f[5], m->in_flight);
+  }
+  if (!r->training) return;
+  /* what each stage's devices hold between steps: their own layers (the first stage the embedding,
+   * the last the head), the layers' gradients and optimizer state */
+  fprintf(out, "resident state per pipeline stage (each device of the stage, between steps):\n  %5s %10s %10s %10s %10s %10s\n",
+          "stage", "params", "grads", "optimizer", "master", "total");
+  for (int s = 0; s < r->nstages; s++) {
+    const MemResident *x = &r->stages[s].resident;
+    char f[5][32];
+    int64_t v[5] = {x->params, x->grads, x->moments, x->master, x->total};
+    for (int i = 0; i < 5; i++) memory_format_bytes(f[i], sizeof f[i], (double)v[i]);
+    fprintf(out, "  %5d %10s %10s %10s %10s %10s\n", r->stages[s].stage, f[0], f[1], f[2], f[3], f[4]);
   }
 }

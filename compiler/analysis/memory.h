@@ -33,8 +33,11 @@ typedef struct MemResident {
 /* One pipeline stage's device (language.md's per_stage; the whole mesh without a pipeline). */
 typedef struct MemStage {
   int stage;
-  int64_t params, grads, optimizer, activations, temporaries, total;
+  int64_t params, grads, optimizer, activations, temporaries, total; /* its peak, by class */
   int in_flight;             /* microbatch chunks whose residuals are kept at the peak */
+  MemResident resident;      /* what it holds between steps: its own params (the first stage the
+                                embedding, the last the head, each its layers), their gradients
+                                and optimizer state */
 } MemStage;
 
 typedef struct MemoryReport {
@@ -49,7 +52,7 @@ typedef struct MemoryReport {
   double flops_per_step;     /* global, recomputation included */
   double model_flops_per_step; /* the same without recomputation (MFU's numerator) */
   double recompute_flops;
-  MemResident resident;      /* per device, between steps */
+  MemResident resident;      /* per device, between steps (under a pipeline the stage holding most) */
   const char *peak_at;       /* the op at the peak of the worst device: "the backward of ... at line 40" */
   MemBuffer largest[MEM_MAX_LARGEST]; /* largest buffers, largest first */
   int nlargest;

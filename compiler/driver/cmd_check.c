@@ -140,6 +140,24 @@ static void json_advice(cJSON *o, const Program *p, const FitAdvice *fa) {
   cJSON_AddNumberToObject(se, "seconds", fa->seconds);
 }
 
+/* Byte counts under their keys, in order (n of each). */
+static void json_bytes(cJSON *o, const char *const *keys, const int64_t *v, int n) {
+  for (int i = 0; i < n; i++) cJSON_AddNumberToObject(o, keys[i], (double)v[i]);
+}
+
+/* The peak by class: language.md's memory keys. */
+static void json_classes(cJSON *o, int64_t params, int64_t grads, int64_t opt, int64_t act, int64_t temp, int64_t total) {
+  static const char *const keys[] = {"params", "grads", "optimizer", "activations", "temporaries", "total"};
+  json_bytes(o, keys, (int64_t[]){params, grads, opt, act, temp, total}, 6);
+}
+
+/* "resident": {"params", "grads", "moments", "master", "total"}: what a device holds between steps. */
+static void json_resident(cJSON *into, const MemResident *r) {
+  static const char *const keys[] = {"params", "grads", "moments", "master", "total"};
+  json_bytes(cJSON_AddObjectToObject(into, "resident"), keys,
+             (int64_t[]){r->params, r->grads, r->moments, r->master, r->total}, 5);
+}
+
 static cJSON *json_report(Arena *a, const Program *p, const MemoryReport *r, const FitAdvice *fa) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "devices", (double)r->devices);
@@ -148,33 +166,17 @@ static cJSON *json_report(Arena *a, const Program *p, const MemoryReport *r, con
   cJSON_AddNumberToObject(params, "bytes", (double)r->param_bytes);
   cJSON *mem = cJSON_AddObjectToObject(o, "memory");
   cJSON *pd = cJSON_AddObjectToObject(mem, "per_device");
-  cJSON_AddNumberToObject(pd, "params", (double)r->params);
-  cJSON_AddNumberToObject(pd, "grads", (double)r->grads);
-  cJSON_AddNumberToObject(pd, "optimizer", (double)r->optimizer);
-  cJSON_AddNumberToObject(pd, "activations", (double)r->activations);
-  cJSON_AddNumberToObject(pd, "temporaries", (double)r->temporaries);
-  cJSON_AddNumberToObject(pd, "total", (double)r->total);
-  if (r->training) { /* between steps (memory.h's MemResident) */
-    cJSON *rs = cJSON_AddObjectToObject(mem, "resident");
-    cJSON_AddNumberToObject(rs, "params", (double)r->resident.params);
-    cJSON_AddNumberToObject(rs, "grads", (double)r->resident.grads);
-    cJSON_AddNumberToObject(rs, "moments", (double)r->resident.moments);
-    cJSON_AddNumberToObject(rs, "master", (double)r->resident.master);
-    cJSON_AddNumberToObject(rs, "total", (double)r->resident.total);
-  }
+  json_classes(pd, r->params, r->grads, r->optimizer, r->activations, r->temporaries, r->total);
+  if (r->training) json_resident(mem, &r->resident); /* between steps (memory.h's MemResident) */
   if (r->nstages > 0) { /* a pipeline: each stage's device */
     cJSON *ps = cJSON_AddArrayToObject(mem, "per_stage");
     for (int s = 0; s < r->nstages; s++) {
       const MemStage *m = &r->stages[s];
       cJSON *e = cJSON_CreateObject();
       cJSON_AddNumberToObject(e, "stage", m->stage);
-      cJSON_AddNumberToObject(e, "params", (double)m->params);
-      cJSON_AddNumberToObject(e, "grads", (double)m->grads);
-      cJSON_AddNumberToObject(e, "optimizer", (double)m->optimizer);
-      cJSON_AddNumberToObject(e, "activations", (double)m->activations);
-      cJSON_AddNumberToObject(e, "temporaries", (double)m->temporaries);
-      cJSON_AddNumberToObject(e, "total", (double)m->total);
+      json_classes(e, m->params, m->grads, m->optimizer, m->activations, m->temporaries, m->total);
       cJSON_AddNumberToObject(e, "in_flight", m->in_flight);
+      if (r->training) json_resident(e, &m->resident);
       cJSON_AddItemToArray(ps, e);
     }
   }

@@ -290,6 +290,14 @@ static int run(const Options *o, Arena *arena, bool build) {
   bool everywhere = run_mpi_agree(ok); /* under MPI every rank read the files; rank 0 checked --save */
   if (ok && !everywhere) diag_error((SrcLoc){0}, "run: --load failed on another rank");
   ok = everywhere;
+  int nflat = 0; /* zero over the flattened params: modelled by check, explain and sim only (issue 19) */
+  for (int k = 0; si && k < si->nparams; k++) nflat += si->params[k].flat > 1;
+  if (nflat && root)
+    fprintf(stderr,
+            "shardc: note: zero = %d over the flattened, padded params (%d param%s whose dims the batch axes divide "
+            "not): run holds their optimizer state whole on every device and all-reduces their gradients (the same "
+            "update: it is elementwise); check's memory counts the flat shards\n",
+            si->step->zero, nflat, nflat == 1 ? "" : "s");
   for (int k = 0; si && k < si->nparams; k++) { /* a fresh run: moments at zero; master copies = params */
     const StepParam *sp = &si->params[k];
     if (sp->in_m >= 0) gin[sp->in_m] = (RunGen){0};

@@ -576,6 +576,45 @@ static int *colls_by_time(const Explain *E) {
   return idx;
 }
 
+/* zero over the flattened, padded params (step.h's StepParam.flat): which params, why, the state's
+ * per-device bytes (memory's figures) and what the IR does instead (issue 19) */
+static void print_flat_zero(FILE *out, const Explain *E) {
+  const StepInfo *si = E->m->step;
+  const IrFunc *f = E->m->main;
+  int n = 0;
+  double whole = 0, flat = 0;
+  const StepParam *first = NULL;
+  for (int j = 0; si && j < si->nparams; j++) {
+    const StepParam *sp = &si->params[j];
+    if (sp->flat <= 1) continue;
+    if (!first) first = sp;
+    n++;
+    const int ins[3] = {sp->in_master, sp->in_m, sp->in_v};
+    for (int q = 0; q < 3; q++) {
+      if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
+      const Value *v = f->inputs[ins[q]];
+      int64_t b = sharding_local_bytes(&v->type, &v->sharding, E->mesh);
+      whole += (double)b;
+      flat += (double)step_flat_bytes(sp, b, dtype_bytes(v->type.dtype));
+    }
+  }
+  if (!n) return;
+  const Value *pv = first->value;
+  int64_t el = sharding_local_bytes(&pv->type, &pv->sharding, E->mesh) / dtype_bytes(pv->type.dtype);
+  int64_t per = step_flat_bytes(first, el, 1);
+  fprintf(out,
+          "  zero = %d over the flattened, padded params (Megatron's distributed optimizer): the batch axes %s "
+          "(%lld devices) divide no dim of %d param%s, so each device keeps ceil(n / %lld) of the n elements of "
+          "each one's local block (%s: %lld -> %lld, padded by %lld): state %s per device where whole it is %s%s\n",
+          si->step->zero, axes_names(E, first->flat_axes, true), (long long)first->flat, n, n == 1 ? "" : "s",
+          (long long)first->flat, E->m->params[first->param].path, (long long)el, (long long)per,
+          (long long)(per * first->flat - el), fmt_bytes(E->a, flat), fmt_bytes(E->a, whole),
+          si->step->zero >= 2 ? " (their reduced gradients likewise)" : "");
+  fprintf(out, "    as implemented, memory counts those shards; the step's IR still all-reduces those gradients (on a ring "
+               "the bytes of the flat buffer's ReduceScatter and AllGather) and updates the params whole on every device, "
+               "and run holds the whole state\n");
+}
+
 /* The summary, first: memory, compute against communication and the verdict, and the collectives
  * that take longest (numbered as the detail lists them). */
 static void print_overview(FILE *out, const Explain *E) {
@@ -596,6 +635,7 @@ static void print_overview(FILE *out, const Explain *E) {
             fmt_time(E->a, E->layer_comm_s), E->layer_comm_s <= E->layer_compute_s ? "compute-bound" : "communication-bound");
   const char *forbidden = layout_weigh_text(E->a, E->m, E->p);
   if (forbidden) fprintf(out, "  layout: %s\n", forbidden);
+  print_flat_zero(out, E);
   if (E->colls.len == 0 || E->comm_s <= 0) return;
   int *idx = colls_by_time(E), n = E->colls.len < TOP ? E->colls.len : TOP;
   fprintf(out, "  the collectives that take longest (%d of %d; numbered as listed below):\n", n, E->colls.len);

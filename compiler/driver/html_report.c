@@ -1,5 +1,6 @@
 /* html_report.c: the HTML page of `shardc report` (see html_report.h). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,33 +60,60 @@ static void seconds(FILE *out, double s) {
   else fprintf(out, "%.3g ns", s * 1e9);
 }
 
-/* One stacked bar: row label, the classes of obj against capacity, scaled to the larger. */
-static void mem_bar(FILE *out, const char *label, const cJSON *obj, double capacity) {
+/* printf for the page: the C conversions %d %s %f %g (with flags, width and precision) and three
+ * of the page's own: %H a string HTML-escaped, %B a byte count (double) as "1.50 GB", %T seconds
+ * (double) as "3.2 ms". Each drawn row is one call. */
+static void emit(FILE *out, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  for (const char *p = fmt; *p; p++) {
+    if (*p != '%') {
+      fputc(*p, out);
+      continue;
+    }
+    char spec[16] = "%";
+    size_t k = 1;
+    while (p[1] && strchr("-+ #0123456789.", p[1]) && k < sizeof spec - 2) spec[k++] = *++p;
+    char conv = *++p;
+    spec[k++] = conv, spec[k] = 0;
+    switch (conv) {
+    case 'H': esc(out, va_arg(ap, const char *)); break;
+    case 'B': bytes(out, va_arg(ap, double)); break;
+    case 'T': seconds(out, va_arg(ap, double)); break;
+    case 'd': fprintf(out, spec, va_arg(ap, int)); break;
+    case 's': fprintf(out, spec, va_arg(ap, const char *)); break;
+    case 'f': case 'g': fprintf(out, spec, va_arg(ap, double)); break;
+    case '%': fputc('%', out); break;
+    default: /* none of these (the formats are this file's literals): printed as written */
+      spec[k - 1] = 0;
+      fputs(spec, out);
+      if (!conv) p--;
+      else fputc(conv, out);
+    }
+  }
+  va_end(ap);
+}
+
+/* One stacked bar: row label, the classes of obj against capacity, scaled to the larger; kind "peak"
+ * (the peak by class) or "resident" (what is held between steps). */
+static void mem_bar(FILE *out, const char *kind, const char *label, const cJSON *obj, double capacity) {
   double total = 0;
   for (int k = 0; k < NMEM; k++) total += num(obj, mem_classes[k].key);
   double scale = 600.0 / fmax(fmax(total, capacity), 1);
-  fprintf(out, "<div class=\"bar\"><span class=\"lbl\">");
-  esc(out, label);
-  fprintf(out, "</span><svg width=\"640\" height=\"22\" role=\"img\" data-total=\"%.17g\" data-capacity=\"%.17g\">", total,
-          capacity);
+  emit(out, "<div class=\"bar\"><span class=\"lbl\">%H</span><svg width=\"640\" height=\"22\" role=\"img\" "
+            "data-kind=\"%s\" data-total=\"%.17g\" data-capacity=\"%.17g\">", label, kind, total, capacity);
   double x = 0;
   for (int k = 0; k < NMEM; k++) {
     double v = num(obj, mem_classes[k].key), w = v * scale;
     if (w <= 0) continue;
-    fprintf(out, "<rect x=\"%.2f\" y=\"2\" width=\"%.2f\" height=\"18\" fill=\"%s\" data-class=\"%s\" data-bytes=\"%.17g\"><title>%s ",
-            x, w, mem_classes[k].colour, mem_classes[k].key, v, mem_classes[k].label);
-    bytes(out, v);
-    fprintf(out, "</title></rect>");
+    emit(out, "<rect x=\"%.2f\" y=\"2\" width=\"%.2f\" height=\"18\" fill=\"%s\" data-class=\"%s\" data-bytes=\"%.17g\">"
+              "<title>%s %B</title></rect>", x, w, mem_classes[k].colour, mem_classes[k].key, v, mem_classes[k].label, v);
     x += w;
   }
   if (capacity > 0)
     fprintf(out, "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"0\" y2=\"22\" stroke=\"#000\" stroke-width=\"2\"><title>HBM</title></line>",
             capacity * scale, capacity * scale);
-  fprintf(out, "</svg> ");
-  bytes(out, total);
-  fprintf(out, " of ");
-  bytes(out, capacity);
-  fprintf(out, "</div>\n");
+  emit(out, "</svg> %B of %B</div>\n", total, capacity);
 }
 
 static void memory(FILE *out, const cJSON *check) {
@@ -96,49 +124,51 @@ static void memory(FILE *out, const cJSON *check) {
   for (int k = 0; k < NMEM; k++)
     fprintf(out, "<span style=\"background:%s\">&nbsp;&nbsp;</span> %s &nbsp;", mem_classes[k].colour, mem_classes[k].label);
   fprintf(out, "| the black line: HBM</p>\n");
-  mem_bar(out, "peak, each device", cJSON_GetObjectItemCaseSensitive(mem, "per_device"), cap);
-  const cJSON *st;
-  cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(mem, "per_stage")) {
+  mem_bar(out, "peak", "peak, each device", cJSON_GetObjectItemCaseSensitive(mem, "per_device"), cap);
+  const cJSON *st, *stages = cJSON_GetObjectItemCaseSensitive(mem, "per_stage");
+  cJSON_ArrayForEach(st, stages) {
     char l[64];
-    snprintf(l, sizeof l, "stage %d", (int)num(st, "stage"));
-    mem_bar(out, l, st, cap);
+    snprintf(l, sizeof l, "stage %d peak", (int)num(st, "stage"));
+    mem_bar(out, "peak", l, st, cap);
   }
-  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(mem, "resident");
+  /* resident state as bars: each stage's own under a pipeline (its layers, the first stage's
+   * embedding, the last's head), else the device's; optimizer = moments + master copies */
+  const cJSON *rs;
+  int nst = cJSON_GetArraySize(stages);
+  for (int i = 0; i < (nst > 0 ? nst : 1); i++) {
+    const cJSON *holder = nst > 0 ? cJSON_GetArrayItem(stages, i) : mem;
+    if (!(rs = cJSON_GetObjectItemCaseSensitive(holder, "resident"))) continue;
+    cJSON *bar = cJSON_CreateObject();
+    cJSON_AddNumberToObject(bar, "params", num(rs, "params"));
+    cJSON_AddNumberToObject(bar, "grads", num(rs, "grads"));
+    cJSON_AddNumberToObject(bar, "optimizer", num(rs, "moments") + num(rs, "master"));
+    char l[64];
+    if (holder == mem) snprintf(l, sizeof l, "resident, each device");
+    else snprintf(l, sizeof l, "stage %d resident", (int)num(holder, "stage"));
+    mem_bar(out, "resident", l, bar, cap);
+    cJSON_Delete(bar);
+  }
+  rs = cJSON_GetObjectItemCaseSensitive(mem, "resident");
   if (rs) {
-    fprintf(out, "<p>Resident between steps: params ");
-    bytes(out, num(rs, "params"));
-    fprintf(out, ", grads ");
-    bytes(out, num(rs, "grads"));
-    fprintf(out, ", optimizer moments ");
-    bytes(out, num(rs, "moments"));
-    fprintf(out, ", master copies ");
-    bytes(out, num(rs, "master"));
-    fprintf(out, " (total ");
-    bytes(out, num(rs, "total"));
-    fprintf(out, ")</p>\n");
+    emit(out, "<p>Resident between steps%s: params %B, grads %B, optimizer moments %B, master copies %B (total %B)</p>\n",
+         nst > 0 ? " (the stage holding most)" : "", num(rs, "params"), num(rs, "grads"), num(rs, "moments"),
+         num(rs, "master"), num(rs, "total"));
   }
 }
 
 static void phases(FILE *out, const cJSON *sim) {
-  fprintf(out, "<h2>Step</h2>\n<p>step <b data-key=\"step_time_s\" data-value=\"%.17g\">", num(sim, "step_time_s"));
-  seconds(out, num(sim, "step_time_s"));
-  fprintf(out, "</b>, MFU <b data-key=\"mfu\" data-value=\"%.17g\">%.1f%%</b>, %.4g tokens/s on %d devices (%s, %s)</p>\n",
-          num(sim, "mfu"), 100 * num(sim, "mfu"), num(sim, "tokens_per_s"), (int)num(sim, "devices"), str(sim, "target"),
-          str(sim, "mesh"));
+  emit(out, "<h2>Step</h2>\n<p>step <b data-key=\"step_time_s\" data-value=\"%.17g\">%T</b>, MFU <b data-key=\"mfu\" "
+            "data-value=\"%.17g\">%.1f%%</b>, %.4g tokens/s on %d devices (%H, %H)</p>\n",
+       num(sim, "step_time_s"), num(sim, "step_time_s"), num(sim, "mfu"), 100 * num(sim, "mfu"), num(sim, "tokens_per_s"),
+       (int)num(sim, "devices"), str(sim, "target"), str(sim, "mesh"));
   fprintf(out, "<table><tr><th>phase</th><th>time</th><th>compute</th><th>comm</th><th>exposed comm</th>"
                "<th>TFLOP/s per device</th></tr>\n");
   const cJSON *ph;
   cJSON_ArrayForEach(ph, cJSON_GetObjectItemCaseSensitive(sim, "phases")) {
-    fprintf(out, "<tr class=\"phase\" data-phase=\"");
-    esc(out, str(ph, "phase"));
-    fprintf(out, "\" data-time-s=\"%.17g\" data-flops-per-s=\"%.17g\"><td>", num(ph, "time_s"), num(ph, "flops_per_s"));
-    esc(out, str(ph, "phase"));
-    const char *keys[] = {"time_s", "compute_s", "comm_s", "exposed_comm_s"};
-    for (int k = 0; k < 4; k++) {
-      fprintf(out, "</td><td>");
-      seconds(out, num(ph, keys[k]));
-    }
-    fprintf(out, "</td><td>%.1f</td></tr>\n", num(ph, "flops_per_s") / 1e12);
+    emit(out, "<tr class=\"phase\" data-phase=\"%H\" data-time-s=\"%.17g\" data-flops-per-s=\"%.17g\"><td>%H</td><td>%T</td>"
+              "<td>%T</td><td>%T</td><td>%T</td><td>%.1f</td></tr>\n",
+         str(ph, "phase"), num(ph, "time_s"), num(ph, "flops_per_s"), str(ph, "phase"), num(ph, "time_s"),
+         num(ph, "compute_s"), num(ph, "comm_s"), num(ph, "exposed_comm_s"), num(ph, "flops_per_s") / 1e12);
   }
   fprintf(out, "</table>\n");
 }
@@ -190,23 +220,17 @@ static void timeline(FILE *out, const cJSON *trace) {
                "and others in purple; hover for the op and its source line.</p>\n");
   fprintf(out, "<svg class=\"timeline\" width=\"%.0f\" height=\"%.0f\" data-end-us=\"%.17g\">\n", L + W + 10, n * (H + 4) + 24, end);
   for (int i = 0; i < n; i++) {
-    fprintf(out, "<text x=\"0\" y=\"%.1f\" font-size=\"11\">", i * (H + 4) + 13.0);
-    if (rows[i].pid >= 0 && rows[i].pid < MAX_ROWS && pname[rows[i].pid][0]) {
-      esc(out, pname[rows[i].pid]);
-      fputs(": ", out);
-    }
-    esc(out, rows[i].name[0] ? rows[i].name : "stream");
-    fprintf(out, "</text>\n");
+    const char *dev = rows[i].pid >= 0 && rows[i].pid < MAX_ROWS ? pname[rows[i].pid] : "";
+    emit(out, "<text x=\"0\" y=\"%.1f\" font-size=\"11\">%H%s%H</text>\n", i * (H + 4) + 13.0, dev, dev[0] ? ": " : "",
+         rows[i].name[0] ? rows[i].name : "stream");
   }
   cJSON_ArrayForEach(e, evs) {
     if (strcmp(str(e, "ph"), "X") != 0) continue;
     int r = row_of(rows, &n, (int)num(e, "pid"), (int)num(e, "tid"));
     if (r < 0) continue;
     double x = L + num(e, "ts") / end * W, w = fmax(num(e, "dur") / end * W, 0.5);
-    fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"><title>", x, r * (H + 4), w, H,
-            colour_of(e));
-    esc(out, str(e, "name"));
-    fprintf(out, " %.4g us</title></rect>\n", num(e, "dur"));
+    emit(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"><title>%H %.4g us</title></rect>\n", x,
+         r * (H + 4), w, H, colour_of(e), str(e, "name"), num(e, "dur"));
   }
   fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">0</text><text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" "
                "text-anchor=\"end\">%.4g ms</text>\n</svg>\n",
@@ -250,19 +274,10 @@ static void collectives(FILE *out, const cJSON *explain) {
   }
   fprintf(out, "<table><tr><th>kind</th><th>axes</th><th>count</th><th>bytes per device</th><th>time (explain)</th></tr>\n");
   for (int i = 0; i < n; i++) {
-    fprintf(out, "<tr class=\"coll\" data-kind=\"");
-    esc(out, c[i].kind);
-    fprintf(out, "\" data-axes=\"");
-    esc(out, c[i].axes);
-    fprintf(out, "\" data-count=\"%d\" data-bytes=\"%.17g\" data-time-s=\"%.17g\"><td>", c[i].count, c[i].bytes, c[i].time_s);
-    esc(out, c[i].kind);
-    fprintf(out, "</td><td>");
-    esc(out, c[i].axes[0] ? c[i].axes : "-");
-    fprintf(out, "</td><td>%d</td><td>", c[i].count);
-    bytes(out, c[i].bytes);
-    fprintf(out, "</td><td>");
-    seconds(out, c[i].time_s);
-    fprintf(out, "</td></tr>\n");
+    emit(out, "<tr class=\"coll\" data-kind=\"%H\" data-axes=\"%H\" data-count=\"%d\" data-bytes=\"%.17g\" "
+              "data-time-s=\"%.17g\"><td>%H</td><td>%H</td><td>%d</td><td>%B</td><td>%T</td></tr>\n",
+         c[i].kind, c[i].axes, c[i].count, c[i].bytes, c[i].time_s, c[i].kind, c[i].axes[0] ? c[i].axes : "-", c[i].count,
+         c[i].bytes, c[i].time_s);
   }
   fprintf(out, "</table>\n");
 }
@@ -270,29 +285,16 @@ static void collectives(FILE *out, const cJSON *explain) {
 /* A param's blocks over the mesh (explain --show's JSON): a table of rows x columns cells, each
  * with its devices and its block's ranges. */
 static void grid(FILE *out, const cJSON *show) {
-  fprintf(out, "<div class=\"grid\" data-param=\"");
-  esc(out, str(show, "name"));
-  fprintf(out, "\"><h3>");
-  esc(out, str(show, "name"));
-  fprintf(out, ": <code>");
-  esc(out, str(show, "sharding"));
-  fprintf(out, "</code></h3>\n<table>");
+  emit(out, "<div class=\"grid\" data-param=\"%H\"><h3>%H: <code>%H</code></h3>\n<table>", str(show, "name"),
+       str(show, "name"), str(show, "sharding"));
   const cJSON *row, *cell, *b;
   cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(show, "cells")) {
     fprintf(out, "<tr>");
     cJSON_ArrayForEach(cell, row) {
-      fprintf(out, "<td data-count=\"%.17g\" data-devices=\"", num(cell, "count"));
-      esc(out, str(cell, "devices"));
-      fprintf(out, "\"><b>");
-      esc(out, str(cell, "devices"));
-      fprintf(out, "</b>");
-      cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(cell, "block")) {
-        fprintf(out, "<br><small>");
-        esc(out, str(b, "dim"));
-        fputc(' ', out);
-        esc(out, str(b, "range"));
-        fprintf(out, "</small>");
-      }
+      emit(out, "<td data-count=\"%.17g\" data-devices=\"%H\"><b>%H</b>", num(cell, "count"), str(cell, "devices"),
+           str(cell, "devices"));
+      cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(cell, "block"))
+        emit(out, "<br><small>%H %H</small>", str(b, "dim"), str(b, "range"));
       fprintf(out, "</td>");
     }
     fprintf(out, "</tr>\n");
@@ -316,13 +318,9 @@ static void warnings(FILE *out, const cJSON *check, const cJSON *sim) {
   const char *from[] = {"check", "sim"};
   for (int k = 0; k < 2; k++)
     cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(objs[k], "warnings")) {
-      fprintf(out, "<li data-from=\"%s\">%s: ", from[k], from[k]);
-      if (*str(w, "file")) {
-        esc(out, str(w, "file"));
-        fprintf(out, ":%d:%d: ", (int)num(w, "line"), (int)num(w, "col"));
-      }
-      esc(out, str(w, "message"));
-      fprintf(out, "</li>\n");
+      emit(out, "<li data-from=\"%s\">%s: ", from[k], from[k]);
+      if (*str(w, "file")) emit(out, "%H:%d:%d: ", str(w, "file"), (int)num(w, "line"), (int)num(w, "col"));
+      emit(out, "%H</li>\n", str(w, "message"));
       n++;
     }
   if (n == 0) fprintf(out, "<li>none</li>\n");
@@ -349,20 +347,12 @@ static void data_block(FILE *out, const cJSON *check, const cJSON *sim, const cJ
 
 void html_report_write(FILE *out, const char *title, const cJSON *check, const cJSON *sim, const cJSON *explain,
                        const cJSON *trace, const cJSON *shows, int omitted) {
-  fprintf(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>shardc report: ");
-  esc(out, title);
-  fprintf(out, "</title>\n<style>body{font-family:sans-serif;margin:1.5em;max-width:1200px}"
+  emit(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>shardc report: %H</title>\n<style>body{font-family:sans-serif;margin:1.5em;max-width:1200px}"
                "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
                "td:first-child,th:first-child{text-align:left}.bar{margin:4px 0}.lbl{display:inline-block;width:12em}"
-               ".legend span{display:inline-block;width:1em}</style>\n</head><body>\n<h1>shardc report: ");
-  esc(out, title);
-  fprintf(out, "</h1>\n<p>mesh <b>");
-  esc(out, str(check, "mesh"));
-  fprintf(out, "</b> (");
-  esc(out, str(check, "target"));
-  fprintf(out, "), layout <b>");
-  esc(out, str(check, "layout"));
-  fprintf(out, "</b>, %d devices</p>\n", (int)num(check, "devices"));
+               ".legend span{display:inline-block;width:1em}</style>\n</head><body>\n<h1>shardc report: %H</h1>\n"
+       "<p>mesh <b>%H</b> (%H), layout <b>%H</b>, %d devices</p>\n",
+       title, title, str(check, "mesh"), str(check, "target"), str(check, "layout"), (int)num(check, "devices"));
   memory(out, check);
   phases(out, sim);
   if (trace) timeline(out, trace);

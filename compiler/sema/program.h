@@ -95,6 +95,9 @@ typedef struct Target {
   double op_overhead;        /* s per kernel / fused op (launch and dependency gap) */
   bool attention_materialized; /* `attention = materialized`: the fused attention op runs as
                                   libraries before flash attention ran it, its scores through HBM */
+  int collective_sms;        /* GPU: SMs a running collective holds (NCCL's CTAs), which overlapped
+                                compute lacks: it runs matmul_units / (matmul_units - this) slower
+                                (calibrated sim; 0: none) */
   int fabric_domain;         /* GPU: GPUs under a full-bisection network (0: the whole network) */
   double fabric_oversubscription; /* GPU: bandwidth ratio above fabric_domain (1: non-blocking) */
 } Target;

@@ -1409,24 +1409,6 @@ static const ParamDecl *find_pipeline(const Program *p, const Model *m, int64_t 
   return NULL;
 }
 
-/* `zero = 2` reduce-scatters each microbatch's gradients where they are made; under a pipeline the
- * stages instead add every microbatch's gradients into f32 accumulators that are reduced after the
- * last one, so the two do not combine: an error at the key, before anything runs (docs/run.md, the
- * limits the differential tester accepts). */
-static void check_zero_pipeline(Sema *s) {
-  Program *p = s->p;
-  const Step *st = p->step;
-  if (!st || st->kind != STEP_TRAIN || !st->fn || st->zero != 2 || !st->key_loc[SK_ZERO].file || !p->mesh) return;
-  int64_t stages = 1;
-  const ParamDecl *pipe = find_pipeline(p, st->fn->model, &stages, 0);
-  if (pipe)
-    diag_error(st->key_loc[SK_ZERO],
-               "zero = 2 is not supported under a pipeline (layout '%s' shards '%s' of param '%s' over %lld stages): "
-               "the stages accumulate each microbatch's gradients and reduce them after the last; use zero = 1 "
-               "(optimizer state sharded)",
-               p->layout ? p->layout->name : "(none)", pipe->stack_dim->name, pipe->name, (long long)stages);
-}
-
 /* `schedule` orders a pipeline's microbatches, so it needs a pipeline: a layout rule sharding a
  * stacking dim of the step's model (`layers: stage`) on the chosen mesh. Without one it does
  * nothing, which is a warning. With one, interleaved(V) cuts each stage's share of the layers into
@@ -1698,7 +1680,6 @@ Program *sema_program(Arena *a, const ParsedProgram *pp, const SemaOptions *opt)
   check_microbatches(&s);
   check_schedule(&s);
   check_stage_layers(&s);
-  check_zero_pipeline(&s);
   return p;
 }
 

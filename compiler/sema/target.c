@@ -82,6 +82,7 @@ enum { FOR_TPU = 1, FOR_GPU = 2, FOR_ANY = 3 };
   X(TKEY_ATTN_EFF, "attention_efficiency", TV_NUM, R_FRAC, FOR_ANY, 0, offsetof(Target, attention_efficiency)) \
   X(TKEY_OP_OVERHEAD, "op_overhead", TV_NUM, R_LATENCY, FOR_ANY, 0, offsetof(Target, op_overhead)) \
   X(TKEY_ATTENTION, "attention", TV_ATTN, R_ANY, FOR_ANY, 0, offsetof(Target, attention_materialized)) \
+  X(TKEY_COLL_SMS, "collective_sms", TV_INT, R_ANY, FOR_GPU, 0, offsetof(Target, collective_sms)) \
   X(TKEY_FABRIC_DOMAIN, "fabric_domain", TV_INT, R_ANY, FOR_GPU, 0, offsetof(Target, fabric_domain)) \
   X(TKEY_FABRIC_OVERSUB, "fabric_oversubscription", TV_NUM, R_RATIO, FOR_GPU, 0, offsetof(Target, fabric_oversubscription))
 

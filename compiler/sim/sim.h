@@ -206,7 +206,10 @@ void sim_report_free(SimReport *r);
 /* The Chrome trace of the simulated step (needs keep_graph; sim_report_trace_write): one process per simulated device,
  * one thread per stream, a slice per kernel, collective, transfer or pipeline region, named after
  * the op and its source line; a pipeline region's ops nest under it for the first microbatch's
- * regions (all of them when the trace stays under ~200,000 slices). */
+ * regions (all of them when the trace stays under ~200,000 slices); flow events from each collective
+ * to the compute task waiting for it; per simulated device a memory counter track (bytes live by
+ * class as the buffer plan walks the top level, bufplan_build_profile: its largest total is
+ * check's peak for that device). */
 /* Written as every output (base/outfile.h: beside path, then renamed); false with the reason in err. */
 bool sim_report_trace_write(const SimReport *r, const char *path, char *err, size_t n);
 char *sim_report_trace_text(const SimReport *r); /* malloc'd JSON; NULL without keep_graph */

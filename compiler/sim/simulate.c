@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bufplan.h"
 #include "devprog.h"
 #include "diag.h"
 #include "opcost.h"
@@ -88,6 +89,7 @@ typedef struct TaskInfo {
 /* One timeline and what each of its tasks stands for. */
 typedef struct Timeline {
   SimGraph *g;
+  double contention; /* its devices' (sim_device_set_contention): contention_of(mesh, ideal) */
   TaskInfo *info;
   int n, cap;
   double *exposed; /* after the run, by task: the part of a comm task no compute overlaps */
@@ -208,8 +210,18 @@ static void tl_free(Timeline *tl) {
   memset(tl, 0, sizeof *tl);
 }
 
+/* How much slower compute runs while a collective runs beside it (calibrated, GPU): the collective
+ * holds `collective_sms` of the `matmul_units` SMs, so kernels that spread over all of them run on
+ * the rest. 1 in the ideal mode and where the target states none. */
+static double contention_of(const Mesh *mesh, bool ideal) {
+  const Target *t = mesh ? mesh->target : NULL;
+  if (ideal || !t || t->kind != TARGET_GPU || t->collective_sms <= 0 || t->matmul_units <= t->collective_sms) return 1;
+  return (double)t->matmul_units / (t->matmul_units - t->collective_sms);
+}
+
 static void dev_init(Timeline *tl, Dev *d, const char *name, int64_t represents) {
   d->dev = sim_device_add(tl->g, name, represents);
+  sim_device_set_contention(tl->g, d->dev, tl->contention);
   d->compute = sim_stream_add(tl->g, d->dev, SIM_STREAM_COMPUTE, "compute");
   d->p2p = -1;
   d->comm[LINK_FAST] = d->comm[LINK_SLOW] = -1;
@@ -831,10 +843,11 @@ static void build_accumulation(Sim *S, Sub *sb) {
   }
 }
 
-static Sub *sub_new(const IrFunc *f, const Op *op, int region, const char *name) {
+static Sub *sub_new(const Sim *S, const IrFunc *f, const Op *op, int region, const char *name) {
   Sub *sb = mem_calloc(1, sizeof *sb, "a region's timeline");
   sb->f = f, sb->op = op, sb->region = region;
   sb->tl.g = sim_graph_new();
+  sb->tl.contention = contention_of(S->mesh, S->ideal);
   dev_init(&sb->tl, &sb->d, name, 1);
   return sb;
 }
@@ -864,7 +877,7 @@ static Sub *region_sub(Sim *S, const IrFunc *f, const Op *op, int region) {
     if (S->subs[k]->f == f) return S->subs[k];
   static const char *const rnames[PR__COUNT] = {"region first", "region chunk forward", "region last",
                                                 "region chunk backward", "region first backward"};
-  Sub *sb = sub_new(f, op, region, rnames[region]);
+  Sub *sb = sub_new(S, f, op, region, rnames[region]);
   for (int j = 0; j < f->ninputs; j++) S->prod[f->inputs[j]->id] = -1;
   int was_unit = S->cur_unit;
   S->cur_unit = -1;
@@ -878,7 +891,7 @@ static Sub *region_sub(Sim *S, const IrFunc *f, const Op *op, int region) {
 /* The loop alone with `iters` iterations, its operands there from the start; each run of P
  * iterations a unit (steady_period). */
 static Sub *block_sub(Sim *S, const Op *loop, int stage, int64_t iters, int64_t P) {
-  Sub *sb = sub_new(NULL, loop, -1, "loop block");
+  Sub *sb = sub_new(S, NULL, loop, -1, "loop block");
   sb->iters = iters;
   int32_t *saved = ARENA_ARRAY(S->a, int32_t, loop->noperands + 1);
   for (int i = 0; i < loop->noperands; i++) saved[i] = prod_of(S, loop->operands[i]);
@@ -1226,6 +1239,7 @@ typedef struct Detail { /* what sim_trace_write needs */
   Dev *devs;
   int ndevs;
   SimReport summary; /* the figures (otherData) */
+  BufPlan plan;      /* with each stage's memory profile (the trace's counter tracks), in m's arena */
 } Detail;
 
 static void top_free(Top *T) {
@@ -1245,6 +1259,7 @@ static void top_build(Sim *S, Top *T, const PipeInfo *sched) {
   memset(T, 0, sizeof *T);
   S->top = T, S->sched = sched;
   T->tl.g = sim_graph_new();
+  T->tl.contention = contention_of(S->mesh, S->ideal);
   T->ndevs = S->pi ? S->pi->stages : 1;
   T->devs = mem_calloc((size_t)T->ndevs, sizeof *T->devs, "the simulated devices");
   T->pipe_first = mem_alloc(sizeof(int) * (size_t)T->ndevs, "the simulated devices");
@@ -1510,6 +1525,7 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
     dt->devs = T.devs;
     dt->ndevs = T.ndevs;
     dt->summary = *out;
+    bufplan_build_profile(m->arena, m, p, &dt->plan);
     out->detail = dt;
     T.devs = NULL;
     memset(&T.tl, 0, sizeof T.tl);
@@ -1670,6 +1686,74 @@ static void trace_flows(FILE *f, bool *first, const SimGraph *g, const TaskInfo 
   }
 }
 
+/* ---- memory counter tracks ----
+ * Per simulated device a counter "memory" ("ph": "C") with one series per class (params, grads,
+ * optimizer, activations, temporaries): the bytes live as the buffer plan walks the stage's ops of
+ * main (bufplan_build_profile, the figures of `check`), each at the start of the op's task on the
+ * device's compute stream; an op without one there (a collective, a fused group's other ops, an
+ * unrolled loop: its body's peak) at the end of the task before it. Ops that fall at one time keep
+ * the largest, so the track's largest total is check's peak for the stage (ring attention's
+ * arriving block aside). A loop's or a pipeline's peak is held across its whole span. */
+typedef struct OpSpan { const Op *op; double t0, t1; } OpSpan;
+
+static int span_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const OpSpan *)a)->op, y = (uintptr_t)((const OpSpan *)b)->op;
+  return x < y ? -1 : x > y;
+}
+
+static void counter_event(FILE *f, bool *first, int pid, double ts, const int64_t c[BUF__COUNT]) {
+  fprintf(f, "%s{\"name\":\"memory\",\"cat\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.6f,\"args\":{", *first ? "\n" : ",\n",
+          pid, ts * 1e6);
+  *first = false;
+  for (int k = 0; k < BUF__COUNT; k++) fprintf(f, "%s\"%s\":%lld", k ? "," : "", bufplan_class_name(k), (long long)c[k]);
+  fputs("}}", f);
+}
+
+static void trace_memory(FILE *f, bool *first, const Detail *dt, int d) {
+  const SimGraph *g = dt->top.g;
+  const BufPlan *bp = &dt->plan;
+  int s = bp->nstages == sim_device_count(g) ? d : 0;
+  if (s >= bp->nstages || !bp->stages[s].prof) return;
+  const BufStage *st = &bp->stages[s];
+  OpSpan *sp = malloc(sizeof *sp * (size_t)(sim_task_count(g) + 1));
+  if (!sp) return;
+  int n = 0;
+  for (int t = 0; t < sim_task_count(g); t++) {
+    int ss = sim_task_stream(g, t);
+    double t0 = sim_task_start(g, t);
+    if (sim_stream_device(g, ss) != d || sim_stream_kind(g, ss) != SIM_STREAM_COMPUTE || !(t0 == t0) || !dt->top.info[t].op)
+      continue;
+    sp[n++] = (OpSpan){dt->top.info[t].op, t0, sim_task_end(g, t)};
+  }
+  qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+  int k = 0; /* one span per op: its first start, its last end */
+  for (int i = 0; i < n; i++) {
+    if (k > 0 && sp[k - 1].op == sp[i].op) {
+      sp[k - 1].t0 = fmin(sp[k - 1].t0, sp[i].t0), sp[k - 1].t1 = fmax(sp[k - 1].t1, sp[i].t1);
+      continue;
+    }
+    sp[k++] = sp[i];
+  }
+  double prev_end = 0, ts = -1;
+  int64_t cur[BUF__COUNT] = {0}, curtot = -1;
+  for (int i = 0; i < st->nprof; i++) {
+    OpSpan key = {st->prof_ops[i], 0, 0};
+    const OpSpan *hit = k ? bsearch(&key, sp, (size_t)k, sizeof *sp, span_cmp) : NULL;
+    double at = fmax(hit ? hit->t0 : prev_end, ts);
+    int64_t tot = 0;
+    const int64_t *u = st->prof + (size_t)i * BUF__COUNT;
+    for (int c = 0; c < BUF__COUNT; c++) tot += u[c];
+    if (at != ts) { /* a new time: the values at the last one are final */
+      if (curtot >= 0) counter_event(f, first, d, ts, cur);
+      ts = at, curtot = -1;
+    }
+    if (tot > curtot) memcpy(cur, u, sizeof cur), curtot = tot;
+    if (hit) prev_end = fmax(prev_end, hit->t1);
+  }
+  if (curtot >= 0) counter_event(f, first, d, ts, cur);
+  free(sp);
+}
+
 static bool trace_write_to(const SimReport *r, FILE *f) {
   const Detail *dt = r->detail;
   if (!dt) return false;
@@ -1726,6 +1810,7 @@ static bool trace_write_to(const SimReport *r, FILE *f) {
     }
   }
   trace_flows(f, &first, g, dt->top.info, 0, -1, NULL, &flow_id);
+  for (int d = 0; d < sim_device_count(g); d++) trace_memory(f, &first, dt, d);
   const SimReport *x = &dt->summary;
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"shardc sim\",\"ideal\":%s,"
              "\"step_time_s\":%.9g,\"mfu\":%.6g,\"devices\":%lld,\"simulated_devices\":%d",

@@ -20,6 +20,8 @@ enum { ST_WAIT, ST_READY, ST_HELD, ST_STARTED, ST_DONE };
 
 typedef struct Task {
   double dur, start, end, ready;
+  double rem, rate, tlast; /* a compute task of a contended device: nominal work left, rate, when set */
+  int ver;                 /* its DONE event's version (a retimed task's older events are stale) */
   const char *name;
   const Source *file;
   int line;
@@ -39,6 +41,7 @@ typedef struct Stream {
   int cur;        /* next task to start (program order) */
   bool busy;
   bool dirty;     /* to be offered its next task at the end of this instant */
+  int running;    /* the task it runs, -1 */
   int *heap;      /* SIM_ORDER_READY: ready tasks by (ready, id) */
   int nheap, capheap;
 } Stream;
@@ -46,6 +49,8 @@ typedef struct Stream {
 typedef struct Device {
   const char *name;
   int64_t represents;
+  double contention; /* >= 1: compute runs this much slower while a collective runs (1: not at all) */
+  int active_comm;   /* comm and p2p tasks running, during a run */
   SimDeviceStats stats;
 } Device;
 
@@ -53,6 +58,7 @@ typedef struct Event {
   double t;
   int kind; /* 0 DONE before 1 READY at the same instant */
   int task;
+  int ver;  /* DONE: the task's version when pushed */
 } Event;
 
 typedef struct Group { /* a join group during a run */
@@ -143,7 +149,13 @@ int sim_device_add(SimGraph *g, const char *name, int64_t represents) {
   memset(d, 0, sizeof *d);
   d->name = name;
   d->represents = represents > 0 ? represents : 1;
+  d->contention = 1;
   return g->ndevices++;
+}
+
+void sim_device_set_contention(SimGraph *g, int device, double factor) {
+  if (!g || device < 0 || device >= g->ndevices) return;
+  g->devices[device].contention = factor >= 1 && isfinite(factor) ? factor : 1;
 }
 
 int sim_stream_add(SimGraph *g, int device, SimStreamKind kind, const char *name) {
@@ -246,7 +258,7 @@ static bool ev_less(const Event *a, const Event *b) {
 static void ev_push(SimGraph *g, double t, int kind, int task) {
   g->ev = grow(g->ev, &g->capev, g->nev + 1, sizeof *g->ev);
   int i = g->nev++;
-  Event e = {t, kind, task};
+  Event e = {t, kind, task, kind == 0 ? g->tasks[task].ver : 0};
   while (i > 0) {
     int p = (i - 1) / 2;
     if (!ev_less(&e, &g->ev[p])) break;
@@ -312,12 +324,46 @@ static void mark_dirty(SimGraph *g, int stream) {
   g->dirty[g->ndirty++] = stream;
 }
 
+static bool is_comm(const Stream *s) { return s->kind != SIM_STREAM_COMPUTE; }
+
+/* A running compute task's rate changes at `now`: the work done since tlast at the old rate is
+ * taken off, the rest runs at the new one, and a DONE event of a new version replaces the old. */
+static void retime(SimGraph *g, int x, double now, double rate) {
+  Task *t = &g->tasks[x];
+  t->rem -= (now - t->tlast) * t->rate;
+  if (t->rem < 0) t->rem = 0;
+  t->tlast = now;
+  t->rate = rate;
+  t->end = now + t->rem / rate;
+  t->ver++;
+  ev_push(g, t->end, 0, x);
+}
+
+/* The device's collectives went from none running to some (or back): every compute task running
+ * on it changes rate. */
+static void contention_changed(SimGraph *g, int device, double now) {
+  const Device *d = &g->devices[device];
+  double rate = d->active_comm > 0 ? 1 / d->contention : 1;
+  for (int i = 0; i < g->nstreams; i++) {
+    const Stream *s = &g->streams[i];
+    if (s->device == device && !is_comm(s) && s->running >= 0 && g->tasks[s->running].state == ST_STARTED)
+      retime(g, s->running, now, rate);
+  }
+}
+
 static void start_task(SimGraph *g, int x, double now) {
   Task *t = &g->tasks[x];
+  Stream *s = &g->streams[t->stream];
+  Device *d = &g->devices[s->device];
   t->state = ST_STARTED;
   t->start = now;
-  t->end = now + t->dur;
+  s->running = x;
+  t->rem = t->dur;
+  t->tlast = now;
+  t->rate = !is_comm(s) && d->active_comm > 0 ? 1 / d->contention : 1;
+  t->end = now + t->dur / t->rate;
   ev_push(g, t->end, 0, x);
+  if (is_comm(s) && d->contention > 1 && t->dur > 0 && d->active_comm++ == 0) contention_changed(g, s->device, now);
 }
 
 /* Offers the stream its next task at `now`. Joined tasks wait, holding their streams, until the
@@ -426,7 +472,9 @@ bool sim_run(SimGraph *g) {
     t->ready = 0;
     t->state = ST_WAIT;
     t->start = t->end = NAN;
+    t->ver = 0;
   }
+  for (int d = 0; d < g->ndevices; d++) g->devices[d].active_comm = 0;
   for (int e = 0; e < g->ndeps; e++) {
     g->soff[g->dfrom[e] + 1]++;
     g->tasks[g->dto[e]].npred++;
@@ -463,6 +511,7 @@ bool sim_run(SimGraph *g) {
     st->busy = false;
     st->dirty = false;
     st->nheap = 0;
+    st->running = -1;
   }
   free(g->dirty);
   g->dirty = mem_alloc(sizeof *g->dirty * (size_t)g->nstreams, "the simulated timeline's streams");
@@ -484,7 +533,14 @@ bool sim_run(SimGraph *g) {
         if (s->order == SIM_ORDER_READY) rq_push(g, s, e.task);
         mark_dirty(g, t->stream);
       } else { /* DONE */
+        if (e.ver != t->ver || t->state != ST_STARTED) continue; /* retimed: a later event ends it */
         t->state = ST_DONE;
+        {
+          Stream *s = &g->streams[t->stream];
+          Device *d = &g->devices[s->device];
+          s->running = -1;
+          if (is_comm(s) && d->contention > 1 && t->dur > 0 && --d->active_comm == 0) contention_changed(g, s->device, now);
+        }
         done++;
         if (t->end > makespan) makespan = t->end;
         g->streams[t->stream].busy = false;

@@ -67,6 +67,11 @@ void sim_graph_reserve(SimGraph *g, int tasks, int deps);
 
 /* A simulated device standing for `represents` (>= 1) real devices. Returns its id (0, 1, ...). */
 int sim_device_add(SimGraph *g, const char *name, int64_t represents);
+/* While any comm or p2p task of the device runs, its compute tasks progress `factor` (>= 1) times
+ * slower: a GPU's collective kernels hold SMs the compute kernels then lack (cost-model.md,
+ * "Collectives take SMs"). A compute task's end moves when a collective starts or ends during it;
+ * its duration stays the work it stands for. 1 (the default) turns it off. */
+void sim_device_set_contention(SimGraph *g, int device, double factor);
 /* A stream on a device; name NULL means the kind's name. Returns its id, or -1 (bad device). */
 int sim_stream_add(SimGraph *g, int device, SimStreamKind kind, const char *name);
 /* SIM_ORDER_PROGRAM (default) or SIM_ORDER_READY, before sim_run. */

@@ -84,9 +84,11 @@ static uint16_t batch_axes(const Program *p, const FnDecl *fn) {
 
 /* The written type of a param's optimizer state (or, zero = 2, gradient): the param's, in dtype
  * dt, and when `zero` applies also sharded over the batch axes the param leaves free, on its
- * first dim they divide (every dim's axes then written out as `@`s). */
-static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
-                                  bool zero) {
+ * first dim they divide (every dim's axes then written out as `@`s). Where those axes divide no
+ * dim, *flat (when given) is set to their product and *flat_axes to them: the state is Megatron's
+ * flattened, padded shard (step.h's StepParam.flat), which the written type cannot say. */
+static const TypeSpec *state_spec_flat(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
+                                       bool zero, int64_t *flat, uint16_t *flat_axes) {
   TypeSpec *s = ARENA_NEW(m->arena, TypeSpec);
   *s = *ps;
   s->dtype = dt;
@@ -114,7 +116,13 @@ static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec 
       if (fr & (1u << a)) s->at[d][s->nat[d]++] = p->mesh->axes[a].name;
     return s;
   }
+  if (flat && frp > 1) *flat = frp, *flat_axes = fr;
   return s;
+}
+
+static const TypeSpec *state_spec(IrModule *m, const Program *p, const TypeSpec *ps, DType dt, uint16_t bmask,
+                                  bool zero) {
+  return state_spec_flat(m, p, ps, dt, bmask, zero, NULL, NULL);
 }
 
 /* ---- the loss ---- */
@@ -159,9 +167,10 @@ static Dim *find_batch(const Program *p) {
 }
 
 /* forward ops `fw` (removed from main), main's args and labels: the loop over microbatches (see
- * step.h). Sets *loss and grads[] (f32 accumulators, main values). */
+ * step.h); `pipe`: a pipeline will schedule it. Sets *loss and grads[] (f32 accumulators, main
+ * values). */
 static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, int nfw, Value *y, Value *labels,
-                        Value **loss, Value **acc) {
+                        bool pipe, Value **loss, Value **acc) {
   IrFunc *f = m->main;
   StepInfo *si = m->step;
   int N = st->microbatches;
@@ -244,8 +253,11 @@ static bool build_micro(IrModule *m, const Program *p, const Step *st, Op **fw, 
     t.dtype = DT_F32;
     acc_in[i] = ir_func_add_input(m, B, t, m->params[i].path);
     /* zero = 2 shards the gradients themselves: each microbatch's is reduce-scattered into an
-     * accumulator of the optimizer state's shard */
-    if (st->zero >= 2) acc_in[i]->spec = state_spec(m, p, &m->params[i].spec, DT_F32, bmask, true);
+     * accumulator of the optimizer state's shard. Under a pipeline the stages' schedule adds each
+     * microbatch's gradients chunk by chunk into whole accumulators (shard/stages.c), so there
+     * zero = 2 reduce-scatters them once per step, after the last microbatch, on each stage (as
+     * Megatron's distributed optimizer does with pipelines); the gradient kept is the shard */
+    if (st->zero >= 2 && !pipe) acc_in[i]->spec = state_spec(m, p, &m->params[i].spec, DT_F32, bmask, true);
   }
   Value **pin = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   for (int i = 0; i < inv_outer.len; i++) {
@@ -420,7 +432,7 @@ bool step_build_module(IrModule *m, const Program *p) {
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *ip = &m->params[i];
     StepParam *sp = &si->params[i];
-    const TypeSpec *ss = state_spec(m, p, &ip->spec, DT_F32, bmask, st->zero >= 1);
+    const TypeSpec *ss = state_spec_flat(m, p, &ip->spec, DT_F32, bmask, st->zero >= 1, &sp->flat, &sp->flat_axes);
     TensorType t32 = ip->type;
     t32.dtype = DT_F32;
     if (st->master != DT_NONE && ip->type.dtype != DT_F32) {
@@ -438,8 +450,9 @@ bool step_build_module(IrModule *m, const Program *p) {
   /* forward, loss, backward */
   Value **grads = ARENA_ARRAY(m->arena, Value *, m->nparams + 1);
   Value *loss;
-  if (st->microbatches > 1 || pipelined(m, p)) {
-    if (!build_micro(m, p, st, fw, nfw, y, labels, &loss, grads)) return false;
+  bool pipe = pipelined(m, p);
+  if (st->microbatches > 1 || pipe) {
+    if (!build_micro(m, p, st, fw, nfw, y, labels, pipe, &loss, grads)) return false;
     for (int i = 0; i < m->nparams; i++) {
       Value *g = grads[i];
       if (g->type.dtype != m->params[i].type.dtype) g = emit_cast(m, f, oloc, g, m->params[i].type.dtype, PHASE_ACCUMULATE);
@@ -584,4 +597,10 @@ static int64_t saved_in(const IrFunc *f, const Mesh *mesh) {
 
 int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh) {
   return m && m->main ? saved_in(m->main, mesh) : 0;
+}
+
+int64_t step_flat_bytes(const StepParam *sp, int64_t bytes, int64_t elem) {
+  if (!sp || sp->flat <= 1 || elem <= 0 || bytes <= 0 || bytes == INT64_MAX) return bytes;
+  int64_t n = bytes / elem;
+  return (n / sp->flat + (n % sp->flat != 0)) * elem;
 }

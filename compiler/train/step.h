@@ -36,6 +36,12 @@ typedef struct StepParam {
   Value *grad;          /* main's value holding its gradient: the param's type */
   int in_master, in_m, in_v;
   int out_param, out_master, out_m, out_v;
+  int64_t flat;         /* zero >= 1 where the batch axes the param leaves free divide none of its
+                           dims: their product D (else 0). The state is then Megatron's flattened,
+                           padded shard: ceil(n / D) of the n elements each device's param block
+                           holds (step_flat_bytes). Only the memory model reads it: the IR keeps
+                           the state whole on each device and all-reduces the gradient (issue 19) */
+  uint16_t flat_axes;   /* those axes (bits of the mesh's) */
 } StepParam;
 
 typedef struct StepInfo {
@@ -65,5 +71,10 @@ bool step_build_module(IrModule *m, const Program *p);
  * `mesh`, plus the f32 softmax statistics of each saved attention output (one per query row).
  * The caller multiplies by the microbatches in flight (pipelines). */
 int64_t step_saved_bytes(const IrModule *m, const Mesh *mesh);
+
+/* A value of param sp's state (or, zero = 2, its reduced gradient) of `bytes` per device as the IR
+ * holds it, in elements of `elem` bytes: its bytes as Megatron's flattened, padded shard when
+ * sp->flat > 1 (ceil(elements / flat) x elem), else `bytes`. */
+int64_t step_flat_bytes(const StepParam *sp, int64_t bytes, int64_t elem);
 
 #endif

@@ -243,7 +243,90 @@ static void group_floor(void) {
   ut_end();
 }
 
+/* ---- routing followed in the tokens' logical order (route_log.c, nn.c's rt_nn_route) ----
+ * One group of T = 8 tokens, E = 4 experts, top 2, C = 4 slots. The one-device run routes the
+ * tokens in logical order and records; the "sharded" run holds the same sequence in a causal
+ * ring's zigzag order over 2 devices (chunks of 2: storage holds logical chunks 0, 3, 1, 2) and
+ * passes rt_nn_route each logical token's storage position. Token 3's second choice is a near tie
+ * (experts 1 and 2 at 1.0 and 1.0 + 1e-6) that the sharded run's rounding flips (1.0 - 1e-6). */
+enum { RT_T = 8, RT_E = 4, RT_K = 2, RT_C = 4 };
+
+typedef struct RouteCase {
+  const float *logits;  /* [RT_T][RT_E] in the run's storage order */
+  const int64_t *order; /* storage position of logical token i, or NULL */
+  float out[RT_T * RT_E * RT_C];
+  int rc;
+} RouteCase;
+
+static int route_device(RtDevice *dev, void *arg) {
+  RouteCase *c = arg;
+  RtRows rows = {.nd = 0, .dtype = {RT_F32, RT_F32}};
+  c->rc = rt_nn_route(dev, &rows, RT_K, RT_E, RT_T, RT_C, 1, RT_E, RT_C, RT_E * RT_C, 1, c->logits, c->out,
+                      RT_T * RT_E * RT_C, c->order);
+  return c->rc;
+}
+
+static void route_once(RtRouteLog *log, int mode, RouteCase *c) {
+  RtConfig cfg = test_mesh(0, NULL);
+  cfg.route_log = log, cfg.route_mode = mode;
+  Runtime *rt;
+  rt_open(&cfg, &rt);
+  UT_CHECK(rt_run(rt, route_device, c) == RT_OK && c->rc == RT_OK, "rt_run: %s", rt_errmsg(rt));
+  rt_close(rt);
+}
+
+static void routing_order(void) {
+  /* logical logits: every token's largest first, so that tokens differ by far more than 1/16 of
+   * the largest magnitude (a permuted group never matches the recorded one) */
+  float ref[RT_T][RT_E] = {{4, 0, 1, 2}, {0, 4, 2, 1}, {1, 2, 4, 0}, {3, 1.0f, 1.000001f, 0}, {4, 2, 0, 1},
+                           {0, 1, 2, 4}, {2, 4, 0, 1}, {1, 0, 4, 2}};
+  float flip[RT_T][RT_E];
+  memcpy(flip, ref, sizeof flip);
+  flip[3][2] = 0.999999f; /* token 3's second choice: expert 2 on one device, 1 sharded */
+  static const int64_t order[RT_T] = {0, 1, 4, 5, 6, 7, 2, 3}; /* logical i at storage order[i] */
+  float stored[RT_T][RT_E];
+  for (int i = 0; i < RT_T; i++) memcpy(stored[order[i]], flip[i], sizeof stored[0]);
+
+  RtRouteLog *log = rt_route_log_new();
+  RouteCase one = {.logits = &ref[0][0]};
+  route_once(log, RT_ROUTE_RECORD, &one);
+
+  ut_begin("verdict.routing.zigzag_followed"); /* the flip is followed, token by logical token */
+  RouteCase shd = {.logits = &stored[0][0], .order = order};
+  route_once(log, RT_ROUTE_FOLLOW, &shd);
+  int64_t tokens, followed;
+  rt_route_log_counts(log, &tokens, &followed);
+  UT_CHECK(tokens == RT_T && followed == 1, "%lld tokens, %lld followed (want 8, 1)", (long long)tokens, (long long)followed);
+  int bad = 0;
+  for (int i = 0; i < RT_T; i++)
+    bad += memcmp(&shd.out[order[i] * RT_E * RT_C], &one.out[i * RT_E * RT_C], sizeof(float) * RT_E * RT_C) != 0;
+  UT_CHECK(bad == 0, "%d tokens' slots differ from the one-device run's", bad);
+  ut_end();
+
+  ut_begin("verdict.routing.own_differs"); /* routed by its own logits the same run differs at token 3 */
+  RouteCase own = {.logits = &stored[0][0], .order = order};
+  route_once(log, RT_ROUTE_OWN, &own);
+  UT_CHECK(memcmp(&own.out[order[3] * RT_E * RT_C], &one.out[3 * RT_E * RT_C], sizeof(float) * RT_E * RT_C) != 0,
+           "token 3 routed as the one-device run without following");
+  ut_end();
+
+  ut_begin("verdict.routing.far_not_followed"); /* logits off by more than 1/16 of their scale: own choices */
+  float far[RT_T][RT_E];
+  for (int i = 0; i < RT_T; i++) memcpy(far[order[i]], flip[i], sizeof far[0]);
+  far[order[0]][0] = 4.5f; /* 0.5 > 4.5 / 16 */
+  RouteCase off = {.logits = &far[0][0], .order = order};
+  int64_t before = followed;
+  route_once(log, RT_ROUTE_FOLLOW, &off);
+  rt_route_log_counts(log, &tokens, &followed);
+  UT_CHECK(followed == before, "%lld decisions followed from a group that does not match", (long long)(followed - before));
+  UT_CHECK(memcmp(&off.out[order[3] * RT_E * RT_C], &own.out[order[3] * RT_E * RT_C], sizeof(float) * RT_E * RT_C) == 0,
+           "token 3 not routed by its own logits");
+  ut_end();
+  rt_route_log_free(log);
+}
+
 int main(void) {
+  routing_order();
   group_floor();
   nonfinite();
   values();

@@ -140,7 +140,6 @@ KNOWN_LIMITS = [
      "one stacked loop per pipeline"),
     (r"this pipeline cannot be split into stages: a microbatch body whose carried value is not an accumulation",
      "a pipeline's microbatch body carries accumulations only (zero = 2)"),
-    (r"zero = 2 is not supported under a pipeline", "zero = 2 under a pipeline"),
     (r"this pipeline cannot be split into stages: the layers carry more than the activation from one to the next",
      "pipelined layers carry one activation"),
 ]

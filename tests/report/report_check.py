@@ -9,7 +9,9 @@ and in a real browser (issue 22).
    anywhere, no <link>, no <script> but the JSON data block); the data block's "check" and "sim"
    equal the commands' objects (durations aside: none, the simulation is deterministic) and every
    drawn figure equals its source: the phase rows' data-time-s and data-flops-per-s equal sim's
-   phases; the memory bars' class bytes equal check's per_device (and per_stage) classes and their
+   phases; the peak memory bars' class bytes equal check's per_device (and per_stage) classes, the
+   resident bars' each stage's resident state (optimizer = moments + master; the device's without a
+   pipeline), and their
    data-capacity its capacity; the collectives rows' counts and bytes equal sums over explain's
    collectives computed here by (kind, axes); one grid per param up to 48, the first three grids' cells equal
    `explain --show NAME`'s; where a grid covers the mesh, every device is in exactly one cell.
@@ -58,7 +60,7 @@ class Page(HTMLParser):
         if tag == "tr" and a.get("class") == "coll":
             self.colls.append(a)
         if tag == "svg" and "data-total" in a:
-            self.cur_bar = {"capacity": float(a["data-capacity"]), "classes": {}}
+            self.cur_bar = {"kind": a.get("data-kind"), "capacity": float(a["data-capacity"]), "classes": {}}
             self.bars.append(self.cur_bar)
         if tag == "rect" and self.cur_bar is not None and "data-class" in a:
             self.cur_bar["classes"][a["data-class"]] = float(a["data-bytes"])
@@ -139,11 +141,19 @@ def main():
         if row["data-phase"] != ph["phase"] or not close(float(row["data-time-s"]), ph["time_s"]) \
                 or not close(float(row["data-flops-per-s"]), ph["flops_per_s"]):
             fail(f"phase row {row} against sim's {ph}")
-    # memory bars: the first is the device's peak, then one per stage
+    # memory bars: the peak ones (the device's, then one per stage) by class, and the resident ones
+    # (each stage's under a pipeline, else the device's): params, grads, optimizer = moments + master
     mem = check["memory"]
     want = [mem["per_device"]] + mem.get("per_stage", [])
-    if len(pg.bars) != len(want):
-        fail(f"{len(pg.bars)} memory bars, check gives {len(want)}")
+    holders = mem.get("per_stage") or [mem]
+    for h in holders:
+        r = h.get("resident")
+        if r is not None:
+            want.append({"params": r["params"], "grads": r["grads"], "optimizer": r["moments"] + r["master"],
+                         "activations": 0, "temporaries": 0, "total": r["total"], "kind": "resident"})
+    kinds = [w.get("kind", "peak") for w in want]
+    if [b["kind"] for b in pg.bars] != kinds:
+        fail(f"memory bars {[b['kind'] for b in pg.bars]}, check gives {kinds}")
     for bar, w in zip(pg.bars, want):
         if not close(bar["capacity"], mem["capacity"]):
             fail(f"bar capacity {bar['capacity']} against {mem['capacity']}")

@@ -1,7 +1,8 @@
 # report.cmake: `shardc report FILE -o PAGE` (issue 22). Included by tests/CMakeLists.txt.
 #   report.mlp, report.pipeline   the page's data block equals check's and sim's --format json
 #                                 objects, every drawn figure (phase rows, memory bars per device and
-#                                 per stage, collectives by kind and axes, param grids) equals its
+#                                 per stage, resident bars per stage, collectives by kind and axes,
+#                                 param grids) equals its
 #                                 source, no external resource; rendered by headless chromium to a
 #                                 PNG with no console error (tests/report/report_check.py)
 #   report.no_browser             ... the same checks without a browser when chromium is missing

@@ -512,9 +512,48 @@ static void test_train_arithmetic(void) {
   ut_end();
 }
 
+/* Collectives take SMs (sim_device_set_contention): with factor 1.25 (a collective holding 24 of 120
+ * SMs: 120 / 96) compute progresses at 0.8 while a collective runs. mm0 (2 s), then an all_reduce
+ * (4 s, after mm0) beside mm1 (10 s, after mm0): over [2, 6] mm1 does 4 x 0.8 = 3.2 s of its work,
+ * the remaining 6.8 s at full speed: mm1 ends at 12.8 (12 without contention). A second collective
+ * on another comm stream at the same time slows it no further (the factor is per device, not per
+ * collective): the same 12.8. A collective on another device does not touch it. */
+static void test_contention(void) {
+  ut_begin("contention: compute runs 1/factor as fast while a collective of its device runs");
+  for (int variant = 0; variant < 4; variant++) {
+    SimGraph *g = sim_graph_new();
+    int cs, ms;
+    int d = dev2(g, "d", &cs, &ms);
+    int other = sim_device_add(g, "other", 1);
+    int os = sim_stream_add(g, other, SIM_STREAM_COMM, NULL);
+    sim_device_set_contention(g, d, variant == 0 ? 1 : 1.25);
+    int m0 = sim_task_add(g, cs, 2, "mm0", NOLOC);
+    int m1 = sim_task_add(g, cs, 10, "mm1", NOLOC);
+    int ar = sim_task_add(g, variant == 3 ? os : ms, 4, "all_reduce", NOLOC);
+    sim_dep_add(g, m0, ar, 0);
+    if (variant == 2) {
+      int ms2 = sim_stream_add(g, d, SIM_STREAM_COMM, "comm 2");
+      int ag = sim_task_add(g, ms2, 4, "all_gather", NOLOC);
+      sim_dep_add(g, m0, ag, 0);
+    }
+    ut_true("runs", sim_run(g));
+    double want = variant == 0 || variant == 3 ? 12 : 2 + 4 + (10 - 4 * 0.8);
+    char what[96];
+    snprintf(what, sizeof what, "variant %d: mm1 ends at %g", variant, want);
+    near(what, sim_task_end(g, m1), want);
+    near("mm1 starts at 2", sim_task_start(g, m1), 2);
+    SimDeviceStats st;
+    sim_device_stats(g, d, &st);
+    near("compute busy = mm0 + mm1 as run", st.compute_s, want);
+    sim_graph_free(g);
+  }
+  ut_end();
+}
+
 int main(void) {
   test_chain();
   test_overlap_and_exposed();
+  test_contention();
   test_fsdp_prefetch();
   test_lag_and_devices();
   test_stream_orders();

@@ -217,7 +217,8 @@ static void test_trace(void) {
       }
       continue;
     }
-    UT_CHECK(strcmp(ph, "X") == 0, "complete events only");
+    if (strcmp(ph, "C") == 0) continue; /* the memory counters (test_trace_memory) */
+    UT_CHECK(strcmp(ph, "X") == 0, "complete events only (and counters)");
     double ts = cli_num(e, "ts"), dur = cli_num(e, "dur");
     UT_CHECK(ts >= 0 && dur >= 0, "%s: ts %g, dur %g", name, ts, dur);
     if (ts + dur > last_end) last_end = ts + dur;
@@ -368,6 +369,75 @@ static void test_trace_args(void) {
   ut_end();
 }
 
+/* The trace's memory counter tracks ("ph": "C", name "memory", one series per class) against
+ * `check --format json`, which walks the same buffer plan for its figures: per simulated device
+ * (pid = pipeline stage), the largest total over the track is check's peak for that stage
+ * (per_stage[pid].total, per_device.total without a pipeline), the params series never exceeds
+ * the stage's resident params (test_resident derives those by formula) and reaches them, every
+ * class is a series, and times never go back. */
+static void trace_memory_against_check(const char *file) {
+  remove("test_sim_cli_mem.json");
+  int rc;
+  char args[256];
+  snprintf(args, sizeof args, "--format json --trace test_sim_cli_mem.json");
+  cJSON *j = sim_json(file, args, &rc, NULL);
+  UT_CHECK(rc == 0, "sim %s: exit %d", file, rc);
+  cJSON_Delete(j);
+  char *out = cli_shardc(&rc, "check '%s' --format json 2>/dev/null", file);
+  cJSON *c = out ? cJSON_Parse(out) : NULL;
+  free(out);
+  cJSON *t = read_json("test_sim_cli_mem.json");
+  const cJSON *mem = c ? cJSON_GetObjectItem(c, "memory") : NULL, *stages = mem ? cJSON_GetObjectItem(mem, "per_stage") : NULL;
+  int nst = cJSON_GetArraySize(stages) > 0 ? cJSON_GetArraySize(stages) : 1;
+  enum { MAXD = 64 };
+  double peak[MAXD] = {0}, params[MAXD] = {0}, last_ts[MAXD];
+  int count[MAXD] = {0}, back = 0, missing = 0;
+  for (int d = 0; d < MAXD; d++) last_ts[d] = -1;
+  const cJSON *e, *events = t ? cJSON_GetObjectItem(t, "traceEvents") : NULL;
+  cJSON_ArrayForEach(e, events) {
+    const cJSON *ph = cJSON_GetObjectItem(e, "ph");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "C") != 0) continue;
+    int d = (int)cli_num(e, "pid");
+    UT_CHECK(d >= 0 && d < nst && d < MAXD, "counter on pid %d of %d stages", d, nst);
+    if (d < 0 || d >= nst || d >= MAXD) continue;
+    const cJSON *a = cJSON_GetObjectItem(e, "args");
+    static const char *const cls[] = {"params", "grads", "optimizer", "activations", "temporaries"};
+    double tot = 0;
+    for (int k = 0; k < 5; k++) {
+      missing += !cJSON_IsNumber(cJSON_GetObjectItem(a, cls[k]));
+      tot += cli_num(a, cls[k]);
+    }
+    if (tot > peak[d]) peak[d] = tot;
+    if (cli_num(a, "params") > params[d]) params[d] = cli_num(a, "params");
+    back += cli_num(e, "ts") < last_ts[d];
+    last_ts[d] = cli_num(e, "ts");
+    count[d]++;
+  }
+  UT_CHECK(missing == 0 && back == 0, "%s: %d series missing, %d steps back in time", file, missing, back);
+  for (int d = 0; d < nst && d < MAXD; d++) {
+    const cJSON *st = cJSON_GetArraySize(stages) > 0 ? cJSON_GetArrayItem(stages, d) : mem;
+    const cJSON *want = st == mem ? cJSON_GetObjectItem(mem, "per_device") : st;
+    const cJSON *rs = cJSON_GetObjectItem(st, "resident");
+    char what[160];
+    UT_CHECK(count[d] >= 2, "%s device %d: %d counter events", file, d, count[d]);
+    snprintf(what, sizeof what, "%s device %d: the track's largest total = check's peak", file, d);
+    ut_near(what, peak[d], cli_num(want, "total"), 1e-12);
+    snprintf(what, sizeof what, "%s device %d: params series reaches the resident params", file, d);
+    ut_near(what, params[d], cli_num(rs, "params"), 1e-12);
+  }
+  cJSON_Delete(c);
+  cJSON_Delete(t);
+  remove("test_sim_cli_mem.json");
+}
+
+static void test_trace_memory(void) {
+  ut_begin("sim --trace: memory counter tracks per device and class, their peak check's");
+  cli_write("test_sim_cli_mlp.shard", MLP);
+  trace_memory_against_check("test_sim_cli_mlp.shard");
+  trace_memory_against_check(SHARDC_SOURCE_DIR "/samples/llama3_405b_pp.shard"); /* 14 stages, each its own peak */
+  ut_end();
+}
+
 /* Runs `shardc CMD FILE ARGS` (stderr discarded) and returns its stdout (malloc'd), *rc its exit. */
 static char *run_text(const char *cmd_name, const char *file, const char *args, int *rc) {
   return cli_shardc(rc, "%s '%s' %s 2>/dev/null", cmd_name, file, args);
@@ -512,9 +582,81 @@ static void test_ring_attention(void) {
   ut_end();
 }
 
+/* The optimizer's memory-bound update (issue 19, item 5) against Adam written out by hand: the
+ * phase "optimizer" of a one-device step with master = f32. Per element of a parameter (language.md,
+ * Steps: bf16 params and gradients, f32 moments, f32 master copy):
+ *   m = b1 m + (1 - b1) g       reads m (4) and g (2), writes m (4): 10 bytes
+ *   v = b2 v + (1 - b2) g^2     the same: 10 bytes
+ *   master -= lr mh / (...)     reads master, m, v (12), writes master (4): 16 bytes, and the step
+ *                               count t once (a rank-0 f32: 4 bytes per tensor)
+ *   param = bf16(master)        reads 4, writes 2: 6 bytes
+ * 42 bytes per element, each line its own kernel at the streaming rate (hbm_efficiency x hbm_bw =
+ * 0.9 x 3.35e12 on the H100) plus one launch (op_overhead, 2 us): 4 kernels per parameter tensor. */
+static void test_optimizer_phase(void) {
+  ut_begin("sim: the optimizer phase is Adam's 42 bytes per element at 0.9 x HBM bandwidth + 2 us per kernel");
+  cli_write("test_sim_cli_opt.shard",
+            "import \"targets\"\n"
+            "import \"layers\"\n"
+            "mesh one = h100[data: 1]\n"
+            "dim batch = 8, seq = 128, embed = 1024, hidden = 4096, layers = 2\n"
+            "layout dp {\n  batch: data\n}\n"
+            "model net {\n"
+            "  param blocks: mlp[layers]\n"
+            "  fn forward(x: bf16[batch, seq, embed]) -> bf16[batch, seq, embed] {\n"
+            "    for b in blocks { x = b.forward(x) }\n"
+            "    return x\n"
+            "  }\n"
+            "}\n"
+            "train net.forward {\n  loss = mse\n  optimizer = adam\n  master = f32\n}\n");
+  int rc;
+  cJSON *j = sim_json("test_sim_cli_opt.shard", "--format json", &rc, NULL);
+  UT_CHECK(rc == 0 && j, "sim runs (rc %d)", rc);
+  const cJSON *ph = j ? cJSON_GetArrayItem(cJSON_GetObjectItem(j, "phases"), 2) : NULL;
+  double elems = 2.0 * 1024 * 4096; /* w_in and w_out each stack 2 layers of 1024 x 4096 */
+  double per_tensor = ((10 + 10 + 16 + 6) * elems + 4) / (0.9 * 3.35e12) + 4 * 2e-6;
+  ut_near("optimizer phase = 2 tensors x ((42 B x elems + 4) / (0.9 x 3.35e12) + 4 x 2 us)", cli_num(ph, "compute_s"),
+          2 * per_tensor, 1e-9);
+  UT_CHECK(cli_num(ph, "comm_s") == 0, "one device: no communication in the optimizer");
+  cJSON_Delete(j);
+  ut_end();
+}
+
+/* collective_sms (cost-model.md, "Collectives take SMs"): the MLP on a target that states 24 of the
+ * H100's 132 SMs held by a running collective. Compute slows by 132 / 108 only while a collective
+ * runs, so the step grows, by at most (132/108 - 1) x the communication the stdlib target hides
+ * (hidden = comm_s - exposed_comm_s); the ideal mode ignores it. */
+static void test_collective_sms(void) {
+  ut_begin("collective_sms: the step grows by at most (132/108 - 1) x the hidden communication; ideal unchanged");
+  const char *at = strstr(MLP, "mesh node = h100[");
+  char src[4096];
+  snprintf(src, sizeof src, "%.*starget h100c {\n  base = h100\n  collective_sms = 24\n}\nmesh node = h100c[%s",
+           (int)(at - MLP), MLP, at + strlen("mesh node = h100["));
+  cli_write("test_sim_cli_sms.shard", src);
+  cli_write("test_sim_cli_mlp.shard", MLP);
+  int rc1, rc2, rc3, rc4;
+  cJSON *a = sim_json("test_sim_cli_mlp.shard", "--format json", &rc1, NULL);
+  cJSON *b = sim_json("test_sim_cli_sms.shard", "--format json", &rc2, NULL);
+  cJSON *ai = sim_json("test_sim_cli_mlp.shard", "--format json --ideal", &rc3, NULL);
+  cJSON *bi = sim_json("test_sim_cli_sms.shard", "--format json --ideal", &rc4, NULL);
+  UT_CHECK(a && b && ai && bi && rc1 == 0 && rc2 == 0, "sim runs (rc %d %d %d %d)", rc1, rc2, rc3, rc4);
+  double s0 = cli_num(a, "step_time_s"), s1 = cli_num(b, "step_time_s");
+  double hidden = cli_num(a, "comm_s") - cli_num(a, "exposed_comm_s");
+  UT_CHECK(hidden > 0, "the MLP hides some communication (%g s)", hidden);
+  UT_CHECK(s1 > s0, "slower with collective_sms: %g against %g", s1, s0);
+  UT_CHECK(s1 <= s0 + hidden * (132.0 / 108 - 1) * (1 + 1e-9), "at most %g + %g x %g: got %g", s0, hidden,
+           132.0 / 108 - 1, s1);
+  ut_near("ideal: the same step", cli_num(bi, "step_time_s"), cli_num(ai, "step_time_s"), 1e-12);
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  cJSON_Delete(ai);
+  cJSON_Delete(bi);
+  ut_end();
+}
+
 int main(void) {
   test_json_keys();
   test_trace_args();
+  test_trace_memory();
   test_phases();
   test_json_errors();
   test_no_fit();
@@ -522,10 +664,14 @@ int main(void) {
   test_tokens();
   test_forbidden_cheaper();
   test_ring_attention();
+  test_optimizer_phase();
+  test_collective_sms();
   remove("test_sim_cli_mlp.shard");
   remove("test_sim_cli_err.shard");
   remove("test_sim_cli_big.shard");
   remove("test_sim_cli_pipe.shard");
+  remove("test_sim_cli_opt.shard");
+  remove("test_sim_cli_sms.shard");
   remove("test_sim_cli_trace.json");
   return ut_summary();
 }

@@ -303,6 +303,7 @@ int main(int argc, char **argv) {
   static const char *zero0 = STEP_SPMD_DIR "/llama_tiny_zero0.shard";
   static const char *zero1 = STEP_SPMD_DIR "/llama_tiny_zero1.shard";
   static const char *zero2 = STEP_SPMD_DIR "/llama_tiny_zero2.shard";
+  static const char *pp_zero2 = STEP_SPMD_DIR "/llama_tiny_pp_zero2.shard";
   static const char *four_layers[] = {"seq=4", "layers=4"};
   static const char *step_mlp = STEP_MLP;
   const Case cases[] = {
@@ -349,6 +350,10 @@ int main(int argc, char **argv) {
     {zero0, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 1}, 0, 0},
     {zero1, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 2}, 0, 0},
     {zero2, none, 1, "pod", "dp_tp", {.max_bwd_gathers = -1, .no_logits_gather = true, .zero = 3}, 0, 0},
+    /* zero = 2 under a pipeline: each stage's gradients reduce-scattered over data after the last
+     * microbatch (issue 19) */
+    {pp_zero2, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 0, 0},
+    {pp_zero2, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_GPIPE, 1},
     /* the same pipeline under each schedule (interleaved(2): 4 layers, 2 chunks of 1 per stage) */
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_GPIPE, 1},
     {llama_mb, none, 1, "pipe", "pp", {.max_bwd_gathers = -1}, 1 + SCHED_1F1B, 1},

@@ -50,7 +50,8 @@ static bool load_meshes(void) {
         "mesh h100_ring_node = h100_ring[tp: 8]\n"
         "mesh a100_node = a100[tp: 8]\n"
         "mesh h200_node = h200[tp: 8]\n"
-        "mesh b200_4 = b200[tp: 4]\n",
+        "mesh b200_4 = b200[tp: 4]\n"
+        "mesh h100_2nodes = h100[nodes: 2, local: 8]\n",
         f);
   fclose(f);
   arena_init(&arena);
@@ -181,6 +182,28 @@ static void test_interconnect_curves(void) {
     /* an AllGather ignores all_reduce_efficiency: the same on both targets */
     ut_near("AllGather alike", cost_collective(nv, COLL_ALL_GATHER, 1, v, false, NULL),
             cost_collective(ring, COLL_ALL_GATHER, 1, v, false, NULL), 1e-12);
+  }
+  ut_end();
+}
+
+/* The network curve's large-message rate against NVIDIA's statement (interconnect.csv
+ * nvidia_ndr_per_nic, nccl-tests#290): 46-48 GB/s per 400 Gb/s NDR NIC with NCCL's ring across two
+ * H100 nodes. An AllGather over `nodes` (one GPU of each node: the network stage alone, p = 1,
+ * M = 2) of V = 8 GiB moves V (M-1)/M through each NIC in t less the one network hop's latency.
+ * The stdlib's network_efficiency (max 0.9, an assumption) gives 0.9 x 50 x V/(V + 4e6) = 44.98
+ * GB/s: 2.2% below 46 and 6.3% below 48 (docs/targets.md states it). The bound: within 7% of the
+ * statement's range, and never above the 50 GB/s line rate. */
+static void test_network_curve(void) {
+  ut_begin("network: an H100's NDR NIC at 8 GiB within 7% of NVIDIA's 46-48 GB/s (nccl-tests#290)");
+  const Mesh *m = mesh("h100_2nodes");
+  ut_true("mesh", m != NULL);
+  if (m) {
+    double v = 8589934592.0, t = cost_collective(m, COLL_ALL_GATHER, 1, v, false, NULL);
+    double rate = v / 2 / (t - 3e-6);
+    ut_near("the curve: 0.9 x 50e9 x V / (V + 4e6)", rate, 0.9 * 50e9 * v / (v + 4e6), 1e-9);
+    char what[96];
+    snprintf(what, sizeof what, "per-NIC rate %.2f GB/s in [0.93 x 46, 48]", rate / 1e9);
+    ut_true(what, rate >= 0.93 * 46e9 && rate <= 48e9);
   }
   ut_end();
 }
@@ -479,6 +502,7 @@ int main(void) {
   test_book_collectives();
   test_book_llama3();
   test_interconnect_curves();
+  test_network_curve();
   test_published_arithmetic();
   if (published) test_programs();
   if (published) test_sim_rows();

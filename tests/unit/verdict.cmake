@@ -40,6 +40,23 @@ add_test(NAME run.verdict.routing.own
 set_tests_properties(run.verdict.routing.own PROPERTIES TIMEOUT 300 ENVIRONMENT "SHARDC_ROUTE_OWN=1"
   PASS_REGULAR_EXPRESSION "FAIL: .*failure        ")
 
+# Routing under a causal ring (the differential tester's 7-10, issue 18): the sequence is stored in
+# zigzag order and the routing log is kept in the tokens' logical order, so the sharded run follows
+# the one-device run's near-tied decisions and PASSes; routing by its own logits it FAILs (before
+# the fix no recorded group matched and it failed so); the router's gradient made wrong (adam's
+# first moment of the gate, 0.004 on element 0) FAILs with the decisions followed.
+set(VZIGZAG ${VERDICT_DIR}/mixtral_zigzag.shard --layout zigzag --steps 2 --seed 219268014)
+add_test(NAME run.verdict.routing.zigzag COMMAND $<TARGET_FILE:shardc> run ${VZIGZAG})
+set_tests_properties(run.verdict.routing.zigzag PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION
+  "PASS: .*routing        [1-9][0-9]* of [0-9]+ top-k decisions")
+add_test(NAME run.verdict.routing.zigzag.own COMMAND $<TARGET_FILE:shardc> run ${VZIGZAG})
+set_tests_properties(run.verdict.routing.zigzag.own PROPERTIES TIMEOUT 300 ENVIRONMENT "SHARDC_ROUTE_OWN=1"
+  PASS_REGULAR_EXPRESSION "FAIL: .*failure        ")
+add_test(NAME run.verdict.routing.zigzag.wrong_gradient COMMAND $<TARGET_FILE:shardc> run ${VZIGZAG})
+set_tests_properties(run.verdict.routing.zigzag.wrong_gradient PROPERTIES TIMEOUT 300
+  ENVIRONMENT "SHARDC_RUN_PERTURB=0.004@adam.m.blocks.moe.gate"
+  PASS_REGULAR_EXPRESSION "FAIL: .*failure        [a-z.]*blocks.moe.gate: element 0: .*routing        [1-9][0-9]* of")
+
 # Weights loaded as NaN, or as +-3.4e38 (which overflow): every output non-finite in both runs used
 # to read "PASS, worst error 0". Each is a FAIL naming the tensor; with --allow-nonfinite the
 # all-NaN forward (the same NaNs at the same places) PASSes and says what it left out.
