@@ -43,6 +43,8 @@ enum { RT_KIND_VOID, RT_KIND_I8, RT_KIND_I16, RT_KIND_I32, RT_KIND_I64, RT_KIND_
   X(pipe, const RtPipe *, RT_KIND_PTR)           \
   X(coll, const RtColl *, RT_KIND_PTR)           \
   X(groups, const RtGroups *, RT_KIND_PTR)       \
+  X(req, RtRequest *, RT_KIND_PTR)               \
+  X(preq, RtRequest **, RT_KIND_PTR)             \
   X(slots, const RtPipeSlot *, RT_KIND_PTR)      \
   X(actions, const RtPipeAction *, RT_KIND_PTR)  \
   X(members, const RtCollMember *, RT_KIND_PTR)  \

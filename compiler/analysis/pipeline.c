@@ -3,6 +3,7 @@
 
 #include "diag.h"
 #include "bucket.h"
+#include "cmm.h"
 #include "devprog.h"
 #include "localize.h"
 #include "partition.h"
@@ -67,6 +68,7 @@ static bool passes(IrModule *m, const Program *p, int before) {
     return false;
   }
   if (!devprog_build(m, p->mesh)) return false;
+  cmm_module(m, p); /* collective matmuls (tp_overlap): marks in the device program */
   return true;
 }
 

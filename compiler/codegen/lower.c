@@ -642,7 +642,8 @@ static LLVMValueRef copy_ordered(Lower *L, const Value *v, const Group *x, const
 }
 
 
-static bool lower_contract(Lower *L, const Op *op) {
+/* The contraction into the buffers L->buf holds for its operands and result (made already). */
+static bool contract_core(Lower *L, const Op *op) {
   const Value *res = op->results[0], *a = op->operands[0], *b = op->operands[1];
   /* a routed dispatch or combine (Op.flag) moves data through a 0/1 pattern: as a dense product it
    * gives the same values (it adds zeros), at the dense cost */
@@ -669,7 +670,6 @@ static bool lower_contract(Lower *L, const Op *op) {
   for (int i = 0; i < b->type.rank; i++)
     if (tensor_type_find(&res->type, b->type.dims[i]) < 0 && tensor_type_find(&a->type, b->type.dims[i]) < 0)
       return fail(L, op, "dim %s of the right operand is summed alone (not lowered yet)", b->type.dims[i]->name);
-  new_buffer(L, res);
   LLVMValueRef free_a = NULL, free_b = NULL, free_c = NULL;
   int ta = 0, tb = 0;
   LLVMValueRef pa = L->buf[a->id], pb = L->buf[b->id], pc = L->buf[res->id];
@@ -720,6 +720,190 @@ static bool lower_contract(Lower *L, const Op *op) {
   return true;
 }
 
+/* A collective matmul (devprog.h's DevCmm) at its first contraction: the AllGather it implements
+ * made nothing (lower_collective), the later readers run here (their other operands exist: cmm.c
+ * checks it). The device's own block of the gathered operand first, then the block of rank r - j
+ * (mod n) that step j's permute (+1 around the groups, posted before the partial contractions and
+ * waited after them) brought into the other of two block buffers; each reader's partial
+ * contraction (the block against its other operand whole) goes into a block of its result's
+ * shape with the gathered dim at the block's extent, then into the result at the block's
+ * rank x extent along that dim (a table over the devices, one per step and reader). */
+typedef struct CmmAdd {
+  NestTensor *t;
+  bool first;
+} CmmAdd;
+
+static void cmm_add_body(Lower *L, LLVMValueRef *offs, LLVMValueRef *idx, void *vctx) { /* t0 (+)= t1 */
+  CmmAdd *c = vctx;
+  LLVMValueRef v = lower_load(L, &c->t[1], offs[1]);
+  if (!c->first) v = LLVMBuildFAdd(L->B, lower_load(L, &c->t[0], offs[0]), v, "");
+  lower_store(L, &c->t[0], offs[0], v);
+}
+
+/* A nest copying (or, add: adding) from t[1] into t[0] over ext. */
+static void cmm_nest(Lower *L, const Value *v, const int64_t *ext, NestTensor *t, int mode) {
+  if (mode == 0) {
+    MapCtx c = {.t = t, .n = 1};
+    lower_nest(L, v->type.rank, ext, t, 2, copy_body, &c);
+  } else {
+    CmmAdd c = {.t = t, .first = mode == 1};
+    lower_nest(L, v->type.rank, ext, t, 2, cmm_add_body, &c);
+  }
+}
+
+static void contiguous(const Value *v, const int64_t *ext, int64_t *st) {
+  int64_t s = 1;
+  for (int d = v->type.rank - 1; d >= 0; d--) st[d] = s, s *= ext[d];
+}
+
+/* The byte offset, per device, of the gathered block at hand at step j along a dim of stride
+ * `stride` (elements): rank r - j (mod n) x E. */
+static LLVMValueRef cmm_block_offset(Lower *L, const DevCmm *cm, int j, int64_t stride, DType dt, bool mutate) {
+  int n = cm->groups->size;
+  int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
+  for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
+    int32_t r = cm->groups->rank_of[dev];
+    int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
+    tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * cm->block * stride * dtype_bytes(dt);
+  }
+  return per_device(L, tab, "cmm_block");
+}
+
+/* A collective matmul (devprog.h's DevCmm) at its first contraction: the AllGather it implements
+ * made nothing (lower_collective), the later readers run here (their other operands hold their
+ * contents: cmm.c checks it). The device's own block of the gathered operand first, then the
+ * block of rank r - j (mod n) that step j's permute (+1 around the groups, posted before the
+ * partial contractions and waited after them) brought into the other of two block buffers. A
+ * reader keeping the gathered dim: its partial contraction (the block against its other operand)
+ * goes into a block of its result's shape, then into the result at the block's rank x extent
+ * along that dim. A reader contracting it: the other operand's block r - j along it is copied out,
+ * the partial product made in f32 and summed in an f32 buffer, rounded to the result once. */
+static bool lower_cmm(Lower *L, const Op *op) {
+  const DevCmm *cm = op->dev->cmm;
+  const Value *x = cm->coll->operands[0];
+  int n = cm->groups->size, dt = lower_rt_dtype(x->type.dtype), nr = cm->nreaders;
+  if (dt < 0 || cm->steps != n - 1 || nr < 1 || cm->readers[0] != op)
+    return fail(L, op, "a collective matmul over dtype %s", dtype_name(x->type.dtype));
+  LLVMValueRef groups = lower_rt_groups(L, cm->groups);
+  int64_t count = elements(L, x), E = cm->block;
+  /* per reader, shadow values: what it reads, its result (and a contracted reader's other
+   * operand) at one block (the same ids: L->buf says where), its op reading them, the buffers */
+  Value xs[CMM_MAX_READERS], ys[CMM_MAX_READERS], ws[CMM_MAX_READERS];
+  const Value *ops2[CMM_MAX_READERS][2];
+  Value *res1[CMM_MAX_READERS][1];
+  Op k[CMM_MAX_READERS];
+  LLVMValueRef ybuf[CMM_MAX_READERS], part[CMM_MAX_READERS], wblk[CMM_MAX_READERS], acc[CMM_MAX_READERS];
+  int64_t pext[CMM_MAX_READERS][MAX_RANK], wext[CMM_MAX_READERS][MAX_RANK];
+  for (int i = 0; i < nr; i++) {
+    const Op *c = cm->readers[i];
+    const Value *Y = c->results[0], *W = c->operands[1 - cm->operand[i]];
+    L->share[Y->id] = -1; /* its own buffer (plan_share gives a reader none) */
+    new_buffer(L, Y);
+    ybuf[i] = L->buf[Y->id];
+    xs[i] = *cm->via[i];
+    xs[i].local[cm->dim_in] = E;
+    ys[i] = *Y;
+    ws[i] = *W;
+    ops2[i][0] = c->operands[0], ops2[i][1] = c->operands[1];
+    ops2[i][cm->operand[i]] = &xs[i];
+    wblk[i] = acc[i] = NULL;
+    if (cm->dim_out[i] >= 0) {
+      ys[i].local[cm->dim_out[i]] = E;
+    } else {
+      ys[i].type.dtype = DT_F32;
+      ws[i].local[cm->dim_w[i]] = E;
+      ops2[i][1 - cm->operand[i]] = &ws[i];
+      for (int d = 0; d < W->type.rank; d++) wext[i][d] = extent(L, &ws[i], d);
+      wblk[i] = alloc_buffer(L, W, elements(L, &ws[i]) * dtype_bytes(W->type.dtype));
+      acc[i] = alloc_buffer(L, Y, elements(L, Y) * 4);
+    }
+    res1[i][0] = &ys[i];
+    k[i] = *c;
+    k[i].operands = (Value **)ops2[i];
+    k[i].results = res1[i];
+    for (int d = 0; d < Y->type.rank; d++) pext[i][d] = extent(L, &ys[i], d);
+    part[i] = alloc_buffer(L, Y, elements(L, &ys[i]) * dtype_bytes(ys[i].type.dtype));
+  }
+  LLVMValueRef blk[2] = {alloc_buffer(L, x, count * dtype_bytes(x->type.dtype)), alloc_buffer(L, x, count * dtype_bytes(x->type.dtype))};
+  LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
+  LLVMValueRef cur = L->buf[x->id];
+  const char *mut = getenv("SHARDC_CMM_MUTATE");
+  bool ok = true, mutate = mut && strcmp(mut, "order") == 0;
+  for (int j = 0; j < n && ok; j++) {
+    LLVMValueRef next = blk[j % 2];
+    if (j < n - 1) {
+      LLVMValueRef av[8] = {L->dev, groups, ci32(L, dt), cur, next, ci64(L, count), ci32(L, 1), slot};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
+    }
+    for (int i = 0; i < nr && ok; i++) {
+      const Op *c = cm->readers[i];
+      const Value *Y = c->results[0], *W = c->operands[1 - cm->operand[i]];
+      int64_t st[MAX_RANK], pst[MAX_RANK];
+      NestTensor t[2];
+      LLVMValueRef wfull = L->buf[W->id];
+      if (wblk[i]) { /* the other operand's block r - j along the contracted dim */
+        strides_of(L, W, st);
+        contiguous(W, wext[i], pst);
+        t[0] = (NestTensor){.base = wblk[i], .dt = W->type.dtype};
+        t[1] = (NestTensor){.base = gep(L, L->i8, wfull, cmm_block_offset(L, cm, j, st[cm->dim_w[i]], W->type.dtype, mutate)),
+                            .dt = W->type.dtype};
+        for (int d = 0; d < W->type.rank; d++) t[0].stride[d] = pst[d], t[1].stride[d] = st[d];
+        cmm_nest(L, W, wext[i], t, 0);
+        L->buf[W->id] = wblk[i];
+      }
+      L->buf[cm->via[i]->id] = cur;
+      L->buf[Y->id] = part[i];
+      ok = contract_core(L, &k[i]);
+      L->buf[Y->id] = ybuf[i];
+      L->buf[cm->via[i]->id] = NULL;
+      L->buf[W->id] = wfull;
+      strides_of(L, Y, st);
+      contiguous(Y, pext[i], pst);
+      if (acc[i]) { /* summed in f32 */
+        t[0] = (NestTensor){.base = acc[i], .dt = DT_F32};
+        t[1] = (NestTensor){.base = part[i], .dt = DT_F32};
+        for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = t[1].stride[d] = pst[d];
+        cmm_nest(L, Y, pext[i], t, j == 0 ? 1 : 2);
+        continue;
+      }
+      /* the block at hand is rank r - j's: into the result at (r - j mod n) x E along the dim */
+      t[0] = (NestTensor){.base = gep(L, L->i8, ybuf[i], cmm_block_offset(L, cm, j, st[cm->dim_out[i]], Y->type.dtype, mutate)),
+                          .dt = Y->type.dtype};
+      t[1] = (NestTensor){.base = part[i], .dt = Y->type.dtype};
+      for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = st[d], t[1].stride[d] = pst[d];
+      cmm_nest(L, Y, pext[i], t, 0);
+    }
+    if (j < n - 1) {
+      LLVMValueRef wv[2] = {L->dev, LLVMBuildLoad2(L->B, L->ptr, slot, "cmm_req")};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_wait, wv, 2));
+      cur = next;
+    }
+  }
+  for (int i = 0; i < nr && ok; i++)
+    if (acc[i]) { /* the f32 sum, rounded once */
+      const Value *Y = cm->readers[i]->results[0];
+      int64_t st[MAX_RANK];
+      strides_of(L, Y, st);
+      NestTensor t[2] = {{.base = ybuf[i], .dt = Y->type.dtype}, {.base = acc[i], .dt = DT_F32}};
+      for (int d = 0; d < Y->type.rank; d++) t[0].stride[d] = t[1].stride[d] = st[d];
+      cmm_nest(L, Y, pext[i], t, 1);
+    }
+  free_ptr(L, blk[0]);
+  free_ptr(L, blk[1]);
+  for (int i = 0; i < nr; i++) {
+    free_ptr(L, part[i]);
+    if (wblk[i]) free_ptr(L, wblk[i]), free_ptr(L, acc[i]);
+  }
+  return ok;
+}
+
+static bool lower_contract(Lower *L, const Op *op) {
+  if (L->mesh && op->dev && op->dev->cmm) /* a collective matmul's reader: in the ring at the first */
+    return op->dev->cmm->contract == op ? lower_cmm(L, op) : true;
+  new_buffer(L, op->results[0]);
+  return contract_core(L, op);
+}
+
 /* route_grad (p, a, b): contract(a, b) where the pattern p is nonzero, else 0: the dense product,
  * then masked. */
 typedef struct MaskCtx {
@@ -766,6 +950,12 @@ static bool lower_collective(Lower *L, const Op *op) {
   }
   const DevColl *c = op->dev ? op->dev->coll : NULL;
   if (!c) return fail(L, op, "%s outside the device program", ir_op_name(op->kind));
+  if (op->dev->cmm && op->dev->cmm->coll == op) { /* runs in its contraction's ring (lower_cmm): nothing made */
+    L->buf[res->id] = NULL;
+    L->root[res->id] = res->id;
+    L->owned[res->id] = false;
+    return true;
+  }
   if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   if (c->lead) return true; /* runs in its bucket's last member */
@@ -971,6 +1161,7 @@ static bool same_layout(const Lower *L, const Value *a, const Value *b) {
 static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_t *vroot, const int *last) {
   const Value *v = op->results[k];
   if (!L->plan || L->fused[v->id] || op->kind == OP_INPUT || op->kind == OP_PARAM) return -1;
+  if (L->mesh && op->dev && op->dev->cmm) return -1; /* a collective matmul's reader, made early (lower_cmm) */
   int P = L->plan[v->id];
   if (P < 0 || P == v->id || !L->val[P] || L->fused[P]) return -1;
   int T = vroot[P];
@@ -1059,6 +1250,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
     const Op *lead = L->mesh && op->dev && op->dev->coll ? op->dev->coll->lead : NULL;
     for (int q = p + 1; lead && q < nops; q++)
       if (order[q] == lead) evalpos[p] = evalpos[q];
+    /* a collective matmul's AllGather reads its operand in the contraction's ring (lower_cmm) */
+    const DevCmm *cm = L->mesh && op->dev ? op->dev->cmm : NULL;
+    for (int q = p + 1; cm && cm->coll == op && q < nops; q++)
+      if (order[q] == cm->contract) evalpos[p] = evalpos[q];
   }
   /* each value's last read (a fused op's operands are read in its consumer's nest); outputs stay */
   int *lastread = malloc(sizeof(int) * (size_t)nv);
@@ -1106,8 +1301,10 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       break;
     }
     if (placed) L->line = 0; /* told under a branch some devices skip */
-    const Value *leaf[16];
+    const Value *leaf[17];
     int nleaf = op_leaves(L, op, leaf, 0);
+    if (L->mesh && op->dev && op->dev->cmm && op->dev->cmm->contract == op) /* its AllGather's operand, read here */
+      leaf[nleaf++] = op->dev->cmm->coll->operands[0];
     for (int i = 0; i < nleaf; i++) {
       int r = L->root[leaf[i]->id];
       if (last[r] == pos && L->owned[r]) {

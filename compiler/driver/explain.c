@@ -62,6 +62,7 @@ typedef struct CollRow {
                            0 for a collective of its own */
   const char *members;  /* a bucket's members: what each moves */
   const char *region;   /* the pipeline region it runs in, or the pipeline's transfers; NULL outside */
+  const char *overlapped; /* a collective matmul (the device program's DevCmm): why; NULL otherwise */
 } CollRow;
 
 typedef struct Explain {
@@ -203,6 +204,7 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   r->loc = op->loc;
   r->reason = op->reason;
   r->x = x, r->y = y;
+  if (op->dev && op->dev->cmm && op->dev->cmm->coll == op) r->overlapped = op->dev->cmm->reason;
   cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0, bytes, true, &r->cost);
 }
 
@@ -707,6 +709,7 @@ static void print_colls(FILE *out, const Explain *E) {
     fprintf(out, "     %s per device, %s on %s (%s)\n", fmt_bytes(E->a, r->cost.bytes_per_device),
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
     report_wrapped(out, width, "     why: ", "          ", r->reason ? r->reason : "?");
+    if (r->overlapped) report_wrapped(out, width, "     overlapped: ", "          ", r->overlapped);
   }
 }
 
@@ -923,6 +926,10 @@ static cJSON *json_report(const Explain *E) {
     if (r->op && r->op->reduce_max) cJSON_AddStringToObject(c, "reduction", "max");
     if (r->stages) cJSON_AddStringToObject(c, "stages", r->stages);
     cJSON_AddBoolToObject(c, "in_layer", r->in_layer);
+    if (r->overlapped) { /* a collective matmul: still the collective it implements */
+      cJSON_AddBoolToObject(c, "overlapped", true);
+      cJSON_AddStringToObject(c, "overlap", r->overlapped);
+    }
     cJSON_AddItemToArray(cs, c);
   }
   cJSON *os = cJSON_AddArrayToObject(o, "ops");

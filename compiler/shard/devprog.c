@@ -503,6 +503,9 @@ void devprog_print_op(FILE *out, const DevOp *o) {
   if (o->ring)
     fprintf(out, " ring #%d %s, %d steps of %.0f bytes%s", o->ring->groups->id, o->ring->groups->text, o->ring->steps,
             o->ring->step_bytes, o->ring->qorder.kind == RT_ORDER_ZIGZAG ? ", zigzag" : "");
+  if (o->cmm)
+    fprintf(out, " collective matmul #%d %s, %d steps of %.0f bytes (%s)", o->cmm->groups->id, o->cmm->groups->text,
+            o->cmm->steps, o->cmm->step_bytes, o->cmm->coll == o->op ? "runs in its contraction" : "runs the ring");
 }
 
 static void print_hook(FILE *out, const Op *op) { devprog_print_op(out, op->dev); }

@@ -91,6 +91,42 @@ typedef struct DevRing {
   RtOrder qorder, korder;    /* the query's and the key's storage orders */
 } DevRing;
 
+/* A collective matmul (language.md, Steps: tp_overlap; docs/passes.md, "Collective matmuls"):
+ * a tensor-parallel AllGather whose readers are all contractions that keep the gathered dim (and
+ * whose other operands lack it, or that contract it against an operand holding it whole), run
+ * as a ring at the first of them: the device's own block and
+ * then, step by step, the block of rank r - j (mod n) that n - 1 CollectivePermutes (+1 around the
+ * collective's groups) bring, each permute posted before the partial contractions of the block at
+ * hand and waited after them; each partial contraction writes its result's block along the
+ * gathered dim, or (the dim contracted) adds its product with the other operand's block. The later readers run in the first's ring (their other operands exist there,
+ * which is checked). The collective stays listed as the AllGather it implements (explain's
+ * "overlapped": true); the gathered value is never made whole. shard/cmm.c chooses it where the
+ * cost model says it pays. */
+#define CMM_MAX_READERS 8
+typedef struct DevCmm {
+  const Op *coll;            /* the AllGather it implements */
+  const Op *contract;        /* the first reader: the ring runs there */
+  const Op *readers[CMM_MAX_READERS]; /* every contraction reading the gathered value, in program order */
+  const Value *via[CMM_MAX_READERS];  /* what each reads: the gathered value, or a rename of it */
+  int operand[CMM_MAX_READERS];       /* which operand of each reads it */
+  int dim_out[CMM_MAX_READERS];       /* the gathered dim's position in each one's result; -1: contracted */
+  int dim_w[CMM_MAX_READERS];         /* contracted: its position in the other operand (held whole),
+                                         whose block r - j each step reads; the partial products are
+                                         summed in f32 */
+  int nreaders;
+  const DevGroups *groups;   /* the ring: the collective's groups (rank r's block is block r) */
+  int steps;                 /* n - 1 permutes of shift +1 */
+  int dim_in;                /* the gathered dim's position in the AllGather's operand and result */
+  int64_t block;             /* the block's extent along it (the operand's local extent) */
+  double step_bytes;         /* one permute's bytes per device (the operand's block) */
+  double contract_s;         /* the cost model's (calibrated) time of the contractions whole */
+  double coll_s;             /* ... of the AllGather whole */
+  double step_s;             /* ... of one permute */
+  double chunk_s;            /* ... of one step's partial contractions */
+  double pair_s;             /* the whole as a collective matmul: chunk + (n - 1) max(chunk, step) */
+  const char *reason;        /* why (explain prints it) */
+} DevCmm;
+
 typedef struct DevOp {
   const Op *op;
   uint8_t runs;              /* PLACE_*: the stages that run it (an op of main under a pipeline) */
@@ -98,6 +134,7 @@ typedef struct DevOp {
   int noffs;
   DevColl *coll;
   DevRing *ring;
+  DevCmm *cmm;               /* a collective matmul: on its AllGather and on its contraction */
 } DevOp;
 
 typedef struct DevPipe {

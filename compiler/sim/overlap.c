@@ -5,11 +5,13 @@
  * (ir_batch_axes) is data-parallel (a gradient reduction, an FSDP / ZeRO gather or reduce-scatter);
  * one over other axes only, none of them a pipeline's stage axes, is tensor-parallel.
  *
- * tp_overlap = on: a tensor-parallel AllGather whose result feeds contractions, or a
- * ReduceScatter whose operand a contraction makes, runs as a collective matmul (the book's
- * "collective matmuls"; Megatron-Core's --tp-comm-overlap; XLA's windowed einsum): the contraction
- * cut into n chunks (n the group's size), n - 1 permutes of a chunk each overlapped with the
- * chunk before. With C the contractions' time and A the collective's, the pair takes
+ * tp_overlap = on: an AllGather the device program runs as a collective matmul (devprog.h's
+ * DevCmm, chosen by shard/cmm.c; the book's "collective matmuls"; Megatron-Core's
+ * --tp-comm-overlap; XLA's windowed einsum) is priced as the program runs it: the contraction cut
+ * into n chunks (n the group's size), n - 1 permutes of a block each overlapped with the chunk
+ * before. An AllGather the program runs whole (not chosen: several readers, the gathered dim
+ * contracted, or it does not pay) is priced whole. A ReduceScatter whose operand a contraction
+ * makes is still ASSUMED to run so (the program does not transform that side yet). With C the contractions' time and A the collective's, the pair takes
  *     C / n + (n - 1) max(C / n, A / (n - 1))
  * (the formula ring attention uses, kernels.c's ring_seconds): the first chunk waits for nothing,
  * then each step is the longer of a chunk's compute and one permute. What exceeds C is the
@@ -29,6 +31,7 @@
 #include <string.h>
 
 #include "bufplan.h"
+#include "devprog.h"
 #include "sim.h"
 
 static const Value *view_source(const Value *v) {
@@ -67,7 +70,11 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
     if (k->kind != SIMK_MATMUL) continue;
     for (int j = 0; j < k->nins; j++) {
       SimKernel *p = producer(c, k->ins[j]);
-      if (p && p->coll_kind == COLL_ALL_GATHER && is_tp(p, batch, stage)) feeds[p - c->kernels] += k->time_s;
+      /* the contraction the program's collective matmul runs (its DevCmm) */
+      const DevCmm *cm = p && p->anchor && p->anchor->dev ? p->anchor->dev->cmm : NULL;
+      if (p && p->coll_kind == COLL_ALL_GATHER && is_tp(p, batch, stage) && cm && cm->coll == p->anchor && k->anchor &&
+          k->anchor->dev && k->anchor->dev->cmm == cm)
+        feeds[p - c->kernels] += k->time_s;
     }
   }
   for (int i = 0; i < n; i++) {

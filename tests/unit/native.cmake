@@ -245,3 +245,32 @@ add_test(NAME peak.llama3_8b.no_plan COMMAND ${PEAK_CHECK} ${CMAKE_SOURCE_DIR}/s
                                              --mesh "h100[data: 2, model: 2]" --steps 2)
 set_tests_properties(peak.llama3_8b.no_plan PROPERTIES ENVIRONMENT "SHARDC_NO_BUFPLAN=1"
                      PASS_REGULAR_EXPRESSION "FAIL: measured peak [0-9]+ B per device, check total [0-9]+ B, ratio 1\\.[1-9]")
+
+# Collective matmuls (shard/cmm.c, devprog.h's DevCmm; docs/passes.md "Collective matmuls"): the
+# final norm's AllGather over `model` (4 devices) before the unembedding runs as 3 permutes around
+# partial contractions. At these sizes the cost model does not choose it (3 permutes' latency
+# against a tiny matmul), so SHARDC_CMM=always forces it. The permuted block is x's
+# [batch 8 / 2 microbatches / 2 (data), seq 8/4, embed 32] in bf16: 2 x 2 x 32 x 2 = 256 bytes.
+set(CMM_CASE ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard ${LM_SMALL} -D kv_heads=4 --layout fsdp_tp_sp
+    --mesh "h100[data: 2, model: 4]")
+add_test(NAME run.cmm.ir COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir)
+set_tests_properties(run.cmm.ir PROPERTIES ENVIRONMENT "SHARDC_CMM=always" PASS_REGULAR_EXPRESSION
+                     "contract [^\n]* collective matmul #[0-9]+ \\(model\\), 3 steps of 256 bytes \\(runs the ring\\)")
+add_test(NAME run.cmm.off COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir --set tp_overlap=off)
+set_tests_properties(run.cmm.off PROPERTIES ENVIRONMENT "SHARDC_CMM=always" FAIL_REGULAR_EXPRESSION "collective matmul")
+add_test(NAME run.cmm.forward COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --entry llama.forward)
+set_tests_properties(run.cmm.forward PROPERTIES ENVIRONMENT "SHARDC_CMM=always" PASS_REGULAR_EXPRESSION "^PASS: ")
+add_test(NAME run.cmm.train COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --steps 2)
+set_tests_properties(run.cmm.train PROPERTIES ENVIRONMENT "SHARDC_CMM=always" PASS_REGULAR_EXPRESSION "^PASS: ")
+# each block written where rank r + j's goes instead of r - j's: run must FAIL
+add_test(NAME run.cmm.mutation COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --entry llama.forward)
+set_tests_properties(run.cmm.mutation PROPERTIES ENVIRONMENT "SHARDC_CMM=always;SHARDC_CMM_MUTATE=order"
+                     PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+# at the sample's own sizes the cost model chooses it: explain lists the AllGather, overlapped
+add_test(NAME explain.cmm.json COMMAND $<TARGET_FILE:shardc> explain ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
+         --layout fsdp_tp_sp --format json)
+set_tests_properties(explain.cmm.json PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\"overlapped\":[ \t]*true,[ \t\n]*\"overlap\":[ \t]*\"collective matmul \\(tp_overlap\\): 3 permutes of [0-9.]+ MB over \\(model\\)")
+add_test(NAME explain.cmm.off COMMAND $<TARGET_FILE:shardc> explain ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
+         --layout fsdp_tp_sp --format json --set tp_overlap=off)
+set_tests_properties(explain.cmm.off PROPERTIES FAIL_REGULAR_EXPRESSION "overlapped")

@@ -144,3 +144,8 @@ if(SHARDC_SANITIZE OR SHARDC_FUZZ)
   list(FILTER shardc_mpi_tests INCLUDE REGEX "mpi")
   set_property(TEST ${shardc_mpi_tests} APPEND PROPERTY ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
 endif()
+# A collective matmul's ring under MPI, where a posted permute (MPI_Isend/Irecv) completes while the
+# partial contractions run (native.cmake's CMM_CASE, forced).
+add_test(NAME run.mpi.cmm COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --steps 2 --backend mpi)
+set_tests_properties(run.mpi.cmm PROPERTIES TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "SHARDC_CMM=always"
+                     PASS_REGULAR_EXPRESSION "^PASS: [^\n]* in 8 MPI ranks")
