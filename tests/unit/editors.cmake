@@ -12,9 +12,9 @@ set(EDITORS_TESTS ${CMAKE_SOURCE_DIR}/tests/editors)
 add_test(NAME editors.grammars COMMAND ${CMAKE_COMMAND} -DSRC=${CMAKE_SOURCE_DIR} -P ${EDITORS_TESTS}/check_grammars.cmake)
 set(MUTATED ${CMAKE_CURRENT_BINARY_DIR}/editors_mutated)
 add_test(NAME editors.grammars.mutation
-         COMMAND sh -c "mkdir -p ${MUTATED} && sed 's/ serve$//' ${CMAKE_SOURCE_DIR}/editors/vim/syntax/shard.vim > ${MUTATED}/shard.vim && sed 's/|size)/|size|dropout)/' ${CMAKE_SOURCE_DIR}/editors/vscode/syntaxes/shard.tmLanguage.json > ${MUTATED}/shard.tmLanguage.json && ${CMAKE_COMMAND} -DSRC=${CMAKE_SOURCE_DIR} -DVIM=${MUTATED}/shard.vim -DTEXTMATE=${MUTATED}/shard.tmLanguage.json -P ${EDITORS_TESTS}/check_grammars.cmake")
+         COMMAND sh -c "mkdir -p ${MUTATED} && sed 's/ serve$//' ${CMAKE_SOURCE_DIR}/editors/vim/syntax/shard.vim > ${MUTATED}/shard.vim && sed 's/|dropout)/|dropout|frobnicate)/' ${CMAKE_SOURCE_DIR}/editors/vscode/syntaxes/shard.tmLanguage.json > ${MUTATED}/shard.tmLanguage.json && ${CMAKE_COMMAND} -DSRC=${CMAKE_SOURCE_DIR} -DVIM=${MUTATED}/shard.vim -DTEXTMATE=${MUTATED}/shard.tmLanguage.json -P ${EDITORS_TESTS}/check_grammars.cmake")
 set_tests_properties(editors.grammars.mutation PROPERTIES PASS_REGULAR_EXPRESSION
-  "have:[ \n]+dropout.*shard.vim:[ \n]+keywords[ \n]+missing:[ \n]+serve")
+  "have:[ \n]+frobnicate.*shard.vim:[ \n]+keywords[ \n]+missing:[ \n]+serve")
 # (CMake wraps the message at its own width, between any two words: the pattern allows it)
 
 find_program(VIM_PROGRAM vim)
