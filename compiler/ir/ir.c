@@ -204,6 +204,24 @@ int tensor_type_find(const TensorType *t, const Dim *d) {
   return -1;
 }
 
+static double local_extent(const Value *v, int i) { return (double)(v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size); }
+
+MatmulShape ir_matmul_shape(const Op *op) {
+  const Value *a = op->operands[0], *b = op->operands[1];
+  MatmulShape s = {1, 1, 1, 1};
+  for (int i = 0; i < a->type.rank; i++) {
+    const Dim *d = a->type.dims[i];
+    bool in_b = tensor_type_find(&b->type, d) >= 0, contracted = false;
+    for (int k = 0; k < op->ndims; k++) contracted |= op->dims[k] == d;
+    if (!in_b) s.m *= local_extent(a, i);
+    else if (contracted) s.k *= local_extent(a, i);
+    else s.batch *= local_extent(a, i);
+  }
+  for (int i = 0; i < b->type.rank; i++)
+    if (tensor_type_find(&a->type, b->type.dims[i]) < 0) s.n *= local_extent(b, i);
+  return s;
+}
+
 /* Products saturate at INT64_MAX: a size that large is reported by whoever asks (memory fit
  * says "does not fit"), never wrapped into a small or negative number. */
 static int64_t mul_sat(int64_t a, int64_t b) {

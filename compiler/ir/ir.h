@@ -478,6 +478,12 @@ int64_t tensor_type_elements(const TensorType *t);
 int64_t tensor_type_bytes(const TensorType *t);
 bool tensor_type_same_dims(const TensorType *a, const TensorType *b); /* same set, any order */
 bool tensor_type_equal(const TensorType *a, const TensorType *b);     /* same dtype, dims, order */
+
+/* A contraction (OP_CONTRACT) as the hardware sees it (cost.h's MatmulShape), over its operands'
+ * local blocks once localised (Value.local; the global sizes before): m the first operand's dims
+ * the second lacks, n the second's the first lacks, k the contracted dims, batch the shared rest.
+ * The one rule the simulator's price and the collective-matmul pass's choice both read. */
+struct MatmulShape ir_matmul_shape(const Op *op);
 TensorType tensor_type_from_spec(const TypeSpec *s);
 /* "bf16[batch, seq, embed]" into buf; returns buf. */
 char *tensor_type_format(char *buf, size_t n, const TensorType *t);

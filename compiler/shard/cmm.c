@@ -44,24 +44,6 @@ static bool ready_before(const Value *v, const Op *at) {
 
 static DType wider(DType a, DType b) { return dtype_bytes(a) >= dtype_bytes(b) ? a : b; }
 
-/* The contraction's local shape as the hardware sees it (sim/kernels.c's price_matmul's rule). */
-static MatmulShape shape_of(const Op *op) {
-  const Value *a = op->operands[0], *b = op->operands[1];
-  MatmulShape s = {1, 1, 1, 1};
-  for (int i = 0; i < a->type.rank; i++) {
-    const Dim *d = a->type.dims[i];
-    double e = (double)a->local[i];
-    bool in_b = tensor_type_find(&b->type, d) >= 0, contracted = false;
-    for (int k = 0; k < op->ndims; k++) contracted |= op->dims[k] == d;
-    if (!in_b) s.m *= e;
-    else if (contracted) s.k *= e;
-    else s.batch *= e;
-  }
-  for (int i = 0; i < b->type.rank; i++)
-    if (tensor_type_find(&a->type, b->type.dims[i]) < 0) s.n *= (double)b->local[i];
-  return s;
-}
-
 static bool natural(const DevValue *v, int d) { return v->order[d].kind == RT_ORDER_NATURAL; }
 
 static void try_gather(Cmm *c, Op *g) {
@@ -116,7 +98,7 @@ static void try_gather(Cmm *c, Op *g) {
     cm.nreaders++;
     if (via == X) accounted++;
     DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
-    MatmulShape s = shape_of(k), part = s;
+    MatmulShape s = ir_matmul_shape(k), part = s;
     if (dy < 0) part.k /= n;
     else if (operand == 0) part.m /= n;
     else part.n /= n;

@@ -75,18 +75,7 @@ static DType wider(DType a, DType b) { return dtype_bytes(a) >= dtype_bytes(b) ?
 
 static double price_matmul(const Target *t, const Op *op, bool ideal, OpTime *out) {
   const Value *a = op->operands[0], *b = op->operands[1];
-  MatmulShape s = {1, 1, 1, 1};
-  for (int i = 0; i < a->type.rank; i++) {
-    const Dim *d = a->type.dims[i];
-    double e = local_extent(a, d);
-    bool in_b = tensor_type_find(&b->type, d) >= 0, contracted = false;
-    for (int k = 0; k < op->ndims; k++) contracted |= op->dims[k] == d;
-    if (!in_b) s.m *= e;
-    else if (contracted) s.k *= e;
-    else s.batch *= e;
-  }
-  for (int i = 0; i < b->type.rank; i++)
-    if (tensor_type_find(&a->type, b->type.dims[i]) < 0) s.n *= local_extent(b, b->type.dims[i]);
+  MatmulShape s = ir_matmul_shape(op);
   OpCost c;
   opcost(op, true, &c);
   return cost_matmul(t, wider(a->type.dtype, b->type.dtype), s, c.bytes, ideal, out);
