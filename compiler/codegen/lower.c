@@ -81,6 +81,7 @@ static LLVMTypeRef storage_type(Lower *L, DType dt) {
   switch (dt) {
   case DT_BF16: return L->i16;
   case DT_F16: return L->f16;
+  case DT_F8E4M3: case DT_F8E5M2: return L->i8;
   case DT_I32: return L->i32;
   default: return L->f32;
   }
@@ -95,6 +96,7 @@ LLVMValueRef lower_load(Lower *L, const NestTensor *t, LLVMValueRef off) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   case DT_F16: return LLVMBuildFPExt(L->B, v, L->f32, "");
+  case DT_F8E4M3: case DT_F8E5M2: return lower_f8_decode(L, v, t->dt);
   default: return v;
   }
 }
@@ -113,6 +115,7 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
   LLVMTypeRef st = storage_type(L, t->dt);
   if (t->dt == DT_BF16) v = to_bf16(L, v);
   else if (t->dt == DT_F16) v = LLVMBuildFPTrunc(L->B, v, L->f16, "");
+  else if (dtype_is_f8(t->dt)) v = lower_f8_encode(L, v, t->dt);
   LLVMBuildStore(L->B, v, gep(L, st, t->base, off));
 }
 
@@ -311,6 +314,7 @@ static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   if (dt == DT_F16) return LLVMBuildFPExt(L->B, LLVMBuildFPTrunc(L->B, x, L->f16, ""), L->f32, "");
+  if (dtype_is_f8(dt)) return lower_f8_decode(L, lower_f8_encode(L, x, dt), dt);
   return x;
 }
 
@@ -650,7 +654,8 @@ static bool contract_core(Lower *L, const Op *op) {
   for (int i = 0; i < 3; i++) {
     const Value *v = i == 0 ? res : op->operands[i - 1];
     DType dt = v->type.dtype;
-    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
+    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && !dtype_is_f8(dt))
+      return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
   }
   Group B = {.size = 1}, M = {.size = 1}, N = {.size = 1}, K = {.size = 1};
   for (int i = 0; i < res->type.rank; i++) {

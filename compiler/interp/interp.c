@@ -153,7 +153,8 @@ double interp_round_value(InterpPrecision p, DType dt, double x) {
   switch (dt) {
   case DT_BF16: return round_format(x, 7, -126, 3.3895313892515355e38, false);
   case DT_F16: return round_format(x, 10, -14, 65504.0, false);
-  case DT_F8: return round_format(x, 3, -6, 448.0, true);
+  case DT_F8E4M3: return round_format(x, 3, -6, 448.0, true);  /* saturating, as the casts of TE */
+  case DT_F8E5M2: return round_format(x, 2, -14, 57344.0, false); /* IEEE-like: overflows to infinity */
   default: return (double)(float)x;
   }
 }

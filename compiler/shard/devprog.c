@@ -208,6 +208,8 @@ int devprog_rt_dtype(DType dt) {
   case DT_BF16: return RT_BF16;
   case DT_F16: return RT_F16;
   case DT_I32: return RT_I32;
+  case DT_F8E4M3: return RT_F8E4M3;
+  case DT_F8E5M2: return RT_F8E5M2;
   default: return -1;
   }
 }

@@ -449,8 +449,8 @@ static void test_rounding(void) {
     {DT_F16, INTERP_DTYPE, 70000, INFINITY},
     {DT_F16, INTERP_DTYPE, 0x1p-25 * 3, 0x1p-24 * 2}, /* 1.5 quanta -> 2 (even) */
     /* f8 = E4M3: 4 significant bits, max 448, saturating */
-    {DT_F8, INTERP_DTYPE, 1.0625, 1},       /* 1 + 2^-4: halfway to 1 + 2^-3, ties to even */
-    {DT_F8, INTERP_DTYPE, 500, 448},
+    {DT_F8E4M3, INTERP_DTYPE, 1.0625, 1},       /* 1 + 2^-4: halfway to 1 + 2^-3, ties to even */
+    {DT_F8E4M3, INTERP_DTYPE, 500, 448},
     /* the default: f32 for every float dtype */
     {DT_BF16, INTERP_F32, 1 + 0x1p-8, 1 + 0x1p-8},
     {DT_F32, INTERP_F32, 1 + 0x1p-30, 1},
