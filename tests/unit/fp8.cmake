@@ -17,3 +17,6 @@ add_test(NAME run.fp8_mlp.mutation
                  --layout tp --mesh "h100[data: 2, model: 2]")
 set_tests_properties(run.fp8_mlp.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PERTURB=1"
                      PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+# sim's FP8 rate (and the one-line warning on targets without FP8 units) and check's bytes, by formula
+add_test(NAME unit.fp8.sim COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/fp8/fp8_sim.py $<TARGET_FILE:shardc>
+                                   ${CMAKE_CURRENT_LIST_DIR}/fp8)
