@@ -20,3 +20,7 @@ set_tests_properties(run.fp8_mlp.mutation PROPERTIES ENVIRONMENT "SHARDC_RUN_PER
 # sim's FP8 rate (and the one-line warning on targets without FP8 units) and check's bytes, by formula
 add_test(NAME unit.fp8.sim COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/fp8/fp8_sim.py $<TARGET_FILE:shardc>
                                    ${CMAKE_CURRENT_LIST_DIR}/fp8)
+# the generated code's FP8 conversions (lower_f8.c), fused and through a stored buffer, element by
+# element against the formats' definitions
+add_test(NAME unit.fp8.cast COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/fp8/fp8_cast.py $<TARGET_FILE:shardc>
+                                    ${CMAKE_CURRENT_LIST_DIR}/fp8)
