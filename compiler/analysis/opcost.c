@@ -194,7 +194,7 @@ static double compute_in(const IrFunc *f, const Target *t, double mult) {
     if (op->nresults < 1) continue;
     OpCost c;
     opcost(op, true, &c);
-    if (c.flops > 0 || c.bytes > 0) s += mult * cost_op_time(t, op->results[0]->type.dtype, c.flops, c.bytes, true);
+    if (c.flops > 0 || c.bytes > 0) s += mult * cost_op_time(t, ir_op_rate_dtype(op), c.flops, c.bytes, true);
   }
   return s;
 }

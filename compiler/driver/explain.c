@@ -409,7 +409,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
     OpRow row = {.op = op, .depth = depth, .count = mult * fr, .stages = where_runs};
     if (op->kind != OP_LOOP && op->kind != OP_INPUT && op->kind != OP_PARAM) {
       row.flops = op_flops(op);
-      row.time_s = cost_op_time(t, op->results[0]->type.dtype, row.flops, op_bytes(op), true);
+      row.time_s = cost_op_time(t, ir_op_rate_dtype(op), row.flops, op_bytes(op), true);
       E->compute_s += row.time_s * row.count;
       if (in_layer) E->layer_compute_s += row.time_s;
     }
