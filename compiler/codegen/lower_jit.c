@@ -185,6 +185,16 @@ void lower_print(Lowered *lw, FILE *out) {
 
 static void hash_str(Sha256 *s, const char *str) { sha256_update(s, str ? str : "", strlen(str ? str : "") + 1); }
 
+/* What both keys hold of the machine: LLVM's version, the host's triple, CPU name and features. */
+static void hash_host(Sha256 *s) {
+  unsigned v[3];
+  LLVMGetVersion(&v[0], &v[1], &v[2]);
+  sha256_update(s, v, sizeof v);
+  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  hash_str(s, triple), hash_str(s, cpu), hash_str(s, features);
+  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+}
+
 /* The cache key: everything the objects depend on besides shardc's own build (its version is in
  * it): the module as lowered, the parts it is split into, the host, LLVM, the pipeline and level. */
 static void cache_key(Lowered *lw, const char *const *names, int nparts, int tier, char key[65]) {
@@ -192,12 +202,7 @@ static void cache_key(Lowered *lw, const char *const *names, int nparts, int tie
   sha256_init(&s);
   hash_str(&s, "shardc object cache 2");
   hash_str(&s, SHARDC_VERSION);
-  unsigned v[3];
-  LLVMGetVersion(&v[0], &v[1], &v[2]);
-  sha256_update(&s, v, sizeof v);
-  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-  hash_str(&s, triple), hash_str(&s, cpu), hash_str(&s, features);
-  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+  hash_host(&s);
   hash_str(&s, pass_pipeline(tier));
   int level = codegen_level(tier);
   sha256_update(&s, &level, sizeof level);
@@ -377,12 +382,7 @@ bool lower_input_key(int argc, char *const *argv, int nentries, char key[65]) {
   hash_str(&s, "shardc input cache 1");
   hash_str(&s, SHARDC_VERSION);
   sha256_update(&s, id, nid);
-  unsigned v[3];
-  LLVMGetVersion(&v[0], &v[1], &v[2]);
-  sha256_update(&s, v, sizeof v);
-  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-  hash_str(&s, triple), hash_str(&s, cpu), hash_str(&s, features);
-  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+  hash_host(&s);
   sha256_update(&s, &nentries, sizeof nentries);
   sha256_update(&s, &argc, sizeof argc);
   for (int i = 0; i < argc; i++) hash_str(&s, argv[i]);
