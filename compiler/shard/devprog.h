@@ -207,7 +207,7 @@ int64_t dev_chunk_row0(const DevModule *dm, int g);
 
 /* ---- what the host and the runtime are given ---- */
 
-/* The RtDtype of a dtype, -1 for one the runtime lacks (f8, i8). */
+/* The RtDtype of a dtype, -1 for one the runtime lacks (i8). */
 int devprog_rt_dtype(DType dt);
 /* How value v of main is placed on the devices (the runtime's block placement, shardrt.h's RtPlace):
  * each device's block start, the devices holding it (its stages), which copy of each block is read
