@@ -135,6 +135,7 @@ typedef struct DevOp {
   DevColl *coll;
   DevRing *ring;
   DevCmm *cmm;               /* a collective matmul: on its AllGather and on its contraction */
+  struct DevWindow *win;      /* a data-parallel collective's overlap window (shard/dpwin.h), or NULL */
 } DevOp;
 
 typedef struct DevPipe {
