@@ -19,6 +19,7 @@
 #include "bucket.h"
 #include "check.h"
 #include "devprog.h"
+#include "dpwin.h"
 #include "explain_show.h"
 #include "explain_textbook.h"
 #include "report.h"
@@ -63,6 +64,12 @@ typedef struct CollRow {
   const char *members;  /* a bucket's members: what each moves */
   const char *region;   /* the pipeline region it runs in, or the pipeline's transfers; NULL outside */
   const char *overlapped; /* a collective matmul (the device program's DevCmm): why; NULL otherwise */
+  /* a data-parallel collective's overlap window (the device program's DevWindow, shard/dpwin.h) */
+  const DevWindow *win;
+  double win_compute_s; /* the compute between its issue (the last piece's) and `before`, ideal */
+  double piece_s;       /* in pieces: one piece's time; each earlier piece has one iteration ... */
+  double iter_s;        /* ... of the piece loop's compute, iter_s, to hide behind */
+  double hidden_s;      /* what that compute hides of it: min(time, window) (per piece, summed) */
 } CollRow;
 
 typedef struct Explain {
@@ -206,6 +213,54 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   r->x = x, r->y = y;
   if (op->dev && op->dev->cmm && op->dev->cmm->coll == op) r->overlapped = op->dev->cmm->reason;
   cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0, bytes, true, &r->cost);
+}
+
+/* The compute (ideal roofline) of f's ops after `from` (NULL: from the start) and before `to` (NULL:
+ * to the end; an op of f), a loop counting its body's times its trips; collectives are not compute. */
+static double ops_time(const Explain *E, const IrFunc *f, const Op *from, const Op *to) {
+  double s = 0;
+  for (const Op *op = from ? from->next : f->first; op && op != to; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) {
+      s += (double)(op->count > 0 ? op->count : 1) * ops_time(E, op->body, NULL, NULL);
+      continue;
+    }
+    if (ir_op_is_collective(op->kind) || op->kind == OP_INPUT || op->kind == OP_PARAM || op->kind == OP_CONST ||
+        op->kind == OP_PIPELINE || op->nresults == 0)
+      continue;
+    s += cost_op_time(E->mesh->target, op->results[0]->type.dtype, op_flops(op), op_bytes(op), true);
+  }
+  return s;
+}
+
+/* A data-parallel collective's window (dpwin.h): the compute it can hide behind, by the program. */
+static void window_figures(Explain *E, const Op *op, CollRow *r) {
+  const DevWindow *w = op->dev ? op->dev->win : NULL;
+  if (!w) return;
+  r->win = w;
+  const Op *before = w->before;
+  double T = r->cost.time_s, X = 0;
+  if (w->kind == DPW_GRADIENT && w->after && w->after->def) {
+    const Op *a = w->pieces > 1 && w->piece_loop ? w->piece_loop : w->after->def;
+    X = ops_time(E, a->func, a, w->via ? NULL : before);
+    if (w->via) X += ops_time(E, op->func, w->via, before);
+  } else if (w->kind == DPW_PREFETCH) {
+    X = ops_time(E, op->func, NULL, NULL); /* the previous iteration */
+  } else if (w->kind == DPW_OPERAND) {
+    const Op *a = w->after && w->after->def && w->after->def->func == op->func ? w->after->def : NULL;
+    X = ops_time(E, op->func, a, before);
+  }
+  r->win_compute_s = X;
+  if (w->kind == DPW_GRADIENT && w->pieces > 1 && w->piece_loop) {
+    const Value *x = op->operands[0];
+    double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh) * ir_route_density(x);
+    CollCost pc;
+    r->piece_s = cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0,
+                                       bytes / (double)w->pieces, true, &pc);
+    r->iter_s = ops_time(E, w->piece_loop->body, NULL, NULL);
+    r->hidden_s = (double)(w->pieces - 1) * fmin(r->piece_s, r->iter_s) + fmin(r->piece_s, X);
+  } else {
+    r->hidden_s = w->kind == DPW_BLOCKING ? 0 : fmin(T, X);
+  }
 }
 
 /* What a bucket member moves: the name of the value it reduces into or gathers from, following
@@ -394,6 +449,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
       CollRow r = {.op = op, .depth = depth, .stages = where_runs, .region = E->region};
       coll_figures(E, op, mult * fr, &r);
       if (bk) bucket_figures(E, bk, &r);
+      window_figures(E, op, &r);
       r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
@@ -710,6 +766,19 @@ static void print_colls(FILE *out, const Explain *E) {
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
     report_wrapped(out, width, "     why: ", "          ", r->reason ? r->reason : "?");
     if (r->overlapped) report_wrapped(out, width, "     overlapped: ", "          ", r->overlapped);
+    if (r->win) {
+      report_wrapped(out, width, "     window: ", "          ", r->win->text);
+      const char *h =
+          r->win->kind == DPW_BLOCKING
+              ? "nothing (blocking)"
+          : r->piece_s > 0
+              ? arena_printf(E->a, "%s of it: each of the first %lld pieces (%s) behind the next iteration (%s), the last behind %s of compute",
+                             fmt_time(E->a, r->hidden_s), (long long)r->win->pieces - 1, fmt_time(E->a, r->piece_s),
+                             fmt_time(E->a, r->iter_s), fmt_time(E->a, r->win_compute_s))
+              : arena_printf(E->a, "%s of it, behind %s of compute", fmt_time(E->a, r->hidden_s),
+                             fmt_time(E->a, r->win_compute_s));
+      report_wrapped(out, width, "     hides: ", "          ", h);
+    }
   }
 }
 
@@ -929,6 +998,31 @@ static cJSON *json_report(const Explain *E) {
     if (r->overlapped) { /* a collective matmul: still the collective it implements */
       cJSON_AddBoolToObject(c, "overlapped", true);
       cJSON_AddStringToObject(c, "overlap", r->overlapped);
+    }
+    if (r->win) { /* a data-parallel collective's overlap window (dpwin.h) */
+      static const char *const kinds[] = {"operand", "gradient", "prefetch", "blocking"};
+      const DevWindow *w = r->win;
+      cJSON *wj = cJSON_AddObjectToObject(c, "window");
+      cJSON_AddStringToObject(wj, "kind", kinds[w->kind]);
+      cJSON_AddStringToObject(wj, "text", w->text);
+      if (w->after && w->after->def) {
+        cJSON_AddStringToObject(wj, "issued_after", ir_op_name(w->after->def->kind));
+        cJSON_AddNumberToObject(wj, "issued_after_line", w->after->def->loc.line);
+      }
+      cJSON_AddBoolToObject(wj, "last_microbatch", w->via != NULL);
+      cJSON_AddNumberToObject(wj, "pieces", w->pieces > 1 ? (double)w->pieces : 1);
+      if (w->piece_loop) cJSON_AddNumberToObject(wj, "piece_loop_line", w->piece_loop->loc.line);
+      if (w->before) {
+        cJSON_AddStringToObject(wj, "done_before", ir_op_name(w->before->kind));
+        cJSON_AddNumberToObject(wj, "done_before_line", w->before->loc.line);
+      }
+      cJSON_AddNumberToObject(wj, "compute_s", r->win_compute_s);
+      if (r->piece_s > 0) {
+        cJSON_AddNumberToObject(wj, "piece_s", r->piece_s);
+        cJSON_AddNumberToObject(wj, "iteration_s", r->iter_s);
+      }
+      cJSON_AddNumberToObject(wj, "hidden_s", r->hidden_s);
+      cJSON_AddNumberToObject(wj, "exposed_s", fmax(0, r->cost.time_s - r->hidden_s));
     }
     cJSON_AddItemToArray(cs, c);
   }

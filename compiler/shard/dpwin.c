@@ -199,7 +199,10 @@ static void window_of(DW *W, Op *op) {
   } else {
     w->kind = DPW_OPERAND;
   }
-  if (w->kind == DPW_OPERAND && !w->after && n == 1) w->after = strip(op->operands[0])->def ? op->operands[0] : NULL;
+  if (w->kind == DPW_OPERAND && !w->after && n == 1) {
+    const Op *d = strip(op->operands[0])->def; /* a param or an input is there at the start */
+    w->after = d && d->kind != OP_PARAM && d->kind != OP_INPUT ? op->operands[0] : NULL;
+  }
   w->text = describe(W, first, w);
   for (int k = 0; k < n; k++)
     if (members[k]->dev) ((DevOp *)members[k]->dev)->win = w;
