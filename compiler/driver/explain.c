@@ -241,8 +241,9 @@ static void window_figures(Explain *E, const Op *op, CollRow *r) {
   double T = r->cost.time_s, X = 0;
   if (w->kind == DPW_GRADIENT && w->after && w->after->def) {
     const Op *a = w->pieces > 1 && w->piece_loop ? w->piece_loop : w->after->def;
-    X = ops_time(E, a->func, a, w->via ? NULL : before);
+    X = ops_time(E, a->func, a, w->via || w->out_loop ? NULL : before);
     if (w->via) X += ops_time(E, op->func, w->via, before);
+    if (w->out_loop && w->out_loop->func) X += ops_time(E, w->out_loop->func, w->out_loop, before);
   } else if (w->kind == DPW_PREFETCH) {
     X = ops_time(E, op->func, NULL, NULL); /* the previous iteration */
   } else if (w->kind == DPW_OPERAND) {
@@ -258,6 +259,11 @@ static void window_figures(Explain *E, const Op *op, CollRow *r) {
                                        bytes / (double)w->pieces, true, &pc);
     r->iter_s = ops_time(E, w->piece_loop->body, NULL, NULL);
     r->hidden_s = (double)(w->pieces - 1) * fmin(r->piece_s, r->iter_s) + fmin(r->piece_s, X);
+  } else if (w->kind == DPW_GRADIENT && w->out_loop && w->out_loop->count > 1) {
+    /* one per iteration: each but the last behind the iterations after its own, the last (what
+     * this row shows) behind what follows the loop */
+    r->iter_s = ops_time(E, op->func, NULL, NULL);
+    r->hidden_s = fmin(T, X);
   } else {
     r->hidden_s = w->kind == DPW_BLOCKING ? 0 : fmin(T, X);
   }
@@ -775,6 +781,9 @@ static void print_colls(FILE *out, const Explain *E) {
               ? arena_printf(E->a, "%s of it: each of the first %lld pieces (%s) behind the next iteration (%s), the last behind %s of compute",
                              fmt_time(E->a, r->hidden_s), (long long)r->win->pieces - 1, fmt_time(E->a, r->piece_s),
                              fmt_time(E->a, r->iter_s), fmt_time(E->a, r->win_compute_s))
+          : r->iter_s > 0
+              ? arena_printf(E->a, "%s of it in the last iteration, behind %s of compute (each earlier iteration's behind the iterations after it, %s each)",
+                             fmt_time(E->a, r->hidden_s), fmt_time(E->a, r->win_compute_s), fmt_time(E->a, r->iter_s))
               : arena_printf(E->a, "%s of it, behind %s of compute", fmt_time(E->a, r->hidden_s),
                              fmt_time(E->a, r->win_compute_s));
       report_wrapped(out, width, "     hides: ", "          ", h);
@@ -1017,10 +1026,9 @@ static cJSON *json_report(const Explain *E) {
         cJSON_AddNumberToObject(wj, "done_before_line", w->before->loc.line);
       }
       cJSON_AddNumberToObject(wj, "compute_s", r->win_compute_s);
-      if (r->piece_s > 0) {
-        cJSON_AddNumberToObject(wj, "piece_s", r->piece_s);
-        cJSON_AddNumberToObject(wj, "iteration_s", r->iter_s);
-      }
+      if (r->piece_s > 0) cJSON_AddNumberToObject(wj, "piece_s", r->piece_s);
+      if (r->iter_s > 0) cJSON_AddNumberToObject(wj, "iteration_s", r->iter_s);
+      if (w->out_loop) cJSON_AddNumberToObject(wj, "after_loop_line", w->out_loop->loc.line);
       cJSON_AddNumberToObject(wj, "hidden_s", r->hidden_s);
       cJSON_AddNumberToObject(wj, "exposed_s", fmax(0, r->cost.time_s - r->hidden_s));
     }

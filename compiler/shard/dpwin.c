@@ -149,10 +149,26 @@ static const char *describe(DW *W, const Op *op, const DevWindow *w) {
                                line_of(w->after->def))
                 : "issued at the start (its operand is there)";
   }
-  const char *done = w->before ? arena_printf(W->a, "done before %s at line %d", ir_op_name(w->before->kind), line_of(w->before))
-                               : op->func && op->func->parent ? "done by the end of the iteration" : "done by the step's end";
+  const char *done =
+      w->before && w->out_loop
+          ? arena_printf(W->a, "done before %s at line %d, after the loop at line %d (iteration i's overlaps the iterations after it)",
+                         ir_op_name(w->before->kind), line_of(w->before), line_of(w->out_loop))
+      : w->before ? arena_printf(W->a, "done before %s at line %d", ir_op_name(w->before->kind), line_of(w->before))
+      : w->out_loop ? arena_printf(W->a, "done by the step's end (it overlaps the iterations after its own of the loop at line %d)", line_of(w->out_loop))
+      : op->func && op->func->parent ? "done by the end of the iteration" : "done by the step's end";
   (void)op;
   return arena_printf(W->a, "%s; %s", issue, done);
+}
+
+/* A view or cast reading the result passes it on: the op that needs it is its first reader. */
+static const Op *through_views(const Op *u) {
+  for (int guard = 0; u && guard < 16 && (u->kind == OP_RENAME || u->kind == OP_TRANSPOSE || u->kind == OP_SPLIT ||
+                                          u->kind == OP_MERGE || u->kind == OP_CAST) && u->nresults == 1; guard++) {
+    const Op *next = first_reader(u, &u, 1);
+    if (!next) break;
+    u = next;
+  }
+  return u;
 }
 
 static void window_of(DW *W, Op *op) {
@@ -170,6 +186,21 @@ static void window_of(DW *W, Op *op) {
   for (int k = 1; k < n; k++)
     if (members[k]->func == first->func && index_in(members[k]) < index_in(first)) first = members[k];
   w->before = first_reader(first, members, n);
+  const Op *L = owner_loop(first->func);
+  if (!w->before && L && L->func) { /* read after the loop, through its result */
+    const Value *res[8];
+    int nres = 0;
+    const IrFunc *b = first->func;
+    for (int o = 0; o < b->noutputs && o < L->nresults && nres < 8; o++)
+      for (int k = 0; k < n; k++)
+        if (strip(b->outputs[o]) == members[k]->results[0] || b->outputs[o] == members[k]->results[0]) res[nres++] = L->results[o];
+    for (const Op *u = L->next; u && nres && !w->before; u = u->next)
+      for (int i = 0; i < u->noperands && !w->before; i++)
+        for (int k = 0; k < nres; k++)
+          if (u->operands[i] == res[k]) w->before = u;
+    if (nres) w->out_loop = L;
+  }
+  w->before = through_views(w->before);
   if (W->blocking) {
     w->kind = DPW_BLOCKING;
   } else if (op->role == ROLE_GRADIENT) {

@@ -22,8 +22,9 @@
  *   blocking    dp_overlap = off: issued after the compute before it, and the compute after it
  *               waits for it (software before bucketed overlap).
  * Every window also names the op before which the collective must be done: the first reader of
- * its result (of any member's), `before`; NULL: nothing in its function reads it (the function's
- * outputs: the step's end, or the end of the loop iteration). Returns how many windows it set. */
+ * its result (of any member's), `before`; a result only a loop body's outputs take (a layer's
+ * gradient row, stacked): the first reader of the loop's result after the loop (out_loop); NULL:
+ * nothing reads it (the step's outputs: the step's end). Returns how many windows it set. */
 #ifndef SHARDC_DPWIN_H
 #define SHARDC_DPWIN_H
 
@@ -41,6 +42,9 @@ typedef struct DevWindow {
   const Op *piece_loop;     /* pieces: the loop whose iteration i makes piece i (in via's last run) */
   int64_t pieces;           /* 0 or 1: issued whole */
   const Op *before;         /* the first reader of its result; NULL: none in its function */
+  const Op *out_loop;       /* the result is a loop body's output (a layer's gradient row): `before` is
+                               the first reader of that loop's result, after the loop (the collective of
+                               iteration i overlaps the iterations after it) */
   const char *text;         /* what explain prints: "issued after ..., done before ..." */
 } DevWindow;
 
