@@ -22,8 +22,10 @@
  *
  * dp_overlap = off: data-parallel collectives block the compute stream (SimKernel.blocking:
  * simulate.c starts one only after the compute before it and starts no compute until it ends),
- * as software before bucketed overlap ran them. On (the default) they run as simulate.c always
- * ran them: asynchronous, as soon as their operand exists, FSDP gathers prefetched a layer ahead.
+ * as software before bucketed overlap ran them (the device program's window says `blocking`,
+ * shard/dpwin.h). On (the default) they are asynchronous, issued where the device program's
+ * overlap window says (simulate.c's window_tasks: a gradient reduction during the last
+ * microbatch's backward, in per-layer pieces; an FSDP gather prefetched a layer ahead).
  *
  * grad_reduce = DT: a data-parallel AllReduce or ReduceScatter of a floating-point value in
  * another dtype is priced at DT's bytes (the gradients cast for the reduction and back). */

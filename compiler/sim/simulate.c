@@ -19,8 +19,11 @@
  * unrolled (a stacked loop runs its trips, a microbatch loop its microbatches), with one rule a
  * compiler adds: a collective of iteration i that needs nothing the iteration computes (an FSDP
  * weight gather) may start once iteration i - 1 has started -- prefetched one layer ahead, never
- * further (the gathered weights of two layers at most, as FSDP and XLA bound them). Gradient
- * reductions wait only for their gradient, so they overlap the rest of the backward. What a
+ * further (the gathered weights of two layers at most, as FSDP and XLA bound them). A data-parallel
+ * collective with an overlap window in the device program (shard/dpwin.h, DevOp.win) is issued
+ * where the window says (window_tasks): a gradient reduction once the value it names is made (after
+ * a microbatch loop: the last microbatch's gradient), a stacked gradient in pieces, piece i when
+ * iteration i of its layer loop ends; so reductions overlap the rest of the backward. What a
  * collective leaves exposed is whatever of it no compute overlaps.
  *
  * Pipelines. Each region (ir.h's PipeRegion) is simulated alone once (its ops, its loop of layers
