@@ -22,6 +22,7 @@ typedef struct DW {
   uint16_t batch;
   bool blocking;
   int set;
+  uint8_t *inv;   /* by value id: invariant()'s answer, 0 not yet asked, 1 yes, 2 no */
 } DW;
 
 static bool passes_on(const Op *d) {
@@ -47,7 +48,9 @@ static const Op *loop_of(const Value *v, int *r) {
   return NULL;
 }
 
-static bool stacked(const Op *loop, int r) { return r >= loop->ncarried && loop->count > 1; }
+static bool stacked(const Op *loop, int r) {
+  return r >= loop->ncarried && loop->count > 1 && loop->count <= DPWIN_MAX_PIECES;
+}
 
 /* Line of an op, for the text. */
 static int line_of(const Op *op) { return op ? op->loc.line : 0; }
@@ -99,17 +102,30 @@ static const Op *owner_loop(const IrFunc *f) {
   return NULL;
 }
 
-/* Whether the weight gather's operand needs nothing its loop iteration computes (a body input that
- * is a slice or an invariant, through views and casts). */
-static bool prefetchable(const Op *op) {
+/* Whether v needs nothing an iteration of `loop` (body b) computes: a slice or an invariant of
+ * the loop, or made in b from such values only (what the simulator's prefetch rule reads). */
+static bool invariant(DW *W, const Op *loop, const IrFunc *b, const Value *v, int depth) {
+  if (!v || depth > 64 || v->id < 0 || v->id >= W->m->nvalues) return false;
+  if (W->inv[v->id]) return W->inv[v->id] == 1;
+  bool r = true;
+  if (!v->def) {
+    r = false;
+    for (int j = 0; j < b->ninputs; j++)
+      if (b->inputs[j] == v) r = j < loop->nslices || j >= loop->nslices + loop->ncarried;
+  } else {
+    const Op *d = v->def;
+    if (d->func != b || d->kind == OP_INPUT || d->kind == OP_LOOP || d->kind == OP_PIPELINE) r = false;
+    for (int i = 0; i < d->noperands && r; i++) r = invariant(W, loop, b, d->operands[i], depth + 1);
+  }
+  if (depth <= 64) W->inv[v->id] = r ? 1 : 2;
+  return r;
+}
+
+/* Whether the weight gather's operand needs nothing its loop iteration computes. */
+static bool prefetchable(DW *W, const Op *op) {
   const IrFunc *b = op->func;
-  const Value *x = strip(op->operands[0]);
-  if (!b || !b->parent || x->def || x->func != b) return false;
-  const Op *loop = owner_loop(b);
-  if (!loop) return false;
-  for (int j = 0; j < b->ninputs; j++)
-    if (b->inputs[j] == x) return j < loop->nslices || j >= loop->nslices + loop->ncarried;
-  return false;
+  const Op *loop = b ? owner_loop(b) : NULL;
+  return loop && op->noperands > 0 && invariant(W, loop, b, op->operands[0], 0);
 }
 
 /* Position of op in its function (for "latest"): its index. */
@@ -223,9 +239,9 @@ static void window_of(DW *W, Op *op) {
       }
       if (n > 1) w->piece_loop = NULL, w->pieces = 0;
     }
-  } else if (first->phase != PHASE_UPDATE && prefetchable(first)) {
+  } else if (first->phase != PHASE_UPDATE && prefetchable(W, first)) {
     bool all = true;
-    for (int k = 0; k < n && all; k++) all = prefetchable(members[k]) && members[k]->func == first->func;
+    for (int k = 0; k < n && all; k++) all = prefetchable(W, members[k]) && members[k]->func == first->func;
     w->kind = all ? DPW_PREFETCH : DPW_OPERAND;
   } else {
     w->kind = DPW_OPERAND;
@@ -251,6 +267,7 @@ int dpwin_module(IrModule *m, const Program *p) {
   if (!m || !m->main || !m->step || !p || !p->mesh || !p->step || p->step->kind != STEP_TRAIN) return 0;
   DW W = {.m = m, .a = m->arena, .batch = ir_batch_axes(m), .blocking = !p->step->dp_overlap};
   if (!W.batch) return 0;
+  W.inv = ARENA_ARRAY(m->arena, uint8_t, m->nvalues + 1);
   walk(&W, m->main);
   if (m->pipeline)
     for (int r = 0; r < PR__COUNT; r++)

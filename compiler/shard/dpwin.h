@@ -31,6 +31,10 @@
 #include "ir.h"
 #include "program.h"
 
+/* The most pieces a gradient is reduced in (a loop of more iterations is reduced whole after it:
+ * the simulator would hold one task per piece). */
+#define DPWIN_MAX_PIECES 4096
+
 typedef enum { DPW_OPERAND, DPW_GRADIENT, DPW_PREFETCH, DPW_BLOCKING } DevWindowKind;
 
 typedef struct DevWindow {

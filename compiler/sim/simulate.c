@@ -89,7 +89,7 @@ typedef struct TaskInfo {
   int unit;        /* the repeating unit it belongs to (a loop block's iterations, a pipeline's steady
                       span's runs), -1 none (Sim.cur_unit when added) */
   int pieces;      /* TAG_KERNEL: one of this many pieces of one run (a gradient reduced in pieces,
-                      dpwin.h), 0 or 1 a whole run */
+                      dpwin.h; mb of them in this task), 0 or 1 a whole run */
 } TaskInfo;
 
 /* One timeline and what each of its tasks stands for. */
@@ -153,6 +153,7 @@ typedef struct Top {
 typedef struct LoopMode {
   const Op *loop;
   Sub *block;          /* NULL: unrolled */
+  int task, prev;      /* a block: its task in the timeline built last, and the compute task before it */
 } LoopMode;
 
 typedef struct Sim {
@@ -525,7 +526,8 @@ static void items_add(Sim *S, Items *I, const Timeline *tl, double weight, doubl
         it->kind = SIMK_COLLECTIVE;
       }
     }
-    it->runs += in->pieces > 1 ? weight / in->pieces : weight;
+    /* a gradient's pieces (dpwin.h): mb of its `pieces` pieces, a share of one run */
+    it->runs += in->pieces > 1 ? weight * (in->mb > 0 ? in->mb : 1) / in->pieces : weight;
     it->time_s += weight * (dur > 0 ? dur : 0);
     if (tl->exposed) it->exposed_s += weight * tl->exposed[t];
     if (in->tag == TAG_KERNEL) it->flops += weight * S->c.kernels[in->kernel].flops;
@@ -1042,7 +1044,7 @@ static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
       S->capmodes = S->capmodes ? 2 * S->capmodes : 16;
       S->modes = mem_realloc(S->modes, sizeof *S->modes * (size_t)S->capmodes, "the simulated loops");
     }
-    S->modes[S->nmodes] = (LoopMode){op, sb};
+    S->modes[S->nmodes] = (LoopMode){op, sb, -1, -1};
     lm = &S->modes[S->nmodes++];
     if (sb) S->blocks++;
   }
@@ -1054,8 +1056,10 @@ static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
   const char *name =
       sb->lin ? arena_printf(S->a, "loop of %lld iterations (steady state from %lld simulated)", (long long)n, (long long)sb->iters)
               : arena_printf(S->a, "loop of %lld iterations", (long long)n);
+  int prev = d->last_compute;
   int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc, (TaskInfo){op, -1, sb->index, 0, 0, TAG_REPEAT, -1, 0});
   for (int i = 0; i < op->noperands; i++) dep(tl, prod_of(S, op->operands[i]), t);
+  lm->task = t, lm->prev = prev;
   d->last_compute = t;
   for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = t;
 }
@@ -1203,10 +1207,28 @@ static int window_tasks(Sim *S, Timeline *tl, Dev *d, const Op *op, int ki, cons
     if (!lm || lm->block) return -2;
   }
   int32_t *ends = w->pieces > 1 && w->piece_loop ? piece_ends(S, w->piece_loop) : NULL;
-  if (ends) {
-    const LoopMode *lm = loop_mode(S, w->piece_loop);
-    if (!lm || lm->block) ends = NULL;
+  const LoopMode *plm = ends ? loop_mode(S, w->piece_loop) : NULL;
+  if (ends && plm && plm->block && plm->task >= 0) {
+    /* the piece loop ran as a block (one task): the first pieces - 1 pieces issued beside it from
+     * its start (each behind an iteration, as unrolled when a piece is shorter than an iteration),
+     * the last after it */
+    double piece = cost_collective_group(S->mesh, k->coll_kind, op->axes, op->coll ? op->coll->ngroup : 0,
+                                         k->bytes / (double)w->pieces, S->ideal, NULL);
+    int stream = comm_stream(S, tl, d, link_class(k));
+    int a = tl_add(S, tl, stream, piece * (double)(w->pieces - 1),
+                   arena_printf(S->a, "%s, pieces 1 to %lld (beside the loop run as a block)", kernel_label(S, ki),
+                                (long long)w->pieces - 1),
+                   op->loc, (TaskInfo){op, ki, -1, (int)(w->pieces - 1), 0, TAG_KERNEL, -1, (int)w->pieces});
+    dep(tl, plm->prev, a);
+    for (int i = 0; i < w->piece_loop->noperands; i++) dep(tl, prod_of(S, w->piece_loop->operands[i]), a);
+    int b = tl_add(S, tl, stream, piece,
+                   arena_printf(S->a, "%s, piece %lld of %lld", kernel_label(S, ki), (long long)w->pieces, (long long)w->pieces),
+                   op->loc, (TaskInfo){op, ki, -1, 1, 0, TAG_KERNEL, -1, (int)w->pieces});
+    dep(tl, plm->task, b);
+    dep(tl, a, b);
+    return b;
   }
+  if (ends && (!plm || plm->block)) ends = NULL;
   for (int64_t i = 0; ends && i < w->pieces; i++)
     if (ends[i] < 0) ends = NULL;
   int stream = comm_stream(S, tl, d, link_class(k));
@@ -1221,7 +1243,7 @@ static int window_tasks(Sim *S, Timeline *tl, Dev *d, const Op *op, int ki, cons
   for (int64_t i = 0; i < w->pieces; i++) {
     t = tl_add(S, tl, stream, piece,
                arena_printf(S->a, "%s, piece %lld of %lld", kernel_label(S, ki), (long long)i + 1, (long long)w->pieces),
-               op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1, (int)w->pieces});
+               op->loc, (TaskInfo){op, ki, -1, 1, 0, TAG_KERNEL, -1, (int)w->pieces});
     dep(tl, ends[i], t);
   }
   return t;
