@@ -40,7 +40,7 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
       c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
     const DevRing *ring = op->dev ? op->dev->ring : NULL; /* the device program's */
     if (ring && ring->carries) {
-      c->ring |= op->ring;
+      c->ring |= ring->axes;
       c->ring_steps += ring->steps;
       if (op->kind == OP_ATTENTION) c->ring_bytes = ring->k_bytes + ring->v_bytes;
     }

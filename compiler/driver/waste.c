@@ -77,7 +77,7 @@ static void walk(const Walk *W, const IrFunc *f, double mult, bool in_layer, boo
     double x = mult;
     if (is_main && W->pi && W->pi->stages > 0) { /* placed on some stages: their share of the devices */
       int k = 0;
-      for (int s = 0; s < W->pi->stages; s++) k += dev_stage_runs(op->place, s, W->pi->stages);
+      for (int s = 0; s < W->pi->stages; s++) k += dev_stage_runs(dev_op_runs(op), s, W->pi->stages);
       x *= (double)k / W->pi->stages;
     }
     if (ir_op_is_collective(op->kind)) {
