@@ -33,6 +33,7 @@ static bool expert_coll(const Op *op) {
 }
 
 static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double share) {
+  int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body) count_body(op->body, mesh, c, share);
     if (op->phase == PHASE_FORWARD && ir_route_contract(op, NULL) == CONTRACT_DISPATCH && !c->ep_slot_bytes)
@@ -57,7 +58,11 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
     }
     int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
     c->n[role][k] += 1;
-    if (!dev_in_bucket(op)) c->runs[role][k] += 1; /* a bucket runs once, at its last member */
+    /* runs: bucketing's decision (Op.bucket, one run per bucket as bucket.c formed it), which the
+     * book bounds; the device program splits a bucket whose members sit on different stages in
+     * two (DevColl), which explain's collective list shows */
+    if (!op->bucket || op->bucket != bucket) c->runs[role][k] += 1;
+    bucket = op->bucket;
     CollCost cc;
     const Value *x = op->kind == OP_ALL_GATHER ? op->results[0] : op->operands[0];
     cost_collective(mesh, (CollKind)k, op->axes, (double)sharding_local_bytes(&x->type, &x->sharding, mesh), true, &cc);
@@ -167,11 +172,13 @@ static void add_row(TextbookRow *rows, int *n, TextbookRow r) {
 /* Gradient collectives of main outside the layers (after the microbatches, the update), counted
  * once each; `runs` counts a bucket once. */
 static void step_colls(const IrFunc *f, const IrModule *m, int role, OpKind kind, int *n, int *runs) {
+  int bucket = 0;
   for (const Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_LOOP && op->body && m->step && op == m->step->micro_loop) step_colls(op->body, m, role, kind, n, runs);
     if (op->kind != kind || op->role != role) continue;
     (*n)++;
-    if (!dev_in_bucket(op)) (*runs)++; /* a bucket runs once, at its last member */
+    if (!op->bucket || op->bucket != bucket) (*runs)++;
+    bucket = op->bucket;
   }
 }
 

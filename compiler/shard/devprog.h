@@ -212,8 +212,6 @@ static inline int dev_op_subset(const Op *op) {
 }
 /* A pipeline's permute inside a loop body: its period in iterations (DevColl.period); 0 otherwise. */
 static inline int64_t dev_op_period(const Op *op) { return op->dev && op->dev->coll ? op->dev->coll->period : 0; }
-/* A bucket's member that is not its last (DevColl.lead): it runs in the bucket, at the last member. */
-static inline bool dev_in_bucket(const Op *op) { return op->dev && op->dev->coll && op->dev->coll->lead; }
 /* The offsets op reads (DevOp.offs), and how many (0 without a device program). */
 static inline int dev_op_noffs(const Op *op) { return op->dev ? op->dev->noffs : 0; }
 
