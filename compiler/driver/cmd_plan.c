@@ -76,6 +76,7 @@ static cJSON *cand_json(Arena *a, const PlanCand *c) {
   if (c->comm_axes) cJSON_AddStringToObject(j, "comm_by_axes", c->comm_axes);
   if (c->step) cJSON_AddStringToObject(j, "strategy", strategy(a, c));
   if (c->step) cJSON_AddNumberToObject(j, "estimate_s", c->estimate_s);
+  if (c->step) cJSON_AddNumberToObject(j, "estimate_memory", c->estimate_memory);
   return j;
 }
 
@@ -147,6 +148,7 @@ int cmd_plan(const Options *o) {
     cJSON_AddNumberToObject(j, "pruned", (double)r.pruned);
     cJSON_AddNumberToObject(j, "estimated", (double)r.estimated);
     cJSON_AddNumberToObject(j, "simulated", (double)r.simulated);
+    cJSON_AddNumberToObject(j, "remats_skipped", (double)r.skipped);
     cJSON_AddNumberToObject(j, "estimate_seconds", r.estimate_seconds);
     cJSON_AddNumberToObject(j, "evaluated", (double)r.evaluated);
     cJSON_AddNumberToObject(j, "invalid", (double)r.invalid);

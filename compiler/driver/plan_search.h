@@ -59,8 +59,9 @@ typedef struct PlanResult {
   int64_t pruned;          /* of them, dropped by the resident-state bound */
   int64_t estimated;       /* of them, ranked by the fast estimate (plan_estimate.h) */
   int64_t simulated;       /* of them, the best by the estimate, checked and simulated */
-  double estimate_seconds; /* the estimates' wall time, all of them */
+  double estimate_seconds; /* the estimates' CPU time, all of them */
   int64_t evaluated;       /* checked and simulated (several per strategy: remat) */
+  int64_t skipped;         /* remats not simulated: the estimate puts them past twice the HBM */
   int64_t invalid;         /* evaluated, but the program had errors (a mesh the target cannot form) */
   PlanCand own;            /* the program's own mesh, layout and step, evaluated the same way */
   const char *step_name;   /* "train llama.forward" */
