@@ -205,7 +205,7 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   r->reason = op->reason;
   r->x = x, r->y = y;
   if (op->dev && op->dev->cmm && op->dev->cmm->coll == op) r->overlapped = op->dev->cmm->reason;
-  cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0, bytes, true, &r->cost);
+  cost_collective_group(E->mesh, r->kind, op->axes, dev_op_subset(op), bytes, true, &r->cost);
 }
 
 /* What a bucket member moves: the name of the value it reduces into or gathers from, following
@@ -365,13 +365,13 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
     double t = 0, bytes = 0;
     double moved[4] = {qb, ring->k_bytes, ring->v_bytes, ob};
     for (int i = 0; i < 4; i++) {
-      cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
+      cost_collective(E->mesh, COLL_ALL_TO_ALL, ring->axes, moved[i], true, &a2a);
       t += a2a.time_s, bytes += a2a.bytes_per_device;
     }
     r.reason = arena_printf(E->a, "%s. The Ulysses form (q, k, v and the output typed with heads over %s: AllToAlls of "
                             "q, k and v to head sharding and of the output back) would move %s per run in 4 "
                             "AllToAlls, %s, against the ring's %s in %d steps, %s, which overlap the attention",
-                            op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
+                            op->reason, axes_names(E, ring->axes, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
                             fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
                             fmt_time(E->a, r.cost.time_s * (n - 1)));
   }
@@ -384,8 +384,8 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
                     const char *stages) {
   const Target *t = E->mesh->target;
   for (const Op *op = f->first; op; op = op->next) {
-    double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
-    const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
+    double fr = frac * (f == E->m->main ? place_fraction(E, dev_op_runs(op)) : 1);
+    const char *where_runs = f == E->m->main ? place_text(dev_op_runs(op)) : stages;
     if (ir_op_is_collective(op->kind)) {
       /* a bucket of the device program (devprog.h): listed once, at its first member */
       const DevColl *dc = op->dev ? op->dev->coll : NULL;
@@ -400,7 +400,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
       if (r.in_layer) E->layer_comm_s += r.cost.time_s;
       continue;
     }
-    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
+    if (dev_op_ring(op) && dev_op_ring(op)->carries) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
     if (op->kind == OP_CONST) continue;
     if (op->kind == OP_PIPELINE && op->pipe) {
       collect_pipeline(E, op, depth, mult);

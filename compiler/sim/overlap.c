@@ -48,7 +48,7 @@ static SimKernel *producer(SimCosts *c, const Value *v) {
 
 static bool is_tp(const SimKernel *k, uint16_t batch, uint16_t stage) {
   return k && k->kind == SIMK_COLLECTIVE && k->anchor && k->anchor->axes && !(k->anchor->axes & batch) &&
-         !(k->anchor->axes & stage) && !(k->anchor->coll && k->anchor->coll->ngroup > 1);
+         !(k->anchor->axes & stage) && !(dev_op_subset(k->anchor) > 1);
 }
 
 static double collective_matmul(double c, double a, double n) {
@@ -88,7 +88,7 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
       if (have != o->grad_reduce && !dtype_is_int(have) && dtype_bytes(have) > 0) {
         k->bytes *= (double)dtype_bytes(o->grad_reduce) / dtype_bytes(have);
         k->time_s = cost_collective_group(c->mesh, k->coll_kind, k->anchor->axes,
-                                          k->anchor->coll ? k->anchor->coll->ngroup : 0, k->bytes, c->ideal, &k->coll);
+                                          dev_op_subset(k->anchor), k->bytes, c->ideal, &k->coll);
       }
     }
     if (dp && !o->dp_overlap) k->blocking = true;

@@ -732,21 +732,22 @@ static double extrapolate(double a, double b, double m) { return a + m * (b - a)
 static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc);
 
 static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
-  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(op->place, stage, S->pi->stages);
+  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(dev_op_runs(op), stage, S->pi->stages);
 }
 
 /* The period of a loop's timeline in iterations: a pipeline's permute inside it moves once every
- * coll_period iterations (ir.h), else 1. 0 when a few periods would be too many iterations. */
+ * DevColl.period iterations (devprog.h), else 1. 0 when a few periods would be too many iterations. */
 static int64_t loop_period(const Op *loop) {
   int64_t P = 1;
   for (const Op *op = loop->body->first; op; op = op->next) {
-    if (op->kind != OP_PERMUTE || op->coll_period <= 1) continue;
-    int64_t a = P, b = op->coll_period;
+    int64_t per = dev_op_period(op);
+    if (op->kind != OP_PERMUTE || per <= 1) continue;
+    int64_t a = P, b = per;
     while (b) {
       int64_t t = a % b;
       a = b, b = t;
     }
-    P = P / a * op->coll_period;
+    P = P / a * per;
     if (P > 4096) return 0;
   }
   return P;
@@ -1171,8 +1172,8 @@ static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage,
       S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
       continue;
     }
-    /* a pipeline's stage-to-stage permute inside a loop moves once every coll_period iterations */
-    if (op->kind == OP_PERMUTE && op->coll_period > 1 && lc && (lc->iter + 1) % op->coll_period != 0) {
+    /* a pipeline's stage-to-stage permute inside a loop moves once every DevColl.period iterations */
+    if (op->kind == OP_PERMUTE && dev_op_period(op) > 1 && lc && (lc->iter + 1) % dev_op_period(op) != 0) {
       S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
       continue;
     }
