@@ -911,10 +911,11 @@ static bool lower_cmm_scatter(Lower *L, const Op *op) {
   const DevCmm *cm = op->dev->cmm;
   const Value *Y = op->results[0], *R = cm->coll->results[0];
   int n = cm->groups->size, dt = lower_rt_dtype(R->type.dtype), d = cm->dim_out[0];
+  bool ar = cm->coll->kind == OP_ALL_REDUCE; /* then the blocks' AllGather */
   if (dt < 0 || cm->steps != n - 1 || cm->readers[0] != op || R->type.dtype != Y->type.dtype)
     return fail(L, op, "a collective matmul over dtype %s", dtype_name(R->type.dtype));
   LLVMValueRef groups = lower_rt_groups(L, cm->groups);
-  int64_t E = cm->block, count = elements(L, R);
+  int64_t E = cm->block, count = elements(L, R) / (ar ? n : 1);
   /* shadow values at one block: the operands holding the dim, the f32 partial product */
   int pos[2];
   pos[cm->operand[0]] = cm->dim_in, pos[1 - cm->operand[0]] = cm->dim_w[0];
@@ -942,9 +943,10 @@ static bool lower_cmm_scatter(Lower *L, const Op *op) {
   LLVMValueRef part = alloc_buffer(L, Y, count * 4);
   L->share[R->id] = -1; /* its own buffer (plan_share gives it none) */
   new_buffer(L, R);
-  LLVMValueRef spare = alloc_buffer(L, R, count * dtype_bytes(R->type.dtype));
+  LLVMValueRef spare = alloc_buffer(L, R, count * dtype_bytes(R->type.dtype)), own = NULL;
   LLVMValueRef acc[2];
-  acc[(n - 1) % 2] = L->buf[R->id], acc[n % 2] = spare;
+  acc[(n - 1) % 2] = ar ? (own = alloc_buffer(L, R, count * dtype_bytes(R->type.dtype))) : L->buf[R->id];
+  acc[n % 2] = spare;
   LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
   const char *mut = getenv("SHARDC_CMM_MUTATE");
   bool ok = true, mutate = mut && strcmp(mut, "order") == 0;
@@ -978,6 +980,23 @@ static bool lower_cmm_scatter(Lower *L, const Op *op) {
       LLVMValueRef av[8] = {L->dev, groups, ci32(L, dt), acc[j % 2], acc[(j + 1) % 2], ci64(L, count), ci32(L, 1), slot};
       lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
     }
+  }
+  if (ar && ok) { /* the AllReduce's AllGather half: rank r's block r into the result */
+    RtCollMember *m = ARENA_NEW(&L->lw->arena, RtCollMember);
+    m->rank = Y->type.rank;
+    for (int q = 0; q < Y->type.rank; q++) m->shape[q] = pext[q];
+    m->nparts = 1;
+    m->parts[0] = (RtCollPart){.dim = d, .groups = (const RtGroups *)(const void *)cm->groups};
+    RtColl rc = {.kind = RT_ALL_GATHER, .dtype = dt, .op = RT_SUM, .nmembers = 1, .members = m,
+                 .groups = (const RtGroups *)(const void *)cm->groups};
+    lower_rt_bind(L, m, lower_rt_consts(L, RTS_RtCollMember, m, 1, "coll_members"));
+    LLVMValueRef desc = lower_rt_const(L, RTS_RtColl, &rc, "coll");
+    LLVMValueRef io[2] = {entry_alloca(L, L->ptr, "coll_in"), entry_alloca(L, L->ptr, "coll_out")};
+    LLVMBuildStore(L->B, own, io[0]);
+    LLVMBuildStore(L->B, L->buf[R->id], io[1]);
+    LLVMValueRef av[4] = {L->dev, desc, io[0], io[1]};
+    lower_check_rc(L, lower_rt(L, RTFN_rt_collective, av, 4));
+    free_ptr(L, own);
   }
   L->buf[Y->id] = NULL;
   L->root[Y->id] = Y->id;
@@ -1262,6 +1281,8 @@ static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_
   if (P < 0 || P == v->id || !L->val[P] || L->fused[P]) return -1;
   int T = vroot[P];
   if (T == v->id || L->fused[T] || last[T] > pos) return -1;
+  const Op *td = L->val[T]->def; /* a partial sum a reduce-scatter ring never makes (lower_cmm_scatter) */
+  if (L->mesh && td && td->dev && td->dev->cmm && td->dev->cmm->scatter && td->dev->cmm->contract == td) return -1;
   const Value *rd[16];
   int n;
   if (op->kind == OP_LOOP) { /* a carried result over its own carried operand, nothing else of the loop's there */

@@ -96,10 +96,13 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
     double nn = (double)k->coll.n, cm = 0, a = k->time_s;
     if (k->coll_kind == COLL_ALL_GATHER) {
       cm = feeds[i];
-    } else if ((k->coll_kind == COLL_REDUCE_SCATTER || k->coll_kind == COLL_ALL_REDUCE) && k->nins > 0) {
+    } else if (k->coll_kind == COLL_REDUCE_SCATTER && k->nins > 0) {
+      /* the ReduceScatter side: the contraction the program's ring runs (its DevCmm) */
       SimKernel *p = producer(c, k->ins[0]);
-      if (p && p->kind == SIMK_MATMUL) cm = p->time_s;
-      if (k->coll_kind == COLL_ALL_REDUCE) a = k->time_s / 2; /* its ReduceScatter half */
+      const DevCmm *dc = k->anchor->dev ? k->anchor->dev->cmm : NULL;
+      if (p && p->kind == SIMK_MATMUL && dc && dc->scatter && dc->coll == k->anchor && p->anchor && p->anchor->dev &&
+          p->anchor->dev->cmm == dc)
+        cm = p->time_s;
     }
     if (!(cm > 0) || nn < 2) continue;
     double exposed = collective_matmul(cm, a, nn) - cm;
