@@ -214,8 +214,8 @@ static void try_scatter(Cmm *c, Op *rs) {
   *out = cm;
   char buf[320];
   snprintf(buf, sizeof buf,
-           "collective matmul (tp_overlap): %d partial contractions into blocks of %s, each summed into the "
-           "accumulator %d permutes of %.3g MB over %s carry%s: %.3g ms instead of %.3g ms (calibrated)",
+           "collective matmul (tp_overlap): %d partial contractions into blocks of %s, each added to the "
+           "accumulator that %d permutes of %.3g MB over %s carry around%s: %.3g ms instead of %.3g ms (calibrated)",
            n, D->name, n - 1, block / 1e6, dc->groups->text, ar ? ", then an AllGather of the blocks" : "",
            pair * 1e3, (C + A) * 1e3);
   size_t len = strlen(buf) + 1;
