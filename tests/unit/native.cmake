@@ -290,6 +290,13 @@ set_tests_properties(run.cmm.rs.ir PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter" P
                      "contract [^\n]* collective matmul #[0-9]+ \\(model\\), 3 steps of 256 bytes \\(runs the reduce-scatter ring\\)[^\n]*\n[ ]*%[0-9]+ = reduce_scatter [^\n]*\\(made by its contraction's reduce-scatter ring\\)")
 add_test(NAME run.cmm.rs.count COMMAND sh -c "$<TARGET_FILE:shardc> check \"$@\" --emit-ir | grep -c 'runs the reduce-scatter ring'" sh ${CMM_CASE})
 set_tests_properties(run.cmm.rs.count PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter" PASS_REGULAR_EXPRESSION "^5\n$")
+# unforced at these sizes the cost model refuses it (3 permutes' latency against a tiny matmul),
+# and tp_overlap = off refuses it forced
+add_test(NAME run.cmm.rs.unpaid COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir)
+add_test(NAME run.cmm.rs.off COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir --set tp_overlap=off)
+set_tests_properties(run.cmm.rs.off PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter")
+set_tests_properties(run.cmm.rs.unpaid run.cmm.rs.off PROPERTIES FAIL_REGULAR_EXPRESSION "reduce-scatter ring"
+                     PASS_REGULAR_EXPRESSION "reduce_scatter")
 set(CMM_RS_LM ${LM_DIMS} -D kv_heads=4 --mesh "h100[data: 2, model: 4]")
 function(cmm_rs_case name model)
   add_test(NAME run.cmm.rs.${name}.forward COMMAND $<TARGET_FILE:shardc> run ${ARGN} --entry ${model}.forward)
