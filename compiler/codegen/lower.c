@@ -1071,7 +1071,7 @@ static bool lower_collective(Lower *L, const Op *op) {
     L->owned[res->id] = false;
     return true;
   }
-  if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
+  if (dev_op_period(op)) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   if (c->lead) return true; /* runs in its bucket's last member */
   const Op *self[1] = {op};
@@ -1143,7 +1143,7 @@ static bool plan_view(const Lower *L, const Op *op) {
   for (int d = 0; d < res->type.rank; d++)
     if (res->type.dims[d] != x->type.dims[d] || (d > 0 && extent(L, res, d) != extent(L, x, d))) return false;
   if (op->kind == OP_TRANSPOSE) return same_bytes(L, res, x);
-  return op->noffs == 1 && op->offs[0].dim == x->type.dims[0];
+  return dev_op_noffs(op) == 1 && op->dev->offs[0].dim == x->type.dims[0];
 }
 
 /* The operand whose buffer op's result shares (a view), or NULL. */
@@ -1342,7 +1342,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       for (int i = 0; i < c->noperands; i++) {
         const Value *x = c->operands[i];
         const Op *d = x->def;
-        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || d->place != c->place) continue;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || dev_op_runs(d) != dev_op_runs(c)) continue;
         bool inside = true;
         for (int k = 0; k < x->type.rank; k++) {
           int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
@@ -1412,7 +1412,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
-    bool placed = L->mesh && L->m->pipeline && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
+    bool placed = L->mesh && L->m->pipeline && f == L->m->main && dev_op_runs(op); /* an op of a pipelined main on some stages */
     if (!(placed ? lower_pipe_guarded(L, op, lower_op_clocked) : lower_op_clocked(L, op)) || L->failed) {
       ok = false;
       break;
