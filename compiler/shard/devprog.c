@@ -509,7 +509,9 @@ void devprog_print_op(FILE *out, const DevOp *o) {
             o->ring->step_bytes, o->ring->qorder.kind == RT_ORDER_ZIGZAG ? ", zigzag" : "");
   if (o->cmm)
     fprintf(out, " collective matmul #%d %s, %d steps of %.0f bytes (%s)", o->cmm->groups->id, o->cmm->groups->text,
-            o->cmm->steps, o->cmm->step_bytes, o->cmm->coll == o->op ? "runs in its contraction" : "runs the ring");
+            o->cmm->steps, o->cmm->step_bytes,
+            o->cmm->scatter ? (o->cmm->coll == o->op ? "made by its contraction's reduce-scatter ring" : "runs the reduce-scatter ring")
+            : o->cmm->coll == o->op ? "runs in its contraction" : "runs the ring");
 }
 
 static void print_hook(FILE *out, const Op *op) { devprog_print_op(out, op->dev); }

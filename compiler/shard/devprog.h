@@ -105,10 +105,24 @@ typedef struct DevRing {
  * gathered dim, or (the dim contracted) adds its product with the other operand's block. The later readers run in the first's ring (their other operands exist there,
  * which is checked). The collective stays listed as the AllGather it implements (explain's
  * "overlapped": true); the gathered value is never made whole. shard/cmm.c chooses it where the
- * cost model says it pays. */
+ * cost model says it pays.
+ *
+ * The ReduceScatter side (`scatter`): a tensor-parallel ReduceScatter whose operand is a
+ * contraction's partial sum (read by it alone), scattering a dim the contraction keeps from one
+ * operand (or from both: a batch dim), run as a ring at the contraction: step j = 0 .. n-1
+ * computes the partial product of block (r - 1 - j) mod n along the scattered dim (the operands'
+ * blocks along it against the rest whole), adds it to the accumulator the neighbour r - 1 sent
+ * (step 0: none), and sends it on to r + 1 (n - 1 permutes of shift +1, each posted after a step's
+ * addition and waited after the next step's partial contraction); the last step's block is r's
+ * own, the result's. The ReduceScatter stays listed as itself ("overlapped": true); the partial
+ * sum is never made whole. There nreaders = 1, readers[0] = contract = the contraction,
+ * operand = an operand holding the scattered dim, dim_in = its position there, dim_w = its
+ * position in the other operand (-1: lacks it), dim_out = its position in the contraction's
+ * result (= the ReduceScatter's operand), block = the ReduceScatter result's extent along it. */
 #define CMM_MAX_READERS 8
 typedef struct DevCmm {
-  const Op *coll;            /* the AllGather it implements */
+  const Op *coll;            /* the AllGather (or, scatter: the ReduceScatter) it implements */
+  bool scatter;              /* the ReduceScatter side: a contraction feeding it */
   const Op *contract;        /* the first reader: the ring runs there */
   const Op *readers[CMM_MAX_READERS]; /* every contraction reading the gathered value, in program order */
   const Value *via[CMM_MAX_READERS];  /* what each reads: the gathered value, or a rename of it */

@@ -9,15 +9,18 @@
  * DevCmm, chosen by shard/cmm.c; the book's "collective matmuls"; Megatron-Core's
  * --tp-comm-overlap; XLA's windowed einsum) is priced as the program runs it: the contraction cut
  * into n chunks (n the group's size), n - 1 permutes of a block each overlapped with the chunk
- * before. An AllGather the program runs whole (not chosen: several readers, the gathered dim
- * contracted, or it does not pay) is priced whole. A ReduceScatter whose operand a contraction
- * makes is still ASSUMED to run so (the program does not transform that side yet). With C the contractions' time and A the collective's, the pair takes
+ * before. An AllGather the program runs whole (not chosen: a reader that is not a contraction,
+ * a reader's operand made after the first reader, or it does not pay) is priced whole. So is the
+ * ReduceScatter side: a ReduceScatter (or AllReduce) the program runs as the reduce-scatter ring
+ * at the contraction that makes its operand (DevCmm.scatter) overlaps it, one it runs whole (its
+ * operand a sum of contractions, as the backward's input gradients are, or it does not pay) does
+ * not. With C the contractions' time and A the collective's, the pair takes
  *     C / n + (n - 1) max(C / n, A / (n - 1))
  * (the formula ring attention uses, kernels.c's ring_seconds): the first chunk waits for nothing,
  * then each step is the longer of a chunk's compute and one permute. What exceeds C is the
  * collective's exposed part, the time the kernel keeps (SimKernel.time_s); the rest is
- * SimKernel.hidden_s. An AllReduce a contraction makes overlaps its ReduceScatter half this way;
- * its AllGather half stays exposed (what it feeds is elementwise). The chunks' smaller matmuls
+ * SimKernel.hidden_s. An AllReduce the program runs as the ring then an AllGather of the blocks
+ * overlaps its ReduceScatter half (A / 2) this way; its AllGather half stays exposed. The chunks' smaller matmuls
  * are priced at the whole contraction's efficiency (an assumption: no wave quantization per chunk).
  *
  * dp_overlap = off: data-parallel collectives block the compute stream (SimKernel.blocking:
@@ -99,9 +102,13 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
     if (k->coll_kind == COLL_ALL_GATHER) {
       cm = feeds[i];
     } else if ((k->coll_kind == COLL_REDUCE_SCATTER || k->coll_kind == COLL_ALL_REDUCE) && k->nins > 0) {
+      /* the ReduceScatter side: the contraction the program's ring runs (its DevCmm) */
       SimKernel *p = producer(c, k->ins[0]);
-      if (p && p->kind == SIMK_MATMUL) cm = p->time_s;
-      if (k->coll_kind == COLL_ALL_REDUCE) a = k->time_s / 2; /* its ReduceScatter half */
+      const DevCmm *dc = k->anchor->dev ? k->anchor->dev->cmm : NULL;
+      if (p && p->kind == SIMK_MATMUL && dc && dc->scatter && dc->coll == k->anchor && p->anchor && p->anchor->dev &&
+          p->anchor->dev->cmm == dc)
+        cm = p->time_s;
+      if (k->coll_kind == COLL_ALL_REDUCE) a = k->time_s / 2; /* its ReduceScatter half; the AllGather stays */
     }
     if (!(cm > 0) || nn < 2) continue;
     double exposed = collective_matmul(cm, a, nn) - cm;

@@ -369,7 +369,9 @@ static void test_dp_windows(void) {
 
 /* tp_overlap: an MLP tensor-parallel over model = 4 (hidden@model), trained. The second matmul
  * leaves a partial sum: an AllReduce (A) of what that matmul (C) makes. The backward has none (dh =
- * dy w2^T and both weight gradients are local; x is an input, whose gradient is not made). As a collective matmul its ReduceScatter half (A/2) runs in n = 4 chunks beside the
+ * dy w2^T and both weight gradients are local; x is an input, whose gradient is not made). The
+ * device program runs it as a collective matmul (shard/cmm.c: the reduce-scatter ring at the matmul,
+ * then an AllGather of the blocks), so its ReduceScatter half (A/2) runs in n = 4 chunks beside the
  * matmul's: C/n + (n-1) max(C/n, (A/2)/(n-1)); what exceeds C is exposed, the AllGather half
  * (A/2) stays. Compute-bound (hidden = 32768: C/n > (A/2)/(n-1)): the kernel keeps exactly A/2.
  * Communication-bound (hidden = 256): it keeps A/2 + (C/n + A/2 - C) = A - C (n-1)/n. A and C are
@@ -412,6 +414,10 @@ static void check_tp(const char *defs, bool compute_bound) {
     const Value *v = k0->ins[0];
     int pi = v && v->id < c0.nvalues ? c0.kernel_of[v->id] : -1;
     if (pi < 0 || c0.kernels[pi].kind != SIMK_MATMUL) continue;
+    /* the device program runs it as the reduce-scatter ring (shard/cmm.c chose it: it pays) */
+    const DevCmm *dcm = k0->anchor && k0->anchor->dev ? k0->anchor->dev->cmm : NULL;
+    UT_CHECK(dcm && dcm->scatter && dcm->coll == k0->anchor && dcm->contract == c0.kernels[pi].anchor,
+             "the all-reduce is the device program's reduce-scatter ring at its matmul");
     double A = k0->time_s, C = c0.kernels[pi].time_s, n = 4, h = A / 2;
     double chunk = C / n, step = h / (n - 1), pair = chunk + (n - 1) * (chunk > step ? chunk : step);
     double want = h + (pair - C > 0 ? pair - C : 0);
