@@ -104,6 +104,11 @@ static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b) {
   return r;
 }
 
+/* What a device of pipeline stage `stage` holds of v (its own layers under uneven `stage_layers`). */
+static int64_t stage_bytes(const PipeInfo *pi, int stage, const Mesh *mesh, const Value *v) {
+  return dev_stage_bytes(pi, stage, mesh, &v->type, &v->sharding, NULL, sharding_local_bytes(&v->type, &v->sharding, mesh));
+}
+
 /* The step's resident state per device of pipeline stage `stage` (0 without a pipeline; memory.h's
  * MemResident): the params whose op runs there (Op.place: the embedding on the first stage, the
  * head on the last, the stacked layers' share everywhere), and each such param's gradient and
@@ -116,7 +121,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   for (const Op *op = f->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->nresults == 1 && (!pi || dev_stage_runs(op->place, stage, pi->stages)))
-      rs->params = sat_add(rs->params, sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh));
+      rs->params = sat_add(rs->params, stage_bytes(pi, stage, mesh, op->results[0]));
   const StepInfo *si = m->step;
   for (int j = 0; si && j < si->nparams; j++) {
     const StepParam *sp = &si->params[j];
@@ -129,7 +134,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
       if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
     }
     if (g) {
-      int64_t b = sharding_local_bytes(&g->type, &g->sharding, mesh);
+      int64_t b = stage_bytes(pi, stage, mesh, g);
       /* zero = 2 over the flattened params: the flat buffer's shard */
       if (si->step && si->step->zero >= 2) b = step_flat_bytes(sp, b, dtype_bytes(g->type.dtype));
       rs->grads = sat_add(rs->grads, b);
@@ -138,7 +143,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
     for (int q = 0; q < 3; q++) {
       if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
       const Value *v = f->inputs[ins[q]];
-      int64_t b = step_flat_bytes(sp, sharding_local_bytes(&v->type, &v->sharding, mesh), dtype_bytes(v->type.dtype));
+      int64_t b = step_flat_bytes(sp, stage_bytes(pi, stage, mesh, v), dtype_bytes(v->type.dtype));
       if (q == 0) rs->master = sat_add(rs->master, b);
       else rs->moments = sat_add(rs->moments, b);
     }
