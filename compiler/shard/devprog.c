@@ -544,6 +544,13 @@ int64_t dev_chunk_layers(const PipeInfo *pi, int s, int c) {
   return n / V + (c < n % V);
 }
 
+int64_t dev_chunk_layer0(const PipeInfo *pi, int g) {
+  int64_t r = 0;
+  int p = pi && pi->stages > 0 ? pi->stages : 1;
+  for (int h = 0; pi && h < g; h++) r += dev_chunk_layers(pi, h % p, h / p);
+  return r;
+}
+
 bool dev_pipe_uneven(const PipeInfo *pi) {
   for (int s = 1; pi && pi->stage_layers && s < pi->stages; s++)
     if (pi->stage_layers[s] != pi->stage_layers[0]) return true;

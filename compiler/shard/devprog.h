@@ -214,6 +214,9 @@ int64_t dev_chunk_row0(const DevModule *dm, int g);
 int64_t dev_stage_layers(const PipeInfo *pi, int s);
 int64_t dev_stage_row0(const PipeInfo *pi, int s);
 int64_t dev_chunk_layers(const PipeInfo *pi, int s, int c);
+/* The model's first layer in model chunk g (0 .. p V - 1; chunk c of stage s is g = c p + s): the
+ * layers of the model's earlier chunks summed (g Lc under an even split). */
+int64_t dev_chunk_layer0(const PipeInfo *pi, int g);
 /* Whether pi deals its layers unevenly (some stage's count differs from another's). */
 bool dev_pipe_uneven(const PipeInfo *pi);
 /* The extent dim `pos` of a value (type t, sharding sh, `local` rows on a device) has on a device of

@@ -798,10 +798,9 @@ bool stages_require_list(const IrModule *m, const Program *p, const char *cmd) {
   if (pi && dev_pipe_uneven(pi)) { /* docs/passes.md, "Uneven stages": check, explain and sim only */
     diag_error(st && st->key_loc[SK_STAGE_LAYERS].file ? st->key_loc[SK_STAGE_LAYERS] : m->pipeline->loc,
                "%s: uneven stages ('stage_layers' deals %lld layers as %lld to %lld per stage) are not implemented in "
-               "`run` and `build` yet: `check`, `explain` and `sim` read them; run the even split (%lld per stage), or "
+               "`run` and `build` yet (issue 19): `check`, `explain` and `sim` read them; run an even split, or "
                "predict the step with `shardc sim`",
-               cmd, (long long)pi->layers, (long long)min_stage_layers(pi), (long long)max_stage_layers(pi),
-               (long long)(pi->layers / pi->stages));
+               cmd, (long long)pi->layers, (long long)min_stage_layers(pi), (long long)max_stage_layers(pi));
     return false;
   }
   if (!pi || schedule_listed(pi)) return true;

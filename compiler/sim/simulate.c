@@ -1164,6 +1164,22 @@ static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
 
 /* ---- a function's ops ---- */
 
+/* An op of main on stage `stage` under uneven `stage_layers`: its kernel was priced at the stacked
+ * value's local rows (the largest stage's, rounded up), and the stage holds dev_stage_layers of
+ * them; its time scales by that (the optimizer's update, the accumulators, a stacked gradient's
+ * reduction: each proportional to the rows). 1 otherwise. */
+static double stage_scale(const Sim *S, const Op *op, int stage) {
+  const PipeInfo *pi = S->pi;
+  if (!pi || !pi->stage_layers || stage < 0) return 1;
+  const Value *v = op->nresults ? op->results[0] : NULL;
+  for (int k = 0; k <= op->noperands; k++, v = k <= op->noperands ? op->operands[k - 1] : NULL) {
+    if (!v || v->type.rank < 1 || v->type.dims[0] != pi->stack_dim || v->local[0] <= 0) continue;
+    int64_t x = dev_stage_extent(pi, stage, &v->type, &v->sharding, 0, v->local[0]);
+    if (x != v->local[0]) return (double)x / (double)v->local[0];
+  }
+  return 1;
+}
+
 static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc) {
   for (const Op *op = f->first; op && !S->failed; op = op->next) {
     if (!on_stage(S, f, op, stage)) continue;
@@ -1193,7 +1209,8 @@ static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage,
     if (k->anchor == op) {
       bool coll = k->kind == SIMK_COLLECTIVE;
       int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
-      int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1});
+      double dur = k->time_s * (f == S->m->main ? stage_scale(S, op, stage) : 1);
+      int t = tl_add(S, tl, stream, dur, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1});
       for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
       if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id] && !k->blocking) dep(tl, lc->marker, t);
       if (coll && k->blocking) { /* dp_overlap = off (overlap.c) */
