@@ -193,7 +193,7 @@ static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int ow
     product = sat_mul(product, m->axes[a].size);
   }
   if (!ok) return false;
-  if (product > 0 && dim->size % product != 0) {
+  if (product > 0 && !layout_dim_deals(p, dim, product)) {
     if (once(p, loc, ONCE_NOT_DIVISIBLE))
       diag_error(loc, "dim '%s' (%lld) is not divisible by %s", dim->name, (long long)dim->size,
                  axes_text(m, idx, *n, product, buf, sizeof buf));
