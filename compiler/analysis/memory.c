@@ -75,12 +75,14 @@ static const char *value_name(Arena *a, const IrModule *m, const Value *v, int d
 
 static const char *buffer_name(Arena *a, const IrModule *m, const Value *v) { return value_name(a, m, v, 0); }
 
-/* "[batch 8, seq 8192, vocab 128256]": the per-device extents */
-static const char *buffer_shape(Arena *a, const Value *v) {
+/* "[batch 8, seq 8192, vocab 128256]": the per-device extents (a device of pipeline stage `stage`'s:
+ * its own layers under uneven `stage_layers`) */
+static const char *buffer_shape(Arena *a, const IrModule *m, const Value *v, int stage) {
   char buf[512];
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   int k = snprintf(buf, sizeof buf, "[");
   for (int i = 0; i < v->type.rank && k < (int)sizeof buf - 64; i++) {
-    int64_t e = v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size;
+    int64_t e = dev_stage_extent(pi, stage, &v->type, &v->sharding, i, v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size);
     k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%s %lld", i ? ", " : "", v->type.dims[i]->name, (long long)e);
   }
   snprintf(buf + k, sizeof buf - (size_t)k, "]");
@@ -89,13 +91,13 @@ static const char *buffer_shape(Arena *a, const Value *v) {
 
 /* "activations: f32 logits [batch 8, seq 8192, vocab 128256]", "param: bf16 param
  * blocks.attn.wq [...]", "activations kept for the backward (8 microbatch chunks in flight)". */
-static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b) {
+static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b, int stage) {
   static const char *const what[BUF__COUNT] = {"param", "gradient", "optimizer state", "activations", "temporary"};
   const Value *v = b->v;
   MemBuffer r = {.cls = what[b->cls], .loc = v->def ? v->def->loc : (SrcLoc){0}, .bytes = b->bytes};
   r.name = buffer_name(a, m, v);
   r.dtype = dtype_name(v->type.dtype);
-  r.shape = buffer_shape(a, v);
+  r.shape = buffer_shape(a, m, v, stage);
   if (b->count > 1)
     r.what = arena_printf(a, "activations kept for the backward (%d microbatch chunks in flight), each %s %s %s",
                           b->count, r.dtype, r.name, r.shape);
@@ -180,7 +182,7 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     if (s != bp.worst) continue;
     r->params = ms.params, r->grads = ms.grads, r->optimizer = ms.optimizer;
     r->activations = ms.activations, r->temporaries = ms.temporaries, r->total = ms.total;
-    for (int i = 0; i < b->nlargest; i++) add_largest(r, buffer_of(m->arena, m, &b->largest[i]));
+    for (int i = 0; i < b->nlargest; i++) add_largest(r, buffer_of(m->arena, m, &b->largest[i], s));
     if (b->peak_op)
       r->peak_at = arena_printf(m->arena, "%s at %s", ir_op_label(b->peak_op), memory_where(m->arena, p, b->peak_op->loc));
   }
