@@ -832,8 +832,10 @@ static void print_pipeline(FILE *out, const Explain *E) {
                                                        "is the model's chunk c p + s, after the model's earlier chunks)"
                                                      : ", from the earlier stages' sum on"));
     for (int s = 0; s < pi->stages; s++)
-      fprintf(out, "    stage %d: %lld layer%s, %s%s\n", s, (long long)dev_stage_layers(pi, s),
-              dev_stage_layers(pi, s) == 1 ? "" : "s", stage_layers(E, pi, s),
+      fprintf(out, "    stage %d: %s%s\n", s,
+              dev_stage_layers(pi, s) ? arena_printf(E->a, "%lld layer%s, %s", (long long)dev_stage_layers(pi, s),
+                                                     dev_stage_layers(pi, s) == 1 ? "" : "s", stage_layers(E, pi, s))
+                                      : "no layers",
               s == 0 ? " (with the ops before the layers)" : s == pi->stages - 1 ? " (with the ops after them)" : "");
   } else {
   const char *rule = pi->chunks == 1
