@@ -552,8 +552,9 @@ int64_t dev_chunk_layer0(const PipeInfo *pi, int g) {
 }
 
 bool dev_pipe_uneven(const PipeInfo *pi) {
-  for (int s = 1; pi && pi->stage_layers && s < pi->stages; s++)
-    if (pi->stage_layers[s] != pi->stage_layers[0]) return true;
+  for (int s = 0; pi && pi->stage_layers && s < pi->stages; s++)
+    for (int c = 0; c < pi->chunks; c++)
+      if (dev_chunk_layers(pi, s, c) != pi->chunk_layers) return true;
   return false;
 }
 

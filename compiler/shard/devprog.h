@@ -217,7 +217,8 @@ int64_t dev_chunk_layers(const PipeInfo *pi, int s, int c);
 /* The model's first layer in model chunk g (0 .. p V - 1; chunk c of stage s is g = c p + s): the
  * layers of the model's earlier chunks summed (g Lc under an even split). */
 int64_t dev_chunk_layer0(const PipeInfo *pi, int g);
-/* Whether pi deals its layers unevenly (some stage's count differs from another's). */
+/* Whether pi deals its layers unevenly: some chunk holds fewer than Lc (the largest) layers (stages
+ * of different counts, or interleaved(V) cutting a stage's count into unequal chunks). */
 bool dev_pipe_uneven(const PipeInfo *pi);
 /* The extent dim `pos` of a value (type t, sharding sh, `local` rows on a device) has on a device of
  * stage s: under `stage_layers`, the stacked dim held over the stage axes has dev_stage_layers(pi, s)

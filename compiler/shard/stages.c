@@ -709,6 +709,7 @@ bool stages_module(IrModule *m, const Program *p) {
       for (int c = 0; c < pi->chunks; c++)
         if (dev_chunk_layers(pi, s, c) > pi->chunk_layers) pi->chunk_layers = dev_chunk_layers(pi, s, c);
     if (pi->chunk_layers < 1) return fail(&S, at, "'stage_layers' gives no stage a layer");
+    if (!dev_pipe_uneven(pi)) pi->stage_layers = NULL; /* every chunk Lc: the even split, as if unstated */
   } else {
     if (pi->layers % ((int64_t)pi->stages * pi->chunks) != 0)
       return fail(&S, st && st->key_loc[SK_SCHEDULE].file ? st->key_loc[SK_SCHEDULE] : LF->loc,
@@ -780,15 +781,11 @@ bool stages_module(IrModule *m, const Program *p) {
   return true;
 }
 
-static int64_t min_stage_layers(const PipeInfo *pi) {
-  int64_t r = dev_stage_layers(pi, 0);
-  for (int s = 1; s < pi->stages; s++) r = dev_stage_layers(pi, s) < r ? dev_stage_layers(pi, s) : r;
-  return r;
-}
-
-static int64_t max_stage_layers(const PipeInfo *pi) {
-  int64_t r = dev_stage_layers(pi, 0);
-  for (int s = 1; s < pi->stages; s++) r = dev_stage_layers(pi, s) > r ? dev_stage_layers(pi, s) : r;
+/* The fewest layers a chunk of pi holds (its largest holds pi->chunk_layers). */
+static int64_t min_chunk_layers(const PipeInfo *pi) {
+  int64_t r = pi->chunk_layers;
+  for (int s = 0; s < pi->stages; s++)
+    for (int c = 0; c < pi->chunks; c++) r = dev_chunk_layers(pi, s, c) < r ? dev_chunk_layers(pi, s, c) : r;
   return r;
 }
 
@@ -797,10 +794,11 @@ bool stages_require_list(const IrModule *m, const Program *p, const char *cmd) {
   const Step *st = p->step;
   if (pi && dev_pipe_uneven(pi)) { /* docs/passes.md, "Uneven stages": check, explain and sim only */
     diag_error(st && st->key_loc[SK_STAGE_LAYERS].file ? st->key_loc[SK_STAGE_LAYERS] : m->pipeline->loc,
-               "%s: uneven stages ('stage_layers' deals %lld layers as %lld to %lld per stage) are not implemented in "
-               "`run` and `build` yet (issue 19): `check`, `explain` and `sim` read them; run an even split, or "
-               "predict the step with `shardc sim`",
-               cmd, (long long)pi->layers, (long long)min_stage_layers(pi), (long long)max_stage_layers(pi));
+               "%s: uneven stages ('stage_layers' deals %lld layers in chunks of %lld to %lld over %d stages x %d "
+               "chunk%s) are not implemented in `run` and `build` yet (issue 19): `check`, `explain` and `sim` read "
+               "them; run an even split, or predict the step with `shardc sim`",
+               cmd, (long long)pi->layers, (long long)min_chunk_layers(pi), (long long)pi->chunk_layers, pi->stages,
+               pi->chunks, pi->chunks == 1 ? "" : "s");
     return false;
   }
   if (!pi || schedule_listed(pi)) return true;

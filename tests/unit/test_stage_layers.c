@@ -316,6 +316,13 @@ static void test_run_refused(void) {
   out = cli_shardc(&rc, "build test_stage_layers_lm.shard -o test_stage_layers_lm.bin 2>&1");
   UT_CHECK(rc == 1 && out && strstr(out, ":31:3: error: build: uneven stages"), "build refused too: %s", out ? out : "");
   free(out);
+  /* equal stages whose chunks are not: interleaved(2) cuts 3 layers as 2 + 1 (sema lets V not divide a
+   * stated count); run would deal equal chunks, so it is refused too */
+  write_lm("test_stage_layers_lm.shard", "interleaved(2)", "3, 3, 3, 3");
+  out = cli_shardc(&rc, "run test_stage_layers_lm.shard -D layers=12 2>&1");
+  UT_CHECK(rc == 1 && out && strstr(out, ":31:3: error: run: uneven stages ('stage_layers' deals 12 layers in chunks of 1 to 2"),
+           "unequal chunks refused: %s", out ? out : "");
+  free(out);
   ut_end();
 }
 
