@@ -81,6 +81,7 @@ static LLVMTypeRef storage_type(Lower *L, DType dt) {
   switch (dt) {
   case DT_BF16: return L->i16;
   case DT_F16: return L->f16;
+  case DT_F8E4M3: case DT_F8E5M2: return L->i8;
   case DT_I32: return L->i32;
   default: return L->f32;
   }
@@ -95,6 +96,7 @@ LLVMValueRef lower_load(Lower *L, const NestTensor *t, LLVMValueRef off) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   case DT_F16: return LLVMBuildFPExt(L->B, v, L->f32, "");
+  case DT_F8E4M3: case DT_F8E5M2: return lower_f8_decode(L, v, t->dt);
   default: return v;
   }
 }
@@ -113,6 +115,7 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
   LLVMTypeRef st = storage_type(L, t->dt);
   if (t->dt == DT_BF16) v = to_bf16(L, v);
   else if (t->dt == DT_F16) v = LLVMBuildFPTrunc(L->B, v, L->f16, "");
+  else if (dtype_is_f8(t->dt)) v = lower_f8_encode(L, v, t->dt);
   LLVMBuildStore(L->B, v, gep(L, st, t->base, off));
 }
 
@@ -311,6 +314,7 @@ static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   if (dt == DT_F16) return LLVMBuildFPExt(L->B, LLVMBuildFPTrunc(L->B, x, L->f16, ""), L->f32, "");
+  if (dtype_is_f8(dt)) return lower_f8_decode(L, lower_f8_encode(L, x, dt), dt);
   return x;
 }
 
@@ -650,7 +654,8 @@ static bool contract_core(Lower *L, const Op *op) {
   for (int i = 0; i < 3; i++) {
     const Value *v = i == 0 ? res : op->operands[i - 1];
     DType dt = v->type.dtype;
-    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
+    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && !dtype_is_f8(dt))
+      return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
   }
   Group B = {.size = 1}, M = {.size = 1}, N = {.size = 1}, K = {.size = 1};
   for (int i = 0; i < res->type.rank; i++) {
@@ -956,7 +961,7 @@ static bool lower_collective(Lower *L, const Op *op) {
     L->owned[res->id] = false;
     return true;
   }
-  if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
+  if (dev_op_period(op)) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   if (c->lead) return true; /* runs in its bucket's last member */
   const Op *self[1] = {op};
@@ -1028,7 +1033,7 @@ static bool plan_view(const Lower *L, const Op *op) {
   for (int d = 0; d < res->type.rank; d++)
     if (res->type.dims[d] != x->type.dims[d] || (d > 0 && extent(L, res, d) != extent(L, x, d))) return false;
   if (op->kind == OP_TRANSPOSE) return same_bytes(L, res, x);
-  return op->noffs == 1 && op->offs[0].dim == x->type.dims[0];
+  return dev_op_noffs(op) == 1 && op->dev->offs[0].dim == x->type.dims[0];
 }
 
 /* The operand whose buffer op's result shares (a view), or NULL. */
@@ -1225,7 +1230,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       for (int i = 0; i < c->noperands; i++) {
         const Value *x = c->operands[i];
         const Op *d = x->def;
-        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || d->place != c->place) continue;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || dev_op_runs(d) != dev_op_runs(c)) continue;
         bool inside = true;
         for (int k = 0; k < x->type.rank; k++) {
           int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
@@ -1295,7 +1300,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
-    bool placed = L->mesh && L->m->pipeline && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
+    bool placed = L->mesh && L->m->pipeline && f == L->m->main && dev_op_runs(op); /* an op of a pipelined main on some stages */
     if (!(placed ? lower_pipe_guarded(L, op, lower_op_clocked) : lower_op_clocked(L, op)) || L->failed) {
       ok = false;
       break;

@@ -22,8 +22,10 @@
  *
  * dp_overlap = off: data-parallel collectives block the compute stream (SimKernel.blocking:
  * simulate.c starts one only after the compute before it and starts no compute until it ends),
- * as software before bucketed overlap ran them. On (the default) they run as simulate.c always
- * ran them: asynchronous, as soon as their operand exists, FSDP gathers prefetched a layer ahead.
+ * as software before bucketed overlap ran them (the device program's window says `blocking`,
+ * shard/dpwin.h). On (the default) they are asynchronous, issued where the device program's
+ * overlap window says (simulate.c's window_tasks: a gradient reduction during the last
+ * microbatch's backward, in per-layer pieces; an FSDP gather prefetched a layer ahead).
  *
  * grad_reduce = DT: a data-parallel AllReduce or ReduceScatter of a floating-point value in
  * another dtype is priced at DT's bytes (the gradients cast for the reduction and back). */
@@ -48,7 +50,7 @@ static SimKernel *producer(SimCosts *c, const Value *v) {
 
 static bool is_tp(const SimKernel *k, uint16_t batch, uint16_t stage) {
   return k && k->kind == SIMK_COLLECTIVE && k->anchor && k->anchor->axes && !(k->anchor->axes & batch) &&
-         !(k->anchor->axes & stage) && !(k->anchor->coll && k->anchor->coll->ngroup > 1);
+         !(k->anchor->axes & stage) && !(dev_op_subset(k->anchor) > 1);
 }
 
 static double collective_matmul(double c, double a, double n) {
@@ -88,7 +90,7 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
       if (have != o->grad_reduce && !dtype_is_int(have) && dtype_bytes(have) > 0) {
         k->bytes *= (double)dtype_bytes(o->grad_reduce) / dtype_bytes(have);
         k->time_s = cost_collective_group(c->mesh, k->coll_kind, k->anchor->axes,
-                                          k->anchor->coll ? k->anchor->coll->ngroup : 0, k->bytes, c->ideal, &k->coll);
+                                          dev_op_subset(k->anchor), k->bytes, c->ideal, &k->coll);
       }
     }
     if (dp && !o->dp_overlap) k->blocking = true;
