@@ -60,6 +60,14 @@ typedef struct PW {
   bool profile;         /* record the bytes live at each op of main (BufStage.prof) */
 } PW;
 
+/* value_bytes as a device of the stage being walked holds it: under uneven `stage_layers`, its own
+ * layers of a stacked value and its largest chunk of a chunk region's (devprog.h, dev_stage_bytes). */
+static int64_t value_bytes(const Value *v);
+static int64_t stage_value_bytes(const PW *W, const Value *v) {
+  const PipeInfo *pi = W->m->pipeline ? W->m->pipeline->pipe : NULL;
+  return dev_stage_bytes(pi, W->stage, W->p ? W->p->mesh : NULL, &v->type, &v->sharding, v->local, value_bytes(v));
+}
+
 static int32_t find(PW *W, int32_t v) {
   while (W->parent[v] != v) {
     W->parent[v] = W->parent[W->parent[v]];
@@ -192,10 +200,10 @@ static void plan_roots(PW *W, const IrFunc *f, const bool *reuse_inputs, const O
       W->last[v->id] = k;
       W->external[v->id] = 0;
       W->reusable[v->id] = op->kind != OP_PARAM && op->kind != OP_INPUT;
-      W->bytes[v->id] = value_bytes(v);
+      W->bytes[v->id] = stage_value_bytes(W, v);
       if (bufplan_is_view(op)) W->parent[v->id] = find(W, op->operands[0]->id);
     }
-  for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = value_bytes(f->inputs[i]);
+  for (int i = 0; i < f->ninputs; i++) W->bytes[f->inputs[i]->id] = stage_value_bytes(W, f->inputs[i]);
   if (f == W->m->main) flat_state_bytes(W, f);
   /* last uses (a view's reads keep its buffer) */
   k = 0;
@@ -405,11 +413,11 @@ static void walk_pipeline(PW *W, const Op *pipe, Peak *out) {
   for (int r = 0; r < PR__COUNT; r++) {
     const IrFunc *R = pi->region[r];
     for (int i = 0; R && i < R->noutputs; i++) {
-      if (pi->out[r][i].kind == POUT_SAVE) keep = sat_add(keep, value_bytes(R->outputs[i])), kept = R->outputs[i];
-      if (pi->out[r][i].kind == POUT_ACT) act_out[r] = value_bytes(R->outputs[i]);
+      if (pi->out[r][i].kind == POUT_SAVE) keep = sat_add(keep, stage_value_bytes(W, R->outputs[i])), kept = R->outputs[i];
+      if (pi->out[r][i].kind == POUT_ACT) act_out[r] = stage_value_bytes(W, R->outputs[i]);
     }
     for (int i = 0; R && i < R->ninputs; i++)
-      if (pi->in[r][i].kind == PIN_ACT) act_in[r] = value_bytes(R->inputs[i]);
+      if (pi->in[r][i].kind == PIN_ACT) act_in[r] = stage_value_bytes(W, R->inputs[i]);
   }
   Use live = {0};
   LiveVec lv = {0};

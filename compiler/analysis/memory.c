@@ -75,12 +75,14 @@ static const char *value_name(Arena *a, const IrModule *m, const Value *v, int d
 
 static const char *buffer_name(Arena *a, const IrModule *m, const Value *v) { return value_name(a, m, v, 0); }
 
-/* "[batch 8, seq 8192, vocab 128256]": the per-device extents */
-static const char *buffer_shape(Arena *a, const Value *v) {
+/* "[batch 8, seq 8192, vocab 128256]": the per-device extents (a device of pipeline stage `stage`'s:
+ * its own layers under uneven `stage_layers`) */
+static const char *buffer_shape(Arena *a, const IrModule *m, const Value *v, int stage) {
   char buf[512];
+  const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   int k = snprintf(buf, sizeof buf, "[");
   for (int i = 0; i < v->type.rank && k < (int)sizeof buf - 64; i++) {
-    int64_t e = v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size;
+    int64_t e = dev_stage_extent(pi, stage, &v->type, &v->sharding, i, v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size);
     k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%s %lld", i ? ", " : "", v->type.dims[i]->name, (long long)e);
   }
   snprintf(buf + k, sizeof buf - (size_t)k, "]");
@@ -89,19 +91,24 @@ static const char *buffer_shape(Arena *a, const Value *v) {
 
 /* "activations: f32 logits [batch 8, seq 8192, vocab 128256]", "param: bf16 param
  * blocks.attn.wq [...]", "activations kept for the backward (8 microbatch chunks in flight)". */
-static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b) {
+static MemBuffer buffer_of(Arena *a, const IrModule *m, const BufLive *b, int stage) {
   static const char *const what[BUF__COUNT] = {"param", "gradient", "optimizer state", "activations", "temporary"};
   const Value *v = b->v;
   MemBuffer r = {.cls = what[b->cls], .loc = v->def ? v->def->loc : (SrcLoc){0}, .bytes = b->bytes};
   r.name = buffer_name(a, m, v);
   r.dtype = dtype_name(v->type.dtype);
-  r.shape = buffer_shape(a, v);
+  r.shape = buffer_shape(a, m, v, stage);
   if (b->count > 1)
     r.what = arena_printf(a, "activations kept for the backward (%d microbatch chunks in flight), each %s %s %s",
                           b->count, r.dtype, r.name, r.shape);
   else
     r.what = arena_printf(a, "%s: %s %s %s", r.cls, r.dtype, r.name, r.shape);
   return r;
+}
+
+/* What a device of pipeline stage `stage` holds of v (its own layers under uneven `stage_layers`). */
+static int64_t stage_bytes(const PipeInfo *pi, int stage, const Mesh *mesh, const Value *v) {
+  return dev_stage_bytes(pi, stage, mesh, &v->type, &v->sharding, NULL, sharding_local_bytes(&v->type, &v->sharding, mesh));
 }
 
 /* The step's resident state per device of pipeline stage `stage` (0 without a pipeline; memory.h's
@@ -116,7 +123,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   for (const Op *op = f->first; op; op = op->next)
     if (op->kind == OP_PARAM && op->nresults == 1 && (!pi || dev_stage_runs(dev_op_runs(op), stage, pi->stages)))
-      rs->params = sat_add(rs->params, sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh));
+      rs->params = sat_add(rs->params, stage_bytes(pi, stage, mesh, op->results[0]));
   const StepInfo *si = m->step;
   for (int j = 0; si && j < si->nparams; j++) {
     const StepParam *sp = &si->params[j];
@@ -129,7 +136,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
       if (carries && op->noperands == 1 && op->nresults == 1 && op->operands[0] == g) g = op->results[0];
     }
     if (g) {
-      int64_t b = sharding_local_bytes(&g->type, &g->sharding, mesh);
+      int64_t b = stage_bytes(pi, stage, mesh, g);
       /* zero = 2 over the flattened params: the flat buffer's shard */
       if (si->step && si->step->zero >= 2) b = step_flat_bytes(sp, b, dtype_bytes(g->type.dtype));
       rs->grads = sat_add(rs->grads, b);
@@ -138,7 +145,7 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
     for (int q = 0; q < 3; q++) {
       if (ins[q] < 0 || ins[q] >= f->ninputs) continue;
       const Value *v = f->inputs[ins[q]];
-      int64_t b = step_flat_bytes(sp, sharding_local_bytes(&v->type, &v->sharding, mesh), dtype_bytes(v->type.dtype));
+      int64_t b = step_flat_bytes(sp, stage_bytes(pi, stage, mesh, v), dtype_bytes(v->type.dtype));
       if (q == 0) rs->master = sat_add(rs->master, b);
       else rs->moments = sat_add(rs->moments, b);
     }
@@ -175,7 +182,7 @@ void memory_estimate(const Program *p, IrModule *m, MemoryReport *r) {
     if (s != bp.worst) continue;
     r->params = ms.params, r->grads = ms.grads, r->optimizer = ms.optimizer;
     r->activations = ms.activations, r->temporaries = ms.temporaries, r->total = ms.total;
-    for (int i = 0; i < b->nlargest; i++) add_largest(r, buffer_of(m->arena, m, &b->largest[i]));
+    for (int i = 0; i < b->nlargest; i++) add_largest(r, buffer_of(m->arena, m, &b->largest[i], s));
     if (b->peak_op)
       r->peak_at = arena_printf(m->arena, "%s at %s", ir_op_label(b->peak_op), memory_where(m->arena, p, b->peak_op->loc));
   }

@@ -376,10 +376,10 @@ static void collect_pipeline(Explain *E, const Op *op, int depth, double mult) {
     c.count = mult * sends / pi->stages;
     c.reason = arena_printf(E->a,
                             "pipeline: each microbatch's %s moves to the %s stage at every boundary between chunks "
-                            "of layers (%d stages x %d chunk%s of %lld layers, %d microbatch%s, %s): %s sends per "
+                            "of layers (%d stages x %d chunk%s of %s%lld layers, %d microbatch%s, %s): %s sends per "
                             "step over all stages",
                             dir ? "gradient" : "activation", dir ? "previous" : "next", pi->stages, pi->chunks,
-                            pi->chunks == 1 ? "" : "s", (long long)pi->chunk_layers, pi->microbatches,
+                            pi->chunks == 1 ? "" : "s", pi->stage_layers ? "up to " : "", (long long)pi->chunk_layers, pi->microbatches,
                             pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi), fmt_count(E->a, sends));
     double act_bytes = (double)sharding_local_bytes(&act->type, &act->sharding, E->mesh);
     double split = pi->send_split ? (double)sharding_axes_product(E->mesh, pi->send_split) : 1;
@@ -866,6 +866,14 @@ static const char *pipeline_stack_name(const Explain *E, const PipeInfo *pi) {
  * its storage rows hold (the device program's storage order of the stacked dim). */
 static const char *stage_layers(const Explain *E, const PipeInfo *pi, int s) {
   const char *t = "";
+  if (pi->stage_layers) { /* uneven stages: each chunk's own count (devprog.h), none for an empty one */
+    for (int c = 0; c < pi->chunks; c++) {
+      int64_t a = dev_chunk_layer0(pi, c * pi->stages + s), n = dev_chunk_layers(pi, s, c);
+      if (n == 1) t = arena_printf(E->a, "%s%s%lld", t, *t ? ", " : "", (long long)a);
+      else if (n > 1) t = arena_printf(E->a, "%s%s%lld-%lld", t, *t ? ", " : "", (long long)a, (long long)(a + n - 1));
+    }
+    return *t ? t : "no layers";
+  }
   RtOrder o = E->m->dev ? dev_dim_order(E->m->dev, pi->stack_dim, 0) : (RtOrder){.kind = RT_ORDER_NATURAL};
   for (int c = 0; c < pi->chunks; c++) {
     int64_t a = rt_order_logical(&o, ((int64_t)s * pi->chunks + c) * pi->chunk_layers);
@@ -885,12 +893,29 @@ static void print_pipeline(FILE *out, const Explain *E) {
   SrcLoc loop = E->layer_loop ? E->layer_loop->loc : E->m->pipeline->loc;
   int width = report_width();
   const char *head = arena_printf(
-      E->a, "pipeline of the stacked loop at %s (%s, %lld layers of `%s`): %d stages over %s, %d chunk%s of %lld layers per "
+      E->a, "pipeline of the stacked loop at %s (%s, %lld layers of `%s`): %d stages over %s, %d chunk%s of %s%lld layers per "
       "stage, %d microbatch%s, schedule %s", where(E, loop), pipeline_stack_name(E, pi), (long long)pi->layers,
       pi->stack_dim ? pi->stack_dim->name : "?", pi->stages, axes_names(E, st, true), pi->chunks, pi->chunks == 1 ? "" : "s",
-      (long long)pi->chunk_layers, pi->microbatches, pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi));
+      pi->stage_layers ? "up to " : "", (long long)pi->chunk_layers, pi->microbatches, pi->microbatches == 1 ? "" : "es", schedule_name(E->a, pi));
   fputc('\n', out);
   report_wrapped(out, width, "", "  ", head);
+  if (pi->stage_layers) { /* uneven stages: a line per stage, its layers and chunks */
+    const char *list = "";
+    for (int s = 0; s < pi->stages; s++)
+      list = arena_printf(E->a, "%s%s%lld", list, s ? ", " : "", (long long)dev_stage_layers(pi, s));
+    report_wrapped(out, width, "  ", "    ",
+                   arena_printf(E->a, "stage_layers = [%s]: stage s holds its own count of layers%s; the slowest "
+                                      "stage sets the pipeline's pace (sim prices each stage's own)",
+                                list, pi->chunks > 1 ? ", cut into chunks as evenly as it can (chunk c of stage s "
+                                                       "is the model's chunk c p + s, after the model's earlier chunks)"
+                                                     : ", from the earlier stages' sum on"));
+    for (int s = 0; s < pi->stages; s++)
+      fprintf(out, "    stage %d: %s%s\n", s,
+              dev_stage_layers(pi, s) ? arena_printf(E->a, "%lld layer%s, %s", (long long)dev_stage_layers(pi, s),
+                                                     dev_stage_layers(pi, s) == 1 ? "" : "s", stage_layers(E, pi, s))
+                                      : "no layers",
+              s == 0 ? " (with the ops before the layers)" : s == pi->stages - 1 ? " (with the ops after them)" : "");
+  } else {
   const char *rule = pi->chunks == 1
                          ? arena_printf(E->a, "stage s holds layers %llds to %llds + %lld", (long long)pi->chunk_layers,
                                         (long long)pi->chunk_layers, (long long)pi->chunk_layers - 1)
@@ -901,9 +926,11 @@ static void print_pipeline(FILE *out, const Explain *E) {
   if (pi->stages > 1)
     ex = arena_printf(E->a, "%s, stage %d %s (with the ops after them)", ex, pi->stages - 1, stage_layers(E, pi, pi->stages - 1));
   report_wrapped(out, width, "  ", "    ", ex);
+  }
   /* Narayanan et al. 2021: the bubble is (p - 1) / N of the ideal time (interleaved: / V as well) */
   double bubble = (double)(pi->stages - 1) / ((double)pi->microbatches * pi->chunks);
-  fprintf(out, "  bubble: (p - 1) / %s = %.3g of the ideal step time\n", pi->chunks > 1 ? "(N V)" : "N", bubble);
+  fprintf(out, "  bubble: (p - 1) / %s = %.3g of the ideal step time%s\n", pi->chunks > 1 ? "(N V)" : "N", bubble,
+          pi->stage_layers ? " (of equal stages; sim times the uneven ones)" : "");
   fprintf(out, "  activations in flight at the peak: %d microbatch chunk%s on the first stage, %d on the last\n",
           pi->in_flight_max[0], pi->in_flight_max[0] == 1 ? "" : "s", pi->in_flight_max[1]);
 }
@@ -1123,6 +1150,8 @@ static cJSON *json_report(const Explain *E) {
     cJSON_AddItemToObject(pp, "axes", axes_json(E, st));
     cJSON_AddNumberToObject(pp, "layers", (double)pi->layers);
     cJSON_AddNumberToObject(pp, "chunks_per_stage", pi->chunks);
+    cJSON *sl = cJSON_AddArrayToObject(pp, "stage_layers"); /* each stage's layers (the even split too) */
+    for (int s = 0; s < pi->stages; s++) cJSON_AddItemToArray(sl, cJSON_CreateNumber((double)dev_stage_layers(pi, s)));
     cJSON_AddNumberToObject(pp, "microbatches", pi->microbatches);
     cJSON_AddStringToObject(pp, "schedule", schedule_name(E->a, pi));
     cJSON_AddNumberToObject(pp, "bubble_fraction", (double)(pi->stages - 1) / ((double)pi->microbatches * pi->chunks));

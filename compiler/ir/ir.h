@@ -227,7 +227,11 @@ typedef struct PipeInfo {
   int chunks;           /* V: chunks per stage (interleaved(V); 1 otherwise) */
   int microbatches;     /* N */
   int64_t layers;       /* L */
-  int64_t chunk_layers; /* Lc = L / (p V) */
+  int64_t chunk_layers; /* Lc = L / (p V); under uneven `stage_layers`, the largest chunk's layers (a
+                           chunk region's loop bound: chunk c of stage s runs dev_chunk_layers(pi, s, c)) */
+  const int64_t *stage_layers; /* [stages]: the layers stage s holds, as `stage_layers` deals them (stage s
+                           the model's layers from the sum of the earlier stages' on); NULL: the even split
+                           L / p. Read it through devprog.h's dev_stage_layers / dev_chunk_layers. */
   int schedule;         /* ScheduleKind */
   struct Dim *chunk_dim;/* the stacking dim of a chunk region's loop (size Lc) */
   struct Dim *stack_dim;/* the stacked params' leading dim (layers) */

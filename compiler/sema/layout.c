@@ -193,7 +193,7 @@ static bool apply_explicit(const Program *p, const TypeSpec *spec, int i, int ow
     product = sat_mul(product, m->axes[a].size);
   }
   if (!ok) return false;
-  if (product > 0 && dim->size % product != 0) {
+  if (product > 0 && !layout_dim_deals(p, dim, product)) {
     if (once(p, loc, ONCE_NOT_DIVISIBLE))
       diag_error(loc, "dim '%s' (%lld) is not divisible by %s", dim->name, (long long)dim->size,
                  axes_text(m, idx, *n, product, buf, sizeof buf));
@@ -225,6 +225,23 @@ static bool is_stack_dim(const Program *p, Name dim) {
   for (int i = 0; i < p->nstack_dims; i++)
     if (p->stack_dims[i]->name == dim) return true;
   return false;
+}
+
+/* A stacked dim the train step's `stage_layers` deals over `parts` stages: a list of that many
+ * counts summing to its size (sema's check_stage_layers says so at the list otherwise). Then the
+ * pipeline's rule applies though the size does not divide (each stage holds its own count:
+ * shard/devprog.h, dev_stage_layers). */
+static bool stage_layers_deal(const Program *p, const Dim *d, int64_t parts) {
+  const Step *st = p ? p->step : NULL;
+  if (!st || st->kind != STEP_TRAIN || !st->stage_layers || st->nstage_layers != parts) return false;
+  int64_t sum = 0;
+  for (int i = 0; i < st->nstage_layers; i++) sum += st->stage_layers[i];
+  return sum == d->size;
+}
+
+bool layout_dim_deals(const Program *p, const Dim *d, int64_t parts) {
+  if (!d || parts <= 1 || d->size % parts == 0) return true;
+  return p && is_stack_dim(p, d->name) && stage_layers_deal(p, d, parts);
 }
 
 /* The mesh axes of rule r, as indices, when the mesh has every one; else false. */
@@ -352,7 +369,7 @@ static void apply_rules(const Program *p, Dim *const *dims, int rank, Sharding *
        * issue 18, seed 5 case 39, `layers: (ctx, data)` beside `heads: ctx`, "no stage for this
        * device" at run time) */
       if (n < rule->naxes && is_stack_dim(p, rule->dim)) continue;
-      if (product > 0 && dims[i]->size % product != 0) {
+      if (product > 0 && !layout_dim_deals(p, dims[i], product)) {
         if (warn && once(p, rule->loc, ONCE_RULE_NOT_DIVISIBLE)) {
           char rb[256], ab[256];
           int64_t pad = layout_pad_size(dims[i]->size, product);

@@ -214,6 +214,10 @@ uint16_t layout_stage_axes(const Program *p, const LayoutRule **rule);
  * The skipped rule's warning and check's suggestions offer it. */
 #define LAYOUT_PAD_QUANTUM 64
 int64_t layout_pad_size(int64_t size, int64_t prod);
+/* Whether `parts` devices can hold dim d in blocks: parts divides its size, or d is a stacking dim the
+ * train step's `stage_layers` deals over that many stages (a count each, summing to its size; each
+ * stage holds its own count: shard/devprog.h, dev_stage_layers). */
+bool layout_dim_deals(const Program *p, const Dim *d, int64_t parts);
 
 /* A route call's expert (over:) and tokens (tokens:) dims (layout.c applies the expert dim's rule
  * first in a tensor that holds it without the tokens dim). */

@@ -1412,7 +1412,8 @@ static const ParamDecl *find_pipeline(const Program *p, const Model *m, int64_t 
 /* `schedule` orders a pipeline's microbatches, so it needs a pipeline: a layout rule sharding a
  * stacking dim of the step's model (`layers: stage`) on the chosen mesh. Without one it does
  * nothing, which is a warning. With one, interleaved(V) cuts each stage's share of the layers into
- * V chunks: V must divide the layers per stage (stacking dim / stages), an error otherwise. */
+ * V chunks: V must divide the layers per stage (stacking dim / stages), an error otherwise; under
+ * `stage_layers` each stage's count is cut into V chunks as evenly as it can (language.md). */
 static void check_schedule(Sema *s) {
   Program *p = s->p;
   const Step *st = p->step;
@@ -1430,7 +1431,7 @@ static void check_schedule(Sema *s) {
                  p->layout ? p->layout->name : "(none)", st->fn->model ? st->fn->model->name : "?", p->mesh->name);
     return;
   }
-  if (st->schedule != SCHED_INTERLEAVED) return;
+  if (st->schedule != SCHED_INTERLEAVED || st->stage_layers) return; /* stage_layers: as evenly as it can */
   int64_t per = pipe->stack_dim->size / stages;
   if (per % st->interleave != 0)
     diag_error(at, "interleaved(%d) cuts each stage's layers into %d chunks, but each of the %lld stages holds "
@@ -1497,8 +1498,9 @@ static void layout_needs(Sema *s) {
 }
 
 /* `stage_layers = [...]` (language.md, Steps): one count per pipeline stage, summing to the
- * pipeline's stacking dim. The pipeline builder (shard/stages.c) splits layers evenly, so a list
- * that differs from the even split is refused here, at the list, rather than run as an even one. */
+ * pipeline's stacking dim. Any such split is accepted here (a stage may hold no layers: only the
+ * embedding or the loss); the pipeline builder deals the layers that way (shard/stages.c), and
+ * `run`/`build` refuse an uneven one at the list (stages_require_list). */
 static void check_stage_layers(Sema *s) {
   Program *p = s->p;
   const Step *st = p->step;
@@ -1529,13 +1531,8 @@ static void check_stage_layers(Sema *s) {
                pipe->name, (long long)pipe->stack_dim->size);
     return;
   }
-  for (int i = 0; i < st->nstage_layers; i++)
-    if (st->stage_layers[i] != pipe->stack_dim->size / stages) {
-      diag_error(at, "stage %d holds %d layers where the even split holds %lld: uneven stages are not implemented yet "
-                     "(the pipeline builder splits '%s' evenly; issue 19)",
-                 i, st->stage_layers[i], (long long)(pipe->stack_dim->size / stages), pipe->stack_dim->name);
-      return;
-    }
+  /* interleaved(V) splits each stage's layers into V chunks as evenly as it can (shard/devprog.h:
+   * dev_chunk_layers): a chunk may hold none (only the embedding or the loss) */
 }
 
 /* ---- the whole program ---- */

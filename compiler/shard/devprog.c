@@ -529,3 +529,59 @@ void devprog_print(FILE *out, const IrModule *m) {
   fputc('\n', out);
   devprog_print_groups(out, dm);
 }
+
+/* ---- uneven stages ---- */
+
+int64_t dev_stage_layers(const PipeInfo *pi, int s) {
+  if (!pi || s < 0 || s >= pi->stages) return 0;
+  return pi->stage_layers ? pi->stage_layers[s] : pi->layers / pi->stages;
+}
+
+int64_t dev_stage_row0(const PipeInfo *pi, int s) {
+  int64_t r = 0;
+  for (int t = 0; pi && t < s && t < pi->stages; t++) r += dev_stage_layers(pi, t);
+  return r;
+}
+
+int64_t dev_chunk_layers(const PipeInfo *pi, int s, int c) {
+  int V = pi && pi->chunks > 0 ? pi->chunks : 1;
+  if (c < 0 || c >= V) return 0;
+  int64_t n = dev_stage_layers(pi, s);
+  return n / V + (c < n % V);
+}
+
+int64_t dev_chunk_layer0(const PipeInfo *pi, int g) {
+  int64_t r = 0;
+  int p = pi && pi->stages > 0 ? pi->stages : 1;
+  for (int h = 0; pi && h < g; h++) r += dev_chunk_layers(pi, h % p, h / p);
+  return r;
+}
+
+bool dev_pipe_uneven(const PipeInfo *pi) {
+  for (int s = 0; pi && pi->stage_layers && s < pi->stages; s++)
+    for (int c = 0; c < pi->chunks; c++)
+      if (dev_chunk_layers(pi, s, c) != pi->chunk_layers) return true;
+  return false;
+}
+
+int64_t dev_stage_extent(const PipeInfo *pi, int s, const TensorType *t, const Sharding *sh, int pos, int64_t local) {
+  if (!pi || !pi->stage_layers || !t || pos < 0 || pos >= t->rank) return local;
+  const Dim *d = t->dims[pos];
+  if (d && d == pi->stack_dim && sh && sh->naxes[pos] > 0) return dev_stage_layers(pi, s);
+  if (d && d == pi->chunk_dim) return dev_chunk_layers(pi, s, 0); /* chunk 0 is the stage's largest */
+  return local;
+}
+
+int64_t dev_stage_bytes(const PipeInfo *pi, int s, const Mesh *mesh, const TensorType *t, const Sharding *sh,
+                        const int64_t *local, int64_t bytes) {
+  if (!pi || !pi->stage_layers || !t || bytes <= 0 || bytes == INT64_MAX) return bytes;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t e = local && local[i] > 0 ? local[i] : sharding_local_extent(t, sh, mesh, i);
+    int64_t x = dev_stage_extent(pi, s, t, sh, i, e);
+    if (x == e || e <= 0) continue;
+    bytes = bytes / e; /* bytes is a product of the extents: e divides it */
+    if (x > 0 && bytes > INT64_MAX / x) return INT64_MAX;
+    bytes *= x;
+  }
+  return bytes;
+}

@@ -240,6 +240,31 @@ RtOrder dev_dim_order(const DevModule *dm, const Dim *d, int pos);
  * stacked dim, found through its storage order (the one-device program: g Lc). */
 int64_t dev_chunk_row0(const DevModule *dm, int g);
 
+/* ---- uneven stages (`stage_layers`, language.md Steps; docs/passes.md, "Uneven stages") ----
+ * Stage s holds dev_stage_layers(pi, s) of the stacked dim's rows: the model's layers from
+ * dev_stage_row0(pi, s) on (the earlier stages' counts summed), stored as its own extent (no
+ * padding: a stage holds, updates and counts its own layers only). interleaved(V) cuts a stage's
+ * layers into V chunks as evenly as it can: chunk c holds L_s / V layers, one more for c < L_s mod V
+ * (a chunk may hold none). The even split is the case every count is L / p. */
+int64_t dev_stage_layers(const PipeInfo *pi, int s);
+int64_t dev_stage_row0(const PipeInfo *pi, int s);
+int64_t dev_chunk_layers(const PipeInfo *pi, int s, int c);
+/* The model's first layer in model chunk g (0 .. p V - 1; chunk c of stage s is g = c p + s): the
+ * layers of the model's earlier chunks summed (g Lc under an even split). */
+int64_t dev_chunk_layer0(const PipeInfo *pi, int g);
+/* Whether pi deals its layers unevenly: some chunk holds fewer than Lc (the largest) layers (stages
+ * of different counts, or interleaved(V) cutting a stage's count into unequal chunks). */
+bool dev_pipe_uneven(const PipeInfo *pi);
+/* The extent dim `pos` of a value (type t, sharding sh, `local` rows on a device) has on a device of
+ * stage s: under `stage_layers`, the stacked dim held over the stage axes has dev_stage_layers(pi, s)
+ * rows and a chunk region's chunk dim the stage's largest chunk (ceil(L_s / V)); any other dim, and
+ * every dim of an even split, `local`. */
+int64_t dev_stage_extent(const PipeInfo *pi, int s, const TensorType *t, const Sharding *sh, int pos, int64_t local);
+/* `bytes` of a value whose per-device extents are local[] (NULL: its sharding's on mesh), scaled to
+ * what a device of stage s holds (dev_stage_extent per dim); `bytes` itself under an even split. */
+int64_t dev_stage_bytes(const PipeInfo *pi, int s, const Mesh *mesh, const TensorType *t, const Sharding *sh,
+                        const int64_t *local, int64_t bytes);
+
 /* ---- what the host and the runtime are given ---- */
 
 /* The RtDtype of a dtype, -1 for one the runtime lacks (i8). */

@@ -746,7 +746,7 @@ bool plan_op(const PlanCtx *c, const Op *op, const Sharding *const *operands, co
       uint8_t w = 0;
       if (r.fk[f] == FK_WHOLE) w = WHY_WHOLE;
       else if (p->mask & (c->blocked | passed)) w = WHY_BLOCKED;
-      else if (r.fdim[f]->size % tuple_product(m, p->ax, p->n) != 0) w = WHY_INDIVISIBLE;
+      else if (!layout_dim_deals(c->p, r.fdim[f], tuple_product(m, p->ax, p->n))) w = WHY_INDIVISIBLE;
       if (w) {
         why[f] = w;
         remove_proposal(props[f], &nprop[f], i);

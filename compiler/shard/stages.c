@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devprog.h"
 #include "diag.h"
 #include "localize.h"
 #include "partition.h"
@@ -694,11 +695,28 @@ bool stages_module(IrModule *m, const Program *p) {
   pi->schedule = st ? st->schedule : SCHED_GPIPE;
   pi->layers = LF->count;
   pi->stack_dim = LF->stack_dim;
-  if (pi->layers % ((int64_t)pi->stages * pi->chunks) != 0)
-    return fail(&S, st && st->key_loc[SK_SCHEDULE].file ? st->key_loc[SK_SCHEDULE] : LF->loc,
-                arena_printf(m->arena, "%lld layers do not divide into %d stages x %d chunks", (long long)pi->layers,
-                             pi->stages, pi->chunks));
-  pi->chunk_layers = pi->layers / ((int64_t)pi->stages * pi->chunks);
+  if (S.train && st && st->stage_layers) { /* uneven stages: each stage its own count (devprog.h) */
+    SrcLoc at = st->key_loc[SK_STAGE_LAYERS];
+    int64_t sum = 0, *L = ARENA_ARRAY(m->arena, int64_t, pi->stages);
+    for (int i = 0; i < st->nstage_layers && i < pi->stages; i++) sum += L[i] = st->stage_layers[i];
+    if (st->nstage_layers != pi->stages || sum != pi->layers) /* sema says so first; a module it did not see */
+      return fail(&S, at, arena_printf(m->arena, "'stage_layers' deals %lld layers over %d stages, and the pipeline has %lld "
+                                       "layers over %d", (long long)sum, st->nstage_layers, (long long)pi->layers,
+                                       pi->stages));
+    pi->stage_layers = L;
+    pi->chunk_layers = 0;
+    for (int s = 0; s < pi->stages; s++)
+      for (int c = 0; c < pi->chunks; c++)
+        if (dev_chunk_layers(pi, s, c) > pi->chunk_layers) pi->chunk_layers = dev_chunk_layers(pi, s, c);
+    if (pi->chunk_layers < 1) return fail(&S, at, "'stage_layers' gives no stage a layer");
+    if (!dev_pipe_uneven(pi)) pi->stage_layers = NULL; /* every chunk Lc: the even split, as if unstated */
+  } else {
+    if (pi->layers % ((int64_t)pi->stages * pi->chunks) != 0)
+      return fail(&S, st && st->key_loc[SK_SCHEDULE].file ? st->key_loc[SK_SCHEDULE] : LF->loc,
+                  arena_printf(m->arena, "%lld layers do not divide into %d stages x %d chunks", (long long)pi->layers,
+                               pi->stages, pi->chunks));
+    pi->chunk_layers = pi->layers / ((int64_t)pi->stages * pi->chunks);
+  }
   Dim *cd = ARENA_NEW(m->arena, Dim);
   *cd = (Dim){.name = intern_cstr(arena_printf(m->arena, "%s_chunk", LF->stack_dim ? LF->stack_dim->name : "layers")),
               .size = pi->chunk_layers, .id = -1, .loc = LF->loc};
@@ -763,10 +781,27 @@ bool stages_module(IrModule *m, const Program *p) {
   return true;
 }
 
+/* The fewest layers a chunk of pi holds (its largest holds pi->chunk_layers). */
+static int64_t min_chunk_layers(const PipeInfo *pi) {
+  int64_t r = pi->chunk_layers;
+  for (int s = 0; s < pi->stages; s++)
+    for (int c = 0; c < pi->chunks; c++) r = dev_chunk_layers(pi, s, c) < r ? dev_chunk_layers(pi, s, c) : r;
+  return r;
+}
+
 bool stages_require_list(const IrModule *m, const Program *p, const char *cmd) {
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
-  if (!pi || schedule_listed(pi)) return true;
   const Step *st = p->step;
+  if (pi && dev_pipe_uneven(pi)) { /* docs/passes.md, "Uneven stages": check, explain and sim only */
+    diag_error(st && st->key_loc[SK_STAGE_LAYERS].file ? st->key_loc[SK_STAGE_LAYERS] : m->pipeline->loc,
+               "%s: uneven stages ('stage_layers' deals %lld layers in chunks of %lld to %lld over %d stages x %d "
+               "chunk%s) are not implemented in `run` and `build` yet (issue 19): `check`, `explain` and `sim` read "
+               "them; run an even split, or predict the step with `shardc sim`",
+               cmd, (long long)pi->layers, (long long)min_chunk_layers(pi), (long long)pi->chunk_layers, pi->stages,
+               pi->chunks, pi->chunks == 1 ? "" : "s");
+    return false;
+  }
+  if (!pi || schedule_listed(pi)) return true;
   SrcLoc loc = st ? (st->key_loc[SK_MICROBATCHES].file ? st->key_loc[SK_MICROBATCHES] : st->loc) : m->pipeline->loc;
   diag_error(loc,
              "%s: the pipeline's schedule has %lld actions (%d stages, %d microbatches, %d chunk%s), more than the %lld "

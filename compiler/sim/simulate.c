@@ -490,6 +490,20 @@ static void items_free(Items *I) {
   memset(I, 0, sizeof *I);
 }
 
+/* The share of its region's simulated time a pipeline task takes: under uneven `stage_layers`, a
+ * chunk region is simulated once at the largest chunk's Lc layers (its loop bound), and chunk c of
+ * stage s runs dev_chunk_layers(pi, s, c) of them: its time (and everything it holds) scales by
+ * that over Lc, since a chunk region is its loop over the layers, the same per layer on every
+ * stage (docs/sim.md, "Uneven stages"). 1 for every other task and under an even split. */
+static double region_scale(const Sim *S, const TaskInfo *in) {
+  const PipeInfo *pi = S->pi;
+  if (!pi || !pi->stage_layers || in->tag != TAG_REGION || in->sub < 0 || pi->chunk_layers <= 0) return 1;
+  int r = S->subs[in->sub]->region;
+  if (r != PR_CHUNK_FWD && r != PR_CHUNK_BWD) return 1;
+  int g = in->chunk, p = pi->stages;
+  return (double)dev_chunk_layers(pi, g % p, g / p) / (double)pi->chunk_layers;
+}
+
 /* The runs of a region or a block: on sub_mult (by Sub.index), a block standing for more
  * iterations than it ran split between its own timeline and its P-longer one. */
 static void sub_runs(const Sub *sb, double weight, double *sub_mult) {
@@ -507,7 +521,7 @@ static void items_add(Sim *S, Items *I, const Timeline *tl, double weight, doubl
     const TaskInfo *in = &tl->info[t];
     double dur = sim_task_end(tl->g, t) - sim_task_start(tl->g, t);
     if (in->tag == TAG_REGION || in->tag == TAG_REPEAT) {
-      if (in->sub >= 0) sub_runs(S->subs[in->sub], weight, sub_mult);
+      if (in->sub >= 0) sub_runs(S->subs[in->sub], weight * region_scale(S, in), sub_mult);
       continue;
     }
     SimItem *it = item_get(I, in->op, in->tag);
@@ -1129,8 +1143,8 @@ static void pipe_action(Sim *S, Timeline *tl, Dev *d, const Op *op, const PipeAc
     const char *name = r == PR_CHUNK_FWD || r == PR_CHUNK_BWD
                            ? arena_printf(S->a, "%s chunk %d, microbatch %d", rnames[r], a->chunk, a->mb)
                            : arena_printf(S->a, "%s, microbatch %d", rnames[r], a->mb);
-    int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc,
-                   (TaskInfo){op, -1, sb->index, a->mb, a->chunk, TAG_REGION, -1, 0});
+    TaskInfo ti = {op, -1, sb->index, a->mb, a->chunk, TAG_REGION, -1, 0};
+    int t = tl_add(S, tl, d->compute, sb->time_s * region_scale(S, &ti), name, op->loc, ti);
     if (w->first_region < 0) {
       w->first_region = t;
       for (int k = 0; k < op->noperands; k++) dep(tl, prod_of(S, op->operands[k]), t);
@@ -1194,6 +1208,22 @@ static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
 }
 
 /* ---- a function's ops ---- */
+
+/* An op of main on stage `stage` under uneven `stage_layers`: its kernel was priced at the stacked
+ * value's local rows (the largest stage's, rounded up), and the stage holds dev_stage_layers of
+ * them; its time scales by that (the optimizer's update, the accumulators, a stacked gradient's
+ * reduction: each proportional to the rows). 1 otherwise. */
+static double stage_scale(const Sim *S, const Op *op, int stage) {
+  const PipeInfo *pi = S->pi;
+  if (!pi || !pi->stage_layers || stage < 0) return 1;
+  const Value *v = op->nresults ? op->results[0] : NULL;
+  for (int k = 0; k <= op->noperands; k++, v = k <= op->noperands ? op->operands[k - 1] : NULL) {
+    if (!v || v->type.rank < 1 || v->type.dims[0] != pi->stack_dim || v->local[0] <= 0) continue;
+    int64_t x = dev_stage_extent(pi, stage, &v->type, &v->sharding, 0, v->local[0]);
+    if (x != v->local[0]) return (double)x / (double)v->local[0];
+  }
+  return 1;
+}
 
 /* A gradient reduction issued where its window says (dpwin.h): after the value `after` is made (in
  * its last run: the last microbatch), or in pieces, piece i after iteration i of the piece loop,
@@ -1285,7 +1315,8 @@ static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage,
       int t = w ? window_tasks(S, tl, d, op, ki, w) : -2;
       if (t == -2) {
         int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
-        t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1, 0});
+        double dur = k->time_s * (f == S->m->main ? stage_scale(S, op, stage) : 1);
+        t = tl_add(S, tl, stream, dur, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1, 0});
         for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
       }
       if (coll && prefetch && lc) dep(tl, lc->marker, t);
@@ -1434,10 +1465,11 @@ static void top_build(Sim *S, Top *T, const PipeInfo *sched) {
       const TaskInfo *in = &T->tl.info[dorder[k]];
       if (in->sub < 0) continue;
       const Sub *sb = S->subs[in->sub];
-      x->compute_s -= sb->time_s - sb->st.compute_s;
-      x->exposed_comm_s += sb->st.exposed_comm_s;
-      x->comm_s += sb->st.comm_s;
-      idle += sb->st.idle_s;
+      double k = region_scale(S, in);
+      x->compute_s -= k * (sb->time_s - sb->st.compute_s);
+      x->exposed_comm_s += k * sb->st.exposed_comm_s;
+      x->comm_s += k * sb->st.comm_s;
+      idle += k * sb->st.idle_s;
     }
     if (S->pi && pipe_t1 > pipe_t0) { /* idle while the pipeline runs: its fill and drain */
       x->bubble_s = (pipe_t1 - pipe_t0) - iv_cover(all[s], nall[s], pipe_t0, pipe_t1);
