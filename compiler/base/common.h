@@ -83,6 +83,8 @@ Source *source_load(const char *path);
 Source *source_load_named(const char *path, const char *name);
 Source *source_from_memory(const char *path, const char *text, size_t len);
 void source_free_all(void);
+/* Calls fn on every source loaded so far (its name, text and length), the latest first. */
+void source_each(void (*fn)(void *ctx, const char *name, const char *text, size_t len), void *ctx);
 /* The most bytes an input may have: 64 MiB, or $SHARDC_MAX_INPUT (bytes, at most 1 GiB). */
 size_t source_max_bytes(void);
 /* Line `line` (1-based) of src: its first byte and its length without the newline. False when

@@ -255,3 +255,4 @@ int objcache_trim(ObjCache *c, const char *keep) {
   free(es);
   return removed;
 }
+

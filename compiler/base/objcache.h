@@ -1,6 +1,7 @@
 /* objcache.h: the on-disk cache of compiled objects (`shardc run`; docs/run.md, "Compile time").
  * Entries are named by a key (SHA-256 of what determines the object: the module's bitcode, the
- * CPU and its features, LLVM's version, the pipeline) and hold the object with its own SHA-256,
+ * CPU and its features, LLVM's version, the pipeline; or of what the compiler read, lower.h's
+ * lower_input_key) and hold the object with its own SHA-256,
  * checked before use. The directory: $SHARDC_CACHE_DIR, else $XDG_CACHE_HOME/shardc, else
  * $HOME/.cache/shardc; made 0700 if missing, and used only if it is a real directory (not a
  * symlink) owned by the user and writable by no one else. Entries are opened without following
@@ -39,5 +40,10 @@ bool objcache_put(ObjCache *c, const char *key, const void *data, size_t len, ch
 /* Removes the least recently used entries (oldest mtime first; keep, a key or NULL, never) until
  * the entries' total is at most c->max_bytes; returns how many it removed. put calls it. */
 int objcache_trim(ObjCache *c, const char *keep);
+
+/* The running executable's GNU build ID (the linker's hash of its contents) into out: its length,
+ * 0 when it has none (or it is longer than cap). What keys entries by the compiler's inputs rather
+ * than by its output (lower_input_key) needs the compiler's own identity. */
+size_t objcache_build_id(unsigned char *out, size_t cap);
 
 #endif

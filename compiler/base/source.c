@@ -122,6 +122,10 @@ Source *source_from_memory(const char *path, const char *text, size_t len) {
   return source_new(path, buf, len);
 }
 
+void source_each(void (*fn)(void *ctx, const char *name, const char *text, size_t len), void *ctx) {
+  for (const SourceNode *n = all_sources; n; n = n->next) fn(ctx, n->src.path, n->src.text, n->src.len);
+}
+
 /* Every Source is the `src` of a SourceNode (source_new makes them all). */
 static SourceNode *source_node(const Source *src) {
   return (SourceNode *)(void *)((char *)src - offsetof(SourceNode, src));

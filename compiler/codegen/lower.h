@@ -57,8 +57,22 @@ bool lower_finish(Lowered *lw, char *err, size_t n);
  * not for lower_print or lower_emit_object). A cache that cannot be used, or a bad entry, is said
  * in warn (empty when none) and the module compiled without it. false (err) only when compiling
  * fails. */
-bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, bool *hit, int *parts,
-                   char *warn, size_t wn, char *err, size_t en);
+bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, const char *input_key, bool *hit,
+                   int *parts, char *warn, size_t wn, char *err, size_t en);
+
+/* The cache's other key (docs/run.md, "Compile time"): what the compiler read rather than the module
+ * it lowered, so that a hit skips lowering too: shardc's own build (its GNU build ID: the same
+ * binary compiles the same inputs to the same module), LLVM's version, the host's triple, CPU and
+ * features, the number of entries, the command line, every SHARDC_* environment variable and every
+ * source loaded (the program and its imports, names and contents). false when the executable has
+ * no build ID: then only the module's key (lower_compile) is used. lower_compile given it (input_key)
+ * stores its objects under it too, with the tier, parts and lower_work's counts. */
+bool lower_input_key(int argc, char *const *argv, int nentries, char key[65]);
+/* Before lowering: the objects stored under an input key, into lw (then lower_jit links them; lw
+ * has no module); *tier, *parts and lower_work's counts as they were compiled. false on a miss, or
+ * a bad entry (why in warn, the entry removed); *usable false when the cache cannot be used at all
+ * (why in warn: then compile without it). */
+bool lower_cache_load(Lowered *lw, const char *key, int *tier, int *parts, bool *usable, char *warn, size_t wn);
 
 /* The tier lower_compile should use for a module that runs `runs` times (lower_jit.c): 0, quick
  * (light optimisation, fast code generation), when the time it saves compiling is more than its

@@ -185,6 +185,16 @@ void lower_print(Lowered *lw, FILE *out) {
 
 static void hash_str(Sha256 *s, const char *str) { sha256_update(s, str ? str : "", strlen(str ? str : "") + 1); }
 
+/* What both keys hold of the machine: LLVM's version, the host's triple, CPU name and features. */
+static void hash_host(Sha256 *s) {
+  unsigned v[3];
+  LLVMGetVersion(&v[0], &v[1], &v[2]);
+  sha256_update(s, v, sizeof v);
+  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+  hash_str(s, triple), hash_str(s, cpu), hash_str(s, features);
+  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+}
+
 /* The cache key: everything the objects depend on besides shardc's own build (its version is in
  * it): the module as lowered, the parts it is split into, the host, LLVM, the pipeline and level. */
 static void cache_key(Lowered *lw, const char *const *names, int nparts, int tier, char key[65]) {
@@ -192,12 +202,7 @@ static void cache_key(Lowered *lw, const char *const *names, int nparts, int tie
   sha256_init(&s);
   hash_str(&s, "shardc object cache 2");
   hash_str(&s, SHARDC_VERSION);
-  unsigned v[3];
-  LLVMGetVersion(&v[0], &v[1], &v[2]);
-  sha256_update(&s, v, sizeof v);
-  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-  hash_str(&s, triple), hash_str(&s, cpu), hash_str(&s, features);
-  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(features);
+  hash_host(&s);
   hash_str(&s, pass_pipeline(tier));
   int level = codegen_level(tier);
   sha256_update(&s, &level, sizeof level);
@@ -349,8 +354,109 @@ static void drop_objects(Lowered *lw) {
   lw->nobjs = 0;
 }
 
-bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, bool *hit, int *parts,
-                   char *warn, size_t wn, char *err, size_t en) {
+/* ---- keyed by the compiler's inputs (lower.h, lower_input_key) ----
+ * Such an entry starts with what lowering would have told: "SHARDCI1", then the tier, the loop
+ * nests, the parts (int32 each), 4 bytes of zero and the element accesses (a double); the parts'
+ * objects follow as in an entry keyed by the module. */
+enum { INPUT_HEADER = 8 + 4 * 4 + 8 };
+static const char INPUT_MAGIC[8] = {'S', 'H', 'A', 'R', 'D', 'C', 'I', '1'};
+
+static void hash_source(void *ctx, const char *name, const char *text, size_t len) {
+  Sha256 *s = ctx;
+  hash_str(s, name);
+  uint64_t n = len;
+  sha256_update(s, &n, sizeof n);
+  sha256_update(s, text, len);
+}
+
+extern char **environ;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+bool lower_input_key(int argc, char *const *argv, int nentries, char key[65]) {
+  unsigned char id[64];
+  size_t nid = objcache_build_id(id, sizeof id);
+  if (!nid) return false;
+  Sha256 s;
+  sha256_init(&s);
+  hash_str(&s, "shardc input cache 1");
+  hash_str(&s, SHARDC_VERSION);
+  sha256_update(&s, id, nid);
+  hash_host(&s);
+  sha256_update(&s, &nentries, sizeof nentries);
+  sha256_update(&s, &argc, sizeof argc);
+  for (int i = 0; i < argc; i++) hash_str(&s, argv[i]);
+  int nenv = 0; /* every SHARDC_* variable, sorted: the tests' and tuning knobs change the code */
+  for (char **e = environ; *e; e++) nenv += strncmp(*e, "SHARDC_", 7) == 0;
+  const char **env = malloc(((size_t)nenv + 1) * sizeof *env);
+  if (!env) return false;
+  nenv = 0;
+  for (char **e = environ; *e; e++)
+    if (strncmp(*e, "SHARDC_", 7) == 0) env[nenv++] = *e;
+  qsort(env, (size_t)nenv, sizeof *env, cmp_str);
+  sha256_update(&s, &nenv, sizeof nenv);
+  for (int i = 0; i < nenv; i++) hash_str(&s, env[i]);
+  free(env);
+  source_each(hash_source, &s); /* the program and everything it imported, as read */
+  unsigned char d[32];
+  sha256_final(&s, d);
+  sha256_hex(d, key);
+  return true;
+}
+
+bool lower_cache_load(Lowered *lw, const char *key, int *tier, int *parts, bool *usable, char *warn, size_t wn) {
+  warn[0] = 0;
+  ObjCache c;
+  if (!(*usable = objcache_open(&c, warn, wn))) return false;
+  void *data = NULL;
+  size_t len = 0;
+  bool bad = false, hit = false;
+  if (objcache_get(&c, key, &data, &len, &bad, warn, wn)) {
+    const unsigned char *d = data;
+    int32_t h[4];
+    if (len > INPUT_HEADER && memcmp(d, INPUT_MAGIC, sizeof INPUT_MAGIC) == 0) {
+      memcpy(h, d + 8, sizeof h);
+      double acc;
+      memcpy(&acc, d + 8 + sizeof h, sizeof acc);
+      if ((h[0] == 0 || h[0] == 2) && h[1] >= 0 && h[2] >= 1 && h[2] <= LOWER_MAX_PARTS &&
+          entry_split(lw, d + INPUT_HEADER, len - INPUT_HEADER, h[2])) {
+        *tier = h[0], *parts = h[2], lw->nests = h[1], lw->loop_work = acc;
+        lw->finished = hit = true;
+      }
+    }
+    if (!hit) {
+      drop_objects(lw);
+      size_t used = strlen(warn);
+      snprintf(warn + used, wn - used, "%scache entry %s.o is not a whole entry; compiled again", used ? "; " : "", key);
+    }
+  }
+  free(data);
+  objcache_close(&c);
+  return hit;
+}
+
+
+/* The objects in lw stored under an input key as well, with what lowering told (lower_cache_load
+ * reads it); a failure is said in warn (after what is there). */
+static void store_input(Lowered *lw, ObjCache *c, const char *input_key, int tier, int nparts, char *warn, size_t wn) {
+  size_t len = 0;
+  unsigned char *data = entry_join(lw, &len), *both = data ? malloc(INPUT_HEADER + len) : NULL;
+  if (both) {
+    int32_t h[4] = {tier, lw->nests, nparts, 0};
+    memcpy(both, INPUT_MAGIC, sizeof INPUT_MAGIC);
+    memcpy(both + 8, h, sizeof h);
+    memcpy(both + 8 + sizeof h, &lw->loop_work, sizeof lw->loop_work);
+    memcpy(both + INPUT_HEADER, data, len);
+    size_t used = strlen(warn);
+    if (!objcache_put(c, input_key, both, INPUT_HEADER + len, warn + used, wn - used)) { /* said; the run goes on */
+    }
+  }
+  free(both);
+  free(data);
+}
+
+bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool use_cache, const char *input_key, bool *hit,
+                   int *parts, char *warn, size_t wn, char *err, size_t en) {
   *hit = false, warn[0] = 0;
   if (!prepare(lw, err, en)) return false;
   int nparts = splittable(lw, names, n) ? n : 1;
@@ -368,6 +474,7 @@ bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool 
       bool whole = entry_split(lw, data, len, nparts);
       free(data);
       if (whole) {
+        if (input_key) store_input(lw, &c, input_key, tier, nparts, warn, wn);
         objcache_close(&c);
         lw->finished = *hit = true;
         return true;
@@ -385,6 +492,7 @@ bool lower_compile(Lowered *lw, const char *const *names, int n, int tier, bool 
     if (data && !objcache_put(&c, key, data, len, warn + used, wn - used)) { /* said; the run goes on */
     }
     free(data);
+    if (input_key) store_input(lw, &c, input_key, tier, nparts, warn, wn);
   }
   if (have) objcache_close(&c);
   return ok;

@@ -90,7 +90,7 @@ add_test(NAME run.mpi.error.np
                  --mesh "h100[data: 2, model: 2]" --backend mpi)
 set_tests_properties(run.mpi.error.np PROPERTIES TIMEOUT 120 PROCESSORS 2 ENVIRONMENT "SHARDC_RUN_TIMING=1"
   PASS_REGULAR_EXPRESSION "error: run: mesh 'cli' has 4 devices and the MPI backend runs 1 per rank \\(--threads-per-rank\\), so the job needs 4 ranks \\(mpirun -np 4\\)\; this one has 3"
-  FAIL_REGULAR_EXPRESSION "run: lowering")
+  FAIL_REGULAR_EXPRESSION "run: passes and lowering")
 add_test(NAME build.mpi.error.np
          COMMAND sh -c "$<TARGET_FILE:shardc> build ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL_TEXT} --mesh 'h100[data: 2, model: 2]' --backend mpi -o mlp_mpi_np && ${MPIRUN_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 ./mlp_mpi_np")
 set_tests_properties(build.mpi.error.np PROPERTIES TIMEOUT 120 PROCESSORS 2 PASS_REGULAR_EXPRESSION

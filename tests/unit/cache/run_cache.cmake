@@ -1,6 +1,9 @@
 # run_cache.cmake (ctest run.cache): `shardc run` with SHARDC_CACHE_DIR=DIR: --no-cache leaves DIR
-# empty; the first run compiles and stores one entry; the second takes it from the cache
-# (SHARDC_RUN_TIMING says so) and passes as the first did; SHARDC_CACHE_MAX=12X warns and runs uncached.
+# empty; the first run compiles and stores two entries (keyed by the lowered module and by the
+# inputs); the second finds them by its inputs and lowers nothing (SHARDC_RUN_TIMING says so) and
+# passes as the first did; a program whose text changes but not its module (a comment) misses the
+# inputs' key and hits the module's; a SHARDC_* variable changes the inputs' key;
+# SHARDC_CACHE_MAX=12X warns and runs uncached.
 file(REMOVE_RECURSE ${DIR})
 set(ENV{SHARDC_CACHE_DIR} ${DIR})
 set(ENV{SHARDC_RUN_TIMING} 1)
@@ -26,10 +29,28 @@ endif()
 run_once("objects cached")
 file(GLOB entries ${DIR}/*.o)
 list(LENGTH entries n)
-if(NOT n EQUAL 1)
-  message(FATAL_ERROR "one entry expected after the first run, found: ${entries}")
+if(NOT n EQUAL 2)
+  message(FATAL_ERROR "two entries expected after the first run (the module's key, the inputs'), found: ${entries}")
 endif()
-run_once("objects from the cache")
+run_once("objects from the cache, found by the inputs: nothing lowered")
+# a copy of the program: stored under its own inputs' key; then a comment added to it: its inputs
+# differ, its module not, so the module's key finds the objects (lowered again, not compiled)
+file(READ ${SRC}/samples/mlp.shard text)
+file(WRITE ${DIR}.src/mlp.shard "${text}")
+set(args_saved "${args}")
+list(TRANSFORM args REPLACE "^${SRC}/samples/mlp.shard$" "${DIR}.src/mlp.shard")
+run_once("JIT [0-9.]+ ms \\(objects (cached|from the cache)\\)")
+run_once("found by the inputs: nothing lowered")
+file(WRITE ${DIR}.src/mlp.shard "${text}\n# a comment changes the text, not the module\n")
+run_once("JIT [0-9.]+ ms \\(objects from the cache\\)")
+run_once("found by the inputs: nothing lowered")
+set(args "${args_saved}")
+file(REMOVE_RECURSE ${DIR}.src)
+# a SHARDC_* variable is an input: SHARDC_TIER=2 (the tier this small program gets anyway: the same
+# module key unless the tier differs) misses the inputs' key
+set(ENV{SHARDC_TIER} 2)
+run_once("JIT [0-9.]+ ms \\(objects (cached|from the cache)\\)")
+unset(ENV{SHARDC_TIER})
 # a SHARDC_CACHE_MAX that is not a size: a warning, no cache, the run as before
 set(ENV{SHARDC_CACHE_MAX} 12X)
 execute_process(COMMAND ${SHARDC} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
