@@ -660,7 +660,14 @@ typedef struct PostWait {
   uint64_t tag;
   int rc;       /* a mismatch found while matching */
   int missing;  /* the device whose post is still missing */
+  double since; /* when the wait began */
 } PostWait;
+
+/* A sender pushes its block only once its receiver has not pulled it for this long: a receiver
+ * that comes soon pulls it itself, so the two copies of a ring step run on two devices, not one
+ * (bench_posted: pushing at once made the first waiter do both, 1.5x the blocking time); a
+ * receiver held elsewhere (another collective before its wait) still gets its block. */
+#define PUSH_AFTER_S 200e-6
 
 /* The copy from S's post to R's (one of them mine, the other held): made unless already claimed. */
 static void copy_block(PostWait *w, Post *S, Post *R) {
@@ -706,7 +713,8 @@ static bool post_done(void *p) {
   Post *mine = w->mine;
   w->missing = -1;
   if (!w->rc && !atomic_load(&mine->got)) try_side(w, false);
-  if (!w->rc && !atomic_load(&mine->sent)) try_side(w, true);
+  if (!w->rc && !atomic_load(&mine->sent) && (mine->dst == w->dev->index || rt_seconds() - w->since > PUSH_AFTER_S))
+    try_side(w, true);
   return w->rc || (atomic_load(&mine->got) && atomic_load(&mine->sent));
 }
 
@@ -720,7 +728,7 @@ static int post_hopeless(void *p) {
 static int wait_request(RtDevice *dev, RtRequest *req) {
   Runtime *rt = dev->rt;
   Post *mine = req->state;
-  PostWait w = {dev, &req->g, mine, atomic_load(&mine->tag), RT_OK, -1};
+  PostWait w = {dev, &req->g, mine, atomic_load(&mine->tag), RT_OK, -1, rt_seconds()};
   RtWait wait = {post_done, post_hopeless, &w, true, NULL, NULL};
   int rc = rtsync_wait(dev, &wait);
   if (!rc) rc = w.rc;
