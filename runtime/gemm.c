@@ -16,7 +16,10 @@
 #include "dtype.h"
 #include "rt_internal.h"
 
-static bool is_float(RtDtype t) { return t == RT_F32 || t == RT_BF16 || t == RT_F16; }
+static bool is_float(RtDtype t) {
+  return t == RT_F32 || t == RT_BF16 || t == RT_F16 || t == RT_F8E4M3 || t == RT_F8E5M2;
+}
+static bool is_f8(RtDtype t) { return t == RT_F8E4M3 || t == RT_F8E5M2; }
 
 static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -296,8 +299,8 @@ int rt_gemm(RtDevice *dev, const RtGemm *g) {
   bool all_f32 = g->a_type == RT_F32 && g->b_type == RT_F32 && g->c_type == RT_F32;
   if (dev->rt->gemm_trace) trace(g, pick, all_f32 ? "" : pick == RT_GEMM_ONEDNN ? " (as they are)" : " (widened to f32)");
   if (all_f32) return product_f32(dev, g, pick == RT_GEMM_ONEDNN ? RT_GEMM_ONEDNN_F32 : pick);
-  if (pick == RT_GEMM_ONEDNN) {
-    bool ran;
+  if (pick == RT_GEMM_ONEDNN && !is_f8(g->a_type) && !is_f8(g->b_type) && !is_f8(g->c_type)) {
+    bool ran; /* FP8 operands are always widened (exactly) to f32: oneDNN here has no f8 matmul */
     rc = rtdnnl_gemm(dev, g, &ran);
     if (rc || ran) return rc;
   }

@@ -13,6 +13,10 @@ uint16_t rt_f32_to_bf16(float x) { return rtd_to_bf16(x); }
 float rt_bf16_to_f32(uint16_t h) { return rtd_from_bf16(h); }
 uint16_t rt_f32_to_f16(float x) { return rtd_to_f16(x); }
 float rt_f16_to_f32(uint16_t h) { return rtd_from_f16(h); }
+uint8_t rt_f32_to_f8e4m3(float x) { return rtd_to_f8e4m3(x); }
+float rt_f8e4m3_to_f32(uint8_t c) { return rtd_from_f8e4m3(c); }
+uint8_t rt_f32_to_f8e5m2(float x) { return rtd_to_f8e5m2(x); }
+float rt_f8e5m2_to_f32(uint8_t c) { return rtd_from_f8e5m2(c); }
 
 RT_VECTOR void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = rtd_from_bf16(src[i]);
@@ -29,6 +33,12 @@ static void load_tile(float *acc, const void *src, size_t m, RtDtype dt) {
     memcpy(acc, src, m * sizeof *acc);
   } else if (dt == RT_BF16) {
     rtk_bf16_to_f32(acc, src, m);
+  } else if (dt == RT_F8E4M3) {
+    const uint8_t *s = src;
+    for (size_t i = 0; i < m; i++) acc[i] = rtd_from_f8e4m3(s[i]);
+  } else if (dt == RT_F8E5M2) {
+    const uint8_t *s = src;
+    for (size_t i = 0; i < m; i++) acc[i] = rtd_from_f8e5m2(s[i]);
   } else {
     const uint16_t *s = src;
     for (size_t i = 0; i < m; i++) acc[i] = rtd_from_f16(s[i]);
@@ -40,6 +50,12 @@ static void store_tile(void *dst, const float *acc, size_t m, RtDtype dt) {
     memcpy(dst, acc, m * sizeof *acc);
   } else if (dt == RT_BF16) {
     rtk_f32_to_bf16(dst, acc, m);
+  } else if (dt == RT_F8E4M3) {
+    uint8_t *d = dst;
+    for (size_t i = 0; i < m; i++) d[i] = rtd_to_f8e4m3(acc[i]);
+  } else if (dt == RT_F8E5M2) {
+    uint8_t *d = dst;
+    for (size_t i = 0; i < m; i++) d[i] = rtd_to_f8e5m2(acc[i]);
   } else {
     uint16_t *d = dst;
     for (size_t i = 0; i < m; i++) d[i] = rtd_to_f16(acc[i]);
@@ -151,6 +167,8 @@ double rtk_get(const void *buf, RtDtype dt, int64_t i) {
   switch (dt) {
   case RT_BF16: return rtd_from_bf16(((const uint16_t *)buf)[i]);
   case RT_F16: return rtd_from_f16(((const uint16_t *)buf)[i]);
+  case RT_F8E4M3: return rtd_from_f8e4m3(((const uint8_t *)buf)[i]);
+  case RT_F8E5M2: return rtd_from_f8e5m2(((const uint8_t *)buf)[i]);
   case RT_I32: return ((const int32_t *)buf)[i];
   default: return ((const float *)buf)[i];
   }
@@ -160,6 +178,8 @@ void rtk_put(void *buf, RtDtype dt, int64_t i, double v) {
   switch (dt) {
   case RT_BF16: ((uint16_t *)buf)[i] = rtd_to_bf16((float)v); break;
   case RT_F16: ((uint16_t *)buf)[i] = rtd_to_f16((float)v); break;
+  case RT_F8E4M3: ((uint8_t *)buf)[i] = rtd_to_f8e4m3((float)v); break;
+  case RT_F8E5M2: ((uint8_t *)buf)[i] = rtd_to_f8e5m2((float)v); break;
   case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
   default: ((float *)buf)[i] = (float)v; break;
   }

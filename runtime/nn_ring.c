@@ -21,6 +21,8 @@ static double ld(const void *p, int64_t dt, int64_t i) {
   switch (dt) {
   case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)p)[i]);
   case RT_F16: return rt_f16_to_f32(((const uint16_t *)p)[i]);
+  case RT_F8E4M3: return rt_f8e4m3_to_f32(((const uint8_t *)p)[i]);
+  case RT_F8E5M2: return rt_f8e5m2_to_f32(((const uint8_t *)p)[i]);
   default: return ((const float *)p)[i];
   }
 }
@@ -29,6 +31,8 @@ static void st(void *p, int64_t dt, int64_t i, double v) {
   switch (dt) {
   case RT_BF16: ((uint16_t *)p)[i] = rt_f32_to_bf16((float)v); break;
   case RT_F16: ((uint16_t *)p)[i] = rt_f32_to_f16((float)v); break;
+  case RT_F8E4M3: ((uint8_t *)p)[i] = rt_f32_to_f8e4m3((float)v); break;
+  case RT_F8E5M2: ((uint8_t *)p)[i] = rt_f32_to_f8e5m2((float)v); break;
   default: ((float *)p)[i] = (float)v; break;
   }
 }

@@ -79,6 +79,8 @@ int rt_random_fill(void *out, RtDtype dt, const RtBlock *b, uint64_t seed, uint6
       case RT_F32: ((float *)out)[k] = uniform(bits, (float)lo, (float)hi); break;
       case RT_BF16: ((uint16_t *)out)[k] = rtd_to_bf16(uniform(bits, (float)lo, (float)hi)); break;
       case RT_F16: ((uint16_t *)out)[k] = rtd_to_f16(uniform(bits, (float)lo, (float)hi)); break;
+      case RT_F8E4M3: ((uint8_t *)out)[k] = rtd_to_f8e4m3(uniform(bits, (float)lo, (float)hi)); break;
+      case RT_F8E5M2: ((uint8_t *)out)[k] = rtd_to_f8e5m2(uniform(bits, (float)lo, (float)hi)); break;
       default:
         ((int32_t *)out)[k] = (int32_t)(ilo + (int64_t)(((bits >> 32) * (uint64_t)(ihi - ilo)) >> 32));
         break;

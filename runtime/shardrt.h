@@ -55,12 +55,15 @@ typedef enum {
 const char *rt_status_name(int status); /* "RT_E_TIMEOUT" */
 
 /* ---- element types: X(name, text, bytes) ----
- * bf16 and f16 are stored at their width as uint16_t bit patterns. */
-#define RT_DTYPE_LIST(X) \
-  X(F32, "f32", 4)       \
-  X(BF16, "bf16", 2)     \
-  X(F16, "f16", 2)       \
-  X(I32, "i32", 4)
+ * bf16 and f16 are stored at their width as uint16_t bit patterns, f8e4m3 and f8e5m2 as uint8_t
+ * ones (OCP FP8: E4M3FN saturating at 448, E5M2 with infinities; runtime/dtype.h). */
+#define RT_DTYPE_LIST(X)   \
+  X(F32, "f32", 4)         \
+  X(BF16, "bf16", 2)       \
+  X(F16, "f16", 2)         \
+  X(I32, "i32", 4)         \
+  X(F8E4M3, "f8e4m3", 1)   \
+  X(F8E5M2, "f8e5m2", 1)
 
 typedef enum {
 #define RT_X(name, text, bytes) RT_##name,
@@ -471,6 +474,11 @@ uint16_t rt_f32_to_bf16(float x);
 float rt_bf16_to_f32(uint16_t h);
 uint16_t rt_f32_to_f16(float x);
 float rt_f16_to_f32(uint16_t h);
+/* FP8 (runtime/dtype.h): f8e4m3 saturates at +-448 (infinity too), f8e5m2 overflows to infinity. */
+uint8_t rt_f32_to_f8e4m3(float x);
+float rt_f8e4m3_to_f32(uint8_t c);
+uint8_t rt_f32_to_f8e5m2(float x);
+float rt_f8e5m2_to_f32(uint8_t c);
 /* count elements between float dtypes (any pair; f16 <-> bf16 goes through f32, exactly), or
  * i32 to i32. */
 int rt_convert(void *dst, RtDtype dst_type, const void *src, RtDtype src_type, size_t count);

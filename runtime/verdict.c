@@ -15,6 +15,8 @@ double rt_round_to(int dtype, double x) {
   switch (dtype) {
   case RT_BF16: return rt_bf16_to_f32(rt_f32_to_bf16((float)x));
   case RT_F16: return rt_f16_to_f32(rt_f32_to_f16((float)x));
+  case RT_F8E4M3: return rt_f8e4m3_to_f32(rt_f32_to_f8e4m3((float)x));
+  case RT_F8E5M2: return rt_f8e5m2_to_f32(rt_f32_to_f8e5m2((float)x));
   case RT_I32: return nearbyint(x);
   default: return (float)x;
   }
@@ -25,6 +27,8 @@ double rt_ulp(int dtype, double x) {
   switch (dtype) {
   case RT_BF16: bits = 7, emin = -126; break;
   case RT_F16: bits = 10, emin = -14; break;
+  case RT_F8E4M3: bits = 3, emin = -6; break;
+  case RT_F8E5M2: bits = 2, emin = -14; break;
   case RT_I32: return 1;
   default: bits = 23, emin = -126; break;
   }

@@ -125,8 +125,8 @@ bool bufplan_is_view(const Op *op) {
   switch (op->kind) { /* each view's condition its own */
   case OP_RENAME: case OP_SPLIT: case OP_MERGE: return true;
   case OP_SLICE: /* a block of the leading dim alone is a contiguous part of its operand */
-    return op->noffs == 1 && op->offs && op->operands[0]->type.rank > 0 &&
-           op->offs[0].dim == op->operands[0]->type.dims[0];
+    return dev_op_noffs(op) == 1 && op->operands[0]->type.rank > 0 &&
+           op->dev->offs[0].dim == op->operands[0]->type.dims[0];
   case OP_CAST: return op->results[0]->type.dtype == op->operands[0]->type.dtype;
   case OP_TRANSPOSE: { /* the same dim order: a copy ir_build or the step made for a boundary */
     const TensorType *a = &op->operands[0]->type, *b = &op->results[0]->type;
@@ -476,7 +476,7 @@ static void walk_func(PW *W, const IrFunc *f, const bool *reuse_inputs, const Op
   live_tree_init(W->a, &tree, &lv, nres > 0 ? nres : 1);
   int k = 0;
   for (const Op *op = f->first; op; op = op->next, k++) {
-    if (main_fn && pi && !dev_stage_runs(op->place, W->stage, pi->stages)) continue;
+    if (main_fn && pi && !dev_stage_runs(dev_op_runs(op), W->stage, pi->stages)) continue;
     for (int r = 0; r < op->nresults; r++) {
       int32_t x = find(W, op->results[r]->id);
       if (W->external[x] || W->alive[x]) continue;

@@ -115,13 +115,13 @@ static void resident_state(const Program *p, const IrModule *m, int stage, MemRe
   const IrFunc *f = m->main;
   const PipeInfo *pi = m->pipeline ? m->pipeline->pipe : NULL;
   for (const Op *op = f->first; op; op = op->next)
-    if (op->kind == OP_PARAM && op->nresults == 1 && (!pi || dev_stage_runs(op->place, stage, pi->stages)))
+    if (op->kind == OP_PARAM && op->nresults == 1 && (!pi || dev_stage_runs(dev_op_runs(op), stage, pi->stages)))
       rs->params = sat_add(rs->params, sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh));
   const StepInfo *si = m->step;
   for (int j = 0; si && j < si->nparams; j++) {
     const StepParam *sp = &si->params[j];
     const Op *pop = sp->value ? sp->value->def : NULL;
-    if (pi && pop && !dev_stage_runs(pop->place, stage, pi->stages)) continue; /* another stage's */
+    if (pi && pop && !dev_stage_runs(dev_op_runs(pop), stage, pi->stages)) continue; /* another stage's */
     const Value *g = sp->grad;
     for (const Op *op = f->first; g && op; op = op->next) {
       /* not a slice: under zero = 1 the whole reduced gradient is held, the optimizer reads a slice */

@@ -134,13 +134,14 @@ void step_flops(const IrModule *m, StepFlops *out) {
 
 double opcost_ring_pairs(const IrModule *m, const Op *op, int rank) {
   (void)m;
-  if (!op->ring || !op->flag || op->ndims < 3 || op->noperands < 1) return 0;
+  const DevRing *ring = op->dev ? op->dev->ring : NULL; /* the device program's */
+  if (!ring || !op->flag || op->ndims < 3 || op->noperands < 1) return 0;
   const Value *q = op->operands[0];
   int qd = tensor_type_find(&q->type, op->dims[2]);
   if (qd < 0 || q->local[qd] <= 0) return 0;
   int64_t block = q->local[qd];
   double pairs = 0;
-  const RtOrder *o = op->dev && op->dev->ring ? &op->dev->ring->qorder : NULL; /* the device program's */
+  const RtOrder *o = &ring->qorder;
   for (int64_t p = rank * block; p < (rank + 1) * block; p++) pairs += 1 + (double)rt_order_logical(o, p);
   return pairs;
 }
@@ -194,7 +195,7 @@ static double compute_in(const IrFunc *f, const Target *t, double mult) {
     if (op->nresults < 1) continue;
     OpCost c;
     opcost(op, true, &c);
-    if (c.flops > 0 || c.bytes > 0) s += mult * cost_op_time(t, op->results[0]->type.dtype, c.flops, c.bytes, true);
+    if (c.flops > 0 || c.bytes > 0) s += mult * cost_op_time(t, ir_op_rate_dtype(op), c.flops, c.bytes, true);
   }
   return s;
 }

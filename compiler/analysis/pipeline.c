@@ -4,6 +4,7 @@
 #include "diag.h"
 #include "bucket.h"
 #include "cmm.h"
+#include "dpwin.h"
 #include "devprog.h"
 #include "localize.h"
 #include "partition.h"
@@ -69,6 +70,7 @@ static bool passes(IrModule *m, const Program *p, int before) {
   }
   if (!devprog_build(m, p->mesh)) return false;
   cmm_module(m, p); /* collective matmuls (tp_overlap): marks in the device program */
+  dpwin_module(m, p); /* data-parallel collectives' overlap windows (dp_overlap) */
   return true;
 }
 

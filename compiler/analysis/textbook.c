@@ -40,7 +40,7 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
       c->ep_slot_bytes = (double)sharding_local_bytes(&op->results[0]->type, &op->results[0]->sharding, mesh);
     const DevRing *ring = op->dev ? op->dev->ring : NULL; /* the device program's */
     if (ring && ring->carries) {
-      c->ring |= op->ring;
+      c->ring |= ring->axes;
       c->ring_steps += ring->steps;
       if (op->kind == OP_ATTENTION) c->ring_bytes = ring->k_bytes + ring->v_bytes;
     }
@@ -58,6 +58,9 @@ static void count_body(const IrFunc *f, const Mesh *mesh, LayerCensus *c, double
     }
     int role = op->role < 3 ? op->role : ROLE_ACTIVATION;
     c->n[role][k] += 1;
+    /* runs: bucketing's decision (Op.bucket, one run per bucket as bucket.c formed it), which the
+     * book bounds; the device program splits a bucket whose members sit on different stages in
+     * two (DevColl), which explain's collective list shows */
     if (!op->bucket || op->bucket != bucket) c->runs[role][k] += 1;
     bucket = op->bucket;
     CollCost cc;

@@ -81,6 +81,7 @@ static LLVMTypeRef storage_type(Lower *L, DType dt) {
   switch (dt) {
   case DT_BF16: return L->i16;
   case DT_F16: return L->f16;
+  case DT_F8E4M3: case DT_F8E5M2: return L->i8;
   case DT_I32: return L->i32;
   default: return L->f32;
   }
@@ -95,6 +96,7 @@ LLVMValueRef lower_load(Lower *L, const NestTensor *t, LLVMValueRef off) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   case DT_F16: return LLVMBuildFPExt(L->B, v, L->f32, "");
+  case DT_F8E4M3: case DT_F8E5M2: return lower_f8_decode(L, v, t->dt);
   default: return v;
   }
 }
@@ -113,6 +115,7 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
   LLVMTypeRef st = storage_type(L, t->dt);
   if (t->dt == DT_BF16) v = to_bf16(L, v);
   else if (t->dt == DT_F16) v = LLVMBuildFPTrunc(L->B, v, L->f16, "");
+  else if (dtype_is_f8(t->dt)) v = lower_f8_encode(L, v, t->dt);
   LLVMBuildStore(L->B, v, gep(L, st, t->base, off));
 }
 
@@ -311,6 +314,7 @@ static LLVMValueRef round_to(Lower *L, LLVMValueRef x, DType dt) {
     return LLVMBuildBitCast(L->B, w, L->f32, "");
   }
   if (dt == DT_F16) return LLVMBuildFPExt(L->B, LLVMBuildFPTrunc(L->B, x, L->f16, ""), L->f32, "");
+  if (dtype_is_f8(dt)) return lower_f8_decode(L, lower_f8_encode(L, x, dt), dt);
   return x;
 }
 
@@ -650,7 +654,8 @@ static bool contract_core(Lower *L, const Op *op) {
   for (int i = 0; i < 3; i++) {
     const Value *v = i == 0 ? res : op->operands[i - 1];
     DType dt = v->type.dtype;
-    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
+    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16 && !dtype_is_f8(dt))
+      return fail(L, op, "contract over dtype %s is not lowered yet", dtype_name(dt));
   }
   Group B = {.size = 1}, M = {.size = 1}, N = {.size = 1}, K = {.size = 1};
   for (int i = 0; i < res->type.rank; i++) {
@@ -756,14 +761,16 @@ static void contiguous(const Value *v, const int64_t *ext, int64_t *st) {
   for (int d = v->type.rank - 1; d >= 0; d--) st[d] = s, s *= ext[d];
 }
 
-/* The byte offset, per device, of the gathered block at hand at step j along a dim of stride
- * `stride` (elements): rank r - j (mod n) x E. */
+/* The byte offset, per device, of the block at hand at step j along a dim of stride `stride`
+ * (elements): the gathered block of rank r - j (mod n) x E; the ReduceScatter side's block
+ * r - 1 - j (mod n), the one whose accumulator the device sends on at step j. */
 static LLVMValueRef cmm_block_offset(Lower *L, const DevCmm *cm, int j, int64_t stride, DType dt, bool mutate) {
   int n = cm->groups->size;
   int64_t *tab = ARENA_ARRAY(&L->lw->arena, int64_t, L->m->dev->ndev);
   for (int64_t dev = 0; dev < L->m->dev->ndev; dev++) {
     int32_t r = cm->groups->rank_of[dev];
-    int32_t from = mutate ? r + j : r - j; /* SHARDC_CMM_MUTATE=order (tests only): the wrong block */
+    /* SHARDC_CMM_MUTATE=order (tests only): the wrong block (gather: r + j; scatter: one step off) */
+    int32_t from = cm->scatter ? (mutate ? r - j : r - 1 - j) : mutate ? r + j : r - j;
     tab[dev] = r < 0 ? 0 : (int64_t)((from % n + n) % n) * cm->block * stride * dtype_bytes(dt);
   }
   return per_device(L, tab, "cmm_block");
@@ -897,9 +904,120 @@ static bool lower_cmm(Lower *L, const Op *op) {
   return ok;
 }
 
+/* The ReduceScatter side of a collective matmul (devprog.h's DevCmm, scatter) at its contraction:
+ * the ReduceScatter it implements makes nothing (lower_collective), the partial sum is never made.
+ * Step j = 0 .. n-1: the operands' blocks (r - 1 - j mod n) along the scattered dim are copied out,
+ * the partial product made in f32 (a block of the result's shape), then (j > 0) the permute of the
+ * step before waited and the product added to the accumulator it brought (step 0: the product is
+ * the accumulator), rounded to the ReduceScatter's dtype; before the last step the accumulator is
+ * sent on (+1 around the groups, rt_permute_shift_start) while the next block's product is made.
+ * Two accumulators alternate, the last step's being the result's own buffer. */
+static bool lower_cmm_scatter(Lower *L, const Op *op) {
+  const DevCmm *cm = op->dev->cmm;
+  const Value *Y = op->results[0], *R = cm->coll->results[0];
+  int n = cm->groups->size, dt = lower_rt_dtype(R->type.dtype), d = cm->dim_out[0];
+  bool ar = cm->coll->kind == OP_ALL_REDUCE; /* then the blocks' AllGather */
+  if (dt < 0 || cm->steps != n - 1 || cm->readers[0] != op || R->type.dtype != Y->type.dtype)
+    return fail(L, op, "a collective matmul over dtype %s", dtype_name(R->type.dtype));
+  LLVMValueRef groups = lower_rt_groups(L, cm->groups);
+  int64_t E = cm->block, count = elements(L, R) / (ar ? n : 1);
+  /* shadow values at one block: the operands holding the dim, the f32 partial product */
+  int pos[2];
+  pos[cm->operand[0]] = cm->dim_in, pos[1 - cm->operand[0]] = cm->dim_w[0];
+  Value sv[2], ys = *Y;
+  const Value *ops2[2] = {op->operands[0], op->operands[1]};
+  LLVMValueRef blk[2] = {NULL, NULL};
+  int64_t bext[2][MAX_RANK], pext[MAX_RANK], pst[MAX_RANK];
+  for (int i = 0; i < 2; i++) {
+    if (pos[i] < 0) continue;
+    const Value *a = op->operands[i];
+    sv[i] = *a;
+    sv[i].local[pos[i]] = E;
+    ops2[i] = &sv[i];
+    for (int q = 0; q < a->type.rank; q++) bext[i][q] = extent(L, &sv[i], q);
+    blk[i] = alloc_buffer(L, a, elements(L, &sv[i]) * dtype_bytes(a->type.dtype));
+  }
+  ys.local[d] = E;
+  ys.type.dtype = DT_F32;
+  Value *res1[1] = {&ys};
+  Op k = *op;
+  k.operands = (Value **)ops2;
+  k.results = res1;
+  for (int q = 0; q < Y->type.rank; q++) pext[q] = extent(L, &ys, q);
+  contiguous(Y, pext, pst);
+  LLVMValueRef part = alloc_buffer(L, Y, count * 4);
+  L->share[R->id] = -1; /* its own buffer (plan_share gives it none) */
+  new_buffer(L, R);
+  LLVMValueRef spare = alloc_buffer(L, R, count * dtype_bytes(R->type.dtype)), own = NULL;
+  LLVMValueRef acc[2];
+  acc[(n - 1) % 2] = ar ? (own = alloc_buffer(L, R, count * dtype_bytes(R->type.dtype))) : L->buf[R->id];
+  acc[n % 2] = spare;
+  LLVMValueRef slot = entry_alloca(L, L->ptr, "cmm_req");
+  const char *mut = getenv("SHARDC_CMM_MUTATE");
+  bool ok = true, mutate = mut && strcmp(mut, "order") == 0;
+  for (int j = 0; j < n && ok; j++) {
+    LLVMValueRef full[2] = {L->buf[op->operands[0]->id], L->buf[op->operands[1]->id]};
+    for (int i = 0; i < 2; i++) { /* the operand's block (r - 1 - j mod n) along the dim */
+      if (!blk[i]) continue;
+      const Value *a = op->operands[i];
+      int64_t st[MAX_RANK], bst[MAX_RANK];
+      strides_of(L, a, st);
+      contiguous(a, bext[i], bst);
+      NestTensor t[2] = {{.base = blk[i], .dt = a->type.dtype},
+                         {.base = gep(L, L->i8, full[i], cmm_block_offset(L, cm, j, st[pos[i]], a->type.dtype, mutate)),
+                          .dt = a->type.dtype}};
+      for (int q = 0; q < a->type.rank; q++) t[0].stride[q] = bst[q], t[1].stride[q] = st[q];
+      cmm_nest(L, a, bext[i], t, 0);
+    }
+    for (int i = 0; i < 2; i++)
+      if (blk[i]) L->buf[op->operands[i]->id] = blk[i];
+    L->buf[Y->id] = part;
+    ok = contract_core(L, &k);
+    for (int i = 0; i < 2; i++) L->buf[op->operands[i]->id] = full[i];
+    if (j > 0) { /* the accumulator the neighbour sent */
+      LLVMValueRef wv[2] = {L->dev, LLVMBuildLoad2(L->B, L->ptr, slot, "cmm_req")};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_wait, wv, 2));
+    }
+    NestTensor t[2] = {{.base = acc[j % 2], .dt = R->type.dtype}, {.base = part, .dt = DT_F32}};
+    for (int q = 0; q < Y->type.rank; q++) t[0].stride[q] = t[1].stride[q] = pst[q];
+    cmm_nest(L, Y, pext, t, j == 0 ? 1 : 2);
+    if (j < n - 1) {
+      LLVMValueRef av[8] = {L->dev, groups, ci32(L, dt), acc[j % 2], acc[(j + 1) % 2], ci64(L, count), ci32(L, 1), slot};
+      lower_check_rc(L, lower_rt(L, RTFN_rt_permute_shift_start, av, 8));
+    }
+  }
+  if (ar && ok) { /* the AllReduce's AllGather half: rank r's block r into the result */
+    RtCollMember *m = ARENA_NEW(&L->lw->arena, RtCollMember);
+    m->rank = Y->type.rank;
+    for (int q = 0; q < Y->type.rank; q++) m->shape[q] = pext[q];
+    m->nparts = 1;
+    m->parts[0] = (RtCollPart){.dim = d, .groups = (const RtGroups *)(const void *)cm->groups};
+    RtColl rc = {.kind = RT_ALL_GATHER, .dtype = dt, .op = RT_SUM, .nmembers = 1, .members = m,
+                 .groups = (const RtGroups *)(const void *)cm->groups};
+    lower_rt_bind(L, m, lower_rt_consts(L, RTS_RtCollMember, m, 1, "coll_members"));
+    LLVMValueRef desc = lower_rt_const(L, RTS_RtColl, &rc, "coll");
+    LLVMValueRef io[2] = {entry_alloca(L, L->ptr, "coll_in"), entry_alloca(L, L->ptr, "coll_out")};
+    LLVMBuildStore(L->B, own, io[0]);
+    LLVMBuildStore(L->B, L->buf[R->id], io[1]);
+    LLVMValueRef av[4] = {L->dev, desc, io[0], io[1]};
+    lower_check_rc(L, lower_rt(L, RTFN_rt_collective, av, 4));
+    free_ptr(L, own);
+  }
+  L->buf[Y->id] = NULL;
+  L->root[Y->id] = Y->id;
+  L->owned[Y->id] = false;
+  free_ptr(L, part);
+  free_ptr(L, spare);
+  for (int i = 0; i < 2; i++)
+    if (blk[i]) free_ptr(L, blk[i]);
+  return ok;
+}
+
 static bool lower_contract(Lower *L, const Op *op) {
-  if (L->mesh && op->dev && op->dev->cmm) /* a collective matmul's reader: in the ring at the first */
-    return op->dev->cmm->contract == op ? lower_cmm(L, op) : true;
+  if (L->mesh && op->dev && op->dev->cmm) { /* a collective matmul's reader: in the ring at the first */
+    if (op->dev->cmm->contract != op) return true;
+    return op->dev->cmm->scatter ? lower_cmm_scatter(L, op) : lower_cmm(L, op);
+  }
   new_buffer(L, op->results[0]);
   return contract_core(L, op);
 }
@@ -950,13 +1068,15 @@ static bool lower_collective(Lower *L, const Op *op) {
   }
   const DevColl *c = op->dev ? op->dev->coll : NULL;
   if (!c) return fail(L, op, "%s outside the device program", ir_op_name(op->kind));
+  if (op->dev->cmm && op->dev->cmm->coll == op && op->dev->cmm->scatter) /* made by its contraction's ring */
+    return true;
   if (op->dev->cmm && op->dev->cmm->coll == op) { /* runs in its contraction's ring (lower_cmm): nothing made */
     L->buf[res->id] = NULL;
     L->root[res->id] = res->id;
     L->owned[res->id] = false;
     return true;
   }
-  if (op->coll_period) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
+  if (dev_op_period(op)) return fail(L, op, "%s of a pipeline is not lowered yet", ir_op_name(op->kind));
   new_buffer(L, res);
   if (c->lead) return true; /* runs in its bucket's last member */
   const Op *self[1] = {op};
@@ -1028,7 +1148,7 @@ static bool plan_view(const Lower *L, const Op *op) {
   for (int d = 0; d < res->type.rank; d++)
     if (res->type.dims[d] != x->type.dims[d] || (d > 0 && extent(L, res, d) != extent(L, x, d))) return false;
   if (op->kind == OP_TRANSPOSE) return same_bytes(L, res, x);
-  return op->noffs == 1 && op->offs[0].dim == x->type.dims[0];
+  return dev_op_noffs(op) == 1 && op->dev->offs[0].dim == x->type.dims[0];
 }
 
 /* The operand whose buffer op's result shares (a view), or NULL. */
@@ -1166,6 +1286,8 @@ static int plan_share(const Lower *L, const Op *op, int k, int pos, const int32_
   if (P < 0 || P == v->id || !L->val[P] || L->fused[P]) return -1;
   int T = vroot[P];
   if (T == v->id || L->fused[T] || last[T] > pos) return -1;
+  const Op *td = L->val[T]->def; /* a partial sum a reduce-scatter ring never makes (lower_cmm_scatter) */
+  if (L->mesh && td && td->dev && td->dev->cmm && td->dev->cmm->scatter && td->dev->cmm->contract == td) return -1;
   const Value *rd[16];
   int n;
   if (op->kind == OP_LOOP) { /* a carried result over its own carried operand, nothing else of the loop's there */
@@ -1225,7 +1347,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       for (int i = 0; i < c->noperands; i++) {
         const Value *x = c->operands[i];
         const Op *d = x->def;
-        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || d->place != c->place) continue;
+        if (!d || d->func != f || uses[x->id] != 1 || user[x->id] != c || !fusable_kind(d->kind) || !float_op(d) || dev_op_runs(d) != dev_op_runs(c)) continue;
         bool inside = true;
         for (int k = 0; k < x->type.rank; k++) {
           int q = tensor_type_find(&c->results[0]->type, x->type.dims[k]);
@@ -1252,7 +1374,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
       if (order[q] == lead) evalpos[p] = evalpos[q];
     /* a collective matmul's AllGather reads its operand in the contraction's ring (lower_cmm) */
     const DevCmm *cm = L->mesh && op->dev ? op->dev->cmm : NULL;
-    for (int q = p + 1; cm && cm->coll == op && q < nops; q++)
+    for (int q = p + 1; cm && !cm->scatter && cm->coll == op && q < nops; q++)
       if (order[q] == cm->contract) evalpos[p] = evalpos[q];
   }
   /* each value's last read (a fused op's operands are read in its consumer's nest); outputs stay */
@@ -1295,7 +1417,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
   pos = 0;
   for (const Op *op = f->first; op; op = op->next, pos++) {
     L->pos = pos;
-    bool placed = L->mesh && L->m->pipeline && op->place && f == L->m->main; /* an op of a pipelined main on some stages */
+    bool placed = L->mesh && L->m->pipeline && f == L->m->main && dev_op_runs(op); /* an op of a pipelined main on some stages */
     if (!(placed ? lower_pipe_guarded(L, op, lower_op_clocked) : lower_op_clocked(L, op)) || L->failed) {
       ok = false;
       break;
@@ -1303,7 +1425,7 @@ static bool lower_region(Lower *L, const IrFunc *f) {
     if (placed) L->line = 0; /* told under a branch some devices skip */
     const Value *leaf[17];
     int nleaf = op_leaves(L, op, leaf, 0);
-    if (L->mesh && op->dev && op->dev->cmm && op->dev->cmm->contract == op) /* its AllGather's operand, read here */
+    if (L->mesh && op->dev && op->dev->cmm && !op->dev->cmm->scatter && op->dev->cmm->contract == op) /* its AllGather's operand, read here */
       leaf[nleaf++] = op->dev->cmm->coll->operands[0];
     for (int i = 0; i < nleaf; i++) {
       int r = L->root[leaf[i]->id];

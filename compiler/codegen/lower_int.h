@@ -118,6 +118,10 @@ void lower_store(Lower *L, const NestTensor *t, LLVMValueRef off, LLVMValueRef v
 LLVMValueRef lower_intrinsic(Lower *L, const char *name, LLVMValueRef *args, int n);
 void lower_check_rc(Lower *L, LLVMValueRef rc);  /* return rc from the function unless it is 0 */
 
+/* lower_f8.c: FP8 storage: an f32 to its f8e4m3 / f8e5m2 byte (i8) and a byte back to f32. */
+LLVMValueRef lower_f8_encode(Lower *L, LLVMValueRef x, DType dt);
+LLVMValueRef lower_f8_decode(Lower *L, LLVMValueRef c8, DType dt);
+
 /* lower_math.c: exp, tanh, erf in f32 as vectorisable straight-line code. */
 LLVMValueRef lower_exp(Lower *L, LLVMValueRef x);
 LLVMValueRef lower_tanh(Lower *L, LLVMValueRef x);

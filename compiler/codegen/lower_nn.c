@@ -246,12 +246,12 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
   const Value *q = op->operands[0], *k = op->operands[1], *v = op->operands[2];
   const Value *o = grad ? op->operands[3] : op->results[0], *dout = grad ? op->operands[4] : NULL;
   const Dim *H = op->dims[0], *K = op->dims[1], *Q = op->dims[2];
-  if (op->flag && !op->ring && L->mesh && (dev_dim_order(L->m->dev, Q, -1).kind != RT_ORDER_NATURAL ||
+  if (op->flag && !dev_op_ring(op) && L->mesh && (dev_dim_order(L->m->dev, Q, -1).kind != RT_ORDER_NATURAL ||
                                             dev_dim_order(L->m->dev, K, -1).kind != RT_ORDER_NATURAL))
     return nn_fail(L, op, "a causal mask over a zigzag-ordered sequence");
   int pk = tensor_type_find(&k->type, K);
   if (pk < 0) return nn_fail(L, op, "a key dim missing from k");
-  if (!op->ring && ext_of(L, k, pk) != K->size) return nn_fail(L, op, "a key dim split over devices"); /* a ring's is */
+  if (!dev_op_ring(op) && ext_of(L, k, pk) != K->size) return nn_fail(L, op, "a key dim split over devices"); /* a ring's is */
   const Dim *Dv = NULL;
   int ndv = 0;
   for (int i = 0; i < v->type.rank; i++) {
@@ -295,7 +295,7 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
       if (!ok) return nn_fail(L, op, "an operand dim outside the attention's index space");
     }
   if (grad && (op->index < 0 || op->index > 2)) return nn_fail(L, op, "a gradient index other than 0, 1, 2");
-  if (op->ring) {
+  if (dev_op_ring(op)) {
     new_buffer(L, op->results[0]);
     return lower_ring_attention(L, op, lower_rt_const(L, RTS_RtAttn, &a, "attn"), q_off); /* lower_ring.c */
   }
@@ -306,7 +306,7 @@ bool lower_nn_attention(Lower *L, const Op *op, LLVMValueRef q_off, LLVMValueRef
     if (L->buf[op->results[0]->id]) return true; /* made by an earlier sibling */
     for (const Op *o = op->func ? op->func->first : op; o; o = o->next) {
       bool same = o->kind == OP_ATTENTION_GRAD && o->noperands == 5 && o->index >= 0 && o->index <= 2 &&
-                  o->scalar == op->scalar && o->flag == op->flag && o->ndims == op->ndims && !o->ring;
+                  o->scalar == op->scalar && o->flag == op->flag && o->ndims == op->ndims && !dev_op_ring(o);
       for (int i = 0; same && i < 5; i++) same = o->operands[i] == op->operands[i];
       for (int i = 0; same && i < op->ndims; i++) same = o->dims[i] == op->dims[i];
       if (same && !sib[o->index] && (o == op || !L->buf[o->results[0]->id])) sib[o->index] = o;

@@ -24,7 +24,7 @@ static LLVMValueRef c64(Lower *L, int64_t v) { return LLVMConstInt(L->i64, (unsi
 bool lower_pipe_guarded(Lower *L, const Op *op, bool (*one)(Lower *L, const Op *op)) {
   const DevModule *dm = L->m->dev;
   uint8_t *runs = ARENA_ARRAY(&L->lw->arena, uint8_t, dm->ndev);
-  for (int64_t d = 0; d < dm->ndev; d++) runs[d] = dev_runs_on(dm, op->dev ? op->dev->runs : op->place, d);
+  for (int64_t d = 0; d < dm->ndev; d++) runs[d] = dev_runs_on(dm, dev_op_runs(op), d);
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(L->B);
   LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(L->C, L->fn, "placed");
   LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(L->C, L->fn, "placed.end");

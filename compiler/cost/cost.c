@@ -552,7 +552,7 @@ double cost_collective_group(const Mesh *m, CollKind kind, uint16_t axes_mask, i
 
 double cost_peak_flops(const Target *t, DType dt, bool ideal) {
   if (!t) return 0;
-  double f = (dt >= 0 && dt < DT__COUNT) ? t->flops[dt] : 0;
+  double f = (dt >= 0 && dt < DT__COUNT) ? t->flops[dtype_rate(dt)] : 0;
   if (!(f > 0)) f = t->flops[DT_BF16];
   if (!ideal && t->matmul_efficiency > 0) f *= t->matmul_efficiency;
   return f;

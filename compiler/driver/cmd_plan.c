@@ -25,7 +25,9 @@ static const char *bytes(Arena *a, double b) {
 static const char *strategy(Arena *a, const PlanCand *c) {
   char *s = arena_printf(a, "%s", "");
   const int *z = c->size; /* stage, data, fsdp, ep, ctx, model (plan_axis_names) */
-  if (z[0] > 1) s = arena_printf(a, "%sPP %d (%d microbatches)", s, z[0], c->microbatches);
+  if (z[0] > 1 && c->interleave > 1)
+    s = arena_printf(a, "%sPP %d interleaved(%d) (%d microbatches)", s, z[0], c->interleave, c->microbatches);
+  else if (z[0] > 1) s = arena_printf(a, "%sPP %d (%d microbatches)", s, z[0], c->microbatches);
   if (z[2] > 1) s = arena_printf(a, "%s%sDP %d x FSDP %d (HSDP)", s, *s ? " x " : "", z[1], z[2]);
   else if (z[1] > 1) s = arena_printf(a, "%s%s%s %d", s, *s ? " x " : "", c->fsdp ? "FSDP" : c->zero ? "DP (ZeRO-1)" : "DP", z[1]);
   if (z[3] > 1) s = arena_printf(a, "%s%sEP %d", s, *s ? " x " : "", z[3]);
@@ -33,7 +35,7 @@ static const char *strategy(Arena *a, const PlanCand *c) {
   if (z[5] > 1) s = arena_printf(a, "%s%sTP %d%s", s, *s ? " x " : "", z[5], c->sp ? " + SP" : "");
   if (!*s) s = "one device";
   static const char *const remat[] = {"none", "full", "dots", "selective"};
-  return arena_printf(a, "%s, remat %s", s, remat[c->remat & 3]);
+  return arena_printf(a, "%s, remat %s%s", s, remat[c->remat & 3], z[5] > 1 && c->tp_off ? ", tp_overlap off" : "");
 }
 
 /* Why `a` beats `b`, in one sentence: the step times and the parts of the difference that matter. */
@@ -73,6 +75,8 @@ static cJSON *cand_json(Arena *a, const PlanCand *c) {
   cJSON_AddNumberToObject(j, "bubble_s", c->bubble_s);
   if (c->comm_axes) cJSON_AddStringToObject(j, "comm_by_axes", c->comm_axes);
   if (c->step) cJSON_AddStringToObject(j, "strategy", strategy(a, c));
+  if (c->step) cJSON_AddNumberToObject(j, "estimate_s", c->estimate_s);
+  if (c->step) cJSON_AddNumberToObject(j, "estimate_memory", c->estimate_memory);
   return j;
 }
 
@@ -142,6 +146,10 @@ int cmd_plan(const Options *o) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "searched", (double)r.enumerated);
     cJSON_AddNumberToObject(j, "pruned", (double)r.pruned);
+    cJSON_AddNumberToObject(j, "estimated", (double)r.estimated);
+    cJSON_AddNumberToObject(j, "simulated", (double)r.simulated);
+    cJSON_AddNumberToObject(j, "remats_skipped", (double)r.skipped);
+    cJSON_AddNumberToObject(j, "estimate_seconds", r.estimate_seconds);
     cJSON_AddNumberToObject(j, "evaluated", (double)r.evaluated);
     cJSON_AddNumberToObject(j, "invalid", (double)r.invalid);
     cJSON_AddNumberToObject(j, "devices", (double)in.devices);
@@ -155,10 +163,11 @@ int cmd_plan(const Options *o) {
     if (why_own) cJSON_AddItemToArray(why, cJSON_CreateString(why_own));
     report_json(j);
   } else {
-    printf("plan %s on %lld x %s: %lld strategies, %lld pruned by the resident-state bound, %lld programs "
-           "checked and simulated (%lld with errors), %.2f s\n",
-           r.step_name, (long long)in.devices, T->name, (long long)r.enumerated,
-           (long long)r.pruned, (long long)r.evaluated, (long long)r.invalid, r.seconds);
+    printf("plan %s on %lld x %s: %lld strategies, %lld pruned by the resident-state bound, %lld estimated "
+           "(%.1f us each), the best %lld simulated: %lld programs checked and simulated (%lld with errors), %.2f s\n",
+           r.step_name, (long long)in.devices, T->name, (long long)r.enumerated, (long long)r.pruned,
+           (long long)r.estimated, r.estimated ? 1e6 * r.estimate_seconds / (double)r.estimated : 0.0,
+           (long long)r.simulated, (long long)r.evaluated, (long long)r.invalid, r.seconds);
     if (r.own.evaluated)
       printf("%s: %s per step, MFU %.1f%%, %s per device%s\n", own_name, report_seconds(&arena, r.own.step_s), 100 * r.own.mfu,
              bytes(&arena, r.own.memory), r.own.fits ? "" : ", does not fit");

@@ -417,6 +417,26 @@ static cJSON *json_report(Arena *a, const Program *p, const IrModule *m, const S
 
 /* ---- the command ---- */
 
+/* The first contraction of FP8 operands in f (its loop bodies and pipeline regions too), or NULL. */
+static const Op *first_fp8_contract(const IrFunc *f) {
+  for (const Op *op = f ? f->first : NULL; op; op = op->next) {
+    if (op->kind == OP_CONTRACT && op->noperands == 2 && dtype_is_f8(op->operands[0]->type.dtype)) return op;
+    const Op *in = op->body ? first_fp8_contract(op->body) : NULL;
+    for (int r = 0; !in && op->pipe && r < PR__COUNT; r++) in = first_fp8_contract(op->pipe->region[r]);
+    if (in) return in;
+  }
+  return NULL;
+}
+
+/* One line where the target has no FP8 units (its flops.f8 no faster than its bf16): the FP8
+ * contractions are priced at that rate, the bf16 one, as the hardware would run them. */
+static void warn_fp8_rate(const IrModule *m, const Target *t) {
+  const Op *op = first_fp8_contract(m->main);
+  if (!op || !t || t->flops[DT_F8E4M3] > t->flops[DT_BF16]) return;
+  diag_warning(op->loc, "%s has no FP8 units: this %s contraction and the others run at its bf16 rate (%.3g FLOP/s)",
+               t->name, dtype_name(op->operands[0]->type.dtype), cost_peak_flops(t, DT_F8E4M3, true));
+}
+
 static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
   CheckedProgram cp;
   int rc = check_load(o, arena, &cp);
@@ -440,6 +460,7 @@ static int run(const Options *o, Arena *arena, bool json, cJSON **report) {
     diag_warning(p->step ? p->step->loc : p->entry->loc,
                  "does not fit: %s per device on %s, which has %s of HBM (sim goes on)",
                  fmt_bytes(arena, (double)mem.total), p->mesh->target->name, fmt_bytes(arena, mem.capacity));
+  warn_fp8_rate(m, p->mesh->target);
   WasteReport waste;
   waste_find(arena, &cp, &waste);
   waste_warn(&waste);

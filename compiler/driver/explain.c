@@ -19,6 +19,7 @@
 #include "bucket.h"
 #include "check.h"
 #include "devprog.h"
+#include "dpwin.h"
 #include "explain_show.h"
 #include "explain_textbook.h"
 #include "report.h"
@@ -63,6 +64,12 @@ typedef struct CollRow {
   const char *members;  /* a bucket's members: what each moves */
   const char *region;   /* the pipeline region it runs in, or the pipeline's transfers; NULL outside */
   const char *overlapped; /* a collective matmul (the device program's DevCmm): why; NULL otherwise */
+  /* a data-parallel collective's overlap window (the device program's DevWindow, shard/dpwin.h) */
+  const DevWindow *win;
+  double win_compute_s; /* the compute between its issue (the last piece's) and `before`, ideal */
+  double piece_s;       /* in pieces: one piece's time; each earlier piece has one iteration ... */
+  double iter_s;        /* ... of the piece loop's compute, iter_s, to hide behind */
+  double hidden_s;      /* what that compute hides of it: min(time, window) (per piece, summed) */
 } CollRow;
 
 typedef struct Explain {
@@ -205,7 +212,61 @@ static void coll_figures(Explain *E, const Op *op, double mult, CollRow *r) {
   r->reason = op->reason;
   r->x = x, r->y = y;
   if (op->dev && op->dev->cmm && op->dev->cmm->coll == op) r->overlapped = op->dev->cmm->reason;
-  cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0, bytes, true, &r->cost);
+  cost_collective_group(E->mesh, r->kind, op->axes, dev_op_subset(op), bytes, true, &r->cost);
+}
+
+/* The compute (ideal roofline) of f's ops after `from` (NULL: from the start) and before `to` (NULL:
+ * to the end; an op of f), a loop counting its body's times its trips; collectives are not compute. */
+static double ops_time(const Explain *E, const IrFunc *f, const Op *from, const Op *to) {
+  double s = 0;
+  for (const Op *op = from ? from->next : f->first; op && op != to; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) {
+      s += (double)(op->count > 0 ? op->count : 1) * ops_time(E, op->body, NULL, NULL);
+      continue;
+    }
+    if (ir_op_is_collective(op->kind) || op->kind == OP_INPUT || op->kind == OP_PARAM || op->kind == OP_CONST ||
+        op->kind == OP_PIPELINE || op->nresults == 0)
+      continue;
+    s += cost_op_time(E->mesh->target, op->results[0]->type.dtype, op_flops(op), op_bytes(op), true);
+  }
+  return s;
+}
+
+/* A data-parallel collective's window (dpwin.h): the compute it can hide behind, by the program. */
+static void window_figures(Explain *E, const Op *op, CollRow *r) {
+  const DevWindow *w = op->dev ? op->dev->win : NULL;
+  if (!w) return;
+  r->win = w;
+  const Op *before = w->before;
+  double T = r->cost.time_s, X = 0;
+  if (w->kind == DPW_GRADIENT && w->after && w->after->def) {
+    const Op *a = w->pieces > 1 && w->piece_loop ? w->piece_loop : w->after->def;
+    X = ops_time(E, a->func, a, w->via || w->out_loop ? NULL : before);
+    if (w->via) X += ops_time(E, op->func, w->via, before);
+    if (w->out_loop && w->out_loop->func) X += ops_time(E, w->out_loop->func, w->out_loop, before);
+  } else if (w->kind == DPW_PREFETCH) {
+    X = ops_time(E, op->func, NULL, NULL); /* the previous iteration */
+  } else if (w->kind == DPW_OPERAND) {
+    const Op *a = w->after && w->after->def && w->after->def->func == op->func ? w->after->def : NULL;
+    X = ops_time(E, op->func, a, before);
+  }
+  r->win_compute_s = X;
+  if (w->kind == DPW_GRADIENT && w->pieces > 1 && w->piece_loop) {
+    const Value *x = op->operands[0];
+    double bytes = (double)sharding_local_bytes(&x->type, &x->sharding, E->mesh) * ir_route_density(x);
+    CollCost pc;
+    r->piece_s = cost_collective_group(E->mesh, r->kind, op->axes, op->coll ? op->coll->ngroup : 0,
+                                       bytes / (double)w->pieces, true, &pc);
+    r->iter_s = ops_time(E, w->piece_loop->body, NULL, NULL);
+    r->hidden_s = (double)(w->pieces - 1) * fmin(r->piece_s, r->iter_s) + fmin(r->piece_s, X);
+  } else if (w->kind == DPW_GRADIENT && w->out_loop && w->out_loop->count > 1) {
+    /* one per iteration: each but the last behind the iterations after its own, the last (what
+     * this row shows) behind what follows the loop */
+    r->iter_s = ops_time(E, op->func, NULL, NULL);
+    r->hidden_s = fmin(T, X);
+  } else {
+    r->hidden_s = w->kind == DPW_BLOCKING ? 0 : fmin(T, X);
+  }
 }
 
 /* What a bucket member moves: the name of the value it reduces into or gathers from, following
@@ -365,13 +426,13 @@ static void ring_row(Explain *E, const Op *op, int depth, double mult, bool in_l
     double t = 0, bytes = 0;
     double moved[4] = {qb, ring->k_bytes, ring->v_bytes, ob};
     for (int i = 0; i < 4; i++) {
-      cost_collective(E->mesh, COLL_ALL_TO_ALL, op->ring, moved[i], true, &a2a);
+      cost_collective(E->mesh, COLL_ALL_TO_ALL, ring->axes, moved[i], true, &a2a);
       t += a2a.time_s, bytes += a2a.bytes_per_device;
     }
     r.reason = arena_printf(E->a, "%s. The Ulysses form (q, k, v and the output typed with heads over %s: AllToAlls of "
                             "q, k and v to head sharding and of the output back) would move %s per run in 4 "
                             "AllToAlls, %s, against the ring's %s in %d steps, %s, which overlap the attention",
-                            op->reason, axes_names(E, op->ring, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
+                            op->reason, axes_names(E, ring->axes, true), fmt_bytes(E->a, bytes), fmt_time(E->a, t),
                             fmt_bytes(E->a, r.cost.bytes_per_device * (n - 1)), n - 1,
                             fmt_time(E->a, r.cost.time_s * (n - 1)));
   }
@@ -384,8 +445,8 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
                     const char *stages) {
   const Target *t = E->mesh->target;
   for (const Op *op = f->first; op; op = op->next) {
-    double fr = frac * (f == E->m->main ? place_fraction(E, op->place) : 1);
-    const char *where_runs = f == E->m->main ? place_text(op->place) : stages;
+    double fr = frac * (f == E->m->main ? place_fraction(E, dev_op_runs(op)) : 1);
+    const char *where_runs = f == E->m->main ? place_text(dev_op_runs(op)) : stages;
     if (ir_op_is_collective(op->kind)) {
       /* a bucket of the device program (devprog.h): listed once, at its first member */
       const DevColl *dc = op->dev ? op->dev->coll : NULL;
@@ -394,13 +455,14 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
       CollRow r = {.op = op, .depth = depth, .stages = where_runs, .region = E->region};
       coll_figures(E, op, mult * fr, &r);
       if (bk) bucket_figures(E, bk, &r);
+      window_figures(E, op, &r);
       r.in_layer = in_layer;
       VEC_PUSH(E->a, E->colls, r);
       E->comm_s += r.cost.time_s * r.count;
       if (r.in_layer) E->layer_comm_s += r.cost.time_s;
       continue;
     }
-    if (op->ring && (op->kind == OP_ATTENTION || op->index == 0)) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
+    if (dev_op_ring(op) && dev_op_ring(op)->carries) ring_row(E, op, depth, mult * fr, in_layer, where_runs);
     if (op->kind == OP_CONST) continue;
     if (op->kind == OP_PIPELINE && op->pipe) {
       collect_pipeline(E, op, depth, mult);
@@ -409,7 +471,7 @@ static void collect(Explain *E, const IrFunc *f, int depth, double mult, bool in
     OpRow row = {.op = op, .depth = depth, .count = mult * fr, .stages = where_runs};
     if (op->kind != OP_LOOP && op->kind != OP_INPUT && op->kind != OP_PARAM) {
       row.flops = op_flops(op);
-      row.time_s = cost_op_time(t, op->results[0]->type.dtype, row.flops, op_bytes(op), true);
+      row.time_s = cost_op_time(t, ir_op_rate_dtype(op), row.flops, op_bytes(op), true);
       E->compute_s += row.time_s * row.count;
       if (in_layer) E->layer_compute_s += row.time_s;
     }
@@ -710,6 +772,22 @@ static void print_colls(FILE *out, const Explain *E) {
             fmt_time(E->a, r->cost.time_s), r->cost.link_name, r->cost.latency_bound ? "latency-bound" : "bandwidth-bound");
     report_wrapped(out, width, "     why: ", "          ", r->reason ? r->reason : "?");
     if (r->overlapped) report_wrapped(out, width, "     overlapped: ", "          ", r->overlapped);
+    if (r->win) {
+      report_wrapped(out, width, "     window: ", "          ", r->win->text);
+      const char *h =
+          r->win->kind == DPW_BLOCKING
+              ? "nothing (blocking)"
+          : r->piece_s > 0
+              ? arena_printf(E->a, "%s of it: each of the first %lld pieces (%s) behind the next iteration (%s), the last behind %s of compute",
+                             fmt_time(E->a, r->hidden_s), (long long)r->win->pieces - 1, fmt_time(E->a, r->piece_s),
+                             fmt_time(E->a, r->iter_s), fmt_time(E->a, r->win_compute_s))
+          : r->iter_s > 0
+              ? arena_printf(E->a, "%s of it in the last iteration, behind %s of compute (each earlier iteration's behind the iterations after it, %s each)",
+                             fmt_time(E->a, r->hidden_s), fmt_time(E->a, r->win_compute_s), fmt_time(E->a, r->iter_s))
+              : arena_printf(E->a, "%s of it, behind %s of compute", fmt_time(E->a, r->hidden_s),
+                             fmt_time(E->a, r->win_compute_s));
+      report_wrapped(out, width, "     hides: ", "          ", h);
+    }
   }
 }
 
@@ -929,6 +1007,30 @@ static cJSON *json_report(const Explain *E) {
     if (r->overlapped) { /* a collective matmul: still the collective it implements */
       cJSON_AddBoolToObject(c, "overlapped", true);
       cJSON_AddStringToObject(c, "overlap", r->overlapped);
+    }
+    if (r->win) { /* a data-parallel collective's overlap window (dpwin.h) */
+      static const char *const kinds[] = {"operand", "gradient", "prefetch", "blocking"};
+      const DevWindow *w = r->win;
+      cJSON *wj = cJSON_AddObjectToObject(c, "window");
+      cJSON_AddStringToObject(wj, "kind", kinds[w->kind]);
+      cJSON_AddStringToObject(wj, "text", w->text);
+      if (w->after && w->after->def) {
+        cJSON_AddStringToObject(wj, "issued_after", ir_op_name(w->after->def->kind));
+        cJSON_AddNumberToObject(wj, "issued_after_line", w->after->def->loc.line);
+      }
+      cJSON_AddBoolToObject(wj, "last_microbatch", w->via != NULL);
+      cJSON_AddNumberToObject(wj, "pieces", w->pieces > 1 ? (double)w->pieces : 1);
+      if (w->piece_loop) cJSON_AddNumberToObject(wj, "piece_loop_line", w->piece_loop->loc.line);
+      if (w->before) {
+        cJSON_AddStringToObject(wj, "done_before", ir_op_name(w->before->kind));
+        cJSON_AddNumberToObject(wj, "done_before_line", w->before->loc.line);
+      }
+      cJSON_AddNumberToObject(wj, "compute_s", r->win_compute_s);
+      if (r->piece_s > 0) cJSON_AddNumberToObject(wj, "piece_s", r->piece_s);
+      if (r->iter_s > 0) cJSON_AddNumberToObject(wj, "iteration_s", r->iter_s);
+      if (w->out_loop) cJSON_AddNumberToObject(wj, "after_loop_line", w->out_loop->loc.line);
+      cJSON_AddNumberToObject(wj, "hidden_s", r->hidden_s);
+      cJSON_AddNumberToObject(wj, "exposed_s", fmax(0, r->cost.time_s - r->hidden_s));
     }
     cJSON_AddItemToArray(cs, c);
   }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "memory.h"
+#include "plan_estimate.h"
 #include "plan_search.h"
 #include "report.h"
 #include "sim.h"
@@ -28,10 +29,25 @@ typedef struct Search {
   const char *header, *kept;
   int first_line, last_line; /* 1-based, inclusive */
   double state_bytes, opt_bytes; /* global: params + grads; optimizer state and master copies */
+  double model_flops;            /* global, one step (the first simulated program's) */
+  bool own_tp_overlap;           /* the program's own tp_overlap, kept where no model axis is searched */
+  PlanModel model;               /* what the estimate reads */
   double t0;
   double next_progress;
+  VEC(PlanCand) strategies;      /* past the bound, estimated: the simulation's queue */
   VEC(PlanCand) cands;
 } Search;
+
+/* Strategies simulated, the best by the estimate: "the full simulation only for the best few
+ * hundred" programs (each strategy is 1 to 3 programs, remat escalating until one fits). */
+enum { PLAN_SIMULATE = 100 };
+
+/* CPU time of this process: the estimates are timed by it, which a preemption does not inflate */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double now(void) {
   struct timespec ts;
@@ -68,7 +84,7 @@ static bool read_step(Search *S) {
   if (!h || !memchr(h, '{', (size_t)len)) return false;
   S->header = arena_strndup(S->a, h, (size_t)((const char *)memchr(h, '{', (size_t)len) - h + 1));
   S->out->step_name = arena_strndup(S->a, h, (size_t)((const char *)memchr(h, '{', (size_t)len) - h - 1));
-  static const char *const set[] = {"remat", "microbatches", "schedule", "zero", "stage_layers"};
+  static const char *const set[] = {"remat", "microbatches", "schedule", "zero", "stage_layers", "tp_overlap"};
   char *kept = arena_printf(S->a, "%s", "");
   for (int l = first + 1;; l++) {
     const char *s = line_at(src->text, l, &len);
@@ -125,8 +141,10 @@ static void texts(Search *S, PlanCand *c) {
 
   char *st = arena_printf(a, "%s\n%s  remat = %s\n", S->header, S->kept, remat_name(c->remat));
   if (c->microbatches > 1) st = arena_printf(a, "%s  microbatches = %d\n", st, c->microbatches);
-  if (p > 1) st = arena_printf(a, "%s  schedule = 1f1b\n", st);
+  if (p > 1 && c->interleave > 1) st = arena_printf(a, "%s  schedule = interleaved(%d)\n", st, c->interleave);
+  else if (p > 1) st = arena_printf(a, "%s  schedule = 1f1b\n", st);
   if (c->zero) st = arena_printf(a, "%s  zero = %d\n", st, c->zero);
+  if (c->tp_off) st = arena_printf(a, "%s  tp_overlap = off\n", st);
   c->step = arena_printf(a, "%s}", st);
 }
 
@@ -214,6 +232,7 @@ static bool evaluate_text(Search *S, PlanCand *c, const char *text, const char *
         c->memory = (double)mem.total;
         c->step_s = r.step_s, c->compute_s = r.compute_s, c->exposed_s = r.exposed_comm_s;
         c->bubble_s = r.bubble_s, c->mfu = r.mfu;
+        if (!(S->model_flops > 0)) S->model_flops = r.model_flops_per_step; /* the same under every layout */
         comm_by_axes(S, &r, c);
         ok = true;
       }
@@ -235,8 +254,8 @@ static bool evaluate(Search *S, PlanCand *c) {
   arena_free(&a);
   if (!ok) S->out->invalid++;
   if (S->in->progress && now() > S->next_progress) {
-    fprintf(stderr, "plan: %lld evaluated, %lld pruned, %.1f s\n", (long long)S->out->evaluated,
-            (long long)S->out->pruned, now() - S->t0);
+    fprintf(stderr, "plan: %lld strategies estimated, %lld simulated (%lld programs), %.1f s\n",
+            (long long)S->out->estimated, (long long)S->out->simulated, (long long)S->out->evaluated, now() - S->t0);
     S->next_progress = now() + 2;
   }
   return ok;
@@ -255,16 +274,19 @@ static bool bound_fits(Search *S, const PlanCand *c) {
 
 /* One strategy: remat from the cheapest until one fits; kept: the first that fits, else the last. */
 static void try_strategy(Search *S, PlanCand base) {
-  S->out->enumerated++;
-  if (!bound_fits(S, &base)) {
-    S->out->pruned++;
-    return;
-  }
+  S->out->simulated++;
   static const int order[] = {0 /* none */, 3 /* selective */, 1 /* full */};
   PlanCand last = {0};
   for (int i = 0; i < 3; i++) {
     PlanCand c = base;
     c.remat = order[i];
+    plan_estimate(&S->model, &c);
+    /* a remat the estimate puts past twice the HBM is not simulated (the estimate's memory was
+     * 0.64 to 1.82 times the checked figure on the samples: docs/plan.md); full remat always is */
+    if (i < 2 && c.estimate_memory > 2 * S->in->target->hbm) {
+      S->out->skipped++;
+      continue;
+    }
     if (!evaluate(S, &c)) continue;
     last = c;
     if (c.fits) break;
@@ -275,10 +297,51 @@ static void try_strategy(Search *S, PlanCand base) {
   for (int m = 2; base.size[AX_STAGE] == 1 && !last.fits && m <= 64 && S->batch % (rows * m) == 0; m *= 2) {
     PlanCand c = base;
     c.remat = 1, c.microbatches = m;
+    plan_estimate(&S->model, &c);
     if (!evaluate(S, &c)) continue;
     if (c.fits || !last.evaluated) last = c;
   }
   if (last.evaluated) VEC_PUSH(S->a, S->cands, last);
+}
+
+/* One strategy considered: pruned by the bound, else estimated (the cheapest remat the estimate
+ * fits, as try_strategy's escalation; without a pipeline, gradient accumulation after) and queued. */
+static void consider(Search *S, PlanCand base) {
+  S->out->enumerated++;
+  if (!bound_fits(S, &base)) {
+    S->out->pruned++;
+    return;
+  }
+  double t = cpu_now();
+  static const int order[] = {0 /* none */, 3 /* selective */, 1 /* full */};
+  PlanCand best = base;
+  for (int i = 0; i < 3; i++) {
+    PlanCand c = base;
+    c.remat = order[i];
+    plan_estimate(&S->model, &c);
+    best = c;
+    if (c.estimate_fits) break;
+  }
+  int64_t rows = (int64_t)base.size[AX_DATA] * base.size[AX_FSDP] * base.size[AX_EP];
+  for (int m = 2; base.size[AX_STAGE] == 1 && !best.estimate_fits && m <= 64 && S->batch % (rows * m) == 0; m *= 2) {
+    PlanCand c = base;
+    c.remat = 1, c.microbatches = m;
+    plan_estimate(&S->model, &c);
+    if (c.estimate_fits) best = c;
+  }
+  base.estimate_s = best.estimate_s, base.estimate_memory = best.estimate_memory, base.estimate_fits = best.estimate_fits;
+  S->out->estimated++;
+  S->out->estimate_seconds += cpu_now() - t;
+  VEC_PUSH(S->a, S->strategies, base);
+}
+
+/* The queue's order: what the estimate fits first, each group fastest first, ties in enumeration
+ * order (the queue is pushed in it, and the comparison falls back to the address). */
+static int strategy_cmp(const void *pa, const void *pb) {
+  const PlanCand *a = pa, *b = pb;
+  if (a->estimate_fits != b->estimate_fits) return a->estimate_fits ? -1 : 1;
+  if (a->estimate_s != b->estimate_s) return a->estimate_s < b->estimate_s ? -1 : 1;
+  return a < b ? -1 : a > b;
 }
 
 static void enumerate(Search *S) {
@@ -311,11 +374,13 @@ static void enumerate(Search *S) {
             int64_t dd = fsdp && f < d ? d / f : d, ff = fsdp && f < d ? f : 1;
             for (int sp = 0; sp <= 1; sp++) {
               if (sp && (t == 1 || cx > 1 || !S->seq || S->seq % t)) continue;
-              PlanCand c = {.size = {p, (int)dd, (int)ff, e, cx, t}, .fsdp = fsdp, .sp = sp};
+              for (int tpo = 0; tpo <= (t > 1); tpo++) {
+              PlanCand c = {.size = {p, (int)dd, (int)ff, e, cx, t}, .fsdp = fsdp, .sp = sp, .interleave = 1};
               c.zero = !fsdp && d * e > 1 ? 1 : 0;
+              c.tp_off = t > 1 ? tpo == 1 : !S->own_tp_overlap;
               if (p == 1) {
                 c.microbatches = 1;
-                try_strategy(S, c);
+                consider(S, c);
                 continue;
               }
               /* 1F1B: the bubble (p-1)/m against smaller GEMMs. The microbatches divide the rows each
@@ -329,7 +394,14 @@ static void enumerate(Search *S) {
                 if (m > R || m <= prev || m > INT32_MAX) continue;
                 prev = m;
                 c.microbatches = (int)m;
-                try_strategy(S, c);
+                /* 1F1B, and interleaved(V) with V = 2 and 4 where V divides each stage's layers
+                 * and the microbatches a multiple of the stages (Megatron-LM's condition) */
+                for (int V = 1; V <= 4; V *= 2) {
+                  if (V > 1 && ((S->layers / p) % V || m % p)) continue;
+                  c.interleave = V;
+                  consider(S, c);
+                }
+              }
               }
             }
           }
@@ -362,6 +434,7 @@ void plan_search(Arena *a, const PlanInput *in, PlanResult *out) {
   S.batch = plan_dim_size(p, "batch"), S.seq = plan_dim_size(p, "seq"), S.embed = plan_dim_size(p, "embed");
   S.heads = plan_dim_size(p, "heads"), S.kv_heads = plan_dim_size(p, "kv_heads"), S.hidden = plan_dim_size(p, "hidden");
   S.vocab = plan_dim_size(p, "vocab"), S.experts = plan_dim_size(p, "expert");
+  S.own_tp_overlap = p->step->tp_overlap;
   if (p->nstack_dims > 0) S.layers = p->stack_dims[0]->size, S.layers_name = p->stack_dims[0]->name;
 
   /* the program as written, evaluated the same way (its own mesh and layout by name) */
@@ -375,10 +448,18 @@ void plan_search(Arena *a, const PlanInput *in, PlanResult *out) {
     PlanCand *own = &out->own;
     own->mesh = p->mesh->name, own->layout = p->layout ? p->layout->name : NULL;
     own->remat = st->remat, own->microbatches = st->microbatches, own->zero = st->zero;
+    own->interleave = st->schedule == SCHED_INTERLEAVED ? st->interleave : 1, own->tp_off = !st->tp_overlap;
     evaluate_text(&S, own, p->main_file->text, p->mesh->name, p->layout ? p->layout->name : NULL);
   }
 
+  S.model = (PlanModel){.target = in->target, .devices = in->devices, .batch = S.batch, .seq = S.seq,
+                        .embed = S.embed, .heads = S.heads, .kv_heads = S.kv_heads, .hidden = S.hidden,
+                        .vocab = S.vocab, .experts = S.experts, .layers = S.layers, .params = pc,
+                        .state_bytes = S.state_bytes, .opt_bytes = S.opt_bytes,
+                        .model_flops = S.model_flops > 0 ? S.model_flops : 6 * pc * (double)(S.batch ? S.batch : 1) * (double)(S.seq ? S.seq : 1)};
   enumerate(&S);
+  if (S.strategies.len > 1) qsort(S.strategies.data, (size_t)S.strategies.len, sizeof(PlanCand), strategy_cmp);
+  for (int i = 0; i < S.strategies.len && i < PLAN_SIMULATE; i++) try_strategy(&S, S.strategies.data[i]);
   if (S.cands.len > 1) qsort(S.cands.data, (size_t)S.cands.len, sizeof(PlanCand), cand_cmp);
   out->cands = S.cands.data, out->ncands = S.cands.len;
   out->seconds = now() - S.t0;

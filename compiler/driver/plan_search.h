@@ -31,6 +31,11 @@ typedef struct PlanCand {
   int size[PLAN_AXES];     /* by plan_axis_names; 1: the axis is left out */
   bool fsdp, sp;           /* embed over data (or over fsdp where that axis is there); seq over model */
   int remat, microbatches, zero;
+  int interleave;          /* V of `schedule = interleaved(V)` with a pipeline; 1: 1f1b */
+  bool tp_off;             /* `tp_overlap = off` (searched where there is a model axis) */
+  /* the fast estimate (plan_estimate.h), which ranks strategies before any is simulated */
+  double estimate_s, estimate_memory;
+  bool estimate_fits;
   /* the texts: arena strings */
   const char *mesh, *layout, *step;
   /* figures of the checked and simulated program */
@@ -50,9 +55,13 @@ typedef struct PlanInput {
 typedef struct PlanResult {
   PlanCand *cands;         /* the evaluated, ranked: fitting first, each group fastest first */
   int ncands;
-  int64_t enumerated;      /* strategies the dims admit */
+  int64_t enumerated;      /* strategies the dims admit (considered) */
   int64_t pruned;          /* of them, dropped by the resident-state bound */
+  int64_t estimated;       /* of them, ranked by the fast estimate (plan_estimate.h) */
+  int64_t simulated;       /* of them, the best by the estimate, checked and simulated */
+  double estimate_seconds; /* the estimates' CPU time, all of them */
   int64_t evaluated;       /* checked and simulated (several per strategy: remat) */
+  int64_t skipped;         /* remats not simulated: the estimate puts them past twice the HBM */
   int64_t invalid;         /* evaluated, but the program had errors (a mesh the target cannot form) */
   PlanCand own;            /* the program's own mesh, layout and step, evaluated the same way */
   const char *step_name;   /* "train llama.forward" */

@@ -11,7 +11,8 @@ static double unit_roundoff(DType dt) {
   switch (dt) {
   case DT_BF16: return 0x1p-8;
   case DT_F16: return 0x1p-11;
-  case DT_F8: return 0x1p-4;
+  case DT_F8E4M3: return 0x1p-4;
+  case DT_F8E5M2: return 0x1p-3;
   case DT_F32: return 0x1p-24;
   default: return 0; /* integers are exact */
   }
@@ -140,6 +141,8 @@ static int rt_dtype_of(DType dt) {
   switch (dt) {
   case DT_BF16: return RT_BF16;
   case DT_F16: return RT_F16;
+  case DT_F8E4M3: return RT_F8E4M3;
+  case DT_F8E5M2: return RT_F8E5M2;
   case DT_I32: case DT_I8: return RT_I32;
   default: return RT_F32;
   }

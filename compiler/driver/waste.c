@@ -33,12 +33,11 @@ static uint16_t sharding_mask(const Sharding *s, int rank) {
   return u;
 }
 
-/* The axes an op's work is split over: its results' (dims and partial sums) and the blocks it
- * reads sliced finer than its operands (Op.in_shard). */
+/* The axes an op's work is split over: its results' (dims and partial sums). A localised module
+ * (waste_find's) reads no operand finer than it is held: localize.c made each such slice an op. */
 static uint16_t op_split_axes(const Op *op) {
   uint16_t u = 0;
   for (int r = 0; r < op->nresults; r++) u |= sharding_mask(&op->results[r]->sharding, op->results[r]->type.rank);
-  for (int i = 0; op->in_shard && i < op->noperands; i++) u |= sharding_mask(&op->in_shard[i], op->operands[i]->type.rank);
   return u;
 }
 
@@ -77,7 +76,7 @@ static void walk(const Walk *W, const IrFunc *f, double mult, bool in_layer, boo
     double x = mult;
     if (is_main && W->pi && W->pi->stages > 0) { /* placed on some stages: their share of the devices */
       int k = 0;
-      for (int s = 0; s < W->pi->stages; s++) k += dev_stage_runs(op->place, s, W->pi->stages);
+      for (int s = 0; s < W->pi->stages; s++) k += dev_stage_runs(dev_op_runs(op), s, W->pi->stages);
       x *= (double)k / W->pi->stages;
     }
     if (ir_op_is_collective(op->kind)) {

@@ -153,7 +153,8 @@ double interp_round_value(InterpPrecision p, DType dt, double x) {
   switch (dt) {
   case DT_BF16: return round_format(x, 7, -126, 3.3895313892515355e38, false);
   case DT_F16: return round_format(x, 10, -14, 65504.0, false);
-  case DT_F8: return round_format(x, 3, -6, 448.0, true);
+  case DT_F8E4M3: return round_format(x, 3, -6, 448.0, true);  /* saturating, as the casts of TE */
+  case DT_F8E5M2: return round_format(x, 2, -14, 57344.0, false); /* IEEE-like: overflows to infinity */
   default: return (double)(float)x;
   }
 }
@@ -431,12 +432,14 @@ static bool eval_op(Interp *I, const Op *op) {
 
 static bool eval_func(Interp *I, const IrFunc *f) {
   for (const Op *op = f->first; op; op = op->next) {
-    if (!op->place || !I->spmd || !I->pipe) {
+    /* an op of main placed on some pipeline stages runs on their devices alone (the device program's
+     * stages; a loop's body runs where its loop does, which is already active) */
+    uint8_t runs = f == I->m->main ? dev_op_runs(op) : PLACE_ALL;
+    if (!runs || !I->spmd || !I->pipe) {
       if (!eval_op(I, op)) return false;
       continue;
     }
-    /* an op of main placed on some pipeline stages runs on their devices alone */
-    for (int d = 0; d < I->ndev; d++) I->active[d] = dev_runs_on(I->dev, op->place, d);
+    for (int d = 0; d < I->ndev; d++) I->active[d] = dev_runs_on(I->dev, runs, d);
     bool ok = eval_op(I, op);
     for (int d = 0; d < I->ndev; d++) I->active[d] = true;
     if (!ok) return false;

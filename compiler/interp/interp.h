@@ -57,7 +57,7 @@ bool tensor_diff(const Tensor *a, const Tensor *b, double *max_abs, double *max_
 
 typedef enum {
   INTERP_F32,    /* every float value rounded to f32 after each op (default) */
-  INTERP_DTYPE,  /* rounded to its own dtype: bf16, f16, f8 (E4M3) or f32 */
+  INTERP_DTYPE,  /* rounded to its own dtype: bf16, f16, f8e4m3, f8e5m2 or f32 */
   INTERP_F64     /* no rounding: double throughout (finite differences) */
 } InterpPrecision;
 
@@ -66,7 +66,7 @@ typedef struct InterpOptions {
 } InterpOptions;
 
 /* x as a value of dtype dt holds it under precision p (round to nearest even; bf16 and f16
- * overflow to infinity, f8 saturates at 448; integers truncate toward zero and wrap). */
+ * overflow to infinity, f8e4m3 saturates at 448, f8e5m2 overflows to infinity; integers truncate toward zero and wrap). */
 double interp_round_value(InterpPrecision p, DType dt, double x);
 
 typedef struct InterpStats {

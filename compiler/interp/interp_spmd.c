@@ -442,7 +442,7 @@ static bool spmd_ring(Interp *I, const Op *op) {
 }
 
 bool spmd_op(Interp *I, const Op *op) {
-  if (op->ring && (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD)) return spmd_ring(I, op);
+  if (dev_op_ring(op)) return spmd_ring(I, op); /* the device program's ring attention */
   int n = op->noperands;
   if (I->m->localized && op->in_shard)
     return interp_fail(I, op, "reads an operand sliced (in_shard) in a localised module: an implicit slice");
@@ -552,9 +552,9 @@ bool spmd_op(Interp *I, const Op *op) {
 /* A collective with a group (a tied param's first and last stage) reduces among the devices of its
  * subset groups (the device program's); every device runs it only where the op is placed. */
 static bool in_coll_group(const Interp *I, const Op *op, uint16_t A, int e) {
-  if (!op->coll || !op->coll->ngroup) return true;
-  const DevGroups *g = dev_groups_subset(I->dev, groups_of(I, A), op->coll->group, op->coll->ngroup);
-  return g->group_of[e] >= 0;
+  (void)I, (void)A;
+  const DevColl *c = op->dev ? op->dev->coll : NULL;
+  return !c || !c->groups->subset || c->groups->group_of[e] >= 0;
 }
 
 /* Applies x onto r where their blocks overlap: copy (mode 0), add (1), max (2); marks covered. */
@@ -626,7 +626,7 @@ static bool collective_rules(Interp *I, const Op *op, uint16_t A) {
  * order) receives from rank j - 1. */
 static bool permute(Interp *I, const Op *op, uint16_t A) {
   const Value *x = op->operands[0], *res = op->results[0];
-  if (op->coll_period > 0) return interp_fail(I, op, "a pipeline transfer outside its pipeline op");
+  if (dev_op_period(op) > 0) return interp_fail(I, op, "a pipeline transfer outside its pipeline op");
   int nd = I->ndev;
   Tensor **out = calloc((size_t)nd, sizeof *out);
   if (!out) return interp_fail(I, op, "out of memory");

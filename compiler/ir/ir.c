@@ -206,6 +206,11 @@ int tensor_type_find(const TensorType *t, const Dim *d) {
 
 static double local_extent(const Value *v, int i) { return (double)(v->local[i] > 0 ? v->local[i] : v->type.dims[i]->size); }
 
+DType ir_op_rate_dtype(const Op *op) {
+  if (op->kind == OP_CONTRACT && op->noperands == 2) return op->operands[0]->type.dtype;
+  return op->nresults > 0 ? op->results[0]->type.dtype : DT_NONE;
+}
+
 MatmulShape ir_matmul_shape(const Op *op) {
   const Value *a = op->operands[0], *b = op->operands[1];
   MatmulShape s = {1, 1, 1, 1};

@@ -484,6 +484,9 @@ bool tensor_type_equal(const TensorType *a, const TensorType *b);     /* same dt
  * the second lacks, n the second's the first lacks, k the contracted dims, batch the shared rest.
  * The one rule the simulator's price and the collective-matmul pass's choice both read. */
 struct MatmulShape ir_matmul_shape(const Op *op);
+/* The dtype whose FLOP rate an op runs at: a contraction's operands' (FP8 operands make a bf16
+ * result but run at the FP8 rate), any other op's result's. */
+DType ir_op_rate_dtype(const Op *op);
 TensorType tensor_type_from_spec(const TypeSpec *s);
 /* "bf16[batch, seq, embed]" into buf; returns buf. */
 char *tensor_type_format(char *buf, size_t n, const TensorType *t);

@@ -453,7 +453,7 @@ static void suggest_builtins(Suggest *s) {
 
 /* "exp, log, ..., causal, route, size, the casts ..., and a model's own fns" */
 static const char *known_functions(Builder *b) {
-  static const char rest[] = "route, size, the casts f32 bf16 f16 f8 i32 i8, and a model's own fns";
+  static const char rest[] = "route, size, the casts f32 bf16 f16 f8e4m3 f8e5m2 i32 i8, and a model's own fns";
   size_t n = sizeof rest;
   for (int k = 0; k < OP__COUNT; k++)
     if (is_call_op(k)) n += strlen(op_builtins[k].name) + 2;
@@ -653,7 +653,7 @@ static const TypeSpec *spec_from_ast(Builder *b, const Node *t) {
       Suggest sg = suggest_begin(t->name);
       for (int i = 0; i < DT__COUNT; i++) suggest_try(&sg, dtype_name((DType)i));
       char sb[160];
-      err(b, t->loc, "unknown dtype %s%s (dtypes: f32 bf16 f16 f8 i32 i8)", t->name, suggest_text(&sg, sb, sizeof sb));
+      err(b, t->loc, "unknown dtype %s%s (dtypes: f32 bf16 f16 f8e4m3 f8e5m2 i32 i8)", t->name, suggest_text(&sg, sb, sizeof sb));
     }
     return NULL;
   }
@@ -795,13 +795,16 @@ static Ex lower_contract(Builder *b, SrcLoc loc, const Node *xn, Value *x, const
     }
     if (!ok) return ex_err();
   }
-  if (x->type.dtype != y->type.dtype) {
+  /* FP8 operands, of either format, make a bf16 result (f32 accumulation): Transformer Engine's
+   * recipe, whose backward contracts e5m2 gradients with e4m3 values */
+  bool fp8 = dtype_is_f8(x->type.dtype) && dtype_is_f8(y->type.dtype);
+  if (x->type.dtype != y->type.dtype && !fp8) {
     err(b, loc, "dtype mismatch: %s %s %s, contracting %s; cast one with %s(x)", dtype_name(x->type.dtype),
         all ? "@" : "contracted with", dtype_name(y->type.dtype), dims_text(b, dims, nd),
         dtype_name(wider(x->type.dtype, y->type.dtype)));
     return ex_err();
   }
-  TensorType t = {.dtype = x->type.dtype};
+  TensorType t = {.dtype = dtype_contract_result(x->type.dtype)};
   if (!union_dims(b, loc, &x->type, &y->type, dims, nd, &t)) {
     note(b, loc, "%s contracts %s; the other dims of both operands make the result", all ? "@" : "contract",
          dims_text(b, dims, nd));

@@ -12,14 +12,17 @@
 
 typedef struct Program Program; /* below; layout_apply needs the name first */
 
-/* ---- dtypes: X(enum, name, bytes) in this order ---- */
-#define DTYPES(X)       \
-  X(DT_F32, "f32", 4)   \
-  X(DT_BF16, "bf16", 2) \
-  X(DT_F16, "f16", 2)   \
-  X(DT_F8, "f8", 1)     \
-  X(DT_I32, "i32", 4)   \
-  X(DT_I8, "i8", 1)
+/* ---- dtypes: X(enum, name, bytes) in this order ----
+ * f8e4m3 and f8e5m2 are OCP FP8 (E4M3FN, saturating at 448; E5M2 with infinities); `f8` is another
+ * spelling of f8e4m3 (dtype_from_name), printed as f8e4m3. */
+#define DTYPES(X)              \
+  X(DT_F32, "f32", 4)          \
+  X(DT_BF16, "bf16", 2)        \
+  X(DT_F16, "f16", 2)          \
+  X(DT_F8E4M3, "f8e4m3", 1)    \
+  X(DT_I32, "i32", 4)          \
+  X(DT_I8, "i8", 1)            \
+  X(DT_F8E5M2, "f8e5m2", 1)
 typedef enum {
 #define X(e, s, b) e,
   DTYPES(X)
@@ -30,7 +33,14 @@ typedef enum {
 const char *dtype_name(DType t);
 int dtype_bytes(DType t);
 bool dtype_is_int(DType t);
-DType dtype_from_name(Name n); /* DT_NONE if n is not a dtype */
+bool dtype_is_f8(DType t);       /* f8e4m3 or f8e5m2 */
+DType dtype_from_name(Name n);   /* DT_NONE if n is not a dtype; "f8" is DT_F8E4M3 */
+/* The dtype whose Target.flops entry prices a contraction of dt operands: both FP8 formats run at
+ * one FP8 rate, flops[DT_F8E4M3] (what `flops = { f8 = ... }` sets); the others their own. */
+DType dtype_rate(DType t);
+/* A contraction's result dtype: bf16 for FP8 operands (f32 accumulation, Transformer Engine's
+ * recipe), else the operands' dtype. */
+DType dtype_contract_result(DType operands);
 
 /* ---- limits (language.md, "Limits"; each reported as a limit, with its number) ---- */
 /* SIZE_LIMIT (checked.h, 2^62): the largest dim, element count or byte count. */

@@ -641,7 +641,7 @@ static bool param_build(Sema *s, const Node *n, ParamDecl *pd) {
     char sb[160];
     const char *sug = sema_suggest_model(s, t->name, sb, sizeof sb);
     if (!*sug) sug = sema_suggest_dtype(t->name, sb, sizeof sb);
-    diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8 i32 i8, or a model)", t->name, sug);
+    diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8e4m3 f8e5m2 i32 i8, or a model)", t->name, sug);
     return false;
   }
   if (s->model_depth >= SEMA_BUILD_DEPTH) {
@@ -687,7 +687,7 @@ static bool boundary_type(Sema *s, const Node *t, const char *what, Name name, T
     if (sema_find_model(s, t->name))
       diag_error(sema_name_loc(t), "%s '%s' must be a tensor; '%s' is a model", what, name, t->name);
     else
-      diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8 i32 i8)", t->name,
+      diag_error(sema_name_loc(t), "unknown type '%s'%s (a dtype: f32 bf16 f16 f8e4m3 f8e5m2 i32 i8)", t->name,
                  sema_suggest_dtype(t->name, sb, sizeof sb));
     memset(out, 0, sizeof *out);
     out->dtype = DT_NONE;

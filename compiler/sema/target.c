@@ -231,12 +231,12 @@ static void read_flops(const Node *v, Target *t) {
   SrcLoc first[DT__COUNT];
   for (const Node *kv = v->kvs; kv; kv = kv->next) {
     if (kv->kind != N_KV || !kv->name || !kv->value) continue;
-    DType dt = dtype_from_name(kv->name);
+    DType dt = dtype_rate(dtype_from_name(kv->name)); /* f8, f8e4m3, f8e5m2: the one FP8 rate */
     if (dt == DT_NONE) {
       Suggest sg = suggest_begin(kv->name);
       for (int d = 0; d < DT__COUNT; d++) suggest_try(&sg, dtype_name((DType)d));
       char sb[160];
-      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops'%s (dtypes: f32 bf16 f16 f8 i32 i8)", kv->name,
+      diag_error(sema_name_loc(kv), "unknown dtype '%s' in 'flops'%s (dtypes: f32 bf16 f16 f8e4m3 f8e5m2 i32 i8)", kv->name,
                  suggest_text(&sg, sb, sizeof sb));
       continue;
     }

@@ -141,9 +141,96 @@ static void try_gather(Cmm *c, Op *g) {
   c->chosen++;
 }
 
+/* Whether dim d of the contraction k's result Y can be cut into n blocks, each the product of
+ * the operands' blocks along it: natural storage order, one operand at least holding it at the
+ * same extent; its positions in the operands into da (-1: lacks it). */
+static bool cuttable(Cmm *c, const Op *k, int d, int n, int *da) {
+  const Value *Y = k->results[0];
+  if (d < 0 || d >= Y->type.rank || Y->local[d] % n || Y->local[d] < n || !natural(dev_value(c->dm, Y), d)) return false;
+  for (int i = 0; i < 2; i++) {
+    const Value *a = k->operands[i];
+    da[i] = tensor_type_find(&a->type, Y->type.dims[d]);
+    if (da[i] >= 0 && (a->local[da[i]] != Y->local[d] || !natural(dev_value(c->dm, a), da[i]))) return false;
+  }
+  return da[0] >= 0 || da[1] >= 0;
+}
+
+/* A contraction feeding a ReduceScatter, or an AllReduce (devprog.h's DevCmm, scatter): the ring
+ * runs at the contraction, each step the partial product of one block of the scattered dim (an
+ * AllReduce's: the first of the result's dims that can be cut), then an AllReduce's AllGather. */
+static void try_scatter(Cmm *c, Op *rs) {
+  DevOp *o = rs->dev;
+  const DevColl *dc = o ? o->coll : NULL;
+  bool ar = dc && dc->kind == COLL_ALL_REDUCE;
+  if (!dc || (dc->kind != COLL_REDUCE_SCATTER && !ar) || dc->lead || dc->members || !dc->groups ||
+      dc->groups->subset || dc->groups->size < 2 || dc->reduce_max || o->cmm || rs->coll_period)
+    return;
+  if (!ar && (dc->nparts != 1 || dc->parts[0].groups != dc->groups)) return;
+  if ((rs->axes & c->batch) || (rs->axes & c->stage) || rs->noperands != 1 || rs->nresults != 1) return;
+  const Value *Y = rs->operands[0], *R = rs->results[0];
+  Op *k = Y->def;
+  int n = dc->groups->size, d = ar ? -1 : dc->parts[0].dim;
+  if (!k || k->kind != OP_CONTRACT || k->flag || k->noperands != 2 || k->nresults != 1 || k->func != rs->func ||
+      !k->dev || k->dev->cmm || k->place != rs->place || c->uses[Y->id] != 1 || k->operands[0] == k->operands[1])
+    return;
+  if (R->type.rank != Y->type.rank || R->type.dtype != Y->type.dtype || devprog_rt_dtype(Y->type.dtype) < 0) return;
+  int da[2];
+  if (ar) {
+    for (int q = 0; q < Y->type.rank && d < 0; q++)
+      if (cuttable(c, k, q, n, da)) d = q;
+    if (d < 0) return;
+    for (int q = 0; q < Y->type.rank; q++)
+      if (R->local[q] != Y->local[q]) return;
+  } else if (!cuttable(c, k, d, n, da) || Y->local[d] != R->local[d] * n || !natural(dev_value(c->dm, R), d)) {
+    return;
+  }
+  const Dim *D = Y->type.dims[d];
+  const Mesh *mesh = c->p->mesh;
+  const Target *t = mesh ? mesh->target : NULL;
+  if (!t) return;
+  int operand = da[0] >= 0 ? 0 : 1;
+  DevCmm cm = {.coll = rs, .scatter = true, .contract = k, .nreaders = 1, .groups = dc->groups, .steps = n - 1,
+               .dim_in = da[operand], .block = Y->local[d] / n};
+  cm.readers[0] = k, cm.via[0] = k->operands[operand], cm.operand[0] = operand;
+  cm.dim_out[0] = d, cm.dim_w[0] = da[1 - operand];
+  DType dt = wider(k->operands[0]->type.dtype, k->operands[1]->type.dtype);
+  MatmulShape s = ir_matmul_shape(k), part = s;
+  if (da[0] >= 0 && da[1] >= 0) part.batch = (part.batch > 0 ? part.batch : 1) / n;
+  else if (operand == 0) part.m /= n;
+  else part.n /= n;
+  double C = cost_matmul(t, dt, s, cost_matmul_bytes(dt, s), false, NULL);
+  double chunk = cost_matmul(t, dt, part, cost_matmul_bytes(dt, part), false, NULL);
+  /* the cost model: does the ring pay? */
+  double A = cost_collective(mesh, ar ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, rs->axes, dc->bytes, false, NULL);
+  double block = dc->bytes / n;
+  double step = cost_collective(mesh, COLL_PERMUTE, rs->axes, block, false, NULL);
+  double pair = chunk + (n - 1) * (chunk > step ? chunk : step);
+  if (ar) pair += cost_collective(mesh, COLL_ALL_GATHER, rs->axes, dc->bytes, false, NULL); /* then whole */
+  /* tests only, as in try_gather; SHARDC_CMM=scatter forces this side alone */
+  const char *force = getenv("SHARDC_CMM");
+  if (!(pair < C + A) && !(force && (strcmp(force, "always") == 0 || strcmp(force, "scatter") == 0))) return;
+  cm.step_bytes = block, cm.contract_s = C, cm.coll_s = A, cm.step_s = step, cm.chunk_s = chunk, cm.pair_s = pair;
+  DevCmm *out = ARENA_NEW(c->dm->arena, DevCmm);
+  *out = cm;
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "collective matmul (tp_overlap): %d partial contractions into blocks of %s, each added to the "
+           "accumulator that %d permutes of %.3g MB over %s carry around%s: %.3g ms instead of %.3g ms (calibrated)",
+           n, D->name, n - 1, block / 1e6, dc->groups->text, ar ? ", then an AllGather of the blocks" : "",
+           pair * 1e3, (C + A) * 1e3);
+  size_t len = strlen(buf) + 1;
+  char *r = ARENA_ARRAY(c->dm->arena, char, len);
+  memcpy(r, buf, len);
+  out->reason = r;
+  o->cmm = out;
+  ((DevOp *)k->dev)->cmm = out;
+  c->chosen++;
+}
+
 static void walk(Cmm *c, IrFunc *f) {
   for (Op *op = f->first; op; op = op->next) {
     if (op->kind == OP_ALL_GATHER) try_gather(c, op);
+    if (op->kind == OP_REDUCE_SCATTER || op->kind == OP_ALL_REDUCE) try_scatter(c, op);
     if (op->kind == OP_LOOP && op->body) walk(c, op->body);
     if (op->kind == OP_PIPELINE && op->pipe)
       for (int r = 0; r < PR__COUNT; r++)

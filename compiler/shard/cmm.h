@@ -17,7 +17,17 @@
  *   - it pays by the cost model (calibrated, the simulator's): with C the contraction's time, A the
  *     AllGather's, c one partial contraction (its gathered group 1/n) and s one permute of a block,
  *     c + (n - 1) max(c, s) < C + A.
- * Returns how many it chose. */
+ * The ReduceScatter side (DevCmm.scatter, on the collective and on the contraction): a
+ * tensor-parallel ReduceScatter (not a bucket, not a subset, a sum) whose operand is a contraction's
+ * result read by it alone (not a route's dispatch or combine, the same function and stages), the
+ * scattered dim kept from one operand or both (a batch dim) at the same extent, natural storage
+ * order; or such an AllReduce, cut along the first of the result's dims that can be (its local
+ * extent a multiple of n), then the blocks' AllGather (whole). It pays when c + (n - 1) max(c, s)
+ * (+ the AllGather's time, for an AllReduce) < C + A, c the product of one block. A ReduceScatter
+ * of a sum of contractions (the backward's input gradients of Megatron's column-parallel matmuls)
+ * runs whole.
+ * SHARDC_CMM=always (tests only) chooses both sides whatever they cost; SHARDC_CMM=scatter the
+ * ReduceScatter side only. Returns how many it chose. */
 #ifndef SHARDC_CMM_H
 #define SHARDC_CMM_H
 

@@ -208,6 +208,8 @@ int devprog_rt_dtype(DType dt) {
   case DT_BF16: return RT_BF16;
   case DT_F16: return RT_F16;
   case DT_I32: return RT_I32;
+  case DT_F8E4M3: return RT_F8E4M3;
+  case DT_F8E5M2: return RT_F8E5M2;
   default: return -1;
   }
 }
@@ -326,6 +328,7 @@ static void build_coll(Build *B, DevOp *o) {
     c->groups = dev_groups_mask(dm, op->axes);
     if (op->kind == OP_PERMUTE) c->shift = 1;
   }
+  c->period = op->coll_period;
   if (cs && cs->ngroup) c->groups = dev_groups_subset(dm, dev_groups_mask(dm, op->axes), cs->group, cs->ngroup);
   const Value *v = c->kind == COLL_ALL_GATHER ? op->results[0] : op->operands[0];
   c->bytes = value_bytes(dm, v);
@@ -384,6 +387,7 @@ static bool build_ring(Build *B, DevOp *o) {
   DevRing *r = ARENA_NEW(dm->arena, DevRing);
   o->ring = r;
   /* the ring's order is the key dim's tuple's: the rank a block comes from is its storage block */
+  r->axes = op->ring;
   r->groups = dev_groups_of_dim(dm, &k->sharding, pk);
   uint16_t want = 0;
   for (int a = 0; a < dm->mesh->naxes; a++)
@@ -505,7 +509,9 @@ void devprog_print_op(FILE *out, const DevOp *o) {
             o->ring->step_bytes, o->ring->qorder.kind == RT_ORDER_ZIGZAG ? ", zigzag" : "");
   if (o->cmm)
     fprintf(out, " collective matmul #%d %s, %d steps of %.0f bytes (%s)", o->cmm->groups->id, o->cmm->groups->text,
-            o->cmm->steps, o->cmm->step_bytes, o->cmm->coll == o->op ? "runs in its contraction" : "runs the ring");
+            o->cmm->steps, o->cmm->step_bytes,
+            o->cmm->scatter ? (o->cmm->coll == o->op ? "made by its contraction's reduce-scatter ring" : "runs the reduce-scatter ring")
+            : o->cmm->coll == o->op ? "runs in its contraction" : "runs the ring");
 }
 
 static void print_hook(FILE *out, const Op *op) { devprog_print_op(out, op->dev); }

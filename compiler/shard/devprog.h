@@ -70,6 +70,8 @@ typedef struct DevColl {
   DevCollPart parts[MAX_RANK];
   int nparts;
   int shift;                 /* permute: rank r sends to r + shift */
+  int64_t period;            /* a pipeline's stage-to-stage permute inside a loop body: it moves its
+                                operand once every `period` iterations (the layers per stage); 0 */
   bool reduce_max;
   /* buckets: a member that is not the last carries `lead`, the last carries every member in program
    * order; the whole bucket runs there as one collective of the members packed together */
@@ -81,6 +83,8 @@ typedef struct DevColl {
 } DevColl;
 
 typedef struct DevRing {
+  uint16_t axes;             /* the ring's axes as partitioning chose them (size-1 axes included): the
+                                Ulysses alternative explain prices runs over them */
   const DevGroups *groups;   /* the ring: the key dim's axes in the order its tuple lists them; the
                                 key block of rank r is storage block r */
   int steps;                 /* n - 1 CollectivePermute steps (cost_ring) */
@@ -101,10 +105,24 @@ typedef struct DevRing {
  * gathered dim, or (the dim contracted) adds its product with the other operand's block. The later readers run in the first's ring (their other operands exist there,
  * which is checked). The collective stays listed as the AllGather it implements (explain's
  * "overlapped": true); the gathered value is never made whole. shard/cmm.c chooses it where the
- * cost model says it pays. */
+ * cost model says it pays.
+ *
+ * The ReduceScatter side (`scatter`): a tensor-parallel ReduceScatter whose operand is a
+ * contraction's partial sum (read by it alone), scattering a dim the contraction keeps from one
+ * operand (or from both: a batch dim), run as a ring at the contraction: step j = 0 .. n-1
+ * computes the partial product of block (r - 1 - j) mod n along the scattered dim (the operands'
+ * blocks along it against the rest whole), adds it to the accumulator the neighbour r - 1 sent
+ * (step 0: none), and sends it on to r + 1 (n - 1 permutes of shift +1, each posted after a step's
+ * addition and waited after the next step's partial contraction); the last step's block is r's
+ * own, the result's. The ReduceScatter stays listed as itself ("overlapped": true); the partial
+ * sum is never made whole. There nreaders = 1, readers[0] = contract = the contraction,
+ * operand = an operand holding the scattered dim, dim_in = its position there, dim_w = its
+ * position in the other operand (-1: lacks it), dim_out = its position in the contraction's
+ * result (= the ReduceScatter's operand), block = the ReduceScatter result's extent along it. */
 #define CMM_MAX_READERS 8
 typedef struct DevCmm {
-  const Op *coll;            /* the AllGather it implements */
+  const Op *coll;            /* the AllGather (or, scatter: the ReduceScatter) it implements */
+  bool scatter;              /* the ReduceScatter side: a contraction feeding it */
   const Op *contract;        /* the first reader: the ring runs there */
   const Op *readers[CMM_MAX_READERS]; /* every contraction reading the gathered value, in program order */
   const Value *via[CMM_MAX_READERS];  /* what each reads: the gathered value, or a rename of it */
@@ -135,6 +153,7 @@ typedef struct DevOp {
   DevColl *coll;
   DevRing *ring;
   DevCmm *cmm;               /* a collective matmul: on its AllGather and on its contraction */
+  struct DevWindow *win;      /* a data-parallel collective's overlap window (shard/dpwin.h), or NULL */
 } DevOp;
 
 typedef struct DevPipe {
@@ -194,6 +213,22 @@ int dev_stage(const DevModule *dm, int64_t dev);
 bool dev_stage_runs(uint8_t place, int s, int p);
 /* ... on device dev. */
 bool dev_runs_on(const DevModule *dm, uint8_t place, int64_t dev);
+/* The stages that run op (PLACE_*): its DevOp's `runs` (an op of main: where the pipeline split put
+ * it; inside a loop or a pipeline region: its parent's or its region's stages). PLACE_ALL for an op
+ * of a module without a device program (nothing is pipelined there). */
+static inline uint8_t dev_op_runs(const Op *op) { return op->dev ? op->dev->runs : (uint8_t)PLACE_ALL; }
+/* op's ring (ring attention), NULL for an op that is not one (or without a device program). */
+static inline const struct DevRing *dev_op_ring(const Op *op) { return op->dev ? op->dev->ring : NULL; }
+/* A collective among a subset of its groups' devices (a tied param's first and last stage): how many
+ * (what cost_collective_group calls ngroup); 0 for one over whole groups. */
+static inline int dev_op_subset(const Op *op) {
+  const DevColl *c = op->dev ? op->dev->coll : NULL;
+  return c && c->groups->subset ? c->groups->size : 0;
+}
+/* A pipeline's permute inside a loop body: its period in iterations (DevColl.period); 0 otherwise. */
+static inline int64_t dev_op_period(const Op *op) { return op->dev && op->dev->coll ? op->dev->coll->period : 0; }
+/* The offsets op reads (DevOp.offs), and how many (0 without a device program). */
+static inline int dev_op_noffs(const Op *op) { return op->dev ? op->dev->noffs : 0; }
 
 /* The logical position that storage position p holds along dim `dim` of v (its DevValue's order). */
 int64_t dev_value_logical(const DevModule *dm, const Value *v, int dim, int64_t p);
@@ -207,7 +242,7 @@ int64_t dev_chunk_row0(const DevModule *dm, int g);
 
 /* ---- what the host and the runtime are given ---- */
 
-/* The RtDtype of a dtype, -1 for one the runtime lacks (f8, i8). */
+/* The RtDtype of a dtype, -1 for one the runtime lacks (i8). */
 int devprog_rt_dtype(DType dt);
 /* How value v of main is placed on the devices (the runtime's block placement, shardrt.h's RtPlace):
  * each device's block start, the devices holding it (its stages), which copy of each block is read

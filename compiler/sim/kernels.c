@@ -126,7 +126,7 @@ double sim_op_seconds(const Mesh *mesh, const Op *op, bool ideal, OpTime *out) {
 
 /* op's collective moving `bytes` (a bucket's: its members' sum) */
 static double collective_seconds_of(const Mesh *mesh, const Op *op, double bytes, bool ideal, CollCost *out) {
-  return cost_collective_group(mesh, coll_kind_of(op->kind), op->axes, op->coll ? op->coll->ngroup : 0, bytes, ideal,
+  return cost_collective_group(mesh, coll_kind_of(op->kind), op->axes, dev_op_subset(op), bytes, ideal,
                                out);
 }
 
@@ -300,7 +300,7 @@ static void kernels_func(KBuild *K, const IrFunc *f) {
                            : cc == CC_ATTENTION ? (grad ? SIMK_ATTENTION_BWD : SIMK_ATTENTION) : SIMK_MEMORY;
       SimKernel *k = new_kernel(K, op, kind);
       k->time_s = sim_op_seconds(c->mesh, op, c->ideal, &k->op);
-      if (op->ring) k->time_s = ring_seconds(c->mesh, op, k->time_s, c->ideal);
+      if (dev_op_ring(op)) k->time_s = ring_seconds(c->mesh, op, k->time_s, c->ideal);
       OpCost oc;
       opcost(op, true, &oc);
       k->flops = kind == SIMK_ATTENTION_BWD ? k->op.flops : oc.flops;

@@ -9,21 +9,26 @@
  * DevCmm, chosen by shard/cmm.c; the book's "collective matmuls"; Megatron-Core's
  * --tp-comm-overlap; XLA's windowed einsum) is priced as the program runs it: the contraction cut
  * into n chunks (n the group's size), n - 1 permutes of a block each overlapped with the chunk
- * before. An AllGather the program runs whole (not chosen: several readers, the gathered dim
- * contracted, or it does not pay) is priced whole. A ReduceScatter whose operand a contraction
- * makes is still ASSUMED to run so (the program does not transform that side yet). With C the contractions' time and A the collective's, the pair takes
+ * before. An AllGather the program runs whole (not chosen: a reader that is not a contraction,
+ * a reader's operand made after the first reader, or it does not pay) is priced whole. So is the
+ * ReduceScatter side: a ReduceScatter (or AllReduce) the program runs as the reduce-scatter ring
+ * at the contraction that makes its operand (DevCmm.scatter) overlaps it, one it runs whole (its
+ * operand a sum of contractions, as the backward's input gradients are, or it does not pay) does
+ * not. With C the contractions' time and A the collective's, the pair takes
  *     C / n + (n - 1) max(C / n, A / (n - 1))
  * (the formula ring attention uses, kernels.c's ring_seconds): the first chunk waits for nothing,
  * then each step is the longer of a chunk's compute and one permute. What exceeds C is the
  * collective's exposed part, the time the kernel keeps (SimKernel.time_s); the rest is
- * SimKernel.hidden_s. An AllReduce a contraction makes overlaps its ReduceScatter half this way;
- * its AllGather half stays exposed (what it feeds is elementwise). The chunks' smaller matmuls
+ * SimKernel.hidden_s. An AllReduce the program runs as the ring then an AllGather of the blocks
+ * overlaps its ReduceScatter half (A / 2) this way; its AllGather half stays exposed. The chunks' smaller matmuls
  * are priced at the whole contraction's efficiency (an assumption: no wave quantization per chunk).
  *
  * dp_overlap = off: data-parallel collectives block the compute stream (SimKernel.blocking:
  * simulate.c starts one only after the compute before it and starts no compute until it ends),
- * as software before bucketed overlap ran them. On (the default) they run as simulate.c always
- * ran them: asynchronous, as soon as their operand exists, FSDP gathers prefetched a layer ahead.
+ * as software before bucketed overlap ran them (the device program's window says `blocking`,
+ * shard/dpwin.h). On (the default) they are asynchronous, issued where the device program's
+ * overlap window says (simulate.c's window_tasks: a gradient reduction during the last
+ * microbatch's backward, in per-layer pieces; an FSDP gather prefetched a layer ahead).
  *
  * grad_reduce = DT: a data-parallel AllReduce or ReduceScatter of a floating-point value in
  * another dtype is priced at DT's bytes (the gradients cast for the reduction and back). */
@@ -48,7 +53,7 @@ static SimKernel *producer(SimCosts *c, const Value *v) {
 
 static bool is_tp(const SimKernel *k, uint16_t batch, uint16_t stage) {
   return k && k->kind == SIMK_COLLECTIVE && k->anchor && k->anchor->axes && !(k->anchor->axes & batch) &&
-         !(k->anchor->axes & stage) && !(k->anchor->coll && k->anchor->coll->ngroup > 1);
+         !(k->anchor->axes & stage) && !(dev_op_subset(k->anchor) > 1);
 }
 
 static double collective_matmul(double c, double a, double n) {
@@ -88,7 +93,7 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
       if (have != o->grad_reduce && !dtype_is_int(have) && dtype_bytes(have) > 0) {
         k->bytes *= (double)dtype_bytes(o->grad_reduce) / dtype_bytes(have);
         k->time_s = cost_collective_group(c->mesh, k->coll_kind, k->anchor->axes,
-                                          k->anchor->coll ? k->anchor->coll->ngroup : 0, k->bytes, c->ideal, &k->coll);
+                                          dev_op_subset(k->anchor), k->bytes, c->ideal, &k->coll);
       }
     }
     if (dp && !o->dp_overlap) k->blocking = true;
@@ -97,9 +102,13 @@ void sim_costs_overlap(SimCosts *c, const IrModule *m, const SimOverlap *o) {
     if (k->coll_kind == COLL_ALL_GATHER) {
       cm = feeds[i];
     } else if ((k->coll_kind == COLL_REDUCE_SCATTER || k->coll_kind == COLL_ALL_REDUCE) && k->nins > 0) {
+      /* the ReduceScatter side: the contraction the program's ring runs (its DevCmm) */
       SimKernel *p = producer(c, k->ins[0]);
-      if (p && p->kind == SIMK_MATMUL) cm = p->time_s;
-      if (k->coll_kind == COLL_ALL_REDUCE) a = k->time_s / 2; /* its ReduceScatter half */
+      const DevCmm *dc = k->anchor->dev ? k->anchor->dev->cmm : NULL;
+      if (p && p->kind == SIMK_MATMUL && dc && dc->scatter && dc->coll == k->anchor && p->anchor && p->anchor->dev &&
+          p->anchor->dev->cmm == dc)
+        cm = p->time_s;
+      if (k->coll_kind == COLL_ALL_REDUCE) a = k->time_s / 2; /* its ReduceScatter half; the AllGather stays */
     }
     if (!(cm > 0) || nn < 2) continue;
     double exposed = collective_matmul(cm, a, nn) - cm;

@@ -19,8 +19,11 @@
  * unrolled (a stacked loop runs its trips, a microbatch loop its microbatches), with one rule a
  * compiler adds: a collective of iteration i that needs nothing the iteration computes (an FSDP
  * weight gather) may start once iteration i - 1 has started -- prefetched one layer ahead, never
- * further (the gathered weights of two layers at most, as FSDP and XLA bound them). Gradient
- * reductions wait only for their gradient, so they overlap the rest of the backward. What a
+ * further (the gathered weights of two layers at most, as FSDP and XLA bound them). A data-parallel
+ * collective with an overlap window in the device program (shard/dpwin.h, DevOp.win) is issued
+ * where the window says (window_tasks): a gradient reduction once the value it names is made (after
+ * a microbatch loop: the last microbatch's gradient), a stacked gradient in pieces, piece i when
+ * iteration i of its layer loop ends; so reductions overlap the rest of the backward. What a
  * collective leaves exposed is whatever of it no compute overlaps.
  *
  * Pipelines. Each region (ir.h's PipeRegion) is simulated alone once (its ops, its loop of layers
@@ -53,6 +56,7 @@
 #include "bufplan.h"
 #include "devprog.h"
 #include "diag.h"
+#include "dpwin.h"
 #include "opcost.h"
 #include "outfile.h"
 #include "partition.h"
@@ -84,6 +88,8 @@ typedef struct TaskInfo {
   uint8_t tag;
   int unit;        /* the repeating unit it belongs to (a loop block's iterations, a pipeline's steady
                       span's runs), -1 none (Sim.cur_unit when added) */
+  int pieces;      /* TAG_KERNEL: one of this many pieces of one run (a gradient reduced in pieces,
+                      dpwin.h; mb of them in this task), 0 or 1 a whole run */
 } TaskInfo;
 
 /* One timeline and what each of its tasks stands for. */
@@ -147,6 +153,7 @@ typedef struct Top {
 typedef struct LoopMode {
   const Op *loop;
   Sub *block;          /* NULL: unrolled */
+  int task, prev;      /* a block: its task in the timeline built last, and the compute task before it */
 } LoopMode;
 
 typedef struct Sim {
@@ -184,6 +191,11 @@ typedef struct Sim {
   const Op *unit_loop; /* the loop whose iterations are units (a block being built) */
   int64_t unit_period; /* its iterations per unit */
   double outer_runs;   /* runs of what is being built: the product of the enclosing unrolled loops' counts */
+  /* the loops whose iterations issue the pieces of a gradient reduction (DevWindow.piece_loop):
+   * per loop, the last compute task of each iteration in its last unrolling, -1 unknown */
+  const Op **piece_loop;
+  int32_t **piece_end;
+  int npiece_loops;
 } Sim;
 
 /* ---- timelines ---- */
@@ -514,7 +526,8 @@ static void items_add(Sim *S, Items *I, const Timeline *tl, double weight, doubl
         it->kind = SIMK_COLLECTIVE;
       }
     }
-    it->runs += weight;
+    /* a gradient's pieces (dpwin.h): mb of its `pieces` pieces, a share of one run */
+    it->runs += in->pieces > 1 ? weight * (in->mb > 0 ? in->mb : 1) / in->pieces : weight;
     it->time_s += weight * (dur > 0 ? dur : 0);
     if (tl->exposed) it->exposed_s += weight * tl->exposed[t];
     if (in->tag == TAG_KERNEL) it->flops += weight * S->c.kernels[in->kernel].flops;
@@ -732,21 +745,22 @@ static double extrapolate(double a, double b, double m) { return a + m * (b - a)
 static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc);
 
 static bool on_stage(const Sim *S, const IrFunc *f, const Op *op, int stage) {
-  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(op->place, stage, S->pi->stages);
+  return !(S->pi && f == S->m->main && stage >= 0) || dev_stage_runs(dev_op_runs(op), stage, S->pi->stages);
 }
 
 /* The period of a loop's timeline in iterations: a pipeline's permute inside it moves once every
- * coll_period iterations (ir.h), else 1. 0 when a few periods would be too many iterations. */
+ * DevColl.period iterations (devprog.h), else 1. 0 when a few periods would be too many iterations. */
 static int64_t loop_period(const Op *loop) {
   int64_t P = 1;
   for (const Op *op = loop->body->first; op; op = op->next) {
-    if (op->kind != OP_PERMUTE || op->coll_period <= 1) continue;
-    int64_t a = P, b = op->coll_period;
+    int64_t per = dev_op_period(op);
+    if (op->kind != OP_PERMUTE || per <= 1) continue;
+    int64_t a = P, b = per;
     while (b) {
       int64_t t = a % b;
       a = b, b = t;
     }
-    P = P / a * op->coll_period;
+    P = P / a * per;
     if (P > 4096) return 0;
   }
   return P;
@@ -788,6 +802,31 @@ static bool *hoistable(Sim *S, const Op *loop) {
   return h;
 }
 
+/* The iteration ends a gradient's pieces wait for, when loop issues some (DevWindow.piece_loop). */
+static int32_t *piece_ends(Sim *S, const Op *loop) {
+  for (int i = 0; i < S->npiece_loops; i++)
+    if (S->piece_loop[i] == loop) return S->piece_end[i];
+  return NULL;
+}
+
+static void piece_loops_find(Sim *S, const IrFunc *f) {
+  for (const Op *op = f->first; op; op = op->next) {
+    if (op->kind == OP_LOOP && op->body) piece_loops_find(S, op->body);
+    const DevWindow *w = op->dev ? op->dev->win : NULL;
+    if (!w || w->pieces < 2 || !w->piece_loop || piece_ends(S, w->piece_loop)) continue;
+    const Op **pl = ARENA_ARRAY(S->a, const Op *, S->npiece_loops + 1);
+    int32_t **pe = ARENA_ARRAY(S->a, int32_t *, S->npiece_loops + 1);
+    if (S->npiece_loops) {
+      memcpy(pl, S->piece_loop, sizeof *pl * (size_t)S->npiece_loops);
+      memcpy(pe, S->piece_end, sizeof *pe * (size_t)S->npiece_loops);
+    }
+    pl[S->npiece_loops] = w->piece_loop;
+    pe[S->npiece_loops] = ARENA_ARRAY(S->a, int32_t, w->piece_loop->count);
+    for (int64_t i = 0; i < w->piece_loop->count; i++) pe[S->npiece_loops][i] = -1;
+    S->piece_loop = pl, S->piece_end = pe, S->npiece_loops++;
+  }
+}
+
 /* The loop's first n iterations, unrolled into tl. */
 static void unroll(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage, int64_t n) {
   const IrFunc *b = op->body;
@@ -796,6 +835,9 @@ static void unroll(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage, int64_
   int32_t *carried = ARENA_ARRAY(S->a, int32_t, nc + 1);
   for (int j = 0; j < nc; j++) carried[j] = prod_of(S, op->operands[ns + j]);
   int marker_prev = d->last_compute;
+  int32_t *ends = piece_ends(S, op);
+  if (ends)
+    for (int64_t i = 0; i < op->count; i++) ends[i] = -1;
   double outer = S->outer_runs;
   S->outer_runs = outer * (double)n;
   for (int64_t i = 0; i < n; i++) {
@@ -807,6 +849,7 @@ static void unroll(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage, int64_
     marker_prev = marker_now;
     build_func(S, tl, d, b, stage, &lc);
     for (int j = 0; j < nc; j++) carried[j] = prod_of(S, b->outputs[j]);
+    if (ends && i < op->count) ends[i] = d->last_compute;
   }
   S->outer_runs = outer;
   if (op == S->unit_loop) S->cur_unit = -1;
@@ -838,7 +881,7 @@ static void build_accumulation(Sim *S, Sub *sb) {
     double t = accumulation_time(S->mesh, g, S->ideal);
     int x = tl_add(S, &sb->tl, sb->d.compute, t,
                    arena_printf(S->a, "accumulate %s (f32)", g->name ? g->name : "gradient"), sb->op->loc,
-                   (TaskInfo){sb->op, -1, -1, 0, 0, TAG_ACCUM, -1});
+                   (TaskInfo){sb->op, -1, -1, 0, 0, TAG_ACCUM, -1, 0});
     dep(&sb->tl, prod_of(S, g), x);
   }
 }
@@ -1002,7 +1045,7 @@ static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
       S->capmodes = S->capmodes ? 2 * S->capmodes : 16;
       S->modes = mem_realloc(S->modes, sizeof *S->modes * (size_t)S->capmodes, "the simulated loops");
     }
-    S->modes[S->nmodes] = (LoopMode){op, sb};
+    S->modes[S->nmodes] = (LoopMode){op, sb, -1, -1};
     lm = &S->modes[S->nmodes++];
     if (sb) S->blocks++;
   }
@@ -1014,8 +1057,10 @@ static void build_loop(Sim *S, Timeline *tl, Dev *d, const Op *op, int stage) {
   const char *name =
       sb->lin ? arena_printf(S->a, "loop of %lld iterations (steady state from %lld simulated)", (long long)n, (long long)sb->iters)
               : arena_printf(S->a, "loop of %lld iterations", (long long)n);
-  int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc, (TaskInfo){op, -1, sb->index, 0, 0, TAG_REPEAT, -1});
+  int prev = d->last_compute;
+  int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc, (TaskInfo){op, -1, sb->index, 0, 0, TAG_REPEAT, -1, 0});
   for (int i = 0; i < op->noperands; i++) dep(tl, prod_of(S, op->operands[i]), t);
+  lm->task = t, lm->prev = prev;
   d->last_compute = t;
   for (int r = 0; r < op->nresults; r++) S->prod[op->results[r]->id] = t;
 }
@@ -1085,7 +1130,7 @@ static void pipe_action(Sim *S, Timeline *tl, Dev *d, const Op *op, const PipeAc
                            ? arena_printf(S->a, "%s chunk %d, microbatch %d", rnames[r], a->chunk, a->mb)
                            : arena_printf(S->a, "%s, microbatch %d", rnames[r], a->mb);
     int t = tl_add(S, tl, d->compute, sb->time_s, name, op->loc,
-                   (TaskInfo){op, -1, sb->index, a->mb, a->chunk, TAG_REGION, -1});
+                   (TaskInfo){op, -1, sb->index, a->mb, a->chunk, TAG_REGION, -1, 0});
     if (w->first_region < 0) {
       w->first_region = t;
       for (int k = 0; k < op->noperands; k++) dep(tl, prod_of(S, op->operands[k]), t);
@@ -1113,7 +1158,7 @@ static void pipe_action(Sim *S, Timeline *tl, Dev *d, const Op *op, const PipeAc
     int x = tl_add(S, tl, p2p_stream(tl, d), w->xt[rr],
                    arena_printf(S->a, "send %s, microbatch %d, to stage %d", a->backward ? "gradient" : "activation",
                                 a->mb, a->peer),
-                   op->loc, (TaskInfo){op, -1, -1, a->mb, a->chunk, a->backward ? TAG_SEND_GRAD : TAG_SEND_ACT, -1});
+                   op->loc, (TaskInfo){op, -1, -1, a->mb, a->chunk, a->backward ? TAG_SEND_GRAD : TAG_SEND_ACT, -1, 0});
     dep(tl, w->last_region, x);
     S->send_task[send_key(sched, a->backward, a->mb, a->chunk)] = x;
   } else if (a->kind == PA_RECV && w->npending < (int)(sizeof w->pending / sizeof *w->pending)) {
@@ -1150,6 +1195,61 @@ static void build_pipeline(Sim *S, Timeline *tl, Dev *d, const Op *op, int s) {
 
 /* ---- a function's ops ---- */
 
+/* A gradient reduction issued where its window says (dpwin.h): after the value `after` is made (in
+ * its last run: the last microbatch), or in pieces, piece i after iteration i of the piece loop,
+ * each of the collective's bytes / pieces. Returns its (last) task; -2 when the window is not one of
+ * those or cannot be read on this timeline (the loop that makes `after`, or the piece loop, ran
+ * as a block: its tasks are another timeline's), and the collective waits for its operands. */
+static int window_tasks(Sim *S, Timeline *tl, Dev *d, const Op *op, int ki, const DevWindow *w) {
+  const SimKernel *k = &S->c.kernels[ki];
+  if (w->kind != DPW_GRADIENT || !w->after) return -2;
+  if (w->via) {
+    const LoopMode *lm = loop_mode(S, w->via);
+    if (!lm || lm->block) return -2;
+  }
+  int32_t *ends = w->pieces > 1 && w->piece_loop ? piece_ends(S, w->piece_loop) : NULL;
+  const LoopMode *plm = ends ? loop_mode(S, w->piece_loop) : NULL;
+  if (ends && plm && plm->block && plm->task >= 0) {
+    /* the piece loop ran as a block (one task): the first pieces - 1 pieces issued beside it from
+     * its start (each behind an iteration, as unrolled when a piece is shorter than an iteration),
+     * the last after it */
+    double piece = cost_collective_group(S->mesh, k->coll_kind, op->axes, op->coll ? op->coll->ngroup : 0,
+                                         k->bytes / (double)w->pieces, S->ideal, NULL);
+    int stream = comm_stream(S, tl, d, link_class(k));
+    int a = tl_add(S, tl, stream, piece * (double)(w->pieces - 1),
+                   arena_printf(S->a, "%s, pieces 1 to %lld (beside the loop run as a block)", kernel_label(S, ki),
+                                (long long)w->pieces - 1),
+                   op->loc, (TaskInfo){op, ki, -1, (int)(w->pieces - 1), 0, TAG_KERNEL, -1, (int)w->pieces});
+    dep(tl, plm->prev, a);
+    for (int i = 0; i < w->piece_loop->noperands; i++) dep(tl, prod_of(S, w->piece_loop->operands[i]), a);
+    int b = tl_add(S, tl, stream, piece,
+                   arena_printf(S->a, "%s, piece %lld of %lld", kernel_label(S, ki), (long long)w->pieces, (long long)w->pieces),
+                   op->loc, (TaskInfo){op, ki, -1, 1, 0, TAG_KERNEL, -1, (int)w->pieces});
+    dep(tl, plm->task, b);
+    dep(tl, a, b);
+    return b;
+  }
+  if (ends && (!plm || plm->block)) ends = NULL;
+  for (int64_t i = 0; ends && i < w->pieces; i++)
+    if (ends[i] < 0) ends = NULL;
+  int stream = comm_stream(S, tl, d, link_class(k));
+  if (!ends) {
+    int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1, 0});
+    dep(tl, prod_of(S, w->after), t);
+    return t;
+  }
+  double piece = cost_collective_group(S->mesh, k->coll_kind, op->axes, op->coll ? op->coll->ngroup : 0,
+                                       k->bytes / (double)w->pieces, S->ideal, NULL);
+  int t = -1;
+  for (int64_t i = 0; i < w->pieces; i++) {
+    t = tl_add(S, tl, stream, piece,
+               arena_printf(S->a, "%s, piece %lld of %lld", kernel_label(S, ki), (long long)i + 1, (long long)w->pieces),
+               op->loc, (TaskInfo){op, ki, -1, 1, 0, TAG_KERNEL, -1, (int)w->pieces});
+    dep(tl, ends[i], t);
+  }
+  return t;
+}
+
 static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage, const LoopCtx *lc) {
   for (const Op *op = f->first; op && !S->failed; op = op->next) {
     if (!on_stage(S, f, op, stage)) continue;
@@ -1171,17 +1271,24 @@ static void build_func(Sim *S, Timeline *tl, Dev *d, const IrFunc *f, int stage,
       S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
       continue;
     }
-    /* a pipeline's stage-to-stage permute inside a loop moves once every coll_period iterations */
-    if (op->kind == OP_PERMUTE && op->coll_period > 1 && lc && (lc->iter + 1) % op->coll_period != 0) {
+    /* a pipeline's stage-to-stage permute inside a loop moves once every DevColl.period iterations */
+    if (op->kind == OP_PERMUTE && dev_op_period(op) > 1 && lc && (lc->iter + 1) % dev_op_period(op) != 0) {
       S->prod[op->results[0]->id] = prod_of(S, op->operands[0]);
       continue;
     }
     if (k->anchor == op) {
       bool coll = k->kind == SIMK_COLLECTIVE;
-      int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
-      int t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1});
-      for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
-      if (coll && lc && lc->hoist && lc->hoist[op->operands[0]->id] && !k->blocking) dep(tl, lc->marker, t);
+      /* a data-parallel collective's overlap window (dpwin.h); without one, the rule of the file
+       * comment: one whose operand the iteration does not compute is prefetched an iteration ahead */
+      const DevWindow *w = coll && !k->blocking && op->dev ? op->dev->win : NULL;
+      bool prefetch = w ? w->kind == DPW_PREFETCH : lc && lc->hoist && lc->hoist[op->operands[0]->id] && !k->blocking;
+      int t = w ? window_tasks(S, tl, d, op, ki, w) : -2;
+      if (t == -2) {
+        int stream = coll ? comm_stream(S, tl, d, link_class(k)) : d->compute;
+        t = tl_add(S, tl, stream, k->time_s, kernel_label(S, ki), op->loc, (TaskInfo){op, ki, -1, 0, 0, TAG_KERNEL, -1, 0});
+        for (int i = 0; i < k->nins; i++) dep(tl, prod_of(S, k->ins[i]), t);
+      }
+      if (coll && prefetch && lc) dep(tl, lc->marker, t);
       if (coll && k->blocking) { /* dp_overlap = off (overlap.c) */
         dep(tl, d->last_compute, t);
         d->block = t;
@@ -1468,6 +1575,7 @@ bool sim_program(const Program *p, const IrModule *m, const SimOptions *o, SimRe
   S.ktask = mem_alloc(sizeof *S.ktask * (size_t)(S.c.nkernels + 1), "the simulated step");
   S.kname = mem_calloc((size_t)S.c.nkernels + 1, sizeof *S.kname, "the simulated step");
   for (int i = 0; i <= S.c.nkernels; i++) S.ktask[i] = -1;
+  piece_loops_find(&S, m->main);
   S.pi = m->pipeline ? m->pipeline->pipe : NULL;
   for (int k = 0; S.pi && k < S.pi->nstage_axes; k++) S.stage_mask |= (uint16_t)(1u << S.pi->stage_axes[k]);
   int64_t devices = S.mesh->devices;

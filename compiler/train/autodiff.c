@@ -447,14 +447,41 @@ static Value *contract_grad(Ctx *c, SrcLoc loc, Value *g, Value *other, const Te
   for (int i = 0; i < g->type.rank; i++)
     if (tensor_type_find(self, g->type.dims[i]) < 0) over[n++] = g->type.dims[i];
   Value *o = X(other);
+  /* FP8 (fp8_contract_grad): an e5m2 gradient with an e4m3 operand makes a bf16 result */
+  bool fp8 = dtype_is_f8(g->type.dtype) && dtype_is_f8(o->type.dtype);
+  if (n == 0 && fp8) return bin(c, OP_MUL, loc, cast(c, loc, g, DT_BF16), cast(c, loc, o, DT_BF16));
   if (n == 0) return bin(c, OP_MUL, loc, g, o);
   /* the operand order whose result comes out in self's order, when one does */
-  TensorType t1 = union_type(&g->type, &o->type, g->type.dtype), t2 = union_type(&o->type, &g->type, g->type.dtype);
+  DType rd = dtype_contract_result(g->type.dtype);
+  TensorType t1 = union_type(&g->type, &o->type, rd), t2 = union_type(&o->type, &g->type, rd), want = *self;
+  want.dtype = rd;
   t1 = drop_dims(&t1, over, n);
   t2 = drop_dims(&t2, over, n);
-  bool swap = !tensor_type_equal(&t1, self) && tensor_type_equal(&t2, self);
+  bool swap = !tensor_type_equal(&t1, &want) && tensor_type_equal(&t2, &want);
   Value *ops[2] = {swap ? o : g, swap ? g : o};
   return bdims(c, OP_CONTRACT, loc, ops, 2, swap ? t2 : t1, over, n);
+}
+
+/* Where the gradient of an FP8 operand goes: an operand cast from a wider float in this function
+ * (`f8e4m3(w)`, as Transformer Engine casts its bf16 master weights and activations) passes its
+ * bf16 gradient straight to that value, as the cast's own rule would, without rounding it to the
+ * operand's FP8 format on the way; any other FP8 value gets it rounded to its dtype. */
+static Value *fp8_grad_target(Ctx *c, Value *v) {
+  const Op *d = v->def;
+  if (!d || d->kind != OP_CAST || d->noperands != 1) return v;
+  Value *x = d->operands[0];
+  DType dt = x->type.dtype;
+  if (dtype_is_int(dt) || dtype_is_f8(dt) || x->id >= c->n || !needs(c, x)) return v;
+  return x;
+}
+
+/* The contraction z (bf16) = a . b of FP8 operands (Transformer Engine's hybrid recipe): the
+ * gradient g is cast to f8e5m2 and contracted with the other FP8 operand, each result bf16
+ * (f32 accumulation), so the backward's two contractions run at the FP8 rate as the forward's. */
+static void fp8_contract_grad(Ctx *c, SrcLoc loc, Value *g, Value *a, Value *b) {
+  Value *g8 = cast(c, loc, g, DT_F8E5M2);
+  if (needs(c, a)) add_grad(c, fp8_grad_target(c, a), contract_grad(c, loc, g8, b, &a->type), loc);
+  if (needs(c, b)) add_grad(c, fp8_grad_target(c, b), contract_grad(c, loc, g8, a, &b->type), loc);
 }
 
 /* The gradient of the patterned operand `self` of a dispatch or a combine (route.h): what
@@ -608,6 +635,10 @@ static void backprop_op(Ctx *c, Op *op) {
   case OP_CONTRACT: {
     int pat;
     bool routed = ir_route_contract(op, &pat) != CONTRACT_DENSE && pat >= 0;
+    if (!routed && dtype_is_f8(a->type.dtype) && dtype_is_f8(b->type.dtype)) {
+      fp8_contract_grad(c, loc, g, a, b);
+      break;
+    }
     if (needs(c, a))
       add_grad(c, a, routed && pat == 0 ? route_contract_grad(c, loc, g, b, a) : contract_grad(c, loc, g, b, &a->type),
                loc);

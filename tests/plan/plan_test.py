@@ -17,8 +17,11 @@ CASE is one of:
   samples      the best plan is never slower (by `shardc sim`) than any layout the program itself
                declares that fits, on the program's own mesh (the same devices)
   brute        on a small space (the 1B program on 8 devices), every strategy the plan's space holds
-               written out here independently (mesh, layout, step), simulated one by one with
-               `shardc sim`: the fastest that fits is the plan's first
+               written out here independently (mesh, layout, step: 256 with interleaved schedules and
+               tp_overlap off), simulated one by one with `shardc sim`: the fastest that fits is the
+               plan's first, though the plan simulates only the strategies its estimate ranks best
+  estimate     the fast estimate ranks like the simulation: of the candidates simulated, the fastest is
+               among the estimate's first 5 (the 1B program on 8 GPUs, LLaMA 3 70B on 512)
   determinism  the same input gives the same ranking, twice
   errors       a program with no train step: exit 1, located at its function; an unknown --target:
                exit 2 naming it; devices the dims cannot split: exit 1 saying so
@@ -165,55 +168,100 @@ def case_samples():
 
 
 def case_brute():
-    """The plan's space for the 1B program on 8 H100s, written out independently."""
+    """The plan's space for the 1B program on 8 H100s, written out independently: 256 strategies
+    (with interleaved(2)/(4) schedules and tp_overlap off), of which the plan simulates only the 100
+    its estimate ranks best. Per strategy, remat none, then selective, then full until one fits (a
+    costlier remat of a strategy that fits at a cheaper one is never faster: it only adds compute)."""
     path = os.path.join(PLAN, "llama_1b_node.shard")
     batch, layers, heads, kv, hidden, vocab, seq, embed = 64, 16, 32, 8, 8192, 32000, 2048, 2048
     best = None
-    tried = 0
+    tried = strategies = 0
     for t in (1, 2, 4, 8):
         for p in (1, 2, 4, 8):
             if 8 % (t * p) or layers % p:
                 continue
             d = 8 // (t * p)
+            R = batch // d                                    # rows a data rank holds
+            micros, prev = [], 0
+            for w in ((2 * p, 4 * p, 8 * p, R) if p > 1 else (1,)):
+                m = w
+                while m <= R and R % m:
+                    m += 1
+                if m > R or m <= prev:
+                    continue
+                micros.append(m)
+                prev = m
             for fsdp in ((0, d) if d > 1 else (0,)):          # HSDP needs groups of 8 or more: none here
                 for sp in ((0, 1) if t > 1 else (0,)):
-                    for remat in ("none", "selective", "full"):
-                        micros = [1] if p == 1 else [m for m in (2 * p, 4 * p, 8 * p) if batch % (m * d) == 0]
+                    for tp_off in ((0, 1) if t > 1 else (0,)):
                         for m in micros:
-                            axes = [(n, s) for n, s in (("stage", p), ("data", d), ("model", t)) if s > 1]
-                            mesh = "h100[%s]" % ", ".join("%s: %d" % a for a in axes) if axes else "h100[data: 1]"
-                            rules = []
-                            if d > 1:
-                                rules.append("batch: data")
-                            if fsdp:
-                                rules.append("embed: data")
-                            if p > 1:
-                                rules.append("layers: stage")
-                            if t > 1:
-                                rules += ["heads: model"] + (["kv_heads: model"] if kv % t == 0 else []) + \
-                                         ["hidden: model"] + (["vocab: model"] if vocab % t == 0 else [])
-                            if sp:
-                                rules.append("seq: model")
-                            layout = "layout plan {\n%s}" % "".join("  %s\n" % r for r in rules)
-                            keys = ["remat = %s" % remat] + (["microbatches = %d" % m] if m > 1 else []) + \
-                                   (["schedule = 1f1b"] if p > 1 else []) + (["zero = 1"] if not fsdp and d > 1 else [])
-                            step = "train llama.forward {\n  loss = cross_entropy\n  optimizer = adam\n  master = f32\n" \
-                                   "  lr = 3e-4\n%s}" % "".join("  %s\n" % k for k in keys)
-                            text = pasted(path, {"step": step, "mesh": mesh, "layout": layout})
-                            f = write_beside(path, text, "plan_test_brute.shard")
-                            try:
-                                s = sim_json(f, "--mesh", "planned", "--layout", "plan")
-                            finally:
-                                os.unlink(f)
-                            tried += 1
-                            if "step_time_s" in s and s.get("fits") and (best is None or s["step_time_s"] < best[0]):
-                                best = (s["step_time_s"], mesh, layout, step)
+                            for V in ((1, 2, 4) if p > 1 else (1,)):
+                                if V > 1 and ((layers // p) % V or m % p):   # Megatron-LM's interleaving condition
+                                    continue
+                                strategies += 1
+                                for remat in ("none", "selective", "full"):
+                                    axes = [(n, s) for n, s in (("stage", p), ("data", d), ("model", t)) if s > 1]
+                                    mesh = "h100[%s]" % ", ".join("%s: %d" % a for a in axes) if axes else "h100[data: 1]"
+                                    rules = []
+                                    if d > 1:
+                                        rules.append("batch: data")
+                                    if fsdp:
+                                        rules.append("embed: data")
+                                    if p > 1:
+                                        rules.append("layers: stage")
+                                    if t > 1:
+                                        rules += ["heads: model"] + (["kv_heads: model"] if kv % t == 0 else []) + \
+                                                 ["hidden: model"] + (["vocab: model"] if vocab % t == 0 else [])
+                                    if sp:
+                                        rules.append("seq: model")
+                                    layout = "layout plan {\n%s}" % "".join("  %s\n" % r for r in rules)
+                                    sched = [] if p == 1 else ["schedule = interleaved(%d)" % V] if V > 1 else ["schedule = 1f1b"]
+                                    keys = ["remat = %s" % remat] + (["microbatches = %d" % m] if m > 1 else []) + sched + \
+                                           (["zero = 1"] if not fsdp and d > 1 else []) + (["tp_overlap = off"] if tp_off else [])
+                                    step = "train llama.forward {\n  loss = cross_entropy\n  optimizer = adam\n  master = f32\n" \
+                                           "  lr = 3e-4\n%s}" % "".join("  %s\n" % k for k in keys)
+                                    text = pasted(path, {"step": step, "mesh": mesh, "layout": layout})
+                                    f = write_beside(path, text, "plan_test_brute.shard")
+                                    try:
+                                        s = sim_json(f, "--mesh", "planned", "--layout", "plan")
+                                    finally:
+                                        os.unlink(f)
+                                    tried += 1
+                                    if "step_time_s" in s and s.get("fits"):
+                                        if best is None or s["step_time_s"] < best[0]:
+                                            best = (s["step_time_s"], mesh, layout, step)
+                                        break
     j = plan(path)
     got = j["candidates"][0]
+    if j["estimated"] != strategies:
+        fail("the plan estimated %d strategies; the space written out here holds %d" % (j["estimated"], strategies))
+    if not j["simulated"] < strategies:
+        fail("the plan simulated %d of %d strategies: the estimate pruned nothing, so this tests nothing of it" % (
+            j["simulated"], strategies))
     if best is None or got["step_time_s"] != best[0]:
-        fail("brute force over %d programs: best %r s (%s)\nthe plan's first: %r s (%s)" % (
-            tried, best and best[0], best and best[1], got["step_time_s"], got["mesh"]))
-    print("PASS the plan's first is the fastest of %d programs tried one by one" % tried)
+        fail("brute force over %d programs: best %r s (%s)\n%s\nthe plan's first: %r s (%s)\n%s" % (
+            tried, best and best[0], best and best[1], best and best[3], got["step_time_s"], got["mesh"], got["step"]))
+    print("PASS the plan's first, simulating %d of %d strategies, is the fastest of %d programs tried one by one" % (
+        j["simulated"], strategies, tried))
+
+
+def case_estimate():
+    """The estimate ranks like the simulation: among the candidates plan simulated (each carries its
+    estimate), the one the simulation rates fastest is among the estimate's first 5."""
+    for path, extra in ((os.path.join(PLAN, "llama_1b_node.shard"), ()), (os.path.join(SAMPLES, "llama3_70b.shard"), ())):
+        j = plan(path, "--top", "1000", *extra)
+        fit = [c for c in j["candidates"] if c["fits"]]
+        if len(fit) < 10:
+            fail("%s: %d candidates fit; too few to test a ranking" % (path, len(fit)))
+        fastest = min(range(len(fit)), key=lambda i: (fit[i]["step_time_s"], i))
+        by_estimate = sorted(range(len(fit)), key=lambda i: (fit[i]["estimate_s"], i))
+        rank = by_estimate.index(fastest)
+        if rank >= 5:
+            fail("%s: the simulation's fastest (%s, %r s) is the estimate's %d. of %d" % (
+                path, fit[fastest]["strategy"], fit[fastest]["step_time_s"], rank + 1, len(fit)))
+        if not all(c["estimate_s"] > 0 for c in fit):
+            fail("%s: a candidate without an estimate" % path)
+    print("PASS the simulation's fastest is among the estimate's first 5")
 
 
 def case_determinism():
@@ -246,6 +294,6 @@ def case_errors():
 
 try:
     {"tree": case_tree, "errors": case_errors, "paste": case_paste, "samples": case_samples, "brute": case_brute,
-     "determinism": case_determinism}[CASE]()
+     "estimate": case_estimate, "determinism": case_determinism}[CASE]()
 finally:
     shutil.rmtree(SCRATCH, ignore_errors=True)

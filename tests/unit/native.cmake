@@ -274,3 +274,75 @@ set_tests_properties(explain.cmm.json PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME explain.cmm.off COMMAND $<TARGET_FILE:shardc> explain ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
          --layout fsdp_tp_sp --format json --set tp_overlap=off)
 set_tests_properties(explain.cmm.off PROPERTIES FAIL_REGULAR_EXPRESSION "overlapped")
+
+# The ReduceScatter side (shard/cmm.c try_scatter, DevCmm.scatter, lower.c lower_cmm_scatter): a
+# contraction whose partial sum a tensor-parallel ReduceScatter (or AllReduce: the ring, then an
+# AllGather of the blocks) reduces runs as n - 1 permutes carrying the accumulator. SHARDC_CMM=scatter
+# forces this side alone (the AllGather side by its cost model: not at these sizes). Every sample
+# using tensor parallelism, forward and train, sharded == one device. In CMM_CASE (model: 4) the
+# permuted accumulator is a block of the partial sum [batch 8 / 2 microbatches / 2 (data), seq 8/4,
+# embed 32] in bf16: 2 x 2 x 32 x 2 = 256 bytes; the train step's IR has 5 rings: 2 in the layer
+# loop's body (attention's wo, the MLP's w_down), the same 2 in the backward loop's recomputed
+# forward (remat), and the unembedding's input gradient; the backward's other input gradients are
+# sums of contractions and stay whole ReduceScatters.
+add_test(NAME run.cmm.rs.ir COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir)
+set_tests_properties(run.cmm.rs.ir PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter" PASS_REGULAR_EXPRESSION
+                     "contract [^\n]* collective matmul #[0-9]+ \\(model\\), 3 steps of 256 bytes \\(runs the reduce-scatter ring\\)[^\n]*\n[ ]*%[0-9]+ = reduce_scatter [^\n]*\\(made by its contraction's reduce-scatter ring\\)")
+add_test(NAME run.cmm.rs.count COMMAND sh -c "$<TARGET_FILE:shardc> check \"$@\" --emit-ir | grep -c 'runs the reduce-scatter ring'" sh ${CMM_CASE})
+set_tests_properties(run.cmm.rs.count PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter" PASS_REGULAR_EXPRESSION "^5\n$")
+# unforced at these sizes the cost model refuses it (3 permutes' latency against a tiny matmul),
+# and tp_overlap = off refuses it forced
+add_test(NAME run.cmm.rs.unpaid COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir)
+add_test(NAME run.cmm.rs.off COMMAND $<TARGET_FILE:shardc> check ${CMM_CASE} --emit-ir --set tp_overlap=off)
+set_tests_properties(run.cmm.rs.off PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter")
+set_tests_properties(run.cmm.rs.unpaid run.cmm.rs.off PROPERTIES FAIL_REGULAR_EXPRESSION "reduce-scatter ring"
+                     PASS_REGULAR_EXPRESSION "reduce_scatter")
+set(CMM_RS_LM ${LM_DIMS} -D kv_heads=4 --mesh "h100[data: 2, model: 4]")
+function(cmm_rs_case name model)
+  add_test(NAME run.cmm.rs.${name}.forward COMMAND $<TARGET_FILE:shardc> run ${ARGN} --entry ${model}.forward)
+  add_test(NAME run.cmm.rs.${name}.train COMMAND $<TARGET_FILE:shardc> run ${ARGN} --steps 2)
+  set_tests_properties(run.cmm.rs.${name}.forward run.cmm.rs.${name}.train PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter"
+                       PASS_REGULAR_EXPRESSION "(^|\n)PASS: ")
+endfunction()
+set(CMM_PIPE_LM -D seq=8 -D embed=32 -D hidden=64 -D heads=4 -D head=8 -D vocab=64 -D layers=4)
+cmm_rs_case(mlp.tp mlp ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --layout tp --mesh "h100[data: 2, model: 4]")
+cmm_rs_case(mlp.fsdp_tp mlp ${CMAKE_SOURCE_DIR}/samples/mlp.shard ${MLP_SMALL} --layout fsdp_tp --mesh "h100[data: 2, model: 4]")
+foreach(case llama3_8b:fsdp_tp_sp llama3_8b:fsdp_tp llama3_8b:dp_tp llama2_13b:fsdp_tp_sp llama3_70b:fsdp_tp_sp)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 sample)
+  list(GET parts 1 layout)
+  cmm_rs_case(${sample}.${layout} llama ${CMAKE_SOURCE_DIR}/samples/${sample}.shard -D batch=8 ${CMM_RS_LM} --layout ${layout})
+endforeach()
+cmm_rs_case(llama3_405b.hsdp_tp_sp llama ${CMAKE_SOURCE_DIR}/samples/llama3_405b.shard -D batch=8 ${LM_DIMS} -D kv_heads=4
+            --layout hsdp_tp_sp --mesh "h100[data: 2, fsdp: 1, model: 4]")
+cmm_rs_case(gpt3_175b.ptd_nostage gpt ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard -D batch=256 ${LM_DIMS}
+            --mesh "h100[data: 2, model: 4]")
+cmm_rs_case(mixtral_8x7b.dp_ep_tp mixtral ${CMAKE_SOURCE_DIR}/samples/mixtral_8x7b.shard -D batch=16 ${LM_DIMS} -D kv_heads=2
+            -D expert=4 -D cap=4 --mesh "h100[data: 1, ep: 2, model: 2]")
+cmm_rs_case(llama3_8b_long.ctx2 llama ${CMAKE_SOURCE_DIR}/samples/llama3_8b_long.shard -D batch=8 ${LM_DIMS} -D kv_heads=2
+            --mesh "h100[data: 1, ctx: 2, model: 2]")
+cmm_rs_case(llama3_405b_pp.pp_tp_sp llama ${CMAKE_SOURCE_DIR}/samples/llama3_405b_pp.shard -D batch=32 ${CMM_PIPE_LM} -D kv_heads=2
+            --layout pp_tp_sp --mesh "h100[data: 2, stage: 2, model: 2]")
+cmm_rs_case(gpt3_175b.ptd gpt ${CMAKE_SOURCE_DIR}/samples/gpt3_175b.shard -D batch=256 ${CMM_PIPE_LM}
+            --mesh "h100[data: 1, stage: 2, model: 2]")
+# The rings ran: the runtime's record of the forward lists permutes (and no reduce_scatter over model)
+add_test(NAME run.cmm.rs.executed COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --entry llama.forward --format json)
+set_tests_properties(run.cmm.rs.executed PROPERTIES ENVIRONMENT "SHARDC_CMM=scatter" PASS_REGULAR_EXPRESSION
+                     "\"pass\":[ \t]*true.*\"kind\":[ \t]*\"collective_permute\",[ \t\n]*\"axes\":[ \t\n]*\\[\"model\"\\]")
+# each step's partial product of the block one step off (r - j instead of r - 1 - j): run must
+# FAIL, under a ReduceScatter (fsdp_tp_sp) and an AllReduce (dp_tp)
+add_test(NAME run.cmm.rs.mutation COMMAND $<TARGET_FILE:shardc> run ${CMM_CASE} --entry llama.forward)
+add_test(NAME run.cmm.rs.mutation.allreduce COMMAND $<TARGET_FILE:shardc> run ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
+         -D batch=8 ${CMM_RS_LM} --layout dp_tp --entry llama.forward)
+set_tests_properties(run.cmm.rs.mutation run.cmm.rs.mutation.allreduce PROPERTIES
+                     ENVIRONMENT "SHARDC_CMM=scatter;SHARDC_CMM_MUTATE=order" PASS_REGULAR_EXPRESSION "FAIL: [^\n]*\n  worst error")
+# at the sample's own sizes the cost model chooses it: explain lists the ReduceScatter (the
+# AllReduce under dp_tp), overlapped, with its reason
+add_test(NAME explain.cmm.rs.json COMMAND $<TARGET_FILE:shardc> explain ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
+         --layout fsdp_tp_sp --format json)
+set_tests_properties(explain.cmm.rs.json PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\"overlapped\":[ \t]*true,[ \t\n]*\"overlap\":[ \t]*\"collective matmul \\(tp_overlap\\): 4 partial contractions into blocks of seq, each added to the accumulator that 3 permutes of [0-9.]+ MB over \\(model\\) carry around: ")
+add_test(NAME explain.cmm.rs.allreduce COMMAND $<TARGET_FILE:shardc> explain ${CMAKE_SOURCE_DIR}/samples/llama3_8b.shard
+         --layout dp_tp)
+set_tests_properties(explain.cmm.rs.allreduce PROPERTIES PASS_REGULAR_EXPRESSION
+                     "all_reduce over model at layers.shard:38[^\n]*\n[^\n]*\n[^\n]*\n(          [^\n]*\n|     why:[^\n]*\n)*     overlapped: collective matmul \\(tp_overlap\\): 4 partial contractions into blocks of")

@@ -56,7 +56,7 @@ static Target gpu(const char *name, double bf16, double f8, double hbm_bw, doubl
   t.name = name;
   t.kind = TARGET_GPU;
   t.flops[DT_BF16] = bf16;
-  t.flops[DT_F8] = f8;
+  t.flops[DT_F8E4M3] = f8;
   t.hbm_bw = hbm_bw;
   t.matmul_efficiency = 0.82;
   t.nvlink_bw = nvlink;
@@ -705,8 +705,8 @@ static void test_rooflines(void) {
   near("memory-bound calibrated: HBM at peak", cost_op_time(&V5E, DT_BF16, 1e6, 1e9, false),
        1e9 / 8.1e11, 1e-12);
   near("int8 peak", cost_peak_flops(&V5E, DT_I8, true), 3.94e14, 1e-12);
-  near("f8 not given: falls back to bf16", cost_peak_flops(&V5E, DT_F8, true), 1.97e14, 1e-12);
-  near("H100 f8 peak", cost_op_time(&H100, DT_F8, 1.98e15, 0, true), 1.0, 1e-12);
+  near("f8 not given: falls back to bf16", cost_peak_flops(&V5E, DT_F8E4M3, true), 1.97e14, 1e-12);
+  near("H100 f8 peak", cost_op_time(&H100, DT_F8E4M3, 1.98e15, 0, true), 1.0, 1e-12);
   near("v5e critical intensity ~240", cost_arithmetic_intensity_threshold(&V5E), 240, 0.02);
   near("v5e = 1.97e14 / 8.1e11", cost_arithmetic_intensity_threshold(&V5E), 1.97e14 / 8.1e11, 1e-12);
   near("H100 critical intensity ~295", cost_arithmetic_intensity_threshold(&H100), 295, 0.01);

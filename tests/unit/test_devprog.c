@@ -165,6 +165,21 @@ static bool check_op(const DevModule *dm, const Op *op) {
     if (!same_axes(o->ring->groups, t, n)) return note("a ring at line %d runs over %s, not its key dim's tuple", op->loc.line, o->ring->groups->text), false;
     if (o->ring->steps != o->ring->groups->size - 1) return note("a ring at line %d: %d steps", op->loc.line, o->ring->steps), false;
   }
+  /* the accessors consumers read (devprog.h) state what localisation and the pipeline split decided:
+   * the stages (Op.place, main's ops), the ring (Op.ring), a subset collective's devices
+   * (CollSpec.ngroup), a pipeline permute's period (Op.coll_period), the offsets (Op.offs) */
+  if (op->func == dm->m->main && dev_op_runs(op) != op->place)
+    return note("%s at line %d: runs %d, placed %d", ir_op_name(op->kind), op->loc.line, dev_op_runs(op), op->place), false;
+  bool ring = op->ring && (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD);
+  if (!dev_op_ring(op) != !ring || (ring && dev_op_ring(op)->axes != op->ring))
+    return note("%s at line %d: the device program's ring disagrees with Op.ring %#x", ir_op_name(op->kind), op->loc.line, op->ring), false;
+  if (ir_op_is_collective(op->kind) && (dev_op_subset(op) != (op->coll ? op->coll->ngroup : 0) || dev_op_period(op) != op->coll_period))
+    return note("%s at line %d: subset %d / period %lld, the pass said %d / %lld", ir_op_name(op->kind), op->loc.line, dev_op_subset(op),
+                (long long)dev_op_period(op), op->coll ? op->coll->ngroup : 0, (long long)op->coll_period), false;
+  if (dev_op_noffs(op) != op->noffs) return note("%s at line %d: %d offsets, the pass said %d", ir_op_name(op->kind), op->loc.line, dev_op_noffs(op), op->noffs), false;
+  for (int i = 0; i < op->noffs; i++)
+    if (o->offs[i].dim != op->offs[i].dim || o->offs[i].extent != op->offs[i].extent)
+      return note("%s at line %d: offset %d disagrees with Op.offs", ir_op_name(op->kind), op->loc.line, i), false;
   return true;
 }
 

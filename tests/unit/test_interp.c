@@ -449,8 +449,19 @@ static void test_rounding(void) {
     {DT_F16, INTERP_DTYPE, 70000, INFINITY},
     {DT_F16, INTERP_DTYPE, 0x1p-25 * 3, 0x1p-24 * 2}, /* 1.5 quanta -> 2 (even) */
     /* f8 = E4M3: 4 significant bits, max 448, saturating */
-    {DT_F8, INTERP_DTYPE, 1.0625, 1},       /* 1 + 2^-4: halfway to 1 + 2^-3, ties to even */
-    {DT_F8, INTERP_DTYPE, 500, 448},
+    {DT_F8E4M3, INTERP_DTYPE, 1.0625, 1},       /* 1 + 2^-4: halfway to 1 + 2^-3, ties to even */
+    {DT_F8E4M3, INTERP_DTYPE, 500, 448},
+    {DT_F8E4M3, INTERP_DTYPE, INFINITY, 448},
+    {DT_F8E4M3, INTERP_DTYPE, 0x1p-10, 0},            /* half the smallest subnormal 2^-9: to 0 (even) */
+    {DT_F8E4M3, INTERP_DTYPE, 3 * 0x1p-10, 0x1p-8},   /* 1.5 subnormal steps -> 2 (even) */
+    /* f8e5m2: 3 significant bits, max 57344, overflow to infinity from 61440 (the tie), subnormals
+       from 2^-16 */
+    {DT_F8E5M2, INTERP_DTYPE, 1.125, 1},              /* halfway between 1 and 1.25: to even */
+    {DT_F8E5M2, INTERP_DTYPE, 1.375, 1.5},            /* halfway between 1.25 and 1.5: to even */
+    {DT_F8E5M2, INTERP_DTYPE, 61439, 57344},
+    {DT_F8E5M2, INTERP_DTYPE, 61440, INFINITY},
+    {DT_F8E5M2, INTERP_DTYPE, 0x1p-17, 0},
+    {DT_F8E5M2, INTERP_DTYPE, 3 * 0x1p-17, 0x1p-15},
     /* the default: f32 for every float dtype */
     {DT_BF16, INTERP_F32, 1 + 0x1p-8, 1 + 0x1p-8},
     {DT_F32, INTERP_F32, 1 + 0x1p-30, 1},

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devprog.h"
 #include "diag.h"
+#include "dpwin.h"
 #include "pipesim.h"
 #include "pipeline.h"
 #include "sim.h"
@@ -306,9 +308,70 @@ static void test_dp_keys(void) {
   ut_end();
 }
 
+/* ---- overlap windows (shard/dpwin.h): the gradient reduced during the last microbatch ----
+ * The DP program with microbatches = 2: each device runs 16384 / 2 / 2 = 4096 rows per microbatch.
+ * The microbatch loop sums each microbatch's [layers, embed, e2] gradient unreduced into an f32
+ * accumulator, and the step reduces it once after the loop (one AllReduce of L E E bf16). Its
+ * window: issued in L pieces, piece i (E E 2 bytes: p = E E 2 / W on the open ring of 2) when
+ * iteration i of the LAST microbatch's backward layer loop has made that layer's gradient; done
+ * before the update. Each backward iteration (two 4096 x E x E contractions, c_b = 2 mm) is longer
+ * than a piece, so pieces 1 .. L-1 hide behind the next iteration. The last piece is issued when the
+ * backward loop ends; what the program still computes before the update reads the reduction:
+ *   R = the loss's accumulation (f32 scalars: 12 B) + the gradients' accumulation (a fused cast and
+ *       add over L E E elements: reads bf16 and f32, writes f32, 10 B each) + the cast of the sum to
+ *       bf16 before the reduction (6 B each), all at HBM speed,
+ * so it hides min(p, R): exposed = max(0, p - R). The loss's AllReduce (one f32, 2 hops) runs beside
+ * the compute after the pieces. dp_overlap = off: the whole reduction (L p) and the loss's (2 hops)
+ * are exposed, so step(off) - step(on) = L p + 2 hops - max(0, p - R).
+ *   layers = 4: R = 4 E E 16 / H + 12 / H = 1.33 ms > p = 746 us: nothing exposed.
+ *   layers = 2: R = 663 us < p: 82.9 us exposed. */
+static void test_dp_windows(void) {
+  double E = 4096, p = E * E * 2 / V5E_ICI, cb = 2 * mm(4096, E, E);
+  char src[4096];
+  with_keys(src, sizeof src, DP, "  microbatches = 2\n");
+  char off[4096];
+  with_keys(off, sizeof off, DP, "  microbatches = 2\n  dp_overlap = off\n");
+  for (int L = 4; L >= 2; L -= 2) {
+    double R = (L * E * E * 16 + 12) / V5E_HBM, exposed = p > R ? p - R : 0;
+    char defs[32];
+    snprintf(defs, sizeof defs, "layers=%d", L);
+    ut_begin(L == 4 ? "microbatches = 2, 4 layers: the last microbatch's per-layer pieces hide the reduction"
+                    : "microbatches = 2, 2 layers: the last piece exposed by p - R");
+    UT_CHECK(cb > p, "each backward iteration (%.3g) is longer than a piece (%.3g)", cb, p);
+    UT_CHECK(L == 4 ? R > p : R < p, "the case (R %.3g, p %.3g)", R, p);
+    Run R1, R2;
+    double on_step = 0;
+    if (run(&R1, src, defs, true)) {
+      on_step = R1.r.step_s;
+      near("exposed = max(0, p - R)", R1.r.exposed_comm_s + 1, exposed + 1);
+      near("comm = L p + the loss's 2 hops", R1.r.comm_s, L * p + 2 * HOP);
+      near("step = compute + exposed", R1.r.step_s, R1.r.compute_s + exposed);
+      /* the window as the device program states it */
+      const DevWindow *w = NULL;
+      for (const Op *op = R1.m->main->first; op && !w; op = op->next)
+        if (op->kind == OP_ALL_REDUCE && op->dev && op->dev->win && op->role == ROLE_GRADIENT) w = op->dev->win;
+      UT_CHECK(w && w->kind == DPW_GRADIENT, "the gradient's window");
+      if (w) {
+        UT_CHECK(w->pieces == L, "%d pieces, got %lld", L, (long long)w->pieces);
+        UT_CHECK(w->via == R1.m->step->micro_loop, "issued in the microbatch loop's last run");
+        UT_CHECK(w->before && w->before->kind == OP_SGD_UPDATE, "done before the update");
+      }
+    }
+    run_free(&R1);
+    if (run(&R2, off, defs, true)) {
+      near("off: exposed = L p + 2 hops", R2.r.exposed_comm_s, L * p + 2 * HOP);
+      near("step(off) - step(on) = L p + 2 hops - max(0, p - R)", R2.r.step_s - on_step, L * p + 2 * HOP - exposed);
+    }
+    run_free(&R2);
+    ut_end();
+  }
+}
+
 /* tp_overlap: an MLP tensor-parallel over model = 4 (hidden@model), trained. The second matmul
  * leaves a partial sum: an AllReduce (A) of what that matmul (C) makes. The backward has none (dh =
- * dy w2^T and both weight gradients are local; x is an input, whose gradient is not made). As a collective matmul its ReduceScatter half (A/2) runs in n = 4 chunks beside the
+ * dy w2^T and both weight gradients are local; x is an input, whose gradient is not made). The
+ * device program runs it as a collective matmul (shard/cmm.c: the reduce-scatter ring at the matmul,
+ * then an AllGather of the blocks), so its ReduceScatter half (A/2) runs in n = 4 chunks beside the
  * matmul's: C/n + (n-1) max(C/n, (A/2)/(n-1)); what exceeds C is exposed, the AllGather half
  * (A/2) stays. Compute-bound (hidden = 32768: C/n > (A/2)/(n-1)): the kernel keeps exactly A/2.
  * Communication-bound (hidden = 256): it keeps A/2 + (C/n + A/2 - C) = A - C (n-1)/n. A and C are
@@ -351,6 +414,10 @@ static void check_tp(const char *defs, bool compute_bound) {
     const Value *v = k0->ins[0];
     int pi = v && v->id < c0.nvalues ? c0.kernel_of[v->id] : -1;
     if (pi < 0 || c0.kernels[pi].kind != SIMK_MATMUL) continue;
+    /* the device program runs it as the reduce-scatter ring (shard/cmm.c chose it: it pays) */
+    const DevCmm *dcm = k0->anchor && k0->anchor->dev ? k0->anchor->dev->cmm : NULL;
+    UT_CHECK(dcm && dcm->scatter && dcm->coll == k0->anchor && dcm->contract == c0.kernels[pi].anchor,
+             "the all-reduce is the device program's reduce-scatter ring at its matmul");
     double A = k0->time_s, C = c0.kernels[pi].time_s, n = 4, h = A / 2;
     double chunk = C / n, step = h / (n - 1), pair = chunk + (n - 1) * (chunk > step ? chunk : step);
     double want = h + (pair - C > 0 ? pair - C : 0);
@@ -636,6 +703,7 @@ int main(void) {
   test_fusion();
   test_fsdp_overlap();
   test_dp_overlap();
+  test_dp_windows();
   test_dp_keys();
   test_tp_overlap();
   test_remat_selective();
