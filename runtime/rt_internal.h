@@ -259,6 +259,14 @@ void rtdnnl_counts(const Runtime *rt, uint64_t *created, uint64_t *hits);
 #define RT_VECTOR
 #endif
 
+/* The posted permutes' ownership rules (shardrt.h, rt_permute_shift_start) checked by the threads
+ * backend: in debug builds and under the sanitizers (CI's ASan and TSan trees). */
+#if !defined(NDEBUG) || defined(RT_SANITIZED)
+#define RT_POST_CHECKS 1
+#else
+#define RT_POST_CHECKS 0
+#endif
+
 /* ---- kernels.c ---- */
 /* bf16 <-> f32 over arrays, vectorised (round to nearest even, NaN kept quiet) */
 void rtk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);

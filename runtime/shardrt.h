@@ -273,12 +273,21 @@ int rt_permute_pairs(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *i
 /* Waits for the whole group. */
 int rt_barrier(RtDevice *dev, const RtGroups *g);
 
-/* A permute that overlaps computation: _start posts the ring shift and returns with *req; the
- * device computes, then rt_wait(dev, req) completes it (out holds the block then; in must stay
- * unchanged and out unread until then). Every member starts the same permutes in the same order;
- * a device may hold several and wait for them in any order, and must wait for each (a request is
- * freed by its wait). Under threads the transfer happens at _start; under mpi, while the device
+/* A permute that overlaps computation: _start posts the ring shift and returns with *req without
+ * waiting for any peer; the device computes (it may call other collectives too), then
+ * rt_wait(dev, req) completes it. Every member starts the same permutes in the same order; a
+ * device may hold up to RT_MAX_POSTED and wait for them in any order, and must wait for each (a
+ * request is freed by its wait; a device that returns with one not waited for fails the run).
+ * The buffers belong to the transfer from _start until rt_wait returns:
+ *   - a sender must not write `in` before its wait returns (a peer copies from it meanwhile;
+ *     reading it is fine);
+ *   - a receiver must not read or write `out` before its wait returns (a peer copies into it).
+ * In debug builds and under the sanitizers the threads backend checks them: `in` is hashed at the
+ * post and at the wait (a change fails the run, RT_E_ARG), and `out` is filled with 0xff bytes
+ * at the post (a premature read sees NaNs). Under threads the block is copied by whichever of
+ * the sender and the receiver waits first once both have posted; under mpi, while the device
  * computes (MPI_Isend/MPI_Irecv). */
+#define RT_MAX_POSTED 16
 typedef struct RtRequest RtRequest;
 int rt_permute_shift_start(RtDevice *dev, const RtGroups *g, RtDtype dt, const void *in, void *out, int64_t count,
                            int shift, RtRequest **req);

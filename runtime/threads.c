@@ -31,7 +31,21 @@
  *
  * Point to point: send copies the bytes into a message (on the sender's account) and queues it
  * on the receiver's mailbox; recv takes the first message with the same source and tag. Sends
- * never block, so a pipeline's stages can all send before they receive. */
+ * never block, so a pipeline's stages can all send before they receive.
+ *
+ * Posted permutes (rt_permute_shift_start, rt_wait; docs/runtime.md, "Posted permutes"): no
+ * rendezvous. _start publishes a Post (the call, in, out) in one of the device's RT_MAX_POSTED
+ * post slots under a tag (the group's mask and the device's count of posts over it: the k-th post
+ * of every member of a group is the same permute) and returns. The copy of a block from its
+ * sender's `in` to its receiver's `out` is made by whichever of the two waits first, once both
+ * have posted: the receiver pulls, or the sender pushes into the receiver's published `out`
+ * (who copies is settled by a compare-and-swap on the sender's post). A wait returns when its
+ * own block has arrived and the block it sends has been delivered, so neither a late sender nor
+ * a late receiver holds the other up beyond posting, and a device may post, then call other
+ * collectives, then wait. A peer looks at a post only while holding it (`inflight`, raised
+ * before it re-reads the tag); a post is released by clearing its tag, then waiting until no
+ * one holds it (seq_cst both ways, so either the peer sees the cleared tag or the owner sees the
+ * hold), hence a copier never touches a buffer whose owner has left its wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +82,27 @@ typedef struct GroupWord {
   _Atomic uint32_t sleepers;
 } GroupWord;
 
+/* A posted permute (see the top): written by its device before `tag` is published, read by the
+ * peers that hold it. */
+#define POST_TAG(mask, seq) (1ull << 63 | (uint64_t)(seq) << 8 | (uint64_t)(mask))
+typedef struct Post {
+  _Alignas(64) _Atomic uint64_t tag; /* POST_TAG while posted, 0 free */
+  _Atomic uint32_t inflight;         /* peers holding it now */
+  _Atomic int claimed;               /* the copy out of this post's `in` is being made, or made */
+  _Atomic int sent, got;             /* its block delivered; its `out` filled */
+  RtCall c;
+  int src, dst;                      /* the devices it receives from and sends to (-1: none) */
+  uint64_t in_hash;                  /* RT_POST_CHECKS: `in` at the post */
+} Post;
+
 typedef struct Threads {
   GroupWord *groups;          /* [ndev][RT_MASKS]: by the group's base device and mask */
   _Atomic uint64_t *sig;      /* [ndev]: SIG of the call each device is entering */
   uint32_t *passed;           /* [ndev][RT_MASKS]: barriers each device has passed per mask (own thread) */
   Slot *slots;                /* [ndev] */
   Mailbox *mail;              /* [ndev] */
+  Post *posts;                /* [ndev][RT_MAX_POSTED] */
+  uint32_t *nposted;          /* [ndev][RT_MASKS]: permutes each device has posted per mask (own thread) */
 } Threads;
 
 static Threads *state(const Runtime *rt) { return rt->backend_state; }
@@ -545,6 +574,197 @@ static int recv(RtDevice *dev, int src, int tag, void *buf, size_t bytes) {
   return RT_OK;
 }
 
+
+/* ---- posted permutes ---- */
+
+static Post *posts_of(const Runtime *rt, int device) { return &state(rt)->posts[(size_t)device * RT_MAX_POSTED]; }
+
+#if RT_POST_CHECKS
+static uint64_t hash_bytes(const void *p, size_t n) { /* FNV-1a */
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+#endif
+
+static size_t post_bytes(const RtCall *c) { return (size_t)c->count * rt_dtype_size(c->dtype); }
+
+/* The rank g's rank sends to under c, or -1. */
+static int dest_rank(const RtGroup *g, const RtCall *c) {
+  int n = g->size;
+  if (!c->pairs) return (int)((g->rank + ((int64_t)c->shift % n + n)) % n);
+  for (int i = 0; i < c->npairs; i++)
+    if (c->pairs[2 * i] == g->rank) return c->pairs[2 * i + 1];
+  return -1;
+}
+
+static int permute_start(RtDevice *dev, const RtGroup *g, const RtCall *c, RtRequest *req) {
+  Runtime *rt = dev->rt;
+  Threads *T = state(rt);
+  Post *mine = NULL, *ps = posts_of(rt, dev->index);
+  for (int i = 0; i < RT_MAX_POSTED && !mine; i++)
+    if (!atomic_load(&ps[i].tag)) mine = &ps[i];
+  if (!mine)
+    return rtrun_fail(dev, RT_E_LIMIT, "%s over %s: %d permutes posted and not waited for: the most a device may hold is %d",
+                      rtrun_coll_name(c->kind), g->text, RT_MAX_POSTED + 1, RT_MAX_POSTED);
+  uint32_t *seq = &T->nposted[(size_t)dev->index * RT_MASKS + g->mask];
+  int dst = dest_rank(g, c);
+  mine->c = *c;
+  mine->src = c->src_of_me < 0 ? -1 : rtgroup_member(g, c->src_of_me);
+  mine->dst = dst < 0 ? -1 : rtgroup_member(g, dst);
+  atomic_store(&mine->claimed, 0);
+  atomic_store(&mine->sent, mine->dst < 0);
+  atomic_store(&mine->got, mine->src < 0);
+#if RT_POST_CHECKS /* the ownership rules (shardrt.h): in hashed now and at the wait; out poisoned */
+  mine->in_hash = hash_bytes(c->in, post_bytes(c));
+  if (mine->src >= 0) memset(c->out, 0xff, post_bytes(c));
+#endif
+  atomic_store(&mine->tag, POST_TAG(g->mask, *seq));
+  (*seq)++;
+  req->state = mine;
+  if (mine->src >= 0) rtsync_wake(&rt->devices[mine->src]); /* either may be waiting for this post */
+  if (mine->dst >= 0) rtsync_wake(&rt->devices[mine->dst]);
+  return RT_OK;
+}
+
+/* device's post under tag, held (release with unhold), or NULL while it has not posted it. */
+static Post *hold(const Runtime *rt, int device, uint64_t tag) {
+  Post *ps = posts_of(rt, device);
+  for (int i = 0; i < RT_MAX_POSTED; i++) {
+    if (atomic_load(&ps[i].tag) != tag) continue;
+    atomic_fetch_add(&ps[i].inflight, 1);
+    if (atomic_load(&ps[i].tag) == tag) return &ps[i];
+    atomic_fetch_sub(&ps[i].inflight, 1);
+  }
+  return NULL;
+}
+
+static void unhold(Post *p) { atomic_fetch_sub(&p->inflight, 1); }
+
+/* Clears the tag, then waits until no peer holds the post (each holds it for a bounded copy at
+ * most). */
+static void release(Post *p) {
+  atomic_store(&p->tag, 0);
+  while (atomic_load(&p->inflight)) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+typedef struct PostWait {
+  RtDevice *dev;
+  const RtGroup *g;
+  Post *mine;
+  uint64_t tag;
+  int rc;       /* a mismatch found while matching */
+  int missing;  /* the device whose post is still missing */
+  double since; /* when the wait began */
+} PostWait;
+
+/* A sender pushes its block only once its receiver has not pulled it for this long: a receiver
+ * that comes soon pulls it itself, so the two copies of a ring step run on two devices, not one
+ * (bench_posted: pushing at once made the first waiter do both, 1.5x the blocking time); a
+ * receiver held elsewhere (another collective before its wait) still gets its block. */
+#define PUSH_AFTER_S 200e-6
+
+/* The copy from S's post to R's (one of them mine, the other held): made unless already claimed. */
+static void copy_block(PostWait *w, Post *S, Post *R) {
+  int zero = 0;
+  if (!atomic_compare_exchange_strong(&S->claimed, &zero, 1)) return;
+  size_t bytes = post_bytes(&S->c);
+  if (bytes) memcpy(R->c.out, S->c.in, bytes);
+  atomic_store(&S->sent, 1);
+  atomic_store(&R->got, 1);
+  Post *other = S == w->mine ? R : S;
+  int who = S == w->mine ? w->mine->dst : w->mine->src;
+  if (other != w->mine) rtsync_wake(&w->dev->rt->devices[who]);
+}
+
+/* One side of my post: the block I receive (from src) or the one I send (to dst). */
+static void try_side(PostWait *w, bool sending) {
+  Post *mine = w->mine;
+  int peer_dev = sending ? mine->dst : mine->src;
+  Post *other = hold(w->dev->rt, peer_dev, w->tag);
+  if (!other) {
+    w->missing = peer_dev;
+    return;
+  }
+  const RtCall *a = &mine->c, *b = &other->c;
+  if (a->dtype != b->dtype || a->count != b->count || a->shift != b->shift || !a->pairs != !b->pairs) {
+    if (!w->rc) {
+      char who[RT_LABEL_MAX + 96];
+      rtrun_describe(w->dev->rt, peer_dev, who, sizeof who);
+      w->rc = rtrun_fail(w->dev, RT_E_MISMATCH, "posted %s over %s of %lld %s (shift %d) while %s posted one of %lld %s (shift %d)",
+                         rtrun_coll_name(a->kind), w->g->text, (long long)a->count, rt_dtype_name(a->dtype), a->shift, who,
+                         (long long)b->count, rt_dtype_name(b->dtype), b->shift);
+    }
+  } else if (sending) {
+    copy_block(w, mine, other);
+  } else {
+    copy_block(w, other, mine);
+  }
+  unhold(other);
+}
+
+static bool post_done(void *p) {
+  PostWait *w = p;
+  Post *mine = w->mine;
+  w->missing = -1;
+  if (!w->rc && !atomic_load(&mine->got)) try_side(w, false);
+  if (!w->rc && !atomic_load(&mine->sent) && (mine->dst == w->dev->index || rt_seconds() - w->since > PUSH_AFTER_S))
+    try_side(w, true);
+  return w->rc || (atomic_load(&mine->got) && atomic_load(&mine->sent));
+}
+
+/* The peer whose post is missing returned: unless it posts nothing more, it never will. */
+static int post_hopeless(void *p) {
+  PostWait *w = p;
+  if (w->missing < 0 || !atomic_load(&w->dev->rt->devices[w->missing].done)) return RT_OK;
+  return post_done(w) ? RT_OK : RT_E_MISMATCH;
+}
+
+static int wait_request(RtDevice *dev, RtRequest *req) {
+  Runtime *rt = dev->rt;
+  Post *mine = req->state;
+  PostWait w = {dev, &req->g, mine, atomic_load(&mine->tag), RT_OK, -1, rt_seconds()};
+  RtWait wait = {post_done, post_hopeless, &w, true, NULL, NULL};
+  int rc = rtsync_wait(dev, &wait);
+  if (!rc) rc = w.rc;
+  if (rc && rc != RT_E_STOPPED && !w.rc) {
+    char who[RT_LABEL_MAX + 96];
+    if (w.missing >= 0) rtrun_describe(rt, w.missing, who, sizeof who);
+    else snprintf(who, sizeof who, "its peers' copies");
+    if (rc == RT_E_MISMATCH)
+      rc = rtrun_fail(dev, rc, "wait for %s over %s: %s without posting it", rtrun_coll_name(req->c.kind), req->g.text, who);
+    else
+      rc = rtrun_fail(dev, RT_E_TIMEOUT, "wait for %s over %s timed out after %g s waiting for %s", rtrun_coll_name(req->c.kind),
+                      req->g.text, rt->timeout_s, who);
+  }
+  release(mine); /* after this no peer touches in or out */
+#if RT_POST_CHECKS
+  if (!rc && hash_bytes(req->c.in, post_bytes(&req->c)) != mine->in_hash)
+    rc = rtrun_fail(dev, RT_E_ARG, "%s over %s: its send buffer changed between rt_permute_shift_start and rt_wait "
+                    "(a sender must leave it unchanged until its wait returns)", rtrun_coll_name(req->c.kind), req->g.text);
+#endif
+  if (!rc && mine->src < 0 && post_bytes(&req->c)) memset(req->c.out, 0, post_bytes(&req->c));
+  req->state = NULL;
+  return rc;
+}
+
+/* A device that returned with permutes posted and not waited for: its peers may not copy from or
+ * into its buffers any longer. */
+static void drop_posts(RtDevice *dev) {
+  Post *ps = posts_of(dev->rt, dev->index);
+  int left = 0;
+  for (int i = 0; i < RT_MAX_POSTED; i++)
+    if (atomic_load(&ps[i].tag)) left++, release(&ps[i]);
+  if (left && !dev->rc)
+    rtrun_fail(dev, RT_E_ARG, "returned with %d posted permute%s it never waited for (every rt_permute_shift_start needs its rt_wait)",
+               left, left == 1 ? "" : "s");
+}
+
 /* ---- running ---- */
 
 static void drop_messages(Runtime *rt) {
@@ -562,6 +782,7 @@ static void drop_messages(Runtime *rt) {
 
 static void *device_thread(void *p) {
   rtrun_device_main(p);
+  drop_posts(p);
   return NULL;
 }
 
@@ -571,6 +792,8 @@ static int run(Runtime *rt) {
   memset(T->groups, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->groups);
   memset(T->passed, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->passed);
   memset(T->sig, 0, (size_t)rt->ndev * sizeof *T->sig);
+  memset(T->posts, 0, (size_t)rt->ndev * RT_MAX_POSTED * sizeof *T->posts);
+  memset(T->nposted, 0, (size_t)rt->ndev * RT_MASKS * sizeof *T->nposted);
   drop_messages(rt);
   int started = 0, rc = RT_OK;
   for (; started < rt->ndev; started++) {
@@ -596,7 +819,11 @@ static int open_threads(Runtime *rt) {
   T->sig = calloc(n, sizeof *T->sig);
   T->slots = calloc(n, sizeof *T->slots);
   T->mail = calloc(n, sizeof *T->mail);
-  if (!T->groups || !T->passed || !T->sig || !T->slots || !T->mail) {
+  T->posts = aligned_alloc(_Alignof(Post), n * RT_MAX_POSTED * sizeof *T->posts); /* sizeof is a multiple */
+  T->nposted = calloc(n * RT_MASKS, sizeof *T->nposted);
+  if (!T->groups || !T->passed || !T->sig || !T->slots || !T->mail || !T->posts || !T->nposted) {
+    free(T->posts);
+    free(T->nposted);
     free(T->groups);
     free(T->sig);
     free(T->passed);
@@ -606,6 +833,7 @@ static int open_threads(Runtime *rt) {
     return RT_E_NOMEM;
   }
   for (size_t i = 0; i < n; i++) pthread_mutex_init(&T->mail[i].lock, NULL);
+  memset(T->posts, 0, n * RT_MAX_POSTED * sizeof *T->posts);
   rt->backend_state = T;
   return RT_OK;
 }
@@ -620,6 +848,8 @@ static void close_threads(Runtime *rt) {
   free(T->sig);
   free(T->slots);
   free(T->mail);
+  free(T->posts);
+  free(T->nposted);
   free(T);
   rt->backend_state = NULL;
 }
@@ -639,4 +869,6 @@ const RtBackend rt_threads_backend = {
     .members = members,
     .send = send,
     .recv = recv,
+    .permute_start = permute_start,
+    .wait_request = wait_request,
 };
