@@ -11,7 +11,7 @@ endif
 
 syn keyword shardDeclaration import target mesh dim layout model param fn train serve
 syn keyword shardControl let return for in
-syn keyword shardDtype f32 bf16 f16 f8 i32 i8
+syn keyword shardDtype f32 bf16 f16 f8e4m3 f8e5m2 i32 i8
 syn keyword shardBuiltin exp log sqrt rsqrt tanh sigmoid relu gelu silu sum mean max softmax rmsnorm layernorm contract split merge take causal route size dropout
 " A step key only where it starts a `key = value` line (a train block's body).
 syn keyword shardStepKey loss optimizer master remat microbatches schedule lr zero contained
